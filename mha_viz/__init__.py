@@ -1,0 +1,31 @@
+"""mha_viz: multi-head attention computed head by head, with every intermediate kept.
+
+    >>> import mha_viz
+    >>> mha = mha_viz.MultiHeadAttention(d_model=64, num_heads=8, seed=0)
+    >>> tokens, x = mha_viz.embed_text("The animal didn't cross the street because it was tired", 64)
+    >>> trace = mha(x, query_tokens=tokens)          # an AttentionTrace
+    >>> trace.weights.shape                          # (H, T, T)
+    (8, 11, 11)
+"""
+
+from .attention import AttentionTensors, MultiHeadAttention
+from .config import MHAConfig, nearest_valid_heads, valid_head_counts
+from .cost import LayerCost, full_width_head, layer_cost
+from .text import embed_text, embed_tokens, positional_encoding, tokenize
+from .trace import AttentionTrace
+
+__all__ = [
+    "AttentionTensors",
+    "AttentionTrace",
+    "LayerCost",
+    "MHAConfig",
+    "MultiHeadAttention",
+    "embed_text",
+    "embed_tokens",
+    "full_width_head",
+    "layer_cost",
+    "nearest_valid_heads",
+    "positional_encoding",
+    "tokenize",
+    "valid_head_counts",
+]

@@ -1,0 +1,77 @@
+"""The shape of one multi-head attention layer, validated once.
+
+Conventions (used everywhere in mha_viz):
+    H       number of heads            d_model  width of the query-side input
+    d_k     query/key width per head   d_v      value width per head
+    d_out   output width after W_O     d_context width of the key/value-side input
+Defaults follow "Attention Is All You Need": d_k = d_v = d_model / H, d_out = d_model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def valid_head_counts(d_model: int, max_heads: int | None = None) -> list[int]:
+    """Every h that divides d_model (so d_k = d_model / h is a whole number)."""
+    top = d_model if max_heads is None else min(d_model, max_heads)
+    return [h for h in range(1, top + 1) if d_model % h == 0]
+
+
+def nearest_valid_heads(d_model: int, num_heads: int, max_heads: int | None = None) -> list[int]:
+    """The divisors of d_model closest to num_heads (one, or two on a tie)."""
+    choices = valid_head_counts(d_model, max_heads)
+    best = min(abs(h - num_heads) for h in choices)
+    return [h for h in choices if abs(h - num_heads) == best]
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class MHAConfig:
+    """Dimensions of one attention layer; unset widths take the standard defaults."""
+
+    d_model: int
+    num_heads: int
+    d_k: int | None = None
+    d_v: int | None = None
+    d_out: int | None = None
+    d_context: int | None = None
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        _positive_int("d_model", self.d_model)
+        _positive_int("num_heads", self.num_heads)
+        for name in ("d_k", "d_v", "d_out", "d_context"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        if self.d_model % self.num_heads and (self.d_k is None or self.d_v is None):
+            near = " or ".join(str(h) for h in nearest_valid_heads(self.d_model, self.num_heads))
+            raise ValueError(
+                f"h={self.num_heads} does not divide d_model={self.d_model}: each head would get "
+                f"{self.d_model / self.num_heads:.3g} dimensions (d_k = d_model / h must be a whole "
+                f"number). Nearest valid h: {near}. Or set d_k and d_v explicitly."
+            )
+        default = self.d_model // self.num_heads
+        object.__setattr__(self, "d_k", self.d_k or default)
+        object.__setattr__(self, "d_v", self.d_v or default)
+        object.__setattr__(self, "d_out", self.d_out or self.d_model)
+        object.__setattr__(self, "d_context", self.d_context or self.d_model)
+
+    @property
+    def concat_width(self) -> int:
+        """H * d_v, the width of the concatenated head outputs fed to W_O."""
+        return self.num_heads * self.d_v
+
+    @property
+    def is_standard(self) -> bool:
+        """True for d_k = d_v = d_model / H and d_out = d_context = d_model."""
+        return (
+            self.d_model % self.num_heads == 0
+            and self.d_k == self.d_v == self.d_model // self.num_heads
+            and self.d_out == self.d_context == self.d_model
+        )

@@ -1,0 +1,101 @@
+"""AttentionTrace: every intermediate of one attention layer on one input.
+
+Layout: attention is [head, query, key]; per-head tensors are [head, position, dim].
+    queries      [H, T, d_k]      keys     [H, S, d_k]      values [H, S, d_v]
+    scores       [H, T, S]        Q K^T / sqrt(d_k), masked entries -inf
+    weights      [H, T, S]        softmax(scores) over keys; each row sums to 1
+    head_outputs [H, T, d_v]      weights @ values
+    concat       [T, H*d_v]       head outputs side by side, *before* W_O
+    output       [T, d_out]       concat @ W_O^T + b_O, *after* W_O
+    W_O          [d_out, H*d_v]   column block h multiplies head h
+T counts query tokens, S key tokens (S = T for self-attention).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionTrace:
+    query_tokens: tuple[str, ...]
+    key_tokens: tuple[str, ...]
+    queries: np.ndarray
+    keys: np.ndarray
+    values: np.ndarray
+    scores: np.ndarray
+    weights: np.ndarray
+    head_outputs: np.ndarray
+    concat: np.ndarray
+    output: np.ndarray
+    W_O: np.ndarray
+    b_O: np.ndarray | None = None
+    causal: bool = False
+    cross: bool = False
+    # kv_heads[h] is the key/value head that query head h reads (grouped-query attention);
+    # None means one K/V head per query head.
+    kv_heads: tuple[int, ...] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        H, T, S = self.weights.shape
+        d_v = self.values.shape[-1]
+        expected = {
+            "queries": (H, T, self.queries.shape[-1]),
+            "keys": (H, S, self.queries.shape[-1]),
+            "values": (H, S, d_v),
+            "scores": (H, T, S),
+            "head_outputs": (H, T, d_v),
+            "concat": (T, H * d_v),
+            "output": (T, self.W_O.shape[0]),
+            "W_O": (self.W_O.shape[0], H * d_v),
+        }
+        for name, shape in expected.items():
+            if getattr(self, name).shape != shape:
+                raise ValueError(f"{name} has shape {getattr(self, name).shape}, expected {shape}")
+        if len(self.query_tokens) != T or len(self.key_tokens) != S:
+            raise ValueError(
+                f"{len(self.query_tokens)} query / {len(self.key_tokens)} key tokens "
+                f"for a {T} x {S} attention matrix"
+            )
+
+    @property
+    def num_heads(self) -> int:
+        return self.weights.shape[0]
+
+    @property
+    def d_k(self) -> int:
+        return self.queries.shape[-1]
+
+    @property
+    def d_v(self) -> int:
+        return self.values.shape[-1]
+
+    @property
+    def d_out(self) -> int:
+        return self.W_O.shape[0]
+
+    def W_O_blocks(self) -> np.ndarray:
+        """W_O split per head: [H, d_out, d_v]; block h is W_O[:, h*d_v:(h+1)*d_v]."""
+        return self.W_O.reshape(self.d_out, self.num_heads, self.d_v).transpose(1, 0, 2)
+
+    def head_contributions(self) -> np.ndarray:
+        """What each head adds to the output: head_h @ W_O^(h)T, shape [H, T, d_out].
+
+        output = sum_h head_contributions[h] + b_O, because concat @ W_O^T splits into
+        one product per head block.
+        """
+        return np.einsum("htv,hov->hto", self.head_outputs, self.W_O_blocks())  # (H, T, d_out)
+
+    def check_wo_path(self) -> dict[str, float]:
+        """Max abs errors of the two identities on the concat -> W_O path."""
+        bias = 0.0 if self.b_O is None else self.b_O
+        return {
+            "concat @ W_O^T + b vs output": float(np.abs(self.concat @ self.W_O.T + bias - self.output).max()),
+            "sum of head contributions + b vs output": float(
+                np.abs(self.head_contributions().sum(0) + bias - self.output).max()
+            ),
+        }
