@@ -177,7 +177,7 @@ class MultiHeadAttention(nn.Module):
         return AttentionTrace(
             query_tokens=qt,
             key_tokens=kt,
-            **{name: tensor.detach().cpu().numpy() for name, tensor in t._asdict().items()},
+            **{name: tensor.detach().cpu().numpy() for name, tensor in t._asdict().items()},  # type: ignore[arg-type]
             W_O=self.W_O.detach().cpu().numpy(),
             b_O=None if self.b_O is None else self.b_O.detach().cpu().numpy(),
             causal=causal,

@@ -23,15 +23,17 @@ import numpy as np
 class AttentionTrace:
     query_tokens: tuple[str, ...]
     key_tokens: tuple[str, ...]
-    queries: np.ndarray
-    keys: np.ndarray
-    values: np.ndarray
-    scores: np.ndarray
     weights: np.ndarray
-    head_outputs: np.ndarray
-    concat: np.ndarray
-    output: np.ndarray
-    W_O: np.ndarray
+    # The rest is None only for a model whose architecture mha_viz cannot open up, where the
+    # weights come from the model's own output_attentions; meta["unavailable"] then says why.
+    queries: np.ndarray | None = None
+    keys: np.ndarray | None = None
+    values: np.ndarray | None = None
+    scores: np.ndarray | None = None
+    head_outputs: np.ndarray | None = None
+    concat: np.ndarray | None = None
+    output: np.ndarray | None = None
+    W_O: np.ndarray | None = None
     b_O: np.ndarray | None = None
     causal: bool = False
     cross: bool = False
@@ -42,20 +44,23 @@ class AttentionTrace:
 
     def __post_init__(self) -> None:
         H, T, S = self.weights.shape
-        d_v = self.values.shape[-1]
+        d_k = None if self.queries is None else self.queries.shape[-1]
+        d_v = None if self.values is None else self.values.shape[-1]
+        d_out = None if self.W_O is None else self.W_O.shape[0]
         expected = {
-            "queries": (H, T, self.queries.shape[-1]),
-            "keys": (H, S, self.queries.shape[-1]),
+            "queries": (H, T, d_k),
+            "keys": (H, S, d_k),
             "values": (H, S, d_v),
             "scores": (H, T, S),
             "head_outputs": (H, T, d_v),
-            "concat": (T, H * d_v),
-            "output": (T, self.W_O.shape[0]),
-            "W_O": (self.W_O.shape[0], H * d_v),
+            "concat": (T, None if d_v is None else H * d_v),
+            "output": (T, d_out),
+            "W_O": (d_out, None if d_v is None else H * d_v),
         }
         for name, shape in expected.items():
-            if getattr(self, name).shape != shape:
-                raise ValueError(f"{name} has shape {getattr(self, name).shape}, expected {shape}")
+            array = getattr(self, name)
+            if array is not None and any(e is not None and a != e for a, e in zip(array.shape, shape, strict=True)):
+                raise ValueError(f"{name} has shape {array.shape}, expected {shape}")
         if len(self.query_tokens) != T or len(self.key_tokens) != S:
             raise ValueError(
                 f"{len(self.query_tokens)} query / {len(self.key_tokens)} key tokens "
@@ -63,24 +68,37 @@ class AttentionTrace:
             )
 
     @property
+    def missing(self) -> tuple[str, ...]:
+        """Names of the intermediates this trace does not hold (empty for a full trace)."""
+        names = ("queries", "keys", "values", "scores", "head_outputs", "concat", "output", "W_O")
+        return tuple(n for n in names if getattr(self, n) is None)
+
+    @property
     def num_heads(self) -> int:
         return self.weights.shape[0]
 
     @property
     def d_k(self) -> int:
-        return self.queries.shape[-1]
+        return self._need("queries").shape[-1]
 
     @property
     def d_v(self) -> int:
-        return self.values.shape[-1]
+        return self._need("values").shape[-1]
 
     @property
     def d_out(self) -> int:
-        return self.W_O.shape[0]
+        return self._need("W_O").shape[0]
+
+    def _need(self, name: str) -> np.ndarray:
+        array = getattr(self, name)
+        if array is None:
+            reason = self.meta.get("unavailable", "this trace was built from attention weights alone")
+            raise ValueError(f"{name} is not available: {reason}")
+        return array
 
     def W_O_blocks(self) -> np.ndarray:
         """W_O split per head: [H, d_out, d_v]; block h is W_O[:, h*d_v:(h+1)*d_v]."""
-        return self.W_O.reshape(self.d_out, self.num_heads, self.d_v).transpose(1, 0, 2)
+        return self._need("W_O").reshape(self.d_out, self.num_heads, self.d_v).transpose(1, 0, 2)
 
     def head_contributions(self) -> np.ndarray:
         """What each head adds to the output: head_h @ W_O^(h)T, shape [H, T, d_out].
@@ -88,13 +106,15 @@ class AttentionTrace:
         output = sum_h head_contributions[h] + b_O, because concat @ W_O^T splits into
         one product per head block.
         """
-        return np.einsum("htv,hov->hto", self.head_outputs, self.W_O_blocks())  # (H, T, d_out)
+        return np.einsum("htv,hov->hto", self._need("head_outputs"), self.W_O_blocks())  # (H, T, d_out)
 
     def check_wo_path(self) -> dict[str, float]:
         """Max abs errors of the two identities on the concat -> W_O path."""
         bias = 0.0 if self.b_O is None else self.b_O
         return {
-            "concat @ W_O^T + b vs output": float(np.abs(self.concat @ self.W_O.T + bias - self.output).max()),
+            "concat @ W_O^T + b vs output": float(
+                np.abs(self._need("concat") @ self.W_O.T + bias - self._need("output")).max()
+            ),
             "sum of head contributions + b vs output": float(
                 np.abs(self.head_contributions().sum(0) + bias - self.output).max()
             ),
