@@ -5,7 +5,7 @@
     >>> tokens, x = mha_viz.embed_text("The animal didn't cross the street because it was tired", 64)
     >>> trace = mha(x, query_tokens=tokens)          # an AttentionTrace
     >>> trace.weights.shape                          # (H, T, T)
-    (8, 11, 11)
+    (8, 12, 12)
 """
 
 from .attention import AttentionTensors, MultiHeadAttention

@@ -79,17 +79,17 @@ class AttentionTrace:
 
     @property
     def d_k(self) -> int:
-        return self._need("queries").shape[-1]
+        return self.require("queries").shape[-1]
 
     @property
     def d_v(self) -> int:
-        return self._need("values").shape[-1]
+        return self.require("values").shape[-1]
 
     @property
     def d_out(self) -> int:
-        return self._need("W_O").shape[0]
+        return self.require("W_O").shape[0]
 
-    def _need(self, name: str) -> np.ndarray:
+    def require(self, name: str) -> np.ndarray:
         array = getattr(self, name)
         if array is None:
             reason = self.meta.get("unavailable", "this trace was built from attention weights alone")
@@ -98,7 +98,7 @@ class AttentionTrace:
 
     def W_O_blocks(self) -> np.ndarray:
         """W_O split per head: [H, d_out, d_v]; block h is W_O[:, h*d_v:(h+1)*d_v]."""
-        return self._need("W_O").reshape(self.d_out, self.num_heads, self.d_v).transpose(1, 0, 2)
+        return self.require("W_O").reshape(self.d_out, self.num_heads, self.d_v).transpose(1, 0, 2)
 
     def head_contributions(self) -> np.ndarray:
         """What each head adds to the output: head_h @ W_O^(h)T, shape [H, T, d_out].
@@ -106,14 +106,14 @@ class AttentionTrace:
         output = sum_h head_contributions[h] + b_O, because concat @ W_O^T splits into
         one product per head block.
         """
-        return np.einsum("htv,hov->hto", self._need("head_outputs"), self.W_O_blocks())  # (H, T, d_out)
+        return np.einsum("htv,hov->hto", self.require("head_outputs"), self.W_O_blocks())  # (H, T, d_out)
 
     def check_wo_path(self) -> dict[str, float]:
         """Max abs errors of the two identities on the concat -> W_O path."""
         bias = 0.0 if self.b_O is None else self.b_O
         return {
             "concat @ W_O^T + b vs output": float(
-                np.abs(self._need("concat") @ self.W_O.T + bias - self._need("output")).max()
+                np.abs(self.require("concat") @ self.W_O.T + bias - self.require("output")).max()
             ),
             "sum of head contributions + b vs output": float(
                 np.abs(self.head_contributions().sum(0) + bias - self.output).max()

@@ -1,0 +1,7 @@
+"""Plotly figures: numpy/AttentionTrace in, plotly.graph_objects.Figure out (notebook or app)."""
+
+from .heads import heads_figure
+from .output_path import contributions_figure, output_path_figure
+from .steps import head_steps_figure
+
+__all__ = ["contributions_figure", "head_steps_figure", "heads_figure", "output_path_figure"]

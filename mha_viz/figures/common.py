@@ -1,0 +1,61 @@
+"""Helpers shared by the figures: safe token labels, integer token axes, compact arrays.
+
+Axes are integer positions with token tick labels: a category axis would silently merge
+repeated tokens ("the" ... "the"). Arrays go out as float32 (Plotly sends them as binary).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+import numpy as np
+
+HOVER_TOKENS_MAX_CELLS = 64 * 64  # per heatmap; above this hover shows positions, not tokens
+MAX_TICKS = 48
+
+
+def token_label(token: str, max_chars: int = 16) -> str:
+    """A token as inert label text: HTML-escaped (Plotly renders a subset of HTML) and shortened."""
+    short = token if len(token) <= max_chars else token[: max_chars - 1] + "…"
+    return html.escape(short, quote=True) or "␣"
+
+
+def token_axis(tokens: Sequence[str], title: str | None = None) -> dict:
+    """Axis settings that label integer positions with their tokens (thinned beyond MAX_TICKS)."""
+    step = max(1, -(-len(tokens) // MAX_TICKS))
+    positions = list(range(0, len(tokens), step))
+    return {
+        "tickmode": "array",
+        "tickvals": positions,
+        "ticktext": [token_label(tokens[i]) for i in positions],
+        "title": {"text": title} if title else None,
+        "showgrid": False,
+        "zeroline": False,
+    }
+
+
+def index_axis(n: int, title: str | None = None) -> dict:
+    return {"title": {"text": title} if title else None, "showgrid": False, "zeroline": False, "range": [-0.5, n - 0.5]}
+
+
+def f32(a: np.ndarray) -> np.ndarray:
+    """float32 copy with -inf/inf replaced by NaN (JSON has no infinity; NaN draws as a gap)."""
+    out = np.asarray(a, dtype=np.float32).copy()
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def pair_labels(rows: Sequence[str], cols: Sequence[str]) -> np.ndarray | None:
+    """customdata [T, S, 2] of (row token, column token) for hover, or None when too large."""
+    if len(rows) * len(cols) > HOVER_TOKENS_MAX_CELLS:
+        return None
+    r = np.array([token_label(t, 24) for t in rows], dtype=object)
+    c = np.array([token_label(t, 24) for t in cols], dtype=object)
+    return np.stack(np.broadcast_arrays(r[:, None], c[None, :]), axis=-1)
+
+
+def symmetric_range(*arrays: np.ndarray) -> float:
+    """Largest finite |value| over the arrays (at least a tiny positive number)."""
+    m = max(float(np.nanmax(np.abs(np.where(np.isfinite(a), a, np.nan)))) if np.isfinite(a).any() else 0.0 for a in arrays)
+    return m or 1e-9

@@ -1,0 +1,88 @@
+"""Every head's attention matrix side by side, on one shared colour scale."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..trace import AttentionTrace
+from .common import f32, pair_labels, token_axis
+
+
+def heads_figure(
+    trace: AttentionTrace,
+    heads: Sequence[int] | None = None,
+    *,
+    matrices: np.ndarray | None = None,
+    cols: int | None = None,
+    value_name: str = "weight",
+    title: str | None = None,
+    cell_px: int | None = None,
+) -> go.Figure:
+    """One heatmap per head: query tokens as rows, key tokens as columns.
+
+    matrices [H, T, S] replaces trace.weights (e.g. norm-weighted attention); heads picks a subset.
+    All heatmaps share one colour axis from 0 to the largest value shown.
+    """
+    data = trace.weights if matrices is None else matrices  # (H, T, S)
+    heads = list(range(data.shape[0])) if heads is None else list(heads)
+    if not heads:
+        raise ValueError("pick at least one head")
+    bad = [h for h in heads if not 0 <= h < data.shape[0]]
+    if bad:
+        raise ValueError(f"no head {bad[0]}: this layer has heads 0..{data.shape[0] - 1}")
+    T, S = data.shape[1:]
+    cols = cols or min(len(heads), 4)
+    rows = -(-len(heads) // cols)
+    labels = [f"head {h}" + (f" (K/V head {trace.kv_heads[h]})" if trace.kv_heads else "") for h in heads]
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=labels,
+        horizontal_spacing=0.1 / cols if cols > 1 else 0,
+        vertical_spacing=min(0.12, 0.3 / rows),
+    )
+    customdata = pair_labels(trace.query_tokens, trace.key_tokens)
+    if customdata is not None:
+        hover = "query %{y}: <b>%{customdata[0]}</b><br>key %{x}: <b>%{customdata[1]}</b><br>" + value_name + " %{z:.3f}<extra>%{fullData.name}</extra>"
+    else:
+        hover = "query %{y} → key %{x}<br>" + value_name + " %{z:.3f}<extra>%{fullData.name}</extra>"
+    shown = f32(data[heads])  # (n, T, S)
+    top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
+    for i, (h, z) in enumerate(zip(heads, shown)):
+        r, c = divmod(i, cols)
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                customdata=customdata,
+                hovertemplate=hover,
+                name=f"head {h}",
+                coloraxis="coloraxis",
+                xgap=0,
+                ygap=0,
+            ),
+            row=r + 1,
+            col=c + 1,
+        )
+        show_y = c == 0
+        fig.update_xaxes(token_axis(trace.key_tokens), tickangle=-60, row=r + 1, col=c + 1, constrain="domain")
+        fig.update_yaxes(
+            token_axis(trace.query_tokens) if show_y else {"showticklabels": False},
+            autorange="reversed",
+            row=r + 1,
+            col=c + 1,
+            constrain="domain",
+        )
+    per_cell = cell_px or (22 if max(T, S) <= 16 else 12 if max(T, S) <= 48 else 4 if max(T, S) <= 160 else 1)
+    panel = min(420, max(180, per_cell * max(T, S) + 60))
+    fig.update_layout(
+        title={"text": title} if title else None,
+        coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": max(top, 1e-9), "colorbar": {"title": {"text": value_name}}},
+        height=rows * panel + 80,
+        margin={"l": 10, "r": 10, "t": 60 if title else 40, "b": 10},
+        plot_bgcolor="#eeeeee",
+    )
+    return fig

@@ -1,0 +1,149 @@
+"""The app's shareable state as URL query parameters: parse (with notices) and serialise.
+
+Pure Python so it can be tested without Streamlit. Every value is checked; an invalid one falls
+back to its default and produces a notice that the app shows to the user.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Mapping
+
+EXAMPLES = {
+    "Ambiguous 'it'": "The animal didn't cross the street because it was too tired",
+    "Ambiguous 'it' (2)": "The animal didn't cross the street because it was too wide",
+    "Repeated words": "the cat sat on the mat and the dog sat on the cat",
+    "Agreement": "The keys to the old wooden cabinet are on the table",
+    "Hinglish": "yaar the movie was too long but the songs were achhe",
+}
+DEFAULT_TEXT = EXAMPLES["Ambiguous 'it'"]
+DEFAULT_CONTEXT = "L'animal n'a pas traversé la rue parce qu'il était trop fatigué"
+D_MODEL_CHOICES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768)
+MAX_HEADS = 16
+MAX_HEAD_WIDTH = 256
+MAX_TEXT_CHARS = 5000
+MAX_TOKENS = 512
+MAX_SEED = 2**31 - 1
+VIEWS = ("Heads", "One head", "Concat → W_O", "Shapes & cost", "Formulas")
+
+
+@dataclass(frozen=True)
+class ViewState:
+    text: str = DEFAULT_TEXT
+    h: int = 4
+    d_model: int = 64
+    d_k: int | None = None
+    d_v: int | None = None
+    d_out: int | None = None
+    seed: int = 0
+    causal: bool = False
+    pe: bool = True
+    cross: bool = False
+    context: str = DEFAULT_CONTEXT
+    compare: tuple[int, ...] = ()
+    head: int = 0
+    view: str = VIEWS[0]
+
+
+DEFAULTS = ViewState()
+
+
+def _int(raw: str, lo: int, hi: int) -> int:
+    value = int(raw.strip())
+    if not lo <= value <= hi:
+        raise ValueError
+    return value
+
+
+def _bool(raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError
+
+
+def _text(raw: str) -> str:
+    if len(raw) > MAX_TEXT_CHARS:
+        raise ValueError
+    return raw
+
+
+def _optional_width(raw: str) -> int | None:
+    return None if raw.strip().lower() in ("", "auto") else _int(raw, 1, MAX_HEAD_WIDTH)
+
+
+def _heads(raw: str) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(_int(p, 0, MAX_HEADS - 1) for p in raw.split(",") if p.strip()))
+
+
+def _d_model(raw: str) -> int:
+    value = int(raw.strip())
+    if value not in D_MODEL_CHOICES:
+        raise ValueError
+    return value
+
+
+def _view(raw: str) -> str:
+    if raw not in VIEWS:
+        raise ValueError
+    return raw
+
+
+PARSERS = {
+    "text": (_text, f"at most {MAX_TEXT_CHARS} characters"),
+    "h": (lambda r: _int(r, 1, MAX_HEADS), f"a whole number of heads from 1 to {MAX_HEADS}"),
+    "d_model": (_d_model, "one of " + ", ".join(map(str, D_MODEL_CHOICES))),
+    "d_k": (_optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
+    "d_v": (_optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
+    "d_out": (_optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
+    "seed": (lambda r: _int(r, 0, MAX_SEED), f"a whole number from 0 to {MAX_SEED}"),
+    "causal": (_bool, "true or false"),
+    "pe": (_bool, "true or false"),
+    "cross": (_bool, "true or false"),
+    "context": (_text, f"at most {MAX_TEXT_CHARS} characters"),
+    "compare": (_heads, f"head numbers from 0 to {MAX_HEADS - 1}, comma-separated"),
+    "head": (lambda r: _int(r, 0, MAX_HEADS - 1), f"a head number from 0 to {MAX_HEADS - 1}"),
+    "view": (_view, "one of " + ", ".join(VIEWS)),
+}
+
+
+def _shorten(raw: str, n: int = 40) -> str:
+    return raw if len(raw) <= n else raw[:n] + "…"
+
+
+def parse_query(params: Mapping[str, str | list[str]], ignore: frozenset[str] = frozenset()) -> tuple[ViewState, list[str]]:
+    """ViewState from query params; invalid or unknown params give defaults and a notice each."""
+    values: dict[str, object] = {}
+    notices: list[str] = []
+    for key, raw in params.items():
+        if key in ignore:
+            continue
+        raw = raw[-1] if isinstance(raw, list) else raw
+        if key not in PARSERS:
+            notices.append(f"Ignored unknown URL parameter '{_shorten(key, 20)}'.")
+            continue
+        parse, expected = PARSERS[key]
+        try:
+            values[key] = parse(raw)
+        except (ValueError, TypeError, OverflowError):
+            notices.append(f"URL parameter {key}='{_shorten(raw)}' is not valid ({expected}); using the default {getattr(DEFAULTS, key)!r}.")
+    return replace(DEFAULTS, **values), notices
+
+
+def _format(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return "auto" if value is None else str(value)
+
+
+def to_query(state: ViewState) -> dict[str, str]:
+    """Only the values that differ from the defaults, as strings (short, readable URLs)."""
+    return {
+        f.name: _format(getattr(state, f.name))
+        for f in fields(ViewState)
+        if getattr(state, f.name) != getattr(DEFAULTS, f.name)
+    }

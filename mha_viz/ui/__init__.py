@@ -1,0 +1,1 @@
+"""Streamlit views of mha-viz: the only subpackage that imports Streamlit."""

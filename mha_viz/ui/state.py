@@ -1,0 +1,46 @@
+"""Session state <-> URL: the URL seeds the widgets once per session, then mirrors them."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import streamlit as st
+
+from ..params import DEFAULTS, ViewState, parse_query, to_query
+
+FIELDS = tuple(f.name for f in fields(ViewState))
+_SEEDED = "_seeded_from_url"
+
+
+def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
+    """On a session's first run, copy valid URL params into the widget keys; return the notices.
+
+    Later runs re-assign every key to itself: Streamlit forgets a widget's value after a run
+    in which the widget was not drawn (another view, or an error shown instead), and the view
+    must survive that.
+    """
+    if st.session_state.get(_SEEDED):
+        for name in FIELDS:
+            if name in st.session_state:
+                st.session_state[name] = st.session_state[name]
+    else:
+        state, notices = parse_query(st.query_params.to_dict(), ignore=extra_keys)
+        for name in FIELDS:
+            st.session_state[name] = getattr(state, name)
+        st.session_state["_url_notices"] = notices
+        st.session_state[_SEEDED] = True
+    return st.session_state["_url_notices"]
+
+
+def current() -> ViewState:
+    """The state the widgets hold now (defaults for keys no widget has set)."""
+    values = {name: st.session_state.get(name, getattr(DEFAULTS, name)) for name in FIELDS}
+    values["compare"] = tuple(values["compare"] or ())
+    return ViewState(**values)
+
+
+def write_url(state: ViewState, extra: dict[str, str] | None = None) -> None:
+    """Mirror the state into the URL so that a copied link reproduces the view."""
+    wanted = {**to_query(state), **(extra or {})}
+    if st.query_params.to_dict() != wanted:
+        st.query_params.from_dict(wanted)

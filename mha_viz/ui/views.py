@@ -1,0 +1,103 @@
+"""The main views; each takes an AttentionTrace, so every model kind shares them."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ..config import MHAConfig
+from ..cost import full_width_head, layer_cost
+from ..figures import contributions_figure, head_steps_figure, heads_figure, output_path_figure
+from ..formulas import formulas
+from ..trace import AttentionTrace
+
+PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+def _chart(fig, key: str, filename: str) -> None:
+    config = {**PLOT_CONFIG, "toImageButtonOptions": {**PLOT_CONFIG["toImageButtonOptions"], "filename": filename}}
+    st.plotly_chart(fig, width="stretch", key=key, config=config)
+
+
+def _clamp_head_selection(num_heads: int) -> None:
+    """Drop head numbers a smaller h no longer has, before the widgets read them."""
+    st.session_state["compare"] = tuple(h for h in st.session_state.get("compare", ()) if h < num_heads)
+    if st.session_state.get("head", 0) >= num_heads:
+        st.session_state["head"] = 0
+
+
+def heads_view(trace: AttentionTrace, name: str) -> None:
+    H, T, S = trace.weights.shape
+    st.caption(
+        f"{H} heads, each a {T}×{S} attention matrix: row = query token, column = key token, "
+        "colour = softmax weight (each row sums to 1). One colour scale for all heads."
+    )
+    _chart(heads_figure(trace), "heads", f"{name}-heads")
+    _clamp_head_selection(H)
+    chosen = st.multiselect(
+        "Compare heads side by side (larger)", list(range(H)), key="compare", format_func=lambda h: f"head {h}",
+        placeholder="Pick heads to compare…",
+    )
+    if chosen:
+        _chart(heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28), "compare_heads", f"{name}-compare")
+
+
+def head_view(trace: AttentionTrace, name: str) -> None:
+    _clamp_head_selection(trace.num_heads)
+    head = st.selectbox("Head", list(range(trace.num_heads)), key="head", format_func=lambda h: f"head {h}")
+    st.caption(
+        "Q and K meet in the scores Q·Kᵀ (scaled by 1/√d_k); the softmax turns each row into weights; "
+        "the weights mix the rows of V into the head's output."
+    )
+    _chart(head_steps_figure(trace, head), "head_steps", f"{name}-head{head}-steps")
+
+
+def output_path_view(trace: AttentionTrace, name: str) -> None:
+    st.caption(
+        "The heads' outputs are laid side by side (concat, before W_O); W_O mixes them into the output. "
+        "Because concat · W_Oᵀ splits into one product per head block, the output is the sum of each "
+        "head's contribution head_h · W_O^(h)ᵀ plus the bias."
+    )
+    _chart(output_path_figure(trace), "output_path", f"{name}-concat-wo")
+    checks = trace.check_wo_path()
+    cols = st.columns(len(checks))
+    for col, (label, err) in zip(cols, checks.items()):
+        col.metric(label, f"{err:.1e}", help="max |difference| over all entries; float rounding only")
+    _chart(contributions_figure(trace), "contributions", f"{name}-contributions")
+
+
+def cost_view(cfg: MHAConfig, T: int, S: int) -> None:
+    ours, wide = layer_cost(cfg, T, S), layer_cost(full_width_head(cfg), T, S)
+    H = cfg.num_heads
+    shapes = {
+        "x (queries in)": f"{T} × {cfg.d_model}",
+        "W_Q, W_K, W_V": f"{H} × ({cfg.d_model} × {cfg.d_k}), {H} × ({cfg.d_context} × {cfg.d_k}), {H} × ({cfg.d_context} × {cfg.d_v})",
+        "Q_h, K_h, V_h": f"{T} × {cfg.d_k}, {S} × {cfg.d_k}, {S} × {cfg.d_v}",
+        "scores, weights (per head)": f"{T} × {S}",
+        "head_h": f"{T} × {cfg.d_v}",
+        "concat": f"{T} × {cfg.concat_width}",
+        "W_O": f"{cfg.d_out} × {cfg.concat_width}",
+        "output": f"{T} × {cfg.d_out}",
+    }
+    st.table({"tensor": list(shapes), "shape": list(shapes.values())})
+    rows = ["weights", "biases", "parameters", "FLOPs"]
+    st.table(
+        {
+            "": rows,
+            f"{H} heads (d_k={cfg.d_k})": [f"{ours.weight_count:,}", f"{ours.bias_count:,}", f"{ours.params:,}", f"{ours.total_flops:,}"],
+            f"1 full-width head (d_k={cfg.num_heads * cfg.d_k})": [
+                f"{wide.weight_count:,}", f"{wide.bias_count:,}", f"{wide.params:,}", f"{wide.total_flops:,}"
+            ],
+        }
+    )
+    if cfg.is_standard:
+        st.success(
+            f"With d_k = d_v = d_model/h and d_out = d_model the weights are 4·d_model² = 4·{cfg.d_model}² = "
+            f"{4 * cfg.d_model**2:,}, the same as one full-width head: more heads are narrower views, not more parameters."
+        )
+    st.caption("FLOPs count a multiply-add as 2; the only extra cost of h heads is h softmaxes instead of one.")
+    st.table({"step": list(ours.flops), "FLOPs": [f"{v:,}" for v in ours.flops.values()]})
+
+
+def formulas_view(cfg: MHAConfig, T: int, S: int, causal: bool) -> None:
+    for line in formulas(cfg, T, S, causal=causal):
+        st.latex(line)

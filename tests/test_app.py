@@ -1,0 +1,132 @@
+"""The Streamlit app, driven headlessly with streamlit.testing.v1.AppTest."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+
+
+def new_app(**params: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    for key, value in params.items():
+        at.query_params[key] = value
+    return at
+
+
+def figure(at: AppTest, index: int = 0) -> dict:
+    return json.loads(at.get("plotly_chart")[index].proto.spec)
+
+
+def heatmaps(fig: dict) -> list[dict]:
+    return [trace for trace in fig["data"] if trace["type"] == "heatmap"]
+
+
+def z_matrix(trace: dict) -> np.ndarray:
+    """Decode a heatmap's z, sent either as nested lists or as Plotly's typed-array encoding."""
+    z = trace["z"]
+    if isinstance(z, dict):
+        flat = np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"]))
+        return flat.reshape([int(n) for n in str(z["shape"]).split(",")])
+    return np.array(z, dtype=float)
+
+
+def test_default_page_shows_one_heatmap_per_head() -> None:
+    at = new_app().run()
+    assert not at.exception
+    h = at.slider(key="h").value
+    maps = heatmaps(figure(at))
+    assert len(maps) == h == 4
+    for trace in maps:
+        z = z_matrix(trace)
+        assert z.shape[0] == z.shape[1]  # self-attention: T x T
+        np.testing.assert_allclose(z.sum(axis=1), 1.0, atol=1e-5)  # every row is a softmax
+        assert trace["coloraxis"] == "coloraxis"  # one shared colour scale
+
+
+@pytest.mark.parametrize("h", [1, 2, 8, 16])
+def test_head_slider_changes_the_number_of_heatmaps(h: int) -> None:
+    at = new_app().run()
+    at.slider(key="h").set_value(h).run()
+    assert not at.exception
+    assert len(heatmaps(figure(at))) == h
+    assert at.query_params["h"] == [str(h)] or at.query_params["h"] == str(h)
+
+
+def test_invalid_head_count_is_explained_with_nearest_choices() -> None:
+    at = new_app().run()
+    at.slider(key="h").set_value(5).run()
+    assert not at.exception
+    message = " ".join(e.value for e in at.error)
+    assert "does not divide d_model = 64" in message and "12.8" in message
+    assert not at.get("plotly_chart")
+    at.button(key="use_h_4").click().run()
+    assert at.slider(key="h").value == 4
+    assert len(heatmaps(figure(at))) == 4
+
+
+def test_query_params_are_reflected_in_the_widgets() -> None:
+    at = new_app(h="2", d_model="32", seed="7", causal="true", text="the cat saw the dog").run()
+    assert not at.exception
+    assert at.slider(key="h").value == 2
+    assert at.selectbox(key="d_model").value == 32
+    assert at.number_input(key="seed").value == 7
+    assert at.toggle(key="causal").value is True
+    assert at.text_area(key="text").value == "the cat saw the dog"
+    maps = heatmaps(figure(at))
+    assert len(maps) == 2
+    z = z_matrix(maps[0])
+    assert np.all(np.triu(z, 1) == 0)  # causal: nothing above the diagonal
+
+
+def test_invalid_query_params_fall_back_with_a_notice() -> None:
+    at = new_app(h="abc", d_model="1000000000", seed="-3", bogus="1").run()
+    assert not at.exception
+    notices = " ".join(w.value for w in at.warning)
+    assert "h='abc'" in notices and "d_model='1000000000'" in notices and "seed='-3'" in notices
+    assert "bogus" in notices
+    assert at.slider(key="h").value == 4 and at.selectbox(key="d_model").value == 64
+
+
+def test_repeated_tokens_keep_their_own_tick_labels() -> None:
+    at = new_app(text="the cat and the dog and the bird").run()
+    xaxis = figure(at)["layout"]["xaxis"]
+    assert xaxis["ticktext"] == ["the", "cat", "and", "the", "dog", "and", "the", "bird"]
+    assert xaxis["tickvals"] == list(range(8))
+
+
+def test_cross_attention_uses_the_second_sentence_as_keys() -> None:
+    at = new_app(cross="true", text="one two three", context="a b c d e").run()
+    assert not at.exception
+    z = z_matrix(heatmaps(figure(at))[0])
+    assert z.shape == (3, 5)
+
+
+@pytest.mark.parametrize("view", ["One head", "Concat → W_O", "Shapes & cost", "Formulas"])
+def test_every_view_renders(view: str) -> None:
+    at = new_app(view=view).run()
+    assert not at.exception
+    if view == "One head":
+        assert len(heatmaps(figure(at))) == 6
+    elif view == "Concat → W_O":
+        fig = figure(at)
+        assert [z_matrix(t).shape for t in heatmaps(fig)] == [(13, 64), (64, 64), (13, 64)]
+        checks = [float(m.value) for m in at.metric]
+        assert len(checks) == 2 and max(checks) < 1e-4
+    elif view == "Shapes & cost":
+        cells = json.dumps([t.proto.SerializeToString().decode("latin-1") for t in at.table])
+        assert "16,384" in cells  # 4 * 64^2 weights
+    else:
+        assert any("4 \\cdot 64^2" in latex.value for latex in at.latex)
+
+
+def test_empty_text_gives_a_message_not_an_error() -> None:
+    at = new_app(text="   ").run()
+    assert not at.exception
+    assert any("no visible characters" in i.value for i in at.info)
