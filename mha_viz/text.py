@@ -2,7 +2,7 @@
 
 1. Tokens: words (runs of Unicode letters, digits, marks and underscores) and single symbols
    (an emoji ZWJ sequence, modifier or flag stays one token), e.g. "The cat's toy." ->
-   The | cat | ' | s | toy | .  Words longer than MAX_TOKEN_CHARS are cut into pieces. Text is NFC-normalised first; control and format characters
+   The | cat | ' | s | toy | .  Tokens longer than MAX_TOKEN_CHARS are cut into pieces. Text is NFC-normalised first; control and format characters
    other than ZWJ are dropped.
 2. Embedding: the vector of a token is drawn from N(0, 1) with a generator seeded by
    sha256(seed, token), so the same token gets the same vector in every sentence and process.
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 _ZWJ = "\u200d"
-MAX_TOKEN_CHARS = 32  # a longer run of word characters is cut into pieces of this size
+MAX_TOKEN_CHARS = 32  # a longer word or symbol sequence is cut into pieces of this size
 
 
 def clean_text(text: str) -> str:
@@ -37,15 +37,24 @@ def _is_word_char(ch: str) -> bool:
     return ch == "_" or unicodedata.category(ch)[0] in "LNM"
 
 
-def _continues_symbol(prev: str, ch: str) -> bool:
-    """True when ch extends the symbol token ending in prev (emoji ZWJ sequences, modifiers, flags)."""
+def _is_regional_indicator(ch: str) -> bool:
+    return "\U0001f1e6" <= ch <= "\U0001f1ff"
+
+
+def _continues(current: str, is_word: bool, ch: str) -> bool:
+    """True when ch extends the token `current` rather than starting a new one."""
+    if len(current) >= MAX_TOKEN_CHARS:
+        return False
+    if is_word:
+        return _is_word_char(ch) or ch == _ZWJ  # a ZWJ inside a word (Indic conjuncts) keeps it whole
+    prev = current[-1]
     return (
         prev == _ZWJ
         or ch == _ZWJ
-        or unicodedata.category(ch) in ("Mn", "Me", "Sk")
-        or "\U0001f3fb" <= ch <= "\U0001f3ff"
-        or "\U000e0020" <= ch <= "\U000e007f"
-        or ("\U0001f1e6" <= prev <= "\U0001f1ff" and "\U0001f1e6" <= ch <= "\U0001f1ff")
+        or unicodedata.category(ch) in ("Mn", "Me")  # combining marks, variation selectors
+        or "\U0001f3fb" <= ch <= "\U0001f3ff"  # emoji skin-tone modifiers
+        or "\U000e0020" <= ch <= "\U000e007f"  # emoji tag sequences (subdivision flags)
+        or (len(current) == 1 and _is_regional_indicator(prev) and _is_regional_indicator(ch))  # one flag
     )
 
 
@@ -56,9 +65,7 @@ def tokenize(text: str, max_tokens: int | None = None) -> list[str]:
     for ch in clean_text(text):
         if ch.isspace():
             current = _flush(tokens, current)
-        elif current and (
-            (_is_word_char(ch) and len(current) < MAX_TOKEN_CHARS) if is_word else _continues_symbol(current[-1], ch)
-        ):
+        elif current and _continues(current, is_word, ch):
             current += ch
         else:
             current = _flush(tokens, current)
