@@ -1,0 +1,253 @@
+"""Adapter: where one architecture keeps its attention, plus the tracing all architectures share.
+
+An adapter says where the modules of one attention layer live (a Site), how their outputs split
+into heads and how positions enter. The rest is shared, for one layer and one input:
+
+    q, k, v    = outputs of the q/k/v projections, split into heads        forward hooks
+    q, k, bias = positions applied: rotary (LLaMA) or relative bias (T5)   adapter
+    scores     = q k^T * scaling + bias + mask                              masked entries -inf
+    weights    = softmax(scores)                   checked against the model's output_attentions
+    concat     = input of the output projection    forward pre-hook; head_mask zeroes blocks here
+    output     = concat W_O^T + b_O                forward hook; checked against concat W_O^T + b_O
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..attention import causal_mask
+from ..trace import AttentionTrace
+from .errors import ModelLoadError
+
+PARTS = {"encoder": ("encoder",), "decoder": ("decoder",), "encoder-decoder": ("encoder", "decoder", "cross")}
+
+
+@dataclass(frozen=True)
+class Site:
+    """The modules of one attention layer, and its head layout."""
+
+    attention: nn.Module  # receives the mask and position arguments; has .scaling
+    q: nn.Module  # output (1, T, H*d_k); GPT-2's fused c_attn is q, k and v at once
+    k: nn.Module  # output (1, S, KV*d_k)
+    v: nn.Module  # output (1, S, KV*d_v)
+    out: nn.Module  # the output projection W_O: input is the concat, (1, T, H*d_v)
+    num_heads: int  # H query heads
+    num_kv_heads: int  # KV key/value heads; KV < H is grouped-query attention
+    head_dim: int
+
+
+class Recorder:
+    """Forward hooks on one Site during one forward pass; head_mask (H,) scales the concat blocks."""
+
+    def __init__(self, site: Site, head_mask: Tensor | None = None) -> None:
+        self.site = site
+        self.head_mask = head_mask
+        self.arguments: dict[str, Any] = {}  # the attention module's call, by parameter name
+        self.result: Any = None  # what the attention module returned
+        self.projected: dict[nn.Module, Tensor] = {}  # projection module -> its output, batch dropped
+        self.concat: Tensor | None = None  # (T, H*d_v), after head_mask: what W_O really received
+        self.output: Tensor | None = None  # (T, d_out)
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def __enter__(self) -> "Recorder":
+        s = self.site
+        self._handles += [
+            s.attention.register_forward_pre_hook(self._on_call, with_kwargs=True),
+            s.attention.register_forward_hook(self._on_result),
+            *(m.register_forward_hook(self._on_projection) for m in dict.fromkeys((s.q, s.k, s.v))),
+            s.out.register_forward_pre_hook(self._on_concat),
+            s.out.register_forward_hook(self._on_output),
+        ]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _on_call(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        signature = inspect.signature(module.forward)
+        arguments = signature.bind(*args, **kwargs).arguments
+        for p in signature.parameters.values():
+            if p.kind is p.VAR_KEYWORD:  # **kwargs: flatten, so every argument is found by its name
+                arguments.update(arguments.pop(p.name, {}))
+        self.arguments = dict(arguments)
+
+    def _on_result(self, module: nn.Module, args: tuple, result: Any) -> None:
+        self.result = result
+
+    def _on_projection(self, module: nn.Module, args: tuple, output: Tensor) -> None:
+        if module in self.projected:
+            raise RuntimeError(f"{type(module).__name__} ran twice in one forward pass; cannot tell which to trace")
+        self.projected[module] = output.detach()[0]  # (T, n*d)
+
+    def _on_concat(self, module: nn.Module, args: tuple) -> tuple | None:
+        concat = args[0]  # (1, T, H*d_v)
+        if self.head_mask is not None:
+            d_v = concat.shape[-1] // len(self.head_mask)
+            concat = concat * self.head_mask.to(concat).repeat_interleave(d_v)  # (1, T, H*d_v)
+        self.concat = concat.detach()[0]
+        return None if self.head_mask is None else (concat, *args[1:])
+
+    def _on_output(self, module: nn.Module, args: tuple, output: Tensor) -> None:
+        self.output = output.detach()[0]
+
+
+def split_heads(x: Tensor, n: int) -> Tensor:
+    """(T, n*d) -> (n, T, d): head h is the column block h*d:(h+1)*d."""
+    return x.view(x.shape[0], n, -1).transpose(0, 1)
+
+
+def additive_mask(mask: Tensor | None) -> Tensor | float:
+    """The model's attention mask as 0 (attend) / -inf (masked), to add to scores (H, T, S).
+
+    Eager masks are either boolean (True = attend) or additive floats with the dtype's minimum for
+    masked entries; both become -inf so the scores show what is masked. Batch dim dropped.
+    """
+    if mask is None:
+        return 0.0
+    m = mask[0]  # (1 or H, T or 1, S)
+    if m.dtype == torch.bool:
+        return torch.zeros(m.shape, device=m.device).masked_fill(~m, float("-inf"))
+    return m.masked_fill(m <= torch.finfo(m.dtype).min / 2, float("-inf"))
+
+
+def max_abs_diff(a: Tensor, b: Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+def to_numpy(x: Tensor) -> np.ndarray:
+    return x.detach().cpu().numpy()
+
+
+class Adapter:
+    """Base for one family of architectures; subclasses name their Site for each part and layer.
+
+    Subclasses set `architectures` (config.model_type values) and `kind`, implement site(), and
+    override heads() / positions() / out_weights() where their attention differs.
+    """
+
+    architectures: tuple[str, ...] = ()
+    kind: str = "encoder"
+    unavailable: str | None = None  # why traces hold only weights; None when the layer is opened up
+    mask_argument = "attention_mask"  # name of the attention module's mask parameter
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.base = model.base_model
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return PARTS[self.kind]
+
+    def site(self, part: str, layer: int) -> Site:
+        raise NotImplementedError
+
+    def heads(self, site: Site, rec: Recorder) -> tuple[Tensor, Tensor, Tensor]:
+        """Per-head q (H, T, d_k), k (KV, S, d_k), v (KV, S, d_v) from the projections' outputs."""
+        q = split_heads(rec.projected[site.q], site.num_heads)  # (H, T, d_k)
+        k = split_heads(rec.projected[site.k], site.num_kv_heads)  # (KV, S, d_k)
+        v = split_heads(rec.projected[site.v], site.num_kv_heads)  # (KV, S, d_v)
+        return q, k, v
+
+    def positions(self, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """q, k as the scores use them, and a bias (H, T, S) added to the scores; default: unchanged."""
+        return q, k, None
+
+    def out_weights(self, site: Site) -> tuple[Tensor, Tensor | None]:
+        """W_O (d_out, H*d_v) in torch Linear layout, and b_O (d_out,) or None."""
+        return site.out.weight, site.out.bias
+
+    def max_positions(self) -> int | None:
+        """How many positions the model has embeddings for (None: no limit from positions)."""
+        cfg = self.model.config
+        return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+
+    def causal(self, part: str) -> bool:
+        return part == "decoder"
+
+    def forward(self, ids: Sequence[int], decoder_ids: Sequence[int] | None = None) -> Any:
+        """One forward pass of the base model (batch of one) with output_attentions, no cache."""
+        device = next(self.base.parameters()).device
+        kwargs: dict[str, Any] = {"output_attentions": True}
+        if "use_cache" in inspect.signature(self.base.forward).parameters:
+            kwargs["use_cache"] = False
+        if self.kind == "encoder-decoder":
+            kwargs["decoder_input_ids"] = torch.tensor([list(decoder_ids)], device=device)
+        with torch.no_grad():
+            return self.base(input_ids=torch.tensor([list(ids)], device=device), **kwargs)
+
+    def model_attentions(self, outputs: Any, part: str) -> tuple[Tensor, ...]:
+        """The model's own attention weights for `part`: one (1, H, T, S) tensor per layer."""
+        field = "attentions" if self.kind != "encoder-decoder" else f"{part}_attentions"
+        attentions = getattr(outputs, field, None)
+        if not attentions:
+            raise ModelLoadError(f"the '{self.model.config.model_type}' model returned no {field} (output_attentions)")
+        return attentions
+
+    @torch.no_grad()
+    def trace(
+        self,
+        part: str,
+        layer: int,
+        *,
+        ids: Sequence[int],
+        decoder_ids: Sequence[int] | None,
+        query_tokens: Sequence[str],
+        key_tokens: Sequence[str],
+        head_mask: Tensor | None,
+        meta: dict[str, Any],
+    ) -> AttentionTrace:
+        """Run the model once with hooks on (part, layer) and rebuild every intermediate of that layer."""
+        site = self.site(part, layer)
+        with Recorder(site, head_mask) as rec:
+            outputs = self.forward(ids, decoder_ids)
+        H, KV = site.num_heads, site.num_kv_heads
+        q, k, v = self.heads(site, rec)  # (H, T, d_k), (KV, S, d_k), (KV, S, d_v)
+        q, k, bias = self.positions(site, rec, q, k)
+        kv_heads = tuple(h // (H // KV) for h in range(H))  # query head h reads K/V head h // (H/KV)
+        k, v = k[list(kv_heads)], v[list(kv_heads)]  # (H, S, d_k), (H, S, d_v)
+        scores = q @ k.transpose(-1, -2) * float(site.attention.scaling)  # (H, T, S)
+        if bias is not None:
+            scores = scores + bias  # (H, T, S)
+        scores = scores + additive_mask(rec.arguments.get(self.mask_argument))  # (H, T, S)
+        if self.causal(part):
+            scores = scores.masked_fill(causal_mask(*scores.shape[-2:], scores.device), float("-inf"))  # (H, T, S)
+        weights = scores.softmax(dim=-1)  # (H, T, S)
+        head_outputs = weights @ v  # (H, T, d_v)
+        if head_mask is not None:
+            head_outputs = head_outputs * head_mask.to(head_outputs)[:, None, None]  # (H, T, d_v)
+        W_O, b_O = self.out_weights(site)  # (d_out, H*d_v), (d_out,)
+        reference = self.model_attentions(outputs, part)[layer][0]  # (H, T, S)
+        merged = head_outputs.transpose(0, 1).flatten(1)  # (T, H*d_v)
+        check = {
+            "weights vs output_attentions": max_abs_diff(weights, reference),
+            "head outputs vs concat": max_abs_diff(merged, rec.concat),
+            "concat @ W_O^T + b vs output": max_abs_diff(
+                rec.concat @ W_O.T + (0.0 if b_O is None else b_O), rec.output
+            ),
+        }
+        return AttentionTrace(
+            query_tokens=tuple(query_tokens),
+            key_tokens=tuple(key_tokens),
+            weights=to_numpy(weights),
+            queries=to_numpy(q),
+            keys=to_numpy(k),
+            values=to_numpy(v),
+            scores=to_numpy(scores),
+            head_outputs=to_numpy(head_outputs),
+            concat=to_numpy(rec.concat),
+            output=to_numpy(rec.output),
+            W_O=to_numpy(W_O),
+            b_O=None if b_O is None else to_numpy(b_O),
+            causal=self.causal(part),
+            cross=part == "cross",
+            kv_heads=kv_heads if KV != H else None,
+            meta={**meta, "check": check},
+        )

@@ -1,0 +1,23 @@
+"""Why a pretrained model could not be loaded; every error is a ModelLoadError."""
+
+from __future__ import annotations
+
+
+class ModelLoadError(RuntimeError):
+    """A pretrained model could not be loaded."""
+
+
+class ModelNotInstalledError(ModelLoadError):
+    """The package that ships the bundled model is not installed."""
+
+
+class ModelIntegrityError(ModelLoadError):
+    """The weights file does not have the expected sha256: refused, not loaded."""
+
+
+class ModelDownloadError(ModelLoadError):
+    """A hub model is not in the local cache and could not be downloaded."""
+
+
+class InvalidModelNameError(ModelLoadError, ValueError):
+    """The name is neither a local model folder nor a valid hub id (org/name)."""

@@ -1,0 +1,30 @@
+"""GPT-2: causal self-attention with one fused projection.
+
+    [Q | K | V] = x W_attn + b_attn        c_attn, a Conv1D: weight (d_model, 3*d_model)
+    scores = Q K^T / sqrt(d_k) + causal mask   (also / (layer + 1) with scale_attn_by_inverse_layer_idx)
+    output = concat W_proj + b_proj        c_proj, a Conv1D: weight (H*d_v, d_model) = W_O^T
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from .adapter import Adapter, Recorder, Site, split_heads
+
+
+class GPT2Adapter(Adapter):
+    """h[i].attn.c_attn (q, k, v side by side) and h[i].attn.c_proj."""
+
+    architectures = ("gpt2",)
+    kind = "decoder"
+
+    def site(self, part: str, layer: int) -> Site:
+        a = self.base.h[layer].attn
+        return Site(a, a.c_attn, a.c_attn, a.c_attn, a.c_proj, a.num_heads, a.num_heads, a.head_dim)
+
+    def heads(self, site: Site, rec: Recorder) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = rec.projected[site.q].split(site.num_heads * site.head_dim, dim=-1)  # 3 x (T, H*d)
+        return tuple(split_heads(x, site.num_heads) for x in (q, k, v))  # 3 x (H, T, d)
+
+    def out_weights(self, site: Site) -> tuple[Tensor, Tensor | None]:
+        return site.out.weight.T, site.out.bias  # Conv1D stores (in, out); W_O is (out, in)

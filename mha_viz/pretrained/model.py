@@ -1,0 +1,163 @@
+"""PretrainedModel: a Hugging Face model and its tokenizer, traced one attention layer at a time.
+
+Parts and texts:
+    encoder   self-attention over `text`                      (encoders, encoder-decoders)
+    decoder   causal self-attention: over `text` in a decoder-only model,
+              over `decoder_text` in an encoder-decoder
+    cross     queries from `decoder_text`, keys and values from `text` (encoder-decoders)
+In an encoder-decoder `text` is always the encoder input. The decoder reads `decoder_text`
+(default: `text` again) shifted right, as in training: [decoder start] + its tokens minus the last.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..trace import AttentionTrace
+from .adapter import to_numpy
+from .architectures import adapter_for
+
+_NO_LIMIT = 1_000_000  # tokenizers without a length limit report a huge model_max_length
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One text as the model reads it."""
+
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    dropped: int  # tokens cut off to fit max_tokens
+
+
+class PretrainedModel:
+    """A pretrained transformer opened up for attention tracing.
+
+    The model is switched, in place, to eval mode, float32 and eager attention (the only
+    implementation that returns attention weights). max_tokens: longer inputs are truncated;
+    at most (and by default) the model's own limit.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer: Any, *, name: str | None = None, max_tokens: int | None = None):
+        if model.config._attn_implementation != "eager":
+            model.set_attn_implementation("eager")
+        self.model = model.eval().float()
+        self.tokenizer = tokenizer
+        self.name = name or model.config.name_or_path or model.config.model_type
+        self.architecture: str = model.config.model_type
+        self.adapter = adapter_for(model)
+        self.kind: str = self.adapter.kind
+        self.parts: tuple[str, ...] = self.adapter.parts
+        # Why queries, keys, values, ... are missing from traces; None when the architecture is opened up.
+        self.unavailable: str | None = self.adapter.unavailable
+        limits = (max_tokens, self.adapter.max_positions(), tokenizer.model_max_length)
+        self.max_tokens: int = min((n for n in limits if n and n < _NO_LIMIT), default=512)
+        self._lock = threading.Lock()  # hooks are per module: one traced forward pass at a time
+        outputs = self._forward(*self._inputs("attention", None))  # a probe: how many layers and heads
+        attentions = {part: self.adapter.model_attentions(outputs, part) for part in self.parts}
+        self.num_layers: dict[str, int] = {part: len(a) for part, a in attentions.items()}
+        self.num_heads: dict[str, int] = {part: a[0].shape[1] for part, a in attentions.items()}
+
+    def __repr__(self) -> str:
+        return f"PretrainedModel({self.name!r}, {self.architecture}, {self.kind}, layers={self.num_layers})"
+
+    def tokens(self, text: str, *, decoder: bool = False) -> list[str]:
+        """The model's tokens for text, special tokens included; decoder=True: as the decoder reads it."""
+        return list(self._encode(text, decoder=decoder).tokens)
+
+    def trace(
+        self,
+        text: str,
+        layer: int,
+        *,
+        part: str | None = None,
+        decoder_text: str | None = None,
+        head_mask: Sequence[float] | None = None,
+    ) -> AttentionTrace:
+        """Every intermediate of one attention layer (part defaults to parts[0]).
+
+        head_mask (one value per head; 1 keeps a head, 0 knocks it out) scales each head's block
+        of the concat before W_O, inside the real model: later layers see the change too.
+        meta: model, architecture, part, layer, truncated (tokens dropped from text and
+        decoder_text), head_mask, check (max abs errors against the model's own numbers).
+        """
+        part = self._part(part)
+        layer = self._layer(part, layer)
+        enc, dec = self._inputs(text, decoder_text)
+        queries = dec if dec is not None and part != "encoder" else enc
+        keys = dec if dec is not None and part == "decoder" else enc
+        mask = None
+        if head_mask is not None:
+            mask = torch.as_tensor(np.asarray(head_mask, dtype=np.float32))  # (H,)
+            if mask.shape != (self.num_heads[part],) or not torch.isfinite(mask).all():
+                raise ValueError(f"head_mask needs {self.num_heads[part]} finite values, one per head")
+        meta = {
+            "model": self.name,
+            "architecture": self.architecture,
+            "part": part,
+            "layer": layer,
+            "truncated": enc.dropped + (dec.dropped if dec is not None else 0),
+            "head_mask": None if mask is None else mask.tolist(),
+        }
+        with self._lock:
+            return self.adapter.trace(
+                part,
+                layer,
+                ids=enc.ids,
+                decoder_ids=None if dec is None else dec.ids,
+                query_tokens=queries.tokens,
+                key_tokens=keys.tokens,
+                head_mask=mask,
+                meta=meta,
+            )
+
+    def attentions(self, text: str, *, part: str | None = None, decoder_text: str | None = None) -> np.ndarray:
+        """The model's own attention weights for every layer of part: [layers, heads, T, S]."""
+        part = self._part(part)
+        enc, dec = self._inputs(text, decoder_text)
+        with self._lock:
+            outputs = self._forward(enc, dec)
+        return np.stack([to_numpy(a[0]) for a in self.adapter.model_attentions(outputs, part)])
+
+    def _forward(self, enc: Encoded, dec: Encoded | None) -> Any:
+        return self.adapter.forward(enc.ids, None if dec is None else dec.ids)
+
+    def _inputs(self, text: str, decoder_text: str | None) -> tuple[Encoded, Encoded | None]:
+        if self.kind != "encoder-decoder":
+            if decoder_text is not None:
+                raise ValueError(f"decoder_text is for encoder-decoder models; {self.name} is a {self.kind} model")
+            return self._encode(text), None
+        return self._encode(text), self._encode(text if decoder_text is None else decoder_text, decoder=True)
+
+    def _encode(self, text: str, *, decoder: bool = False) -> Encoded:
+        full = self.tokenizer(text, verbose=False)["input_ids"]
+        fits = len(full) <= self.max_tokens  # else truncate, keeping the special tokens at the ends
+        ids = full if fits else self.tokenizer(text, truncation=True, max_length=self.max_tokens)["input_ids"]
+        if not ids:
+            raise ValueError(f"{text!r} has no tokens")
+        if decoder:
+            start = self.model.config.decoder_start_token_id
+            if start is None:
+                start = getattr(getattr(self.model, "generation_config", None), "decoder_start_token_id", None)
+            if start is None:
+                raise ValueError(f"{self.name} has no decoder_start_token_id to start the decoder input with")
+            ids = [start, *ids[:-1]]
+        return Encoded(tuple(ids), tuple(self.tokenizer.convert_ids_to_tokens(ids)), len(full) - len(ids))
+
+    def _part(self, part: str | None) -> str:
+        if part is None:
+            return self.parts[0]
+        if part not in self.parts:
+            raise ValueError(f"part must be one of {self.parts} for {self.name}, got {part!r}")
+        return part
+
+    def _layer(self, part: str, layer: int) -> int:
+        n = self.num_layers[part]
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < n:
+            raise IndexError(f"layer must be 0 ... {n - 1} for the {part} of {self.name}, got {layer!r}")
+        return int(layer)

@@ -1,0 +1,29 @@
+"""T5: encoder-decoder with a learned relative position bias and no 1/sqrt(d_k) scaling.
+
+    scores = Q K^T + position_bias + mask        position_bias (H, T, S) from bucketed distances j - i,
+                                                 computed by layer 0 and shared by all layers
+Cross-attention: Q from the decoder, K and V from the encoder output; its bias is zero.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from .adapter import Adapter, Recorder, Site
+
+
+class T5Adapter(Adapter):
+    """{encoder,decoder}.block[i].layer[0].SelfAttention and decoder.block[i].layer[1].EncDecAttention."""
+
+    architectures = ("t5",)
+    kind = "encoder-decoder"
+    mask_argument = "mask"
+
+    def site(self, part: str, layer: int) -> Site:
+        stack = self.base.encoder if part == "encoder" else self.base.decoder
+        block = stack.block[layer]
+        a = block.layer[1].EncDecAttention if part == "cross" else block.layer[0].SelfAttention
+        return Site(a, a.q, a.k, a.v, a.o, a.n_heads, a.n_heads, a.key_value_proj_dim)
+
+    def positions(self, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return q, k, rec.result[1][0]  # the module returns the position bias it used: (H, T, S)
