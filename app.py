@@ -2,34 +2,59 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 import torch
 
 from mha_viz import MHAConfig, MultiHeadAttention, embed_tokens, tokenize
-from mha_viz.params import MAX_TOKENS, VIEWS
+from mha_viz.analysis import without_tokens
+from mha_viz.params import MAX_TOKENS, MODES, ViewState
+from mha_viz.pretrained import ModelLoadError, PretrainedModel, load_model
 from mha_viz.trace import AttentionTrace
-from mha_viz.ui import controls, state, views
+from mha_viz.ui import controls, pretrained, state, views
 
 st.set_page_config(page_title="mha-viz: multi-head attention, visible", layout="wide")
+
+CONFIGURABLE_VIEWS = ("Heads", "One head", "Concat → W_O", "Shapes & cost", "Formulas")
+PRETRAINED_VIEWS = ("Heads", "Overview", "One head", "Concat → W_O")
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def configurable_trace(
-    query_tokens: tuple[str, ...],
-    key_tokens: tuple[str, ...] | None,
-    cfg: MHAConfig,
-    seed: int,
-    causal: bool,
-    pe: bool,
+    query_tokens: tuple[str, ...], key_tokens: tuple[str, ...] | None, cfg: MHAConfig, seed: int, causal: bool, pe: bool
 ) -> AttentionTrace:
     """The configurable model's trace; cached on plain arguments."""
-    mha = MultiHeadAttention(
-        cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out, seed=seed
-    )
+    mha = MultiHeadAttention(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out, seed=seed)
     x = embed_tokens(list(query_tokens), cfg.d_model, seed=seed, positional=pe)  # (T, d_model)
     c = None if key_tokens is None else embed_tokens(list(key_tokens), cfg.d_model, seed=seed, positional=pe)  # (S, d_model)
     with torch.inference_mode():
         return mha(x, c, causal=causal, query_tokens=query_tokens, key_tokens=key_tokens)
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def get_model(name: str) -> PretrainedModel:
+    """One loaded model shared by every session ("" is the bundled MiniLM)."""
+    return load_model(name or None)
+
+
+@st.cache_data(ttl=300, max_entries=32, show_spinner=False)
+def load_error(name: str) -> str | None:
+    """Why name cannot be loaded, or None; failures are remembered for 5 minutes, not retried per rerun."""
+    try:
+        get_model(name)
+    except (ModelLoadError, ValueError, OSError) as err:
+        return str(err)
+    return None
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def pretrained_trace(name: str, text: str, layer: int, part: str, decoder_text: str | None) -> AttentionTrace:
+    return get_model(name).trace(text, layer, part=part, decoder_text=decoder_text)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def pretrained_attentions(name: str, text: str, part: str, decoder_text: str | None) -> np.ndarray:
+    return get_model(name).attentions(text, part=part, decoder_text=decoder_text)
 
 
 def tokens_or_stop(text: str, what: str) -> tuple[str, ...]:
@@ -42,38 +67,97 @@ def tokens_or_stop(text: str, what: str) -> tuple[str, ...]:
     return tuple(tokens[:MAX_TOKENS])
 
 
+def view_picker(options: tuple[str, ...]) -> str:
+    if st.session_state.get("view") not in options:
+        st.session_state["view"] = options[0]
+    return st.segmented_control("View", options, key="view", required=True, label_visibility="collapsed")
+
+
+def configurable_page(s: ViewState) -> None:
+    if s.d_model % s.h and (s.d_k is None or s.d_v is None):
+        controls.explain_invalid_heads(s.h, s.d_model)
+        return
+    cfg = MHAConfig(s.d_model, s.h, d_k=s.d_k, d_v=s.d_v, d_out=s.d_out)
+    q_tokens = tokens_or_stop(s.text, "sentence")
+    k_tokens = tokens_or_stop(s.context, "second sentence") if s.cross else None
+    trace = configurable_trace(q_tokens, k_tokens, cfg, s.seed, s.causal, s.pe)
+    T, S = trace.weights.shape[1:]
+    st.caption(
+        f"h = {cfg.num_heads} heads · d_model = {cfg.d_model} · d_k = {cfg.d_k} · d_v = {cfg.d_v} · d_out = {cfg.d_out}"
+        f" · {T} query tokens" + (f" · {S} key tokens (cross-attention)" if s.cross else "") + (" · causal" if s.causal else "")
+    )
+    view = view_picker(CONFIGURABLE_VIEWS)
+    if view == "Heads":
+        views.heads_view(trace, "configurable")
+    elif view == "One head":
+        views.head_view(trace, "configurable")
+    elif view == "Concat → W_O":
+        views.output_path_view(trace, "configurable")
+    elif view == "Shapes & cost":
+        views.cost_view(cfg, T, S)
+    else:
+        views.formulas_view(cfg, T, S, s.causal)
+
+
+def pretrained_page(s: ViewState, model: PretrainedModel) -> None:
+    if not s.text.strip() or (model.kind == "encoder-decoder" and s.part != "encoder" and not s.context.strip()):
+        st.info("Type a sentence to see its attention (it has no visible characters yet).")
+        return
+    decoder_text = s.context if model.kind == "encoder-decoder" else None
+    trace = pretrained_trace(s.model, s.text, s.layer, s.part, decoder_text)
+    name = model.name.split("/")[-1]
+    st.caption(
+        f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer {s.layer} of {model.num_layers[s.part]}"
+        f" · {model.num_heads[s.part]} heads · {len(trace.query_tokens)} query tokens"
+    )
+    if trace.meta.get("truncated"):
+        st.warning(f"The input is longer than the model's maximum of {model.max_tokens} tokens: "
+                   f"{trace.meta['truncated']} tokens were cut off the end.")
+    if trace.missing:
+        st.info(f"Only the attention weights are available for this model: {trace.meta.get('unavailable')}")
+    shown = trace
+    if not s.special:
+        try:
+            shown = without_tokens(trace, set(model.tokenizer.all_special_tokens))
+        except ValueError as err:
+            st.info(f"{err}; showing all tokens.")
+    view = view_picker(PRETRAINED_VIEWS)
+    if view == "Heads":
+        views.heads_view(shown, name)
+    elif view == "Overview":
+        views.overview_view(pretrained_attentions(s.model, s.text, s.part, decoder_text), shown, s.layer, name)
+    elif trace.missing:
+        st.info(f"The {view} view needs queries, keys, values and the output projection: {trace.meta.get('unavailable')}")
+    elif view == "One head":
+        views.head_view(trace, name)
+    else:
+        views.output_path_view(trace, name)
+
+
 notices = state.seed_from_url()
 with st.sidebar:
     st.title("mha-viz")
     st.caption("Multi-head attention, head by head: Q, K, V, softmax, concat, W_O.")
-    controls.configurable_controls()
+    mode = st.segmented_control("Model", MODES, key="mode", required=True)
+    model = None
+    if mode == "Configurable":
+        controls.configurable_controls()
+    else:
+        name = pretrained.model_field()
+        with st.spinner(f"Loading {name or 'the bundled model'}…"):
+            error = load_error(name)
+        if error:
+            st.error(f"Could not load the model: {error}")
+        else:
+            model = get_model(name)
+            notices = notices + pretrained.layer_controls(model)
 s = state.current()
 state.write_url(s)
 for notice in notices:
     st.warning(notice, icon="🔗")
 
 st.header("Multi-head attention, visible")
-if s.d_model % s.h and (s.d_k is None or s.d_v is None):
-    controls.explain_invalid_heads(s.h, s.d_model)
-    st.stop()
-cfg = MHAConfig(s.d_model, s.h, d_k=s.d_k, d_v=s.d_v, d_out=s.d_out)
-q_tokens = tokens_or_stop(s.text, "sentence")
-k_tokens = tokens_or_stop(s.context, "second sentence") if s.cross else None
-trace = configurable_trace(q_tokens, k_tokens, cfg, s.seed, s.causal, s.pe)
-T, S = trace.weights.shape[1:]
-st.caption(
-    f"h = {cfg.num_heads} heads · d_model = {cfg.d_model} · d_k = {cfg.d_k} · d_v = {cfg.d_v} · d_out = {cfg.d_out}"
-    f" · {T} query tokens" + (f" · {S} key tokens (cross-attention)" if s.cross else "") + (" · causal" if s.causal else "")
-)
-
-view = st.segmented_control("View", VIEWS, key="view", required=True, label_visibility="collapsed")
-if view == "Heads":
-    views.heads_view(trace, "configurable")
-elif view == "One head":
-    views.head_view(trace, "configurable")
-elif view == "Concat → W_O":
-    views.output_path_view(trace, "configurable")
-elif view == "Shapes & cost":
-    views.cost_view(cfg, T, S)
-else:
-    views.formulas_view(cfg, T, S, s.causal)
+if mode == "Configurable":
+    configurable_page(s)
+elif model is not None:
+    pretrained_page(s, model)

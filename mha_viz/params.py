@@ -6,6 +6,7 @@ back to its default and produces a notice that the app shows to the user.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 from typing import Mapping
 
@@ -24,11 +25,20 @@ MAX_HEAD_WIDTH = 256
 MAX_TEXT_CHARS = 5000
 MAX_TOKENS = 512
 MAX_SEED = 2**31 - 1
-VIEWS = ("Heads", "One head", "Concat → W_O", "Shapes & cost", "Formulas")
+VIEWS = ("Heads", "One head", "Concat → W_O", "Shapes & cost", "Formulas", "Overview")
+MODES = ("Configurable", "Pretrained")
+PARTS = ("encoder", "decoder", "cross")
+MAX_LAYERS = 128
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 
 
 @dataclass(frozen=True)
 class ViewState:
+    mode: str = MODES[0]
+    model: str = ""  # pretrained mode: "" is the bundled MiniLM, else a hub id
+    layer: int = 0
+    part: str = PARTS[0]
+    special: bool = True  # pretrained mode: show special tokens ([CLS], [SEP], BOS)
     text: str = DEFAULT_TEXT
     h: int = 4
     d_model: int = 64
@@ -85,13 +95,29 @@ def _d_model(raw: str) -> int:
     return value
 
 
-def _view(raw: str) -> str:
-    if raw not in VIEWS:
+def _one_of(choices: tuple[str, ...]):
+    def parse(raw: str) -> str:
+        if raw not in choices:
+            raise ValueError
+        return raw
+
+    return parse
+
+
+def _model_id(raw: str) -> str:
+    """A hub id like org/name; paths and anything else are refused (they are typed, not linked)."""
+    raw = raw.strip()
+    if raw and (not _HUB_ID.fullmatch(raw) or ".." in raw):
         raise ValueError
     return raw
 
 
 PARSERS = {
+    "mode": (_one_of(MODES), "one of " + ", ".join(MODES)),
+    "model": (_model_id, "a Hugging Face model id such as org/name"),
+    "layer": (lambda r: _int(r, 0, MAX_LAYERS - 1), f"a layer number from 0 to {MAX_LAYERS - 1}"),
+    "part": (_one_of(PARTS), "one of " + ", ".join(PARTS)),
+    "special": (_bool, "true or false"),
     "text": (_text, f"at most {MAX_TEXT_CHARS} characters"),
     "h": (lambda r: _int(r, 1, MAX_HEADS), f"a whole number of heads from 1 to {MAX_HEADS}"),
     "d_model": (_d_model, "one of " + ", ".join(map(str, D_MODEL_CHOICES))),
@@ -105,7 +131,7 @@ PARSERS = {
     "context": (_text, f"at most {MAX_TEXT_CHARS} characters"),
     "compare": (_heads, f"head numbers from 0 to {MAX_HEADS - 1}, comma-separated"),
     "head": (lambda r: _int(r, 0, MAX_HEADS - 1), f"a head number from 0 to {MAX_HEADS - 1}"),
-    "view": (_view, "one of " + ", ".join(VIEWS)),
+    "view": (_one_of(VIEWS), "one of " + ", ".join(VIEWS)),
 }
 
 
@@ -141,9 +167,20 @@ def _format(value: object) -> str:
 
 
 def to_query(state: ViewState) -> dict[str, str]:
-    """Only the values that differ from the defaults, as strings (short, readable URLs)."""
-    return {
-        f.name: _format(getattr(state, f.name))
-        for f in fields(ViewState)
-        if getattr(state, f.name) != getattr(DEFAULTS, f.name)
-    }
+    """The values that differ from the defaults, as strings (short, readable URLs).
+
+    A value that parse_query would refuse (a local folder typed as the model, say) is left out,
+    so a shared link never carries it.
+    """
+    query = {}
+    for f in fields(ViewState):
+        value = getattr(state, f.name)
+        if value == getattr(DEFAULTS, f.name):
+            continue
+        text = _format(value)
+        try:
+            PARSERS[f.name][0](text)
+        except (ValueError, TypeError, OverflowError):
+            continue
+        query[f.name] = text
+    return query

@@ -2,6 +2,7 @@
 
 from .heads import heads_figure
 from .output_path import contributions_figure, output_path_figure
+from .overview import overview_figure
 from .steps import head_steps_figure
 
-__all__ = ["contributions_figure", "head_steps_figure", "heads_figure", "output_path_figure"]
+__all__ = ["contributions_figure", "head_steps_figure", "heads_figure", "output_path_figure", "overview_figure"]

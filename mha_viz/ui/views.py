@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from ..config import MHAConfig
 from ..cost import full_width_head, layer_cost
-from ..figures import contributions_figure, head_steps_figure, heads_figure, output_path_figure
+from ..figures import contributions_figure, head_steps_figure, heads_figure, output_path_figure, overview_figure
 from ..formulas import formulas
 from ..trace import AttentionTrace
 
@@ -101,3 +102,20 @@ def cost_view(cfg: MHAConfig, T: int, S: int) -> None:
 def formulas_view(cfg: MHAConfig, T: int, S: int, causal: bool) -> None:
     for line in formulas(cfg, T, S, causal=causal):
         st.latex(line)
+
+
+def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, name: str) -> None:
+    """Layers x heads thumbnails; picking a head opens it below, at full size, for the current layer."""
+    L, H = attentions.shape[:2]
+    st.caption(
+        f"All {L} layers × {H} heads at a glance (the model's own attention weights; large inputs are "
+        "average-pooled in the thumbnails). Move the layer slider and pick heads to open them."
+    )
+    _clamp_head_selection(H)
+    chosen = st.multiselect(
+        "Open heads of the current layer", list(range(H)), key="compare", format_func=lambda h: f"head {h}",
+        placeholder="Pick heads to open…",
+    )
+    _chart(overview_figure(attentions, selected=(layer, chosen[0]) if chosen else None), "overview", f"{name}-overview")
+    if chosen:
+        _chart(heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, title=f"layer {layer}"), "opened_heads", f"{name}-layer{layer}")

@@ -1,0 +1,45 @@
+"""Sidebar widgets of the pretrained mode (model, layer, part, special tokens)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ..params import MAX_TEXT_CHARS, PARTS
+from ..pretrained import BUNDLED_MODEL, PretrainedModel
+
+PART_LABELS = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention (causal)", "cross": "Cross-attention"}
+
+
+def model_field() -> str:
+    """The model id widget; "" means the bundled model."""
+    st.text_input(
+        "Model (Hugging Face id or local folder)",
+        key="model",
+        placeholder=f"bundled {BUNDLED_MODEL.split('/')[-1]} (offline)",
+        help="Leave empty for the bundled all-MiniLM-L6-v2, which needs no download. "
+        "Other models load with eager attention and never run remote code.",
+    )
+    st.text_area("Sentence", key="text", max_chars=MAX_TEXT_CHARS, height=90)
+    return st.session_state.get("model", "").strip()
+
+
+def layer_controls(model: PretrainedModel) -> list[str]:
+    """Part, layer and special-token widgets for a loaded model; returns notices for clamped values."""
+    notices = []
+    if st.session_state.get("part") not in model.parts:
+        st.session_state["part"] = model.parts[0]
+    if len(model.parts) > 1:
+        st.radio("Attention", [p for p in PARTS if p in model.parts], key="part", format_func=PART_LABELS.get)
+        st.text_area("Decoder text (queries of decoder and cross-attention)", key="context", max_chars=MAX_TEXT_CHARS, height=70)
+    part = st.session_state["part"]
+    n = model.num_layers[part]
+    if st.session_state.get("layer", 0) >= n:
+        notices.append(f"{model.name} has {n} {part} layers (0 to {n - 1}); showing layer {n - 1}.")
+        st.session_state["layer"] = n - 1
+    if n > 1:
+        st.slider("Layer", 0, n - 1, key="layer")
+    else:
+        st.session_state["layer"] = 0
+    st.toggle("Show special tokens ([CLS], [SEP], BOS …)", key="special",
+              help="Off: special tokens are hidden and each row is renormalised over the remaining tokens.")
+    return notices

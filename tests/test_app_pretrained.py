@@ -1,0 +1,90 @@
+"""The app's pretrained mode on the bundled all-MiniLM-L6-v2, driven with AppTest."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.test_app import APP, figure, heatmaps, z_matrix
+
+
+@pytest.fixture(scope="module")
+def bundled_attentions() -> np.ndarray:
+    from mha_viz.pretrained import load_model
+
+    return load_model().attentions("the cat sat on the mat")  # (layers, heads, T, T)
+
+
+def pretrained_app(**params: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["mode"] = "Pretrained"
+    at.query_params["text"] = "the cat sat on the mat"
+    for key, value in params.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def test_pretrained_mode_shows_the_bundled_models_twelve_heads(bundled_attentions: np.ndarray) -> None:
+    at = pretrained_app()
+    assert not at.exception and not at.error
+    maps = heatmaps(figure(at))
+    assert len(maps) == 12
+    assert figure(at)["layout"]["xaxis"]["ticktext"] == ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
+    for h, trace in enumerate(maps):  # the heatmaps are the model's own layer-0 attentions
+        np.testing.assert_allclose(z_matrix(trace), bundled_attentions[0, h], atol=1e-5)
+
+
+def test_changing_the_layer_changes_the_figure(bundled_attentions: np.ndarray) -> None:
+    at = pretrained_app()
+    before = z_matrix(heatmaps(figure(at))[0])
+    at.slider(key="layer").set_value(5).run()
+    assert not at.exception
+    after = z_matrix(heatmaps(figure(at))[0])
+    assert not np.allclose(before, after)
+    np.testing.assert_allclose(after, bundled_attentions[5, 0], atol=1e-5)
+    assert at.query_params["layer"] in ("5", ["5"])
+
+
+def test_hiding_special_tokens_renormalises_rows() -> None:
+    at = pretrained_app(special="false")
+    fig = figure(at)
+    assert fig["layout"]["xaxis"]["ticktext"] == ["the", "cat", "sat", "on", "the", "mat"]
+    for trace in heatmaps(fig):
+        np.testing.assert_allclose(z_matrix(trace).sum(axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("view", ["Overview", "One head", "Concat → W_O"])
+def test_pretrained_views_render(view: str) -> None:
+    at = pretrained_app(view=view, layer="2")
+    assert not at.exception and not at.error
+    fig = figure(at)
+    if view == "Overview":
+        assert len(heatmaps(fig)) == 6 * 12
+    elif view == "One head":
+        assert len(heatmaps(fig)) == 6
+    else:
+        assert [z_matrix(t).shape for t in heatmaps(fig)] == [(8, 384), (384, 384), (8, 384)]
+        assert max(float(m.value) for m in at.metric) < 1e-4
+
+
+def test_long_input_is_truncated_with_a_notice() -> None:
+    at = pretrained_app(text=" ".join(["word"] * 600))
+    assert not at.exception
+    assert any("cut off" in w.value for w in at.warning)
+    assert len(figure(at)["layout"]["xaxis"]["tickvals"]) > 0
+
+
+def test_out_of_range_layer_in_the_url_is_clamped_with_a_notice() -> None:
+    at = pretrained_app(layer="40")
+    assert not at.exception
+    assert at.slider(key="layer").value == 5
+    assert any("6 encoder layers" in w.value for w in at.warning)
+
+
+def test_unloadable_model_gives_a_message() -> None:
+    at = pretrained_app()
+    at.text_input(key="model").set_value("../../etc/passwd").run()
+    assert not at.exception
+    assert any("Could not load the model" in e.value for e in at.error)
+    assert "model" not in at.query_params  # a value the URL parser would refuse is never written
