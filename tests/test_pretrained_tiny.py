@@ -41,7 +41,9 @@ CONFIGS = {
     "roberta": lambda: RobertaConfig(vocab_size=V, pad_token_id=1, max_position_embeddings=66, **SMALL),
     "xlm-roberta": lambda: XLMRobertaConfig(vocab_size=V, pad_token_id=1, **SMALL, **POSITIONS),
     "distilbert": lambda: DistilBertConfig(vocab_size=V, dim=32, n_layers=2, n_heads=4, hidden_dim=64, **POSITIONS),
-    "gpt2": lambda: GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=101, eos_token_id=102),
+    "gpt2": lambda: GPT2Config(
+        vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=101, eos_token_id=102
+    ),
     "llama": lambda: LlamaConfig(vocab_size=V, num_key_value_heads=2, **SMALL, **POSITIONS),
     "mistral": lambda: MistralConfig(vocab_size=V, num_key_value_heads=1, sliding_window=4, **SMALL, **POSITIONS),
     "qwen2": lambda: Qwen2Config(vocab_size=V, num_key_value_heads=2, **SMALL, **POSITIONS),
