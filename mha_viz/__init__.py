@@ -28,4 +28,15 @@ __all__ = [
     "positional_encoding",
     "tokenize",
     "valid_head_counts",
+    "load_model",
+    "PretrainedModel",
 ]
+
+
+def __getattr__(name: str):
+    """load_model and PretrainedModel import transformers, so they load on first use."""
+    if name in ("load_model", "PretrainedModel"):
+        from . import pretrained
+
+        return getattr(pretrained, name)
+    raise AttributeError(f"module 'mha_viz' has no attribute {name!r}")

@@ -119,7 +119,7 @@ def additive_mask(mask: Tensor | None) -> Tensor | float:
 
 
 def max_abs_diff(a: Tensor, b: Tensor) -> float:
-    return float((a - b).abs().max())
+    return float((a - b).detach().abs().max())
 
 
 def to_numpy(x: Tensor) -> np.ndarray:
