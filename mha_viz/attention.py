@@ -147,6 +147,8 @@ class MultiHeadAttention(nn.Module):
         weights = scores.softmax(dim=-1)  # (..., H, T, S)
         head_out = weights @ v  # (..., H, T, d_v)
         if head_mask is not None:
+            if head_mask.shape != (cfg.num_heads,):
+                raise ValueError(f"head_mask needs one value per head: shape ({cfg.num_heads},), got {tuple(head_mask.shape)}")
             head_out = head_out * head_mask.to(head_out.dtype)[:, None, None]  # (..., H, T, d_v)
         concat = head_out.transpose(-3, -2).flatten(-2)  # (..., T, H*d_v)
         output = concat @ self.W_O.T  # (..., T, d_out)

@@ -9,6 +9,7 @@ Defaults follow "Attention Is All You Need": d_k = d_v = d_model / H, d_out = d_
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 
@@ -21,14 +22,16 @@ def valid_head_counts(d_model: int, max_heads: int | None = None) -> list[int]:
 def nearest_valid_heads(d_model: int, num_heads: int, max_heads: int | None = None) -> list[int]:
     """The divisors of d_model closest to num_heads (one, or two on a tie)."""
     choices = valid_head_counts(d_model, max_heads)
+    if not choices:
+        raise ValueError(f"no valid head count for d_model={d_model} with max_heads={max_heads}")
     best = min(abs(h - num_heads) for h in choices)
     return [h for h in choices if abs(h - num_heads) == best]
 
 
 def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive whole number, got {value!r}")
-    return value
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -44,11 +47,9 @@ class MHAConfig:
     bias: bool = True
 
     def __post_init__(self) -> None:
-        _positive_int("d_model", self.d_model)
-        _positive_int("num_heads", self.num_heads)
-        for name in ("d_k", "d_v", "d_out", "d_context"):
-            if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
+        for name in ("d_model", "num_heads", "d_k", "d_v", "d_out", "d_context"):
+            if name in ("d_model", "num_heads") or getattr(self, name) is not None:
+                object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
         if self.d_model % self.num_heads and (self.d_k is None or self.d_v is None):
             near = " or ".join(str(h) for h in nearest_valid_heads(self.d_model, self.num_heads))
             raise ValueError(

@@ -448,3 +448,9 @@ def test_forward_does_not_track_gradients():
     trace = mha(x)
     assert isinstance(trace.output, np.ndarray)
     assert all(p.grad is None for p in mha.parameters())
+
+
+def test_head_mask_must_have_one_value_per_head():
+    mha = MultiHeadAttention(8, 2, seed=0)
+    with pytest.raises(ValueError, match="one value per head"):
+        mha(torch.randn(3, 8), head_mask=torch.ones(1))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -120,3 +122,13 @@ def test_head_helpers_property(d_model, h, max_heads):
     else:
         with pytest.raises(ValueError, match="Nearest valid h"):
             MHAConfig(d_model, h)
+
+
+def test_numpy_integers_are_accepted_and_stored_as_int():
+    cfg = MHAConfig(np.int64(64), np.int32(8))
+    assert cfg.d_k == 8 and type(cfg.d_model) is int and type(cfg.num_heads) is int
+
+
+def test_nearest_valid_heads_with_no_choice_raises_clearly():
+    with pytest.raises(ValueError, match="no valid head count"):
+        nearest_valid_heads(64, 5, max_heads=0)
