@@ -26,9 +26,10 @@ MAX_TEXT_CHARS = 5000
 MAX_TOKENS = 512
 MAX_SEED = 2**31 - 1
 VIEWS = ("Heads", "One head", "Concat → W_O", "Shapes & cost", "Formulas", "Overview")
-MODES = ("Configurable", "Pretrained")
+MODES = ("Configurable", "Pretrained", "Train")
 PARTS = ("encoder", "decoder", "cross")
 MAX_LAYERS = 128
+MAX_STEPS = 5000
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 
 
@@ -39,6 +40,8 @@ class ViewState:
     layer: int = 0
     part: str = PARTS[0]
     special: bool = True  # pretrained mode: show special tokens ([CLS], [SEP], BOS)
+    task: str = ""  # train mode: a task name from mha_viz.training ("" = its default)
+    steps: int = 600  # train mode: optimiser steps
     text: str = DEFAULT_TEXT
     h: int = 4
     d_model: int = 64
@@ -118,6 +121,8 @@ PARSERS = {
     "layer": (lambda r: _int(r, 0, MAX_LAYERS - 1), f"a layer number from 0 to {MAX_LAYERS - 1}"),
     "part": (_one_of(PARTS), "one of " + ", ".join(PARTS)),
     "special": (_bool, "true or false"),
+    "task": (_model_id, "a task name"),
+    "steps": (lambda r: _int(r, 1, MAX_STEPS), f"a number of steps from 1 to {MAX_STEPS}"),
     "text": (_text, f"at most {MAX_TEXT_CHARS} characters"),
     "h": (lambda r: _int(r, 1, MAX_HEADS), f"a whole number of heads from 1 to {MAX_HEADS}"),
     "d_model": (_d_model, "one of " + ", ".join(map(str, D_MODEL_CHOICES))),
