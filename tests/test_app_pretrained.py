@@ -88,3 +88,68 @@ def test_unloadable_model_gives_a_message() -> None:
     assert not at.exception
     assert any("Could not load the model" in e.value for e in at.error)
     assert "model" not in at.query_params  # a value the URL parser would refuse is never written
+
+
+@pytest.fixture(scope="module")
+def model_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Tiny random BART (encoder-decoder), LLaMA (grouped-query) and ALBERT (not adapted) saved as local folders."""
+    import torch
+    from transformers import AlbertConfig, AlbertModel, AutoTokenizer, BartConfig, BartModel, LlamaConfig, LlamaModel
+
+    from mha_viz.pretrained import bundled_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    small = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+    configs = {
+        "bart": (BartModel, BartConfig(vocab_size=30522, d_model=32, encoder_layers=2, decoder_layers=2,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                       decoder_ffn_dim=64, max_position_embeddings=64, bos_token_id=101,
+                                       decoder_start_token_id=102)),
+        "llama": (LlamaModel, LlamaConfig(vocab_size=30522, num_key_value_heads=2, max_position_embeddings=64, **small)),
+        "albert": (AlbertModel, AlbertConfig(vocab_size=30522, embedding_size=16, max_position_embeddings=64, **small)),
+    }
+    folders = {}
+    for name, (cls, config) in configs.items():
+        torch.manual_seed(0)
+        folder = tmp_path_factory.mktemp(name)
+        cls(config).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders[name] = str(folder)
+    return folders
+
+
+def test_encoder_decoder_offers_encoder_decoder_and_cross_attention(model_folders: dict[str, str]) -> None:
+    at = pretrained_app()
+    at.text_input(key="model").set_value(model_folders["bart"]).run()
+    assert not at.exception and not at.error
+    assert at.radio(key="part").options == ["Encoder self-attention", "Decoder self-attention (causal)", "Cross-attention"]
+    at.text_area(key="context").set_value("a dog ran").run()
+    at.radio(key="part").set_value("cross").run()
+    assert not at.exception
+    maps = heatmaps(figure(at))
+    assert len(maps) == 4
+    fig = figure(at)
+    assert fig["layout"]["yaxis"]["ticktext"][1:] == ["[CLS]", "a", "dog", "ran"]  # decoder queries (shifted right)
+    assert fig["layout"]["xaxis"]["ticktext"] == ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]  # encoder keys
+    at.radio(key="part").set_value("decoder").run()
+    z = z_matrix(heatmaps(figure(at))[0])
+    assert np.all(np.triu(z, 1) == 0)  # the decoder never looks ahead
+
+
+def test_grouped_query_heads_are_labelled_with_their_kv_head(model_folders: dict[str, str]) -> None:
+    at = pretrained_app()
+    at.text_input(key="model").set_value(model_folders["llama"]).run()
+    assert not at.exception and not at.error
+    titles = [a["text"] for a in figure(at)["layout"]["annotations"]]
+    assert titles == ["head 0 (K/V head 0)", "head 1 (K/V head 0)", "head 2 (K/V head 1)", "head 3 (K/V head 1)"]
+
+
+def test_unadapted_architecture_shows_weights_and_says_what_is_unavailable(model_folders: dict[str, str]) -> None:
+    at = pretrained_app()
+    at.text_input(key="model").set_value(model_folders["albert"]).run()
+    assert not at.exception and not at.error
+    assert len(heatmaps(figure(at))) == 4
+    assert any("Only the attention weights are available" in i.value for i in at.info)
+    at.button_group(key="view").set_value("Concat → W_O").run()
+    assert not at.exception and not at.get("plotly_chart")
+    assert any("needs queries, keys, values" in i.value for i in at.info)
