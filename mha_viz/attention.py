@@ -116,6 +116,15 @@ class MultiHeadAttention(nn.Module):
                     ours.b_O.copy_(m.out_proj.bias)
         return ours
 
+    @staticmethod
+    def _project(x: Tensor, W: Tensor, b: Tensor | None) -> Tensor:
+        """x (..., T, d_in) times every head's W[h] (d_in, d) at once, as one matmul: (..., H, T, d)."""
+        H, d_in, d = W.shape
+        y = x @ W.transpose(0, 1).reshape(d_in, H * d)  # (..., T, H*d)
+        if b is not None:
+            y = y + b.reshape(H * d)
+        return y.unflatten(-1, (H, d)).transpose(-3, -2)  # (..., H, T, d)
+
     def attend(
         self,
         x: Tensor,
@@ -134,14 +143,10 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"x has width {x.shape[-1]}, the layer expects d_model={cfg.d_model}")
         if c.shape[-1] != cfg.d_context:
             raise ValueError(f"context has width {c.shape[-1]}, the layer expects d_context={cfg.d_context}")
-        q = torch.einsum("...td,hdk->...htk", x, self.W_Q)  # (..., H, T, d_k)
-        k = torch.einsum("...sd,hdk->...hsk", c, self.W_K)  # (..., H, S, d_k)
-        v = torch.einsum("...sd,hdv->...hsv", c, self.W_V)  # (..., H, S, d_v)
-        if self.b_Q is not None:
-            q = q + self.b_Q[:, None, :]
-            k = k + self.b_K[:, None, :]
-            v = v + self.b_V[:, None, :]
-        scores = q @ k.transpose(-1, -2) / math.sqrt(cfg.d_k)  # (..., H, T, S)  Q K^T / sqrt(d_k)
+        q = self._project(x, self.W_Q, self.b_Q)  # (..., H, T, d_k)
+        k = self._project(c, self.W_K, self.b_K)  # (..., H, S, d_k)
+        v = self._project(c, self.W_V, self.b_V)  # (..., H, S, d_v)
+        scores = (q * (1.0 / math.sqrt(cfg.d_k))) @ k.transpose(-1, -2)  # (..., H, T, S)  Q K^T / sqrt(d_k)
         if causal:
             scores = scores.masked_fill(causal_mask(q.shape[-2], k.shape[-2], x.device), float("-inf"))
         weights = scores.softmax(dim=-1)  # (..., H, T, S)
