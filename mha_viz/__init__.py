@@ -20,16 +20,16 @@ __all__ = [
     "LayerCost",
     "MHAConfig",
     "MultiHeadAttention",
+    "PretrainedModel",
     "embed_text",
     "embed_tokens",
     "full_width_head",
     "layer_cost",
+    "load_model",
     "nearest_valid_heads",
     "positional_encoding",
     "tokenize",
     "valid_head_counts",
-    "load_model",
-    "PretrainedModel",
 ]
 
 

@@ -10,7 +10,8 @@ Parameters are stored per head, TransformerLens style:
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -87,7 +88,7 @@ class MultiHeadAttention(nn.Module):
                 b.zero_()
 
     @classmethod
-    def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":
+    def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
         """The same layer as a torch.nn.MultiheadAttention, weights and biases copied."""
         if m.bias_k is not None or m.add_zero_attn:
             raise ValueError("add_bias_kv / add_zero_attn are not supported")

@@ -7,8 +7,8 @@ back to its default and produces a notice that the app shows to the user.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Mapping
 
 EXAMPLES = {
     "Ambiguous 'it'": "The animal didn't cross the street because it was too tired",

@@ -119,7 +119,7 @@ def test_flops_match_operation_shapes():
     mha = MultiHeadAttention(10, 2, d_k=3, d_v=4, d_out=6, d_context=5, seed=0)
     T, S = 4, 7
     t = mha(torch.randn(T, 10), torch.randn(S, 5))
-    H, d_k, d_v = t.num_heads, t.d_k, t.d_v
+    d_k = t.d_k
     f = layer_cost(mha.config, T, S).flops
     assert f["Q K^T"] == 2 * t.scores.size * d_k  # each score is a d_k-long dot product
     assert f["weights @ V"] == 2 * t.head_outputs.size * S  # each output entry sums S terms

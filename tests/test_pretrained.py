@@ -20,8 +20,8 @@ from mha_viz.pretrained import (
     ModelNotInstalledError,
     bundled_model_dir,
     load_model,
+    loading,
 )
-from mha_viz.pretrained import loading
 
 SENTENCES = {
     "english": "The animal didn't cross the street because it was too tired.",

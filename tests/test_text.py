@@ -133,7 +133,7 @@ def test_max_tokens():
     text = "one two three four five, six"
     full = tokenize(text)
     assert len(full) == 7
-    for n in range(0, 10):
+    for n in range(10):
         assert tokenize(text, max_tokens=n) == full[:n]
     tokens, x = embed_text(text, 6, max_tokens=3)
     assert tokens == ["one", "two", "three"] and x.shape == (3, 6)
@@ -196,7 +196,7 @@ def test_tokenize_properties(text, n):
 def test_same_token_same_vector_across_sentences():
     d = 16
     t1, x1 = embed_text("the cat sat", d, positional=False)
-    t2, x2 = embed_text("on the mat the end", d, positional=False)
+    _, x2 = embed_text("on the mat the end", d, positional=False)
     assert torch.equal(x1[t1.index("the")], x2[1]) and torch.equal(x2[1], x2[3])
     assert torch.equal(x1[0], token_vector("the", d))
     # different tokens get different vectors
@@ -236,7 +236,7 @@ def test_determinism_across_calls_and_processes():
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
-    assert eval(out) == x1.flatten().tolist()  # noqa: S307 - our own subprocess's repr of floats
+    assert eval(out) == x1.flatten().tolist()
 
 
 def test_token_vector_is_standard_normal():

@@ -7,7 +7,7 @@ repeated tokens ("the" ... "the"). Arrays go out as float32 (Plotly sends them a
 from __future__ import annotations
 
 import html
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -21,13 +21,13 @@ def token_label(token: str, max_chars: int = 16) -> str:
     return html.escape(short, quote=True) or "␣"
 
 
-def token_axis(tokens: Sequence[str], title: str | None = None) -> dict:
-    """Axis settings that label integer positions with their tokens (thinned beyond MAX_TICKS)."""
+def token_axis(tokens: Sequence[str], title: str | None = None, offset: int = 0) -> dict:
+    """Axis settings that label integer positions offset, offset+1, ... with their tokens (thinned beyond MAX_TICKS)."""
     step = max(1, -(-len(tokens) // MAX_TICKS))
     positions = list(range(0, len(tokens), step))
     return {
         "tickmode": "array",
-        "tickvals": positions,
+        "tickvals": [offset + i for i in positions],
         "ticktext": [token_label(tokens[i]) for i in positions],
         "title": {"text": title} if title else None,
         "showgrid": False,
@@ -44,6 +44,21 @@ def f32(a: np.ndarray) -> np.ndarray:
     out = np.asarray(a, dtype=np.float32).copy()
     out[~np.isfinite(out)] = np.nan
     return out
+
+
+def max_pool(a: np.ndarray, side: int) -> tuple[np.ndarray, int, int]:
+    """Max-pool the last two axes in blocks so that neither exceeds side: (pooled, block rows, block cols).
+
+    Max, not mean, so that a sharp peak stays visible in a thumbnail of a long input.
+    """
+    *lead, T, S = a.shape
+    bt, bs = -(-T // side), -(-S // side)
+    if bt == bs == 1:
+        return a, 1, 1
+    pad = np.full((*lead, -(-T // bt) * bt, -(-S // bs) * bs), -np.inf, dtype=np.float32)
+    pad[..., :T, :S] = a
+    blocks = pad.reshape(*lead, pad.shape[-2] // bt, bt, pad.shape[-1] // bs, bs)
+    return blocks.max(axis=(-3, -1)), bt, bs
 
 
 def pair_labels(rows: Sequence[str], cols: Sequence[str]) -> np.ndarray | None:

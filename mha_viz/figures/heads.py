@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..trace import AttentionTrace
-from .common import f32, pair_labels, token_axis
+from .common import f32, max_pool, pair_labels, token_axis
+
+MAX_CELLS_PER_SIDE = 128  # a longer matrix is drawn max-pooled; `window` shows a region at full resolution
 
 
 def heads_figure(
@@ -21,13 +23,25 @@ def heads_figure(
     value_name: str = "weight",
     title: str | None = None,
     cell_px: int | None = None,
+    window: tuple[int, int] | None = None,
 ) -> go.Figure:
     """One heatmap per head: query tokens as rows, key tokens as columns.
 
-    matrices [H, T, S] replaces trace.weights (e.g. norm-weighted attention); heads picks a subset.
-    All heatmaps share one colour axis from 0 to the largest value shown.
+    matrices [H, T, S] replaces trace.weights (e.g. norm-weighted attention); heads picks a subset;
+    window=(start, stop) shows only those query and key positions. All heatmaps share one colour
+    axis from 0 to the largest value shown. Beyond MAX_CELLS_PER_SIDE positions a side, each cell
+    is the maximum over a block of positions (the hover says so).
     """
     data = trace.weights if matrices is None else matrices  # (H, T, S)
+    q_tokens, k_tokens = trace.query_tokens, trace.key_tokens
+    q0 = k0 = 0
+    if window is not None:
+        q0, k0 = max(0, window[0]), max(0, min(window[0], data.shape[2] - 1))
+        q1, k1 = min(window[1], data.shape[1]), min(window[1], data.shape[2])
+        if q1 <= q0:
+            raise ValueError(f"window {window} holds no query positions (0..{data.shape[1] - 1})")
+        data = data[:, q0:q1, k0:k1]  # (H, t, s)
+        q_tokens, k_tokens = q_tokens[q0:q1], k_tokens[k0:k1]
     heads = list(range(data.shape[0])) if heads is None else list(heads)
     if not heads:
         raise ValueError("pick at least one head")
@@ -45,18 +59,25 @@ def heads_figure(
         horizontal_spacing=0.1 / cols if cols > 1 else 0,
         vertical_spacing=min(0.12, 0.3 / rows),
     )
-    customdata = pair_labels(trace.query_tokens, trace.key_tokens)
+    shown, bt, bs = max_pool(f32(data[heads]), MAX_CELLS_PER_SIDE)  # (n, T/bt, S/bs)
+    customdata = pair_labels(q_tokens, k_tokens) if bt == bs == 1 else None
     if customdata is not None:
         hover = "query %{y}: <b>%{customdata[0]}</b><br>key %{x}: <b>%{customdata[1]}</b><br>" + value_name + " %{z:.3f}<extra>%{fullData.name}</extra>"
-    else:
+    elif bt == bs == 1:
         hover = "query %{y} → key %{x}<br>" + value_name + " %{z:.3f}<extra>%{fullData.name}</extra>"
-    shown = f32(data[heads])  # (n, T, S)
+    else:
+        hover = (f"queries %{{y:.0f}}±{bt // 2} → keys %{{x:.0f}}±{bs // 2}<br>max {value_name} in this "
+                 f"{bt}×{bs} block %{{z:.3f}}<extra>%{{fullData.name}}</extra>")
     top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
     for i, (h, z) in enumerate(zip(heads, shown)):
         r, c = divmod(i, cols)
         fig.add_trace(
             go.Heatmap(
                 z=z,
+                x0=k0 + (bs - 1) / 2,
+                dx=bs,
+                y0=q0 + (bt - 1) / 2,
+                dy=bt,
                 customdata=customdata,
                 hovertemplate=hover,
                 name=f"head {h}",
@@ -68,9 +89,9 @@ def heads_figure(
             col=c + 1,
         )
         show_y = c == 0
-        fig.update_xaxes(token_axis(trace.key_tokens), tickangle=-60, row=r + 1, col=c + 1, constrain="domain")
+        fig.update_xaxes(token_axis(k_tokens, offset=k0), tickangle=-60, row=r + 1, col=c + 1, constrain="domain")
         fig.update_yaxes(
-            token_axis(trace.query_tokens) if show_y else {"showticklabels": False},
+            token_axis(q_tokens, offset=q0) if show_y else {"showticklabels": False},
             autorange="reversed",
             row=r + 1,
             col=c + 1,

@@ -6,27 +6,15 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import f32
+from .common import f32, max_pool
 
-MAX_CELLS_PER_SIDE = 32  # larger matrices are average-pooled down to this for the thumbnails
-
-
-def pool(a: np.ndarray, side: int = MAX_CELLS_PER_SIDE) -> np.ndarray:
-    """Average-pool the last two axes so that neither exceeds `side` (blocks of ceil(n/side))."""
-    *lead, T, S = a.shape
-    bt, bs = -(-T // side), -(-S // side)
-    if bt == bs == 1:
-        return a
-    pad = np.full((*lead, -(-T // bt) * bt, -(-S // bs) * bs), np.nan, dtype=np.float64)
-    pad[..., :T, :S] = a
-    blocks = pad.reshape(*lead, pad.shape[-2] // bt, bt, pad.shape[-1] // bs, bs)
-    return np.nanmean(blocks, axis=(-3, -1))
+MAX_CELLS_PER_SIDE = 32  # larger matrices are max-pooled down to this for the thumbnails
 
 
 def overview_figure(attentions: np.ndarray, *, selected: tuple[int, int] | None = None) -> go.Figure:
     """attentions [L, H, T, S] as an L x H grid of thumbnails on one colour scale."""
     L, H = attentions.shape[:2]
-    small = f32(pool(attentions))  # (L, H, t, s)
+    small, _, _ = max_pool(f32(attentions), MAX_CELLS_PER_SIDE)  # (L, H, t, s)
     fig = make_subplots(
         rows=L, cols=H, horizontal_spacing=0.004, vertical_spacing=0.01,
         row_titles=[f"L{layer}" for layer in range(L)], column_titles=[f"H{h}" for h in range(H)],

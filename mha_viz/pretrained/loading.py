@@ -164,7 +164,7 @@ def _ask_hub(repo_id: str) -> str | None:
         try:
             model_info(repo_id, timeout=HUB_TIMEOUT)
             answer["error"] = None
-        except BaseException as e:  # reported to the caller, not raised in the thread
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, which re-raises it
             answer["error"] = e
 
     thread = threading.Thread(target=ask, daemon=True)

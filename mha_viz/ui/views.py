@@ -8,6 +8,7 @@ import streamlit as st
 from ..config import MHAConfig
 from ..cost import full_width_head, layer_cost
 from ..figures import contributions_figure, head_steps_figure, heads_figure, output_path_figure, overview_figure
+from ..figures.heads import MAX_CELLS_PER_SIDE
 from ..formulas import formulas
 from ..trace import AttentionTrace
 
@@ -32,6 +33,12 @@ def heads_view(trace: AttentionTrace, name: str) -> None:
         f"{H} heads, each a {T}×{S} attention matrix: row = query token, column = key token, "
         "colour = softmax weight (each row sums to 1). One colour scale for all heads."
     )
+    pooled = max(T, S) > MAX_CELLS_PER_SIDE
+    if pooled:
+        st.caption(
+            f"{max(T, S)} tokens: each cell shows the largest weight in a block of positions. Pick heads "
+            f"below to see a {MAX_CELLS_PER_SIDE}-token window at full resolution."
+        )
     _chart(heads_figure(trace), "heads", f"{name}-heads")
     _clamp_head_selection(H)
     chosen = st.multiselect(
@@ -39,7 +46,13 @@ def heads_view(trace: AttentionTrace, name: str) -> None:
         placeholder="Pick heads to compare…",
     )
     if chosen:
-        _chart(heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28), "compare_heads", f"{name}-compare")
+        window = None
+        if pooled:
+            start = st.slider("Full-resolution window: first position", 0, max(T, S) - MAX_CELLS_PER_SIDE, 0,
+                              step=8, key="zoom")
+            window = (start, start + MAX_CELLS_PER_SIDE)
+        fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window)
+        _chart(fig, "compare_heads", f"{name}-compare")
 
 
 def head_view(trace: AttentionTrace, name: str) -> None:
@@ -108,8 +121,8 @@ def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, nam
     """Layers x heads thumbnails; picking a head opens it below, at full size, for the current layer."""
     L, H = attentions.shape[:2]
     st.caption(
-        f"All {L} layers × {H} heads at a glance (the model's own attention weights; large inputs are "
-        "average-pooled in the thumbnails). Move the layer slider and pick heads to open them."
+        f"All {L} layers × {H} heads at a glance (the model's own attention weights; long inputs are "
+        "max-pooled in the thumbnails). Move the layer slider and pick heads to open them."
     )
     _clamp_head_selection(H)
     chosen = st.multiselect(
