@@ -1,5 +1,52 @@
-"""Analyses of AttentionTraces (numpy in, numpy out)."""
+"""Analyses of AttentionTraces (numpy in, numpy out): which heads do what, and which heads matter."""
 
+from .compare import Comparison, compare_traces
+from .concat_sum import ConcatVsSum, concat_vs_sum
+from .contribution import contribution_norms, norm_attention, transformed_value_norms
+from .head_stats import HeadStats, head_stats, special_positions, trace_head_stats, visible_keys
+from .knockout import (
+    ModelKnockout,
+    head_mask,
+    knocked_output,
+    knockout_effect,
+    knockout_ranking,
+    model_knockout,
+    model_knockout_ranking,
+    next_token_knockout,
+    relative_change,
+)
+from .redundancy import Redundancy, cluster_order, head_divergence, js_divergence, near_duplicates, redundancy
+from .rollout import attention_rollout
 from .tokens import without_tokens
 
-__all__ = ["without_tokens"]
+__all__ = [
+    "Comparison",
+    "ConcatVsSum",
+    "HeadStats",
+    "ModelKnockout",
+    "Redundancy",
+    "attention_rollout",
+    "cluster_order",
+    "compare_traces",
+    "concat_vs_sum",
+    "contribution_norms",
+    "head_divergence",
+    "head_mask",
+    "head_stats",
+    "js_divergence",
+    "knocked_output",
+    "knockout_effect",
+    "knockout_ranking",
+    "model_knockout",
+    "model_knockout_ranking",
+    "near_duplicates",
+    "next_token_knockout",
+    "norm_attention",
+    "redundancy",
+    "relative_change",
+    "special_positions",
+    "trace_head_stats",
+    "transformed_value_norms",
+    "visible_keys",
+    "without_tokens",
+]

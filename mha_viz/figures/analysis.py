@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import html
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -37,7 +38,7 @@ def head_stats_figure(stats: HeadStats) -> go.Figure:
         row=1, col=2,
     )
     fig.update_xaxes({"tickmode": "array", "tickvals": list(range(len(SHARES))), "ticktext": list(SHARES)},
-                     side="top", row=1, col=1)
+                     row=1, col=1)
     fig.update_yaxes(_head_axis(range(H)), autorange="reversed", row=1, col=1)
     fig.update_yaxes(showticklabels=False, autorange="reversed", row=1, col=2)
     fig.update_layout(
@@ -101,17 +102,22 @@ def ranking_figure(effects: Mapping[str, np.ndarray]) -> go.Figure:
     fig.update_layout(
         title={"text": "Which heads matter: relative change when one head alone is switched off"},
         barmode="group", yaxis={"title": {"text": "‖Δ‖ / ‖out‖"}, "rangemode": "tozero"},
-        height=340, margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend={"orientation": "h", "y": 1.1, "x": 1,
-                                                                         "xanchor": "right"},
+        height=340, margin={"l": 10, "r": 10, "t": 70, "b": 10},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1},
     )
     return fig
 
 
-def next_token_figure(probs: np.ndarray, knocked: np.ndarray, labels: Sequence[str], top: int = 10) -> go.Figure:
-    """The most likely next tokens before and after the knockout (union of both top lists)."""
+def next_token_figure(
+    probs: np.ndarray, knocked: np.ndarray, decode: Callable[[list[int]], Sequence[str]], top: int = 10
+) -> go.Figure:
+    """The most likely next tokens before and after the knockout (union of both top lists).
+
+    decode: token ids -> token strings (e.g. tokenizer.convert_ids_to_tokens).
+    """
     ids = list(dict.fromkeys([*np.argsort(-probs)[:top].tolist(), *np.argsort(-knocked)[:top].tolist()]))
     ids.sort(key=lambda i: -probs[i])
-    names = [token_label(labels[i], 24) for i in ids]
+    names = [f"{token_label(t, 24)} ({i})" for i, t in zip(ids, decode(ids))]  # ids keep equal labels apart
     fig = go.Figure([
         go.Bar(y=names, x=f32(probs[ids]), orientation="h", name="all heads"),
         go.Bar(y=names, x=f32(knocked[ids]), orientation="h", name="heads switched off"),
@@ -141,10 +147,9 @@ def comparison_figure(result: Comparison, head: int | None = None, labels: tuple
     def pick(w: np.ndarray) -> np.ndarray:
         return w.mean(0) if head is None else w[head]  # (T, S)
 
-    panels = [(labels[0], result.a, pick(result.a.weights)), (labels[1], result.b, pick(result.b.weights))]
-    titles = [f"{name}" for name, _, _ in panels]
-    if result.difference is not None:
-        titles.append(f"{labels[1]} − {labels[0]}")
+    a_name, b_name = (html.escape(label) for label in labels)
+    panels = [(a_name, result.a, pick(result.a.weights)), (b_name, result.b, pick(result.b.weights))]
+    titles = [a_name, b_name] + ([f"{b_name} − {a_name}"] if result.difference is not None else [])
     fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.08)
     top = max(float(np.nanmax(z)) for _, _, z in panels)
     for col, (name, trace, z) in enumerate(panels, start=1):
@@ -188,6 +193,6 @@ def concat_sum_figure(result: ConcatVsSum, tokens: Sequence[str]) -> go.Figure:
     fig.update_xaxes(tickangle=-20, row=1, col=1)
     fig.update_xaxes(token_axis(tokens), tickangle=-60, row=1, col=2)
     fig.update_yaxes(rangemode="tozero")
-    fig.update_layout(height=380, margin={"l": 10, "r": 10, "t": 40, "b": 10},
-                      legend={"orientation": "h", "y": 1.15, "x": 1, "xanchor": "right"})
+    fig.update_layout(height=400, margin={"l": 10, "r": 10, "t": 70, "b": 10},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.1, "xanchor": "right", "x": 1})
     return fig

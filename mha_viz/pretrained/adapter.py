@@ -14,8 +14,10 @@ into heads and how positions enter. The rest is shared, for one layer and one in
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,7 +57,7 @@ class Recorder:
         self.output: Tensor | None = None  # (T, d_out)
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         s = self.site
         self._handles += [
             s.attention.register_forward_pre_hook(self._on_call, with_kwargs=True),
@@ -97,6 +99,30 @@ class Recorder:
 
     def _on_output(self, module: nn.Module, args: tuple, output: Tensor) -> None:
         self.output = output.detach()[0]
+
+
+def scale_concat(head_mask: Tensor, module: nn.Module, args: tuple) -> tuple:
+    """Forward pre-hook of an output projection: scale head h's block of its input (the concat) by head_mask[h]."""
+    concat = args[0]  # (1, T, H*d_v)
+    d_v = concat.shape[-1] // len(head_mask)
+    return (concat * head_mask.to(concat).repeat_interleave(d_v), *args[1:])  # (1, T, H*d_v)
+
+
+class HeadMasks:
+    """Head knockout in several layers at once, for one forward pass: (site, head_mask (H,)) pairs."""
+
+    def __init__(self, masks: Sequence[tuple[Site, Tensor]] = ()) -> None:
+        self.masks = list(masks)
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def __enter__(self) -> HeadMasks:
+        self._handles += [site.out.register_forward_pre_hook(partial(scale_concat, mask)) for site, mask in self.masks]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
 
 
 def split_heads(x: Tensor, n: int) -> Tensor:
@@ -190,6 +216,13 @@ class Adapter:
         if not attentions:
             raise ModelLoadError(f"the '{self.model.config.model_type}' model returned no {field} (output_attentions)")
         return attentions
+
+    def final_hidden(self, outputs: Any, part: str) -> Tensor:
+        """The last hidden state (1, T, d_model) of part's stack: the encoder's for the encoder part of an
+        encoder-decoder, else the model's last_hidden_state (the decoder's in an encoder-decoder)."""
+        if self.kind == "encoder-decoder" and part == "encoder":
+            return outputs.encoder_last_hidden_state
+        return outputs.last_hidden_state
 
     @torch.no_grad()
     def trace(

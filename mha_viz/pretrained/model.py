@@ -12,15 +12,16 @@ In an encoder-decoder `text` is always the encoder input. The decoder reads `dec
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..trace import AttentionTrace
-from .adapter import to_numpy
+from .adapter import HeadMasks, to_numpy
 from .architectures import adapter_for
 
 _NO_LIMIT = 1_000_000  # tokenizers without a length limit report a huge model_max_length
@@ -123,6 +124,59 @@ class PretrainedModel:
         with self._lock:
             outputs = self._forward(enc, dec)
         return np.stack([to_numpy(a[0]) for a in self.adapter.model_attentions(outputs, part)])
+
+    def final_hidden(
+        self,
+        text: str,
+        *,
+        part: str | None = None,
+        decoder_text: str | None = None,
+        head_masks: dict[int, Sequence[float]] | None = None,
+    ) -> np.ndarray:
+        """The last hidden state [T, d_model] of part's stack (the encoder's for "encoder", else the
+        decoder's), with head_masks {layer of part: one value per head} applied inside the real model:
+        0 knocks a head out (its concat block is zeroed before W_O), 1 keeps it."""
+        part = self._part(part)
+        enc, dec = self._inputs(text, decoder_text)
+        masks = self._head_masks(part, head_masks)
+        with self._lock, masks:
+            outputs = self._forward(enc, dec)
+        return to_numpy(self.adapter.final_hidden(outputs, part)[0])
+
+    @property
+    def next_token_unavailable(self) -> str | None:
+        """Why next_token_probs cannot run for this model, or None when it can."""
+        if self.kind != "decoder":
+            return (f"{self.name} is an {self.kind} model; next-token prediction needs a decoder-only (causal) "
+                    "language model")
+        if self.model is self.adapter.base or self.model.get_output_embeddings() is None:
+            return (f"{self.name} was loaded without its language-model head (AutoModel gives the bare transformer); "
+                    "load it with AutoModelForCausalLM and wrap it: PretrainedModel(model, tokenizer)")
+        return None
+
+    def next_token_probs(self, text: str, *, head_masks: dict[int, Sequence[float]] | None = None) -> np.ndarray:
+        """softmax(logits) of the LM head after the last token of text: [vocab]; head_masks as in final_hidden."""
+        reason = self.next_token_unavailable
+        if reason is not None:
+            raise ValueError(f"next-token probabilities are unavailable: {reason}")
+        enc = self._encode(text)
+        device = next(self.model.parameters()).device
+        masks = self._head_masks("decoder", head_masks)
+        with self._lock, masks, torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([list(enc.ids)], device=device), use_cache=False).logits
+        return to_numpy(logits[0, -1].softmax(-1))  # (vocab,)
+
+    def _head_masks(self, part: str, head_masks: dict[int, Sequence[float]] | None) -> HeadMasks:
+        """Knockout hooks for {layer: head_mask} of part, checked: layers in range, one finite value per head."""
+        if head_masks and self.unavailable is not None:
+            raise ValueError(f"heads cannot be switched off: {self.unavailable}")
+        sites = []
+        for layer, values in (head_masks or {}).items():
+            mask = torch.as_tensor(np.asarray(values, dtype=np.float32))  # (H,)
+            if mask.shape != (self.num_heads[part],) or not torch.isfinite(mask).all():
+                raise ValueError(f"head_masks[{layer}] needs {self.num_heads[part]} finite values, one per head")
+            sites.append((self.adapter.site(part, self._layer(part, layer)), mask))
+        return HeadMasks(sites)
 
     def _forward(self, enc: Encoded, dec: Encoded | None) -> Any:
         return self.adapter.forward(enc.ids, None if dec is None else dec.ids)

@@ -1,0 +1,124 @@
+"""The analysis view driven headlessly: a configurable layer, and the bundled MiniLM."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from mha_viz.ui.analysis import SECTIONS
+from tests.test_app import heatmaps, z_matrix
+
+
+def configurable_app() -> None:
+    """Four heads (b_O = 0) on one sentence; the compare section re-traces other sentences with the same layer."""
+    from mha_viz import MultiHeadAttention, embed_text
+    from mha_viz.ui.analysis import analysis_view
+
+    mha = MultiHeadAttention(32, 4, seed=0)
+
+    def retrace(text: str):
+        tokens, x = embed_text(text, 32, seed=0)
+        return mha(x, query_tokens=tokens)
+
+    analysis_view(retrace("the cat sat on the mat and the dog sat on the cat"), name="configurable", retrace=retrace)
+
+
+def bundled_app() -> None:
+    from mha_viz.ui.analysis import analysis_view
+    from tests.test_analysis_pretrained import bundled
+
+    model = bundled()
+    text = "the cat sat on the mat"
+    analysis_view(model.trace(text, 2), name="minilm", model=model, text=text, layer=2)
+
+
+def chart(at: AppTest, key: str) -> dict:
+    matches = [c for c in at.get("plotly_chart") if c.key == key]
+    assert len(matches) == 1, f"expected one chart {key!r}, got {[c.key for c in at.get('plotly_chart')]}"
+    return json.loads(matches[0].proto.spec)
+
+
+def show(at: AppTest, section: str) -> AppTest:
+    at.segmented_control(key="analysis_section").set_value(section).run()
+    assert not at.exception and not at.error
+    return at
+
+
+@pytest.fixture
+def app() -> AppTest:
+    at = AppTest.from_function(configurable_app, default_timeout=60).run()
+    assert not at.exception
+    return at
+
+
+def test_head_statistics_table_opens_the_picked_head(app: AppTest) -> None:
+    table = app.dataframe[0].value
+    assert list(table["head"]) == [0, 1, 2, 3]
+    assert {"entropy", "confidence", "first", "special", "previous", "same", "next", "distance"} <= set(table)
+    assert ((table["entropy"] > 0) & (table["entropy"] <= 1)).all()
+    assert len(heatmaps(chart(app, "analysis_stats_chart"))) == 1
+    assert chart(app, "analysis_stats_head")["layout"]["title"]["text"] == "head 0"  # a row is always picked
+    app.session_state["analysis_stats"] = {"selection": {"rows": [2]}}
+    app.run()
+    opened = chart(app, "analysis_stats_head")
+    assert opened["layout"]["title"]["text"] == "head 2"
+    first = chart(app, "analysis_stats_chart")
+    assert len(heatmaps(opened)) == 1 and first["data"][1]["type"] == "bar"  # distance beside the shares
+
+
+def test_every_section_renders(app: AppTest) -> None:
+    for section in SECTIONS:
+        show(app, section)
+    show(app, "Rollout")
+    assert "single attention layer" in app.info[0].value and not app.get("plotly_chart")
+    show(app, "Redundancy")
+    D = z_matrix(heatmaps(chart(app, "analysis_divergence"))[0])
+    assert D.shape == (4, 4) and np.allclose(np.diag(D), 0) and np.allclose(D, D.T)
+    show(app, "Concat vs sum")
+    assert len(app.metric) == 3 and chart(app, "analysis_concat_sum")["data"][0]["type"] == "bar"
+
+
+def test_norm_switch_and_knockout(app: AppTest) -> None:
+    show(app, "Contribution")
+    raw = [z_matrix(t) for t in heatmaps(chart(app, "analysis_weight_heads"))]
+    assert len(raw) == 4 and np.allclose([r.sum(1) for r in raw], 1, atol=1e-5)
+    app.toggle(key="analysis_norm").set_value(True).run()
+    normed = [z_matrix(t) for t in heatmaps(chart(app, "analysis_norm_heads"))]
+    assert not np.allclose([n.sum(1) for n in normed], 1, atol=1e-3)  # weights times value lengths
+    assert len(heatmaps(chart(app, "analysis_contributions"))) == 1
+    show(app, "Knockout")
+    ranking = chart(app, "analysis_ranking")["data"]
+    assert len(ranking) == 1 and len(ranking[0]["x"]) == 4
+    app.multiselect(key="analysis_off").set_value([0, 1, 2, 3]).run()
+    assert not app.exception
+    assert app.metric[0].value == "100.0%"  # only b_O = 0 is left
+    assert len(chart(app, "analysis_knockout")["data"]) == 1
+
+
+def test_compare_with_the_same_and_with_another_sentence(app: AppTest) -> None:
+    show(app, "Compare")
+    app.text_input(key="analysis_other_text").set_value("the cat sat on the mat and the dog sat on the cat").run()
+    maps = heatmaps(chart(app, "analysis_compare"))
+    assert len(maps) == 3 and np.allclose(z_matrix(maps[2]), 0)  # same tokens, same layer: no difference
+    app.text_input(key="analysis_other_text").set_value("a dog ran").run()
+    assert "differ in number (13 vs 3)" in app.info[0].value
+    assert len(heatmaps(chart(app, "analysis_compare"))) == 2  # side by side, no difference map
+
+
+def test_bundled_model_sections_render() -> None:
+    at = AppTest.from_function(bundled_app, default_timeout=120).run()
+    assert not at.exception
+    for section in SECTIONS:
+        show(at, section)
+    show(at, "Rollout")
+    rollout = z_matrix(heatmaps(chart(at, "analysis_rollout"))[0])
+    assert rollout.shape == (8, 8) and np.allclose(rollout.sum(1), 1, atol=1e-5)
+    show(at, "Knockout")
+    assert "encoder model" in at.info[0].value  # no next-token view, with the reason
+    at.multiselect(key="analysis_off").set_value([0, 3]).run()
+    assert not at.exception
+    assert [m.label for m in at.metric] == ["Change in this layer's output", "Change in the final hidden state"]
+    assert len(chart(at, "analysis_knockout")["data"]) == 2  # per token: layer output and final hidden state
