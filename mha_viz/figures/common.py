@@ -74,3 +74,44 @@ def symmetric_range(*arrays: np.ndarray) -> float:
     """Largest finite |value| over the arrays (at least a tiny positive number)."""
     m = max(float(np.nanmax(np.abs(np.where(np.isfinite(a), a, np.nan)))) if np.isfinite(a).any() else 0.0 for a in arrays)
     return m or 1e-9
+
+
+def subplot_grid(
+    rows: int,
+    cols: int,
+    *,
+    titles: Sequence[str] | None = None,
+    h_gap: float = 0.02,
+    v_gap: float = 0.06,
+    col_widths: Sequence[float] | None = None,
+) -> tuple[dict, list[tuple[str, str]]]:
+    """A layout dict with one x/y axis pair per cell (row-major), and each cell's (xref, yref).
+
+    Plain dicts instead of make_subplots + update_xaxes: building a 12-head figure that way
+    takes ~0.5 s of Plotly validation, this way milliseconds (figure build time is slider lag).
+    """
+    widths = np.asarray(col_widths if col_widths is not None else [1.0] * cols, dtype=float)
+    widths = widths / widths.sum() * (1 - h_gap * (cols - 1))
+    cell_h = (1 - v_gap * (rows - 1)) / rows
+    layout: dict = {"annotations": []}
+    refs = []
+    for i in range(rows * cols):
+        r, c = divmod(i, cols)
+        suffix = "" if i == 0 else str(i + 1)
+        x0 = float(widths[:c].sum() + c * h_gap)
+        x1 = x0 + float(widths[c])
+        y1 = 1 - r * (cell_h + v_gap)
+        layout[f"xaxis{suffix}"] = {"domain": [x0, x1], "anchor": f"y{suffix}"}
+        layout[f"yaxis{suffix}"] = {"domain": [max(0.0, y1 - cell_h), y1], "anchor": f"x{suffix}"}
+        refs.append((f"x{suffix}", f"y{suffix}"))
+        if titles is not None and i < len(titles):
+            layout["annotations"].append(
+                {"text": titles[i], "x": (x0 + x1) / 2, "y": y1, "xref": "paper", "yref": "paper",
+                 "xanchor": "center", "yanchor": "bottom", "showarrow": False, "font": {"size": 13}}
+            )
+    return layout, refs
+
+
+def axis_key(ref: str) -> str:
+    """'x3' -> 'xaxis3', 'y' -> 'yaxis': the layout key of a trace's axis reference."""
+    return f"{ref[0]}axis{ref[1:]}"

@@ -6,10 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from ..trace import AttentionTrace
-from .common import f32, max_pool, pair_labels, token_axis
+from .common import axis_key, f32, max_pool, pair_labels, subplot_grid, token_axis
 
 MAX_CELLS_PER_SIDE = 128  # a longer matrix is drawn max-pooled; `window` shows a region at full resolution
 
@@ -52,58 +51,37 @@ def heads_figure(
     cols = cols or min(len(heads), 4)
     rows = -(-len(heads) // cols)
     labels = [f"head {h}" + (f" (K/V head {trace.kv_heads[h]})" if trace.kv_heads else "") for h in heads]
-    fig = make_subplots(
-        rows=rows,
-        cols=cols,
-        subplot_titles=labels,
-        horizontal_spacing=0.1 / cols if cols > 1 else 0,
-        vertical_spacing=min(0.12, 0.3 / rows),
-    )
+    layout, refs = subplot_grid(rows, cols, titles=labels, h_gap=0.1 / cols if cols > 1 else 0, v_gap=min(0.12, 0.3 / rows))
+
     shown, bt, bs = max_pool(f32(data[heads]), MAX_CELLS_PER_SIDE)  # (n, T/bt, S/bs)
     customdata = pair_labels(q_tokens, k_tokens) if bt == bs == 1 else None
     if customdata is not None:
-        hover = "query %{y}: <b>%{customdata[0]}</b><br>key %{x}: <b>%{customdata[1]}</b><br>" + value_name + " %{z:.3f}<extra>%{fullData.name}</extra>"
+        hover = "query %{y}: <b>%{customdata[0]}</b><br>key %{x}: <b>%{customdata[1]}</b><br>" + value_name
     elif bt == bs == 1:
-        hover = "query %{y} → key %{x}<br>" + value_name + " %{z:.3f}<extra>%{fullData.name}</extra>"
+        hover = "query %{y} → key %{x}<br>" + value_name
     else:
-        hover = (f"queries %{{y:.0f}}±{bt // 2} → keys %{{x:.0f}}±{bs // 2}<br>max {value_name} in this "
-                 f"{bt}×{bs} block %{{z:.3f}}<extra>%{{fullData.name}}</extra>")
+        hover = f"queries %{{y:.0f}}±{bt // 2} → keys %{{x:.0f}}±{bs // 2}<br>max {value_name} in this {bt}×{bs} block"
+    hover += " %{z:.3f}<extra>%{fullData.name}</extra>"
+    x_axis = {**token_axis(k_tokens, offset=k0), "tickangle": -60, "constrain": "domain"}
+    y_axis = {**token_axis(q_tokens, offset=q0), "autorange": "reversed", "constrain": "domain"}
+    traces = []
+    for i, (h, z) in enumerate(zip(heads, shown, strict=True)):
+        xref, yref = refs[i]
+        traces.append(
+            {"type": "heatmap", "z": z, "x0": k0 + (bs - 1) / 2, "dx": bs, "y0": q0 + (bt - 1) / 2, "dy": bt,
+             "customdata": customdata, "hovertemplate": hover, "name": f"head {h}", "coloraxis": "coloraxis",
+             "xaxis": xref, "yaxis": yref}
+        )
+        layout[axis_key(xref)].update(x_axis)
+        layout[axis_key(yref)].update(y_axis if i % cols == 0 else {**y_axis, "showticklabels": False})
     top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
-    for i, (h, z) in enumerate(zip(heads, shown)):
-        r, c = divmod(i, cols)
-        fig.add_trace(
-            go.Heatmap(
-                z=z,
-                x0=k0 + (bs - 1) / 2,
-                dx=bs,
-                y0=q0 + (bt - 1) / 2,
-                dy=bt,
-                customdata=customdata,
-                hovertemplate=hover,
-                name=f"head {h}",
-                coloraxis="coloraxis",
-                xgap=0,
-                ygap=0,
-            ),
-            row=r + 1,
-            col=c + 1,
-        )
-        show_y = c == 0
-        fig.update_xaxes(token_axis(k_tokens, offset=k0), tickangle=-60, row=r + 1, col=c + 1, constrain="domain")
-        fig.update_yaxes(
-            token_axis(q_tokens, offset=q0) if show_y else {"showticklabels": False},
-            autorange="reversed",
-            row=r + 1,
-            col=c + 1,
-            constrain="domain",
-        )
     per_cell = cell_px or (22 if max(T, S) <= 16 else 12 if max(T, S) <= 48 else 4 if max(T, S) <= 160 else 1)
     panel = min(420, max(180, per_cell * max(T, S) + 60))
-    fig.update_layout(
+    layout.update(
         title={"text": title} if title else None,
         coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": max(top, 1e-9), "colorbar": {"title": {"text": value_name}}},
         height=rows * panel + 80,
         margin={"l": 10, "r": 10, "t": 60 if title else 40, "b": 10},
         plot_bgcolor="#eeeeee",
     )
-    return fig
+    return go.Figure({"data": traces, "layout": layout})

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from .common import f32, max_pool
+from .common import axis_key, f32, max_pool, subplot_grid
 
 MAX_CELLS_PER_SIDE = 32  # larger matrices are max-pooled down to this for the thumbnails
 
@@ -15,26 +14,25 @@ def overview_figure(attentions: np.ndarray, *, selected: tuple[int, int] | None 
     """attentions [L, H, T, S] as an L x H grid of thumbnails on one colour scale."""
     L, H = attentions.shape[:2]
     small, _, _ = max_pool(f32(attentions), MAX_CELLS_PER_SIDE)  # (L, H, t, s)
-    fig = make_subplots(
-        rows=L, cols=H, horizontal_spacing=0.004, vertical_spacing=0.01,
-        row_titles=[f"L{layer}" for layer in range(L)], column_titles=[f"H{h}" for h in range(H)],
-    )
-    for layer in range(L):
-        for h in range(H):
-            fig.add_trace(
-                go.Heatmap(z=small[layer, h], coloraxis="coloraxis", name=f"layer {layer} head {h}",
-                           hovertemplate="%{fullData.name}<br>weight %{z:.2f}<extra></extra>"),
-                row=layer + 1, col=h + 1,
-            )
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
-    if selected is not None:
-        layer, h = selected
-        fig.update_xaxes(showline=True, linecolor="crimson", linewidth=3, mirror=True, row=layer + 1, col=h + 1)
-        fig.update_yaxes(showline=True, linecolor="crimson", linewidth=3, mirror=True, row=layer + 1, col=h + 1)
-    fig.update_layout(
+    layout, refs = subplot_grid(L, H, h_gap=0.004, v_gap=0.01)
+    bare = {"showticklabels": False, "showgrid": False, "zeroline": False}
+    traces = []
+    for i, (xref, yref) in enumerate(refs):
+        layer, h = divmod(i, H)
+        traces.append({"type": "heatmap", "z": small[layer, h], "coloraxis": "coloraxis", "xaxis": xref, "yaxis": yref,
+                       "name": f"layer {layer} head {h}", "hovertemplate": "%{fullData.name}<br>weight %{z:.2f}<extra></extra>"})
+        frame = {"showline": True, "linecolor": "crimson", "linewidth": 3, "mirror": True} if (layer, h) == selected else {}
+        layout[axis_key(xref)].update(bare, **frame)
+        layout[axis_key(yref)].update(bare, autorange="reversed", **frame)
+        if h == 0:
+            layout["annotations"].append({"text": f"L{layer}", "x": 0, "y": sum(layout[axis_key(yref)]["domain"]) / 2,
+                                          "xref": "paper", "yref": "paper", "xanchor": "right", "showarrow": False})
+        if layer == 0:
+            layout["annotations"].append({"text": f"H{h}", "x": sum(layout[axis_key(xref)]["domain"]) / 2, "y": 1,
+                                          "xref": "paper", "yref": "paper", "yanchor": "bottom", "showarrow": False})
+    layout.update(
         coloraxis={"colorscale": "Blues", "cmin": 0, "cmax": float(np.nanmax(small)) or 1.0, "showscale": False},
         height=max(260, 62 * L + 60),
-        margin={"l": 10, "r": 30, "t": 30, "b": 10},
+        margin={"l": 40, "r": 10, "t": 30, "b": 10},
     )
-    return fig
+    return go.Figure({"data": traces, "layout": layout})

@@ -1,0 +1,108 @@
+"""Run the app in a real Streamlit server and drive it with Playwright + Debian's Chromium.
+
+Shared by tests/test_browser.py and the benchmarks in bench/. Nothing is downloaded: the
+browser is /usr/bin/chromium (apt-get install -y --no-install-recommends chromium).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def streamlit_server(timeout: float = 90.0) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Start `streamlit run app.py` on a free port; yield (base URL, process); stop it afterwards."""
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+        "--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
+        "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false",
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"streamlit did not become healthy on {url}") from None
+                time.sleep(0.3)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[object]:
+    """A headless Debian Chromium driven by Playwright."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def painted_heatmaps(page) -> list[str]:
+    """The image data of every heatmap Plotly has painted in the first chart (one <image> per heatmap)."""
+    return page.evaluate(
+        """() => {
+            const chart = document.querySelectorAll('[data-testid="stPlotlyChart"]')[0];
+            return chart ? [...chart.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href')) : [];
+        }"""
+    )
+
+
+def slider(page, label: str):
+    """The keyboard-focusable thumb of the slider with this label."""
+    return page.locator(f'[data-testid="stSlider"]:has-text("{label}") input[type="range"]')
+
+
+def wait_for_heatmaps(page, count: int, *, changed_from: list[str] | None = None, timeout: float = 120.0) -> float:
+    """Wait until the first chart shows `count` painted heatmaps (all different from `changed_from`).
+
+    Returns the seconds waited. Polls in the page with requestAnimationFrame, so the time is
+    close to when the paint happened.
+    """
+    start = time.perf_counter()
+    page.wait_for_function(
+        """([n, old]) => {
+            const chart = document.querySelectorAll('[data-testid="stPlotlyChart"]')[0];
+            if (!chart) return false;
+            const imgs = [...chart.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href'));
+            if (imgs.length !== n) return false;
+            return old === null || imgs.every(h => h && !old.includes(h));
+        }""",
+        arg=[count, changed_from],
+        polling="raf",
+        timeout=timeout * 1000,
+    )
+    return time.perf_counter() - start

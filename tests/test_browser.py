@@ -1,0 +1,100 @@
+"""The app in a real browser: a Streamlit server driven by Playwright in Debian's headless Chromium.
+
+Screenshots of each scenario are saved into assets/ (the README shows them).
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from tests.browser import CHROMIUM, ROOT, chromium, painted_heatmaps, slider, streamlit_server, wait_for_heatmaps
+
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI"):
+        raise RuntimeError(f"{CHROMIUM} is missing: .ci/run must install Debian's chromium")
+    pytest.skip(f"{CHROMIUM} not installed (apt-get install -y --no-install-recommends chromium)", allow_module_level=True)
+
+ASSETS = ROOT / "assets"
+
+
+@pytest.fixture(scope="module")
+def server() -> str:
+    with streamlit_server() as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.errors = []
+    page.on("pageerror", lambda err: page.errors.append(str(err)))
+    yield page
+    assert page.errors == []
+    page.close()
+
+
+def test_default_page_paints_one_heatmap_per_head(server: str, page) -> None:
+    page.goto(server)
+    wait_for_heatmaps(page, 4)
+    assert len(painted_heatmaps(page)) == 4
+    page.screenshot(path=str(ASSETS / "heads.png"))
+
+
+def test_keyboard_moves_the_head_slider_and_the_heads_follow(server: str, page) -> None:
+    page.goto(server)
+    wait_for_heatmaps(page, 4)
+    thumb = slider(page, "Number of heads")
+    thumb.focus()
+    thumb.press("ArrowLeft")
+    thumb.press("ArrowLeft")  # 4 -> 2 (3 does not divide d_model = 64)
+    wait_for_heatmaps(page, 2)
+    assert "h=2" in page.url
+    for _ in range(6):
+        thumb.press("ArrowRight")  # 2 -> 8
+    wait_for_heatmaps(page, 8)
+    assert "h=8" in page.url
+
+
+def test_a_copied_url_reproduces_the_view(server: str, browser, page) -> None:
+    page.goto(f"{server}/?h=8&causal=true&text=the+cat+saw+the+dog")
+    wait_for_heatmaps(page, 8)
+    thumb = slider(page, "Number of heads")
+    thumb.focus()
+    for _ in range(6):
+        thumb.press("ArrowLeft")  # 8 -> 2
+    wait_for_heatmaps(page, 2)
+    copied = page.url
+    assert urllib.parse.parse_qs(urllib.parse.urlparse(copied).query)["h"] == ["2"]
+    other = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        other.goto(copied)
+        wait_for_heatmaps(other, 2)
+        assert painted_heatmaps(other) == painted_heatmaps(page)  # the same pixels, not just the same count
+        assert slider(other, "Number of heads").input_value() == "2"
+        assert other.get_by_text("causal", exact=False).count() >= 1
+    finally:
+        other.close()
+
+
+def test_pretrained_mode_paints_the_bundled_models_twelve_heads(server: str, page) -> None:
+    page.goto(f"{server}/?mode=Pretrained")
+    wait_for_heatmaps(page, 12, timeout=120)
+    page.screenshot(path=str(ASSETS / "pretrained.png"))
+
+
+def test_a_512_token_input_paints(server: str, page) -> None:
+    text = " ".join(f"w{i % 97}" for i in range(512))
+    page.goto(f"{server}/?h=12&d_model=768&text={urllib.parse.quote(text)}")
+    wait_for_heatmaps(page, 12, timeout=120)
+    assert page.get_by_text("512 query tokens").count() == 1
+    page.screenshot(path=str(ASSETS / "long-input.png"))
