@@ -12,11 +12,12 @@ from mha_viz.params import MAX_TOKENS, MODES, ViewState
 from mha_viz.pretrained import ModelLoadError, PretrainedModel, load_model
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, pretrained, state, views
+from mha_viz.ui.analysis import analysis_view
 
 st.set_page_config(page_title="mha-viz: multi-head attention, visible", layout="wide")
 
-CONFIGURABLE_VIEWS = ("Heads", "One head", "Concat → W_O", "Shapes & cost", "Formulas")
-PRETRAINED_VIEWS = ("Heads", "Overview", "One head", "Concat → W_O")
+CONFIGURABLE_VIEWS = ("Heads", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas")
+PRETRAINED_VIEWS = ("Heads", "Overview", "One head", "Concat → W_O", "Analysis")
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -93,6 +94,15 @@ def configurable_page(s: ViewState) -> None:
         views.head_view(trace, "configurable")
     elif view == "Concat → W_O":
         views.output_path_view(trace, "configurable")
+    elif view == "Analysis":
+
+        def retrace(other: str) -> AttentionTrace:
+            tokens = tuple(tokenize(other, MAX_TOKENS))
+            if not tokens:
+                raise ValueError("the sentence has no tokens")
+            return configurable_trace(tokens, k_tokens, cfg, s.seed, s.causal, s.pe)
+
+        analysis_view(trace, name="configurable", retrace=retrace)
     elif view == "Shapes & cost":
         views.cost_view(cfg, T, S)
     else:
@@ -126,6 +136,10 @@ def pretrained_page(s: ViewState, model: PretrainedModel) -> None:
         views.heads_view(shown, name)
     elif view == "Overview":
         views.overview_view(pretrained_attentions(s.model, s.text, s.part, decoder_text), shown, s.layer, name)
+    elif view == "Analysis":
+        attentions = None if s.part == "cross" else pretrained_attentions(s.model, s.text, s.part, decoder_text)
+        analysis_view(trace, name=name, model=model, text=s.text, part=s.part, layer=s.layer,
+                      decoder_text=decoder_text, attentions=attentions)
     elif trace.missing:
         st.info(f"The {view} view needs queries, keys, values and the output projection: {trace.meta.get('unavailable')}")
     elif view == "One head":

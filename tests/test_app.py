@@ -130,3 +130,19 @@ def test_empty_text_gives_a_message_not_an_error() -> None:
     at = new_app(text="   ").run()
     assert not at.exception
     assert any("no visible characters" in i.value for i in at.info)
+
+
+def test_every_analysis_section_renders_for_the_configurable_model() -> None:
+    from mha_viz.ui.analysis import SECTIONS
+
+    at = new_app(view="Analysis").run()
+    assert at.dataframe  # the sortable head-statistics table
+    for section in SECTIONS:
+        at.button_group(key="analysis_section").set_value(section).run()
+        if section == "Compare":
+            at.text_input(key="analysis_other_text").set_value("The animal didn't cross the road because it was too wide").run()
+        assert not at.exception and not at.error, section
+        if section == "Rollout":  # one layer: nothing to chain, and the app says so
+            assert any("single attention layer" in i.value for i in at.info)
+        else:
+            assert at.get("plotly_chart"), section

@@ -153,3 +153,15 @@ def test_unadapted_architecture_shows_weights_and_says_what_is_unavailable(model
     at.button_group(key="view").set_value("Concat → W_O").run()
     assert not at.exception and not at.get("plotly_chart")
     assert any("needs queries, keys, values" in i.value for i in at.info)
+
+
+def test_every_analysis_section_renders_for_the_bundled_model() -> None:
+    from mha_viz.ui.analysis import SECTIONS
+
+    at = pretrained_app(view="Analysis", layer="1")
+    for section in SECTIONS:
+        at.button_group(key="analysis_section").set_value(section).run()
+        if section == "Compare":
+            at.text_input(key="analysis_other_text").set_value("The animal didn't cross the road because it was too wide").run()
+        assert not at.exception and not at.error, section
+        assert at.get("plotly_chart"), section

@@ -33,7 +33,7 @@ from ..figures.analysis import (
     rollout_figure,
 )
 from ..trace import AttentionTrace
-from .views import _chart
+from .views import chart
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
@@ -118,9 +118,9 @@ def _head_statistics(trace: AttentionTrace, special: Collection[str | int], name
     rows = event.selection.rows
     head = min(rows[0], trace.num_heads - 1) if rows else 0
     with right:
-        _chart(heads_figure(trace, [head], cols=1, cell_px=22, title=f"head {head}"), "analysis_stats_head",
+        chart(heads_figure(trace, [head], cols=1, cell_px=22, title=f"head {head}"), "analysis_stats_head",
                f"{name}-head{head}")
-    _chart(head_stats_figure(stats), "analysis_stats_chart", f"{name}-head-stats")
+    chart(head_stats_figure(stats), "analysis_stats_chart", f"{name}-head-stats")
 
 
 def _redundancy(trace: AttentionTrace, name: str) -> None:
@@ -130,7 +130,7 @@ def _redundancy(trace: AttentionTrace, name: str) -> None:
     )
     threshold = st.slider("Near-duplicate below (mean JSD, bits)", 0.0, 0.5, 0.05, 0.01, key="analysis_threshold")
     result = redundancy(trace.weights, threshold)
-    _chart(divergence_figure(result), "analysis_divergence", f"{name}-redundancy")
+    chart(divergence_figure(result), "analysis_divergence", f"{name}-redundancy")
     if result.duplicates:
         pairs = ", ".join(f"head {a} ≈ head {b} ({result.divergence[a, b]:.3f})" for a, b in result.duplicates)
         st.warning(f"Near-duplicates on this input: {pairs}.")
@@ -144,12 +144,12 @@ def _contribution(trace: AttentionTrace, name: str) -> None:
                      "h's block of W_O; a large weight on a short vector moves the output little.")
     if norm:
         st.caption("Each cell: weight × length of the key's value vector after W_O, ‖w_ij · v_j W_O^(h)ᵀ‖.")
-        _chart(heads_figure(trace, matrices=norm_attention(trace), value_name="‖w·f(x)‖"), "analysis_norm_heads",
+        chart(heads_figure(trace, matrices=norm_attention(trace), value_name="‖w·f(x)‖"), "analysis_norm_heads",
                f"{name}-norm-attention")
     else:
         st.caption("Raw softmax weights; switch on the norm-based view to weigh them by what they carry.")
-        _chart(heads_figure(trace), "analysis_weight_heads", f"{name}-heads")
-    _chart(contributions_figure(trace), "analysis_contributions", f"{name}-contributions")
+        chart(heads_figure(trace), "analysis_weight_heads", f"{name}-heads")
+    chart(contributions_figure(trace), "analysis_contributions", f"{name}-contributions")
 
 
 def _knockout(
@@ -177,12 +177,12 @@ def _knockout(
         cols[1].metric("Change in the final hidden state", f"{result.effect:.1%}")
         per_token["final hidden state (end of the model)"] = (result.tokens, result.per_token)
     if off:
-        _chart(knockout_figure(per_token), "analysis_knockout", f"{name}-knockout")
+        chart(knockout_figure(per_token), "analysis_knockout", f"{name}-knockout")
     effects = {"this layer's output": knockout_ranking(trace)}
     if model is not None and st.toggle("Also rank by the final hidden state (one forward pass per head)",
                                        key="analysis_rank_final"):
         effects["final hidden state"] = model_knockout_ranking(model, text, layer, part=part, decoder_text=decoder_text)
-    _chart(ranking_figure(effects), "analysis_ranking", f"{name}-ranking")
+    chart(ranking_figure(effects), "analysis_ranking", f"{name}-ranking")
     if model is None:
         return
     reason = model.next_token_unavailable
@@ -190,7 +190,7 @@ def _knockout(
         st.info(f"Next-token view unavailable: {reason}.")
     elif off:
         probs, knocked = next_token_knockout(model, text, layer, off)
-        _chart(next_token_figure(probs, knocked, model.tokenizer.convert_ids_to_tokens), "analysis_next_token",
+        chart(next_token_figure(probs, knocked, model.tokenizer.convert_ids_to_tokens), "analysis_next_token",
                f"{name}-next-token")
 
 
@@ -226,7 +226,7 @@ def _rollout(
         if st.session_state.get("analysis_rollout_layer", L) >= L:  # first time, or fewer layers than before
             st.session_state["analysis_rollout_layer"] = L - 1
         through = st.slider("Through layer", 0, L - 1, key="analysis_rollout_layer")
-    _chart(rollout_figure(rollout[through], tokens, f"rollout through layers 0 … {through}"), "analysis_rollout",
+    chart(rollout_figure(rollout[through], tokens, f"rollout through layers 0 … {through}"), "analysis_rollout",
            f"{name}-rollout")
 
 
@@ -273,7 +273,7 @@ def _compare(
     heads = [None, *range(trace.num_heads)] if trace.num_heads == b.num_heads else [None]
     head = st.selectbox("Head", heads, key="analysis_compare_head",
                         format_func=lambda h: "mean over heads" if h is None else f"head {h}")
-    _chart(comparison_figure(result, head, labels), "analysis_compare", f"{name}-compare")
+    chart(comparison_figure(result, head, labels), "analysis_compare", f"{name}-compare")
 
 
 def _trace_other_text(
@@ -303,4 +303,4 @@ def _concat_vs_sum(trace: AttentionTrace, name: str) -> None:
             "likely), so a fitted W' reproduces any output on this input: its error of ~0 says nothing here. Use "
             f"more than {trace.d_v} tokens to see what summing loses; the mean-block W' does not depend on the input."
         )
-    _chart(concat_sum_figure(result, trace.query_tokens), "analysis_concat_sum", f"{name}-concat-vs-sum")
+    chart(concat_sum_figure(result, trace.query_tokens), "analysis_concat_sum", f"{name}-concat-vs-sum")

@@ -15,7 +15,7 @@ from ..trace import AttentionTrace
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
 
 
-def _chart(fig, key: str, filename: str) -> None:
+def chart(fig, key: str, filename: str) -> None:
     config = {**PLOT_CONFIG, "toImageButtonOptions": {**PLOT_CONFIG["toImageButtonOptions"], "filename": filename}}
     st.plotly_chart(fig, width="stretch", key=key, config=config)
 
@@ -39,7 +39,7 @@ def heads_view(trace: AttentionTrace, name: str) -> None:
             f"{max(T, S)} tokens: each cell shows the largest weight in a block of positions. Pick heads "
             f"below to see a {MAX_CELLS_PER_SIDE}-token window at full resolution."
         )
-    _chart(heads_figure(trace), "heads", f"{name}-heads")
+    chart(heads_figure(trace), "heads", f"{name}-heads")
     _clamp_head_selection(H)
     chosen = st.multiselect(
         "Compare heads side by side (larger)", list(range(H)), key="compare", format_func=lambda h: f"head {h}",
@@ -52,7 +52,7 @@ def heads_view(trace: AttentionTrace, name: str) -> None:
                               step=8, key="zoom")
             window = (start, start + MAX_CELLS_PER_SIDE)
         fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window)
-        _chart(fig, "compare_heads", f"{name}-compare")
+        chart(fig, "compare_heads", f"{name}-compare")
 
 
 def head_view(trace: AttentionTrace, name: str) -> None:
@@ -62,7 +62,7 @@ def head_view(trace: AttentionTrace, name: str) -> None:
         "Q and K meet in the scores Q·Kᵀ (scaled by 1/√d_k); the softmax turns each row into weights; "
         "the weights mix the rows of V into the head's output."
     )
-    _chart(head_steps_figure(trace, head), "head_steps", f"{name}-head{head}-steps")
+    chart(head_steps_figure(trace, head), "head_steps", f"{name}-head{head}-steps")
 
 
 def output_path_view(trace: AttentionTrace, name: str) -> None:
@@ -71,12 +71,12 @@ def output_path_view(trace: AttentionTrace, name: str) -> None:
         "Because concat · W_Oᵀ splits into one product per head block, the output is the sum of each "
         "head's contribution head_h · W_O^(h)ᵀ plus the bias."
     )
-    _chart(output_path_figure(trace), "output_path", f"{name}-concat-wo")
+    chart(output_path_figure(trace), "output_path", f"{name}-concat-wo")
     checks = trace.check_wo_path()
     cols = st.columns(len(checks))
     for col, (label, err) in zip(cols, checks.items()):
         col.metric(label, f"{err:.1e}", help="max |difference| over all entries; float rounding only")
-    _chart(contributions_figure(trace), "contributions", f"{name}-contributions")
+    chart(contributions_figure(trace), "contributions", f"{name}-contributions")
 
 
 def cost_view(cfg: MHAConfig, T: int, S: int) -> None:
@@ -129,6 +129,6 @@ def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, nam
         "Open heads of the current layer", list(range(H)), key="compare", format_func=lambda h: f"head {h}",
         placeholder="Pick heads to open…",
     )
-    _chart(overview_figure(attentions, selected=(layer, chosen[0]) if chosen else None), "overview", f"{name}-overview")
+    chart(overview_figure(attentions, selected=(layer, chosen[0]) if chosen else None), "overview", f"{name}-overview")
     if chosen:
-        _chart(heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, title=f"layer {layer}"), "opened_heads", f"{name}-layer{layer}")
+        chart(heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, title=f"layer {layer}"), "opened_heads", f"{name}-layer{layer}")
