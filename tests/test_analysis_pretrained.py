@@ -119,3 +119,19 @@ def test_next_token_view_explains_why_it_is_unavailable(minilm: PretrainedModel,
     assert "without its language-model head" in bare.next_token_unavailable
     with pytest.raises(ValueError, match="AutoModelForCausalLM"):
         bare.next_token_probs(TEXT)
+
+
+def test_a_saved_causal_lm_loads_with_its_head_and_gives_next_token_probabilities(tmp_path) -> None:
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from mha_viz.pretrained import bundled_model_dir, load_model
+
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=30522, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=101,
+                               eos_token_id=102)).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(bundled_model_dir()).save_pretrained(tmp_path)
+    model = load_model(tmp_path)
+    assert model.next_token_unavailable is None
+    probs = model.next_token_probs("the cat sat")
+    assert probs.shape == (30522,) and abs(float(probs.sum()) - 1) < 1e-4

@@ -135,10 +135,14 @@ def _load_hub(repo_id: str, max_tokens: int | None) -> PretrainedModel:
 
 def _from_pretrained(source: str, name: str, max_tokens: int | None, *, local_files_only: bool) -> PretrainedModel:
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
     common: dict[str, Any] = {"trust_remote_code": False, "local_files_only": local_files_only}
-    model = AutoModel.from_pretrained(source, attn_implementation="eager", dtype=torch.float32, **common)
+    config = AutoConfig.from_pretrained(source, **common)
+    # A checkpoint saved with a language-model head keeps it, so knockout can show next-token changes.
+    has_lm_head = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in config.architectures or ())
+    auto = AutoModelForCausalLM if has_lm_head else AutoModel
+    model = auto.from_pretrained(source, config=config, attn_implementation="eager", dtype=torch.float32, **common)
     tokenizer = AutoTokenizer.from_pretrained(source, **common)
     return PretrainedModel(model, tokenizer, name=name, max_tokens=max_tokens)
 
