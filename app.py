@@ -5,14 +5,17 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 import torch
+from streamlit.errors import StreamlitSecretNotFoundError
 
 from mha_viz import MHAConfig, MultiHeadAttention, embed_tokens, tokenize
 from mha_viz.analysis import without_tokens
 from mha_viz.params import MAX_TOKENS, MODES, ViewState
 from mha_viz.pretrained import ModelLoadError, PretrainedModel, load_model
 from mha_viz.trace import AttentionTrace
+from mha_viz.hosting import allowed_models
 from mha_viz.ui import controls, pretrained, state, views
 from mha_viz.ui.analysis import analysis_view
+from mha_viz.ui.text import plain
 
 st.set_page_config(page_title="mha-viz: multi-head attention, visible", layout="wide")
 
@@ -56,6 +59,14 @@ def pretrained_trace(name: str, text: str, layer: int, part: str, decoder_text: 
 @st.cache_data(max_entries=32, show_spinner=False)
 def pretrained_attentions(name: str, text: str, part: str, decoder_text: str | None) -> np.ndarray:
     return get_model(name).attentions(text, part=part, decoder_text=decoder_text)
+
+
+def secret(key: str) -> str | None:
+    """A Streamlit secret, or None when the deployment has no secrets file."""
+    try:
+        return st.secrets.get(key)
+    except (FileNotFoundError, KeyError, ValueError, StreamlitSecretNotFoundError):
+        return None
 
 
 def tokens_or_stop(text: str, what: str) -> tuple[str, ...]:
@@ -157,18 +168,18 @@ with st.sidebar:
     if mode == "Configurable":
         controls.configurable_controls()
     else:
-        name = pretrained.model_field()
+        name = pretrained.model_field(allowed_models(secret=secret("allowed_models")))
         with st.spinner(f"Loading {name or 'the bundled model'}…"):
             error = load_error(name)
         if error:
-            st.error(f"Could not load the model: {error}")
+            st.error(f"Could not load the model: {plain(error)}")
         else:
             model = get_model(name)
             notices = notices + pretrained.layer_controls(model)
 s = state.current()
 state.write_url(s)
 for notice in notices:
-    st.warning(notice, icon="🔗")
+    st.warning(plain(notice), icon="🔗")
 
 st.header("Multi-head attention, visible")
 if mode == "Configurable":

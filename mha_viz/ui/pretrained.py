@@ -6,19 +6,26 @@ import streamlit as st
 
 from ..params import MAX_TEXT_CHARS, PARTS
 from ..pretrained import BUNDLED_MODEL, PretrainedModel
+from .text import plain
 
 PART_LABELS = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention (causal)", "cross": "Cross-attention"}
 
 
-def model_field() -> str:
-    """The model id widget; "" means the bundled model."""
-    st.text_input(
-        "Model (Hugging Face id or local folder)",
-        key="model",
-        placeholder=f"bundled {BUNDLED_MODEL.split('/')[-1]} (offline)",
-        help="Leave empty for the bundled all-MiniLM-L6-v2, which needs no download. "
-        "Other models load with eager attention and never run remote code.",
-    )
+def model_field(allowed: tuple[str, ...] | None) -> str:
+    """The model widget ("" means the bundled model): free text locally, a fixed list when hosted."""
+    if allowed is None:
+        st.text_input(
+            "Model (Hugging Face id or local folder)",
+            key="model",
+            placeholder=f"bundled {BUNDLED_MODEL.split('/')[-1]} (offline)",
+            help="Leave empty for the bundled all-MiniLM-L6-v2, which needs no download. "
+            "Other models load with eager attention and never run remote code.",
+        )
+    else:
+        if st.session_state.get("model", "") not in allowed:
+            st.warning(f"This demo only loads the models listed here; '{plain(st.session_state['model'][:60])}' is not one of them.")
+            st.session_state["model"] = allowed[0]
+        st.selectbox("Model", allowed, key="model", format_func=lambda m: m or f"{BUNDLED_MODEL} (bundled)")
     st.text_area("Sentence", key="text", max_chars=MAX_TEXT_CHARS, height=90)
     return st.session_state.get("model", "").strip()
 

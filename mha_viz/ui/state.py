@@ -6,7 +6,7 @@ from dataclasses import fields
 
 import streamlit as st
 
-from ..params import DEFAULTS, ViewState, parse_query, to_query
+from ..params import DEFAULTS, MAX_TEXT_CHARS, ViewState, parse_query, to_query
 
 FIELDS = tuple(f.name for f in fields(ViewState))
 _SEEDED = "_seeded_from_url"
@@ -36,6 +36,8 @@ def current() -> ViewState:
     """The state the widgets hold now (defaults for keys no widget has set)."""
     values = {name: st.session_state.get(name, getattr(DEFAULTS, name)) for name in FIELDS}
     values["compare"] = tuple(values["compare"] or ())
+    for name in ("text", "context"):  # the text areas cap typing; this caps anything else that sets them
+        values[name] = str(values[name])[:MAX_TEXT_CHARS]
     return ViewState(**values)
 
 
