@@ -9,10 +9,10 @@ from streamlit.errors import StreamlitSecretNotFoundError
 
 from mha_viz import MHAConfig, MultiHeadAttention, embed_tokens, tokenize
 from mha_viz.analysis import without_tokens
+from mha_viz.hosting import allowed_models
 from mha_viz.params import MAX_TOKENS, MODES, ViewState
 from mha_viz.pretrained import ModelLoadError, PretrainedModel, load_model
 from mha_viz.trace import AttentionTrace
-from mha_viz.hosting import allowed_models
 from mha_viz.ui import controls, pretrained, state, views
 from mha_viz.ui.analysis import analysis_view
 from mha_viz.ui.text import plain
