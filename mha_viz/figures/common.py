@@ -21,9 +21,9 @@ def token_label(token: str, max_chars: int = 16) -> str:
     return html.escape(short, quote=True) or "␣"
 
 
-def token_axis(tokens: Sequence[str], title: str | None = None, offset: int = 0) -> dict:
-    """Axis settings that label integer positions offset, offset+1, ... with their tokens (thinned beyond MAX_TICKS)."""
-    step = max(1, -(-len(tokens) // MAX_TICKS))
+def token_axis(tokens: Sequence[str], title: str | None = None, offset: int = 0, max_ticks: int = MAX_TICKS) -> dict:
+    """Axis settings that label integer positions offset, offset+1, ... with their tokens (thinned beyond max_ticks)."""
+    step = max(1, -(-len(tokens) // max_ticks))
     positions = list(range(0, len(tokens), step))
     return {
         "tickmode": "array",

@@ -62,7 +62,7 @@ def heads_figure(
     else:
         hover = f"queries %{{y:.0f}}±{bt // 2} → keys %{{x:.0f}}±{bs // 2}<br>max {value_name} in this {bt}×{bs} block"
     hover += " %{z:.3f}<extra>%{fullData.name}</extra>"
-    x_axis = {**token_axis(k_tokens, offset=k0), "tickangle": -60, "constrain": "domain"}
+    x_axis = {**token_axis(k_tokens, offset=k0, max_ticks=max(8, 64 // cols)), "tickangle": -60, "constrain": "domain"}
     y_axis = {**token_axis(q_tokens, offset=q0), "autorange": "reversed", "constrain": "domain"}
     traces = []
     for i, (h, z) in enumerate(zip(heads, shown, strict=True)):
