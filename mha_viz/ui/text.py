@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$&:])")
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>~$&|:])")
 
 
 def plain(text: str) -> str:
-    """Backslash-escape every Markdown/HTML/LaTeX-active character so st.* shows text verbatim."""
+    """Backslash-escape the Markdown/HTML/LaTeX-active characters (links, emphasis, tags, math,
+    entities, tables, autolinks) so st.* shows user text verbatim inside a message."""
     return _MARKDOWN.sub(r"\\\1", text)
