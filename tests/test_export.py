@@ -1,0 +1,470 @@
+"""Export and share: NPZ / JSON round trips, the offline HTML report, the CLI and the Streamlit controls."""
+
+from __future__ import annotations
+
+import doctest
+import html
+import io
+import json
+import os
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from plotly.offline import get_plotlyjs
+from streamlit.runtime.media_file_manager import MediaFileManager
+from streamlit.testing.v1 import AppTest
+
+import mha_viz
+import mha_viz.export
+from mha_viz.analysis import without_tokens
+from mha_viz.export import (
+    ARRAY_FIELDS,
+    FORMAT,
+    safe_filename,
+    share_url,
+    trace_from_json,
+    trace_from_npz,
+    trace_to_json,
+    trace_to_npz,
+)
+from mha_viz.report import html_report
+from mha_viz.trace import AttentionTrace
+
+ROOT = Path(__file__).resolve().parents[1]
+XSS = ("<script>alert(1)</script>", "<img src=x onerror=alert(1)>")
+TOKENS = ("The", XSS[0], "é", "a&b", '"q"', XSS[1], "🇫🇷", "\u2028", "cat")
+
+
+def configurable(tokens=TOKENS, context=None, *, h=4, d_model=32, causal=True, bias=True, seed=0) -> AttentionTrace:
+    mha = mha_viz.MultiHeadAttention(d_model, h, seed=seed, bias=bias)
+    x = mha_viz.embed_tokens(list(tokens), d_model, seed=seed)
+    c = None if context is None else mha_viz.embed_tokens(list(context), d_model, seed=seed)
+    return mha(x, c, causal=causal, query_tokens=tokens, key_tokens=context)
+
+
+def weights_only() -> AttentionTrace:
+    """A trace with only the attention weights (as for a model without an adapter)."""
+    return without_tokens(configurable(causal=False), {"The"})
+
+
+def grouped_query() -> AttentionTrace:
+    """Four query heads reading two K/V heads, no output bias, float64."""
+    full = configurable(bias=False)
+    kv = (0, 0, 1, 1)
+    arrays = {name: getattr(full, name).astype(np.float64) for name in ARRAY_FIELDS if getattr(full, name) is not None}
+    arrays["keys"], arrays["values"] = arrays["keys"][list(kv)], arrays["values"][list(kv)]
+    return AttentionTrace(query_tokens=full.query_tokens, key_tokens=full.key_tokens, **arrays, causal=True,
+                          kv_heads=kv, meta={"model": "gqa", "check": {"x": 0.0}, "nested": {"inf": float("inf")}})
+
+
+def assert_same_trace(a: AttentionTrace, b: AttentionTrace) -> None:
+    assert b.query_tokens == a.query_tokens and b.key_tokens == a.key_tokens
+    assert (b.causal, b.cross, b.kv_heads) == (a.causal, a.cross, a.kv_heads)
+    assert b.missing == a.missing
+    for name in ARRAY_FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert y.dtype == x.dtype and y.shape == x.shape, name
+            np.testing.assert_array_equal(y, x, err_msg=name)  # exact, -inf included
+
+
+TRACES = {
+    "self-causal": lambda: configurable(),
+    "cross": lambda: configurable(TOKENS[:4], ("Le", "chat", "<b>", "noir", "!"), causal=False),
+    "weights-only": weights_only,
+    "grouped-query-no-bias-float64": grouped_query,
+}
+
+
+# ------------------------------------------------------------------------------------------------ NPZ
+
+
+@pytest.mark.parametrize("make", TRACES.values(), ids=TRACES.keys())
+def test_npz_round_trip_is_exact(make) -> None:
+    trace = make()
+    back = trace_from_npz(trace_to_npz(trace))
+    assert_same_trace(trace, back)
+    assert back.meta == json.loads(json.dumps(mha_viz.export.jsonable(trace.meta)))
+
+
+def test_npz_is_plain_numpy_without_pickle() -> None:
+    trace = configurable()
+    with np.load(io.BytesIO(trace_to_npz(trace)), allow_pickle=False) as npz:
+        assert str(npz["format"]) == FORMAT
+        assert npz["query_tokens"].dtype.kind == "U" and tuple(npz["query_tokens"]) == TOKENS
+        assert set(npz.files) >= set(ARRAY_FIELDS) | {"query_tokens", "key_tokens", "causal", "cross", "meta"}
+        assert json.loads(str(npz["meta"])) == trace.meta
+        assert np.isneginf(npz["scores"]).sum() == trace.num_heads * len(TOKENS) * (len(TOKENS) - 1) // 2
+    assert "kv_heads" not in np.load(io.BytesIO(trace_to_npz(trace))).files
+    uncompressed = trace_to_npz(trace, compress=False)
+    assert len(uncompressed) > len(trace_to_npz(trace))
+    assert_same_trace(trace, trace_from_npz(uncompressed))
+
+
+def test_npz_loader_refuses_other_files_and_never_unpickles() -> None:
+    with pytest.raises(ValueError, match="not an mha-viz trace"):
+        trace_from_npz(b"not a zip file")
+    buf = io.BytesIO()
+    np.savez(buf, weights=np.zeros((1, 1, 1)))  # no format marker
+    with pytest.raises(ValueError, match="not an mha-viz trace"):
+        trace_from_npz(buf.getvalue())
+    buf = io.BytesIO()
+    np.savez(buf, format=np.array(FORMAT), meta=np.array([{"x": 1}], dtype=object))  # a pickled object array
+    with pytest.raises(ValueError, match="not an mha-viz trace"):
+        trace_from_npz(buf.getvalue())
+
+
+# ----------------------------------------------------------------------------------------------- JSON
+
+
+def strict_loads(text: str):
+    def refuse(name: str):
+        raise AssertionError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("make", TRACES.values(), ids=TRACES.keys())
+def test_json_has_the_shapes_and_reads_back_exactly(make) -> None:
+    trace = make()
+    text = trace_to_json(trace)
+    doc = strict_loads(text)
+    assert doc["format"] == FORMAT
+    assert doc["query_tokens"] == list(trace.query_tokens) and doc["key_tokens"] == list(trace.key_tokens)
+    assert doc["missing"] == list(trace.missing)
+    for name in ARRAY_FIELDS:
+        array = getattr(trace, name)
+        if array is None:
+            assert name not in doc["arrays"] and name not in doc["shapes"]
+            continue
+        assert doc["shapes"][name] == list(array.shape) and doc["dtypes"][name] == str(array.dtype)
+        assert np.array(doc["arrays"][name], dtype=array.dtype).shape == array.shape
+    assert_same_trace(trace, trace_from_json(text))
+
+
+def test_json_masked_scores_are_the_string_minus_inf() -> None:
+    trace = configurable()
+    doc = strict_loads(trace_to_json(trace))
+    row0 = doc["arrays"]["scores"][0][0]  # query 0 sees only key 0 under the causal mask
+    assert isinstance(row0[0], float) and row0[1:] == ["-inf"] * (len(TOKENS) - 1)
+    np.testing.assert_array_equal(np.array(doc["arrays"]["scores"], dtype=np.float32), trace.scores)
+    assert "-inf" in doc["nonfinite"]
+
+
+def test_json_keeps_html_tokens_as_plain_strings_and_is_inert_in_html() -> None:
+    text = trace_to_json(configurable())
+    assert not any(c in text for c in "<>&\u2028\u2029")  # escaped as \u003c ...: safe inside <script>
+    doc = strict_loads(text)
+    assert XSS[0] in doc["query_tokens"] and XSS[1] in doc["query_tokens"] and "\u2028" in doc["query_tokens"]
+    assert "\\u003cscript\\u003e" in text
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.text(min_size=1, max_size=40))
+def test_any_text_round_trips_through_npz_and_json(text: str) -> None:
+    tokens = mha_viz.tokenize(text)
+    if not tokens:
+        return
+    trace = configurable(tuple(tokens), h=2, d_model=8)
+    assert_same_trace(trace, trace_from_npz(trace_to_npz(trace)))
+    json_text = trace_to_json(trace)
+    json_text.encode("utf-8")  # writable as UTF-8
+    assert_same_trace(trace, trace_from_json(json_text))
+
+
+def test_export_module_docstring_examples() -> None:
+    result = doctest.testmod(mha_viz.export)
+    assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("all-MiniLM-L6-v2 layer 2", "all-MiniLM-L6-v2-layer-2"), ("../../etc/passwd", "etc-passwd"),
+     ("<script>alert(1)</script>", "script-alert-1-script"), ("...", "mha-viz"), ("", "mha-viz"),
+     ("héllo wörld", "h-llo-w-rld"), ("a" * 200, "a" * 80)],
+)
+def test_safe_filename(name: str, expected: str) -> None:
+    assert safe_filename(name) == expected
+
+
+def test_share_url() -> None:
+    query = {"h": "8", "text": "a b&c=d?#é"}
+    assert share_url("http://host:8501/app", query) == "http://host:8501/app?h=8&text=a%20b%26c%3Dd%3F%23%C3%A9"
+    assert share_url("http://host/?old=1#frag", {"h": "2"}) == "http://host/?h=2"
+    assert share_url(None, {"h": "2"}) == "?h=2"
+    assert share_url("http://host/", {}) == "http://host/" and share_url(None, {}) == ""
+    from urllib.parse import parse_qs, urlsplit
+
+    from mha_viz.params import ViewState, parse_query, to_query
+
+    state = ViewState(h=8, text="It's <b>bold</b> & 100% \"quoted\"", causal=True)
+    parsed = {k: v[-1] for k, v in parse_qs(urlsplit(share_url("http://x/", to_query(state))).query).items()}
+    assert parse_query(parsed) == (state, [])  # the link reproduces the view
+
+
+# --------------------------------------------------------------------------------------------- report
+
+
+class Tags(HTMLParser):
+    """Every start tag with its attributes; script and style bodies are raw text to HTMLParser."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag in ("script", "style")
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+    def handle_data(self, data):
+        if not self._in_script:
+            self.text.append(data)
+
+
+def parse(page: str) -> Tags:
+    parser = Tags()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+def assert_self_contained(page: str, n_figures: int) -> Tags:
+    bundle = get_plotlyjs()
+    assert page.count(bundle) == 1  # plotly.js inlined once
+    rest = page.replace(bundle, "")
+    for remote in ('src="http', "src='http", "cdn.plot.ly", "<link", "@import", "url(http"):
+        assert remote not in rest, remote
+    tags = parse(page)
+    scripts = [attrs for tag, attrs in tags.tags if tag == "script"]
+    assert all("src" not in attrs for attrs in scripts)
+    assert len(scripts) == 2 + n_figures  # PlotlyConfig, plotly.js, one Plotly.newPlot per figure
+    assert rest.count("Plotly.newPlot(") == n_figures
+    assert "default-src 'none'" in page and "connect-src 'none'" in page  # the CSP forbids any fetch
+    return tags
+
+
+ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "script", "body", "h1", "h2", "p", "table", "tr", "th",
+                "td", "ol", "li", "small", "code", "figure", "div", "a"}
+
+
+@pytest.mark.parametrize("make", TRACES.values(), ids=TRACES.keys())
+def test_report_is_self_contained_and_shows_tokens_as_text(make) -> None:
+    trace = make()
+    notes = {"text": XSS[1], "link": "https://x.org/?a=1&b=2", "not a link": "javascript:alert(1)", "list": [1, "<i>"]}
+    page = html_report(trace, title="Heads <b>of</b> " + XSS[0], notes=notes)
+    n_figures = 1 if trace.missing else 3
+    tags = assert_self_contained(page, n_figures)
+    assert {tag for tag, _ in tags.tags} <= ALLOWED_TAGS  # no <img>, no <b>, no injected <script src>
+    for xss in XSS:
+        assert xss not in page  # never as markup, anywhere (figures' JSON included)
+    visible = "".join(tags.text)
+    for token in trace.query_tokens:
+        assert html.escape(token) in page and token in visible  # escaped in the source, plain in the page
+    assert "Heads <b>of</b> " + XSS[0] in visible and XSS[1] in visible
+    links = [attrs["href"] for tag, attrs in tags.tags if tag == "a"]
+    assert links == ["https://x.org/?a=1&b=2"]  # http(s) addresses become links, nothing else does
+    for name in ARRAY_FIELDS:
+        if getattr(trace, name) is not None:
+            assert " × ".join(map(str, getattr(trace, name).shape)) in visible
+
+
+def test_report_has_the_wo_check_numbers() -> None:
+    trace = configurable()
+    page = html_report(trace, title="t")
+    visible = "".join(parse(page).text)
+    for label, err in trace.check_wo_path().items():
+        assert label in visible and f"{err:.2e}" in visible
+        assert err < 1e-4
+    weights_page = html_report(weights_only(), title="t")
+    assert "Concat → W_O check" not in weights_page and "Only the attention weights are available" in weights_page
+
+
+def test_report_figure_json_escapes_script_end_tags() -> None:
+    trace = configurable()
+    evil = go.Figure(go.Bar(x=[XSS[0], "</script><script>alert(2)</script>"], y=[1, 2]),
+                     layout={"title": {"text": "</script><img src=x onerror=alert(3)>"}})
+    page = html_report(trace, title="t", figures=[evil])
+    tags = assert_self_contained(page, 1)
+    assert "</script><script>alert(2)" not in page and "<img src=x onerror=alert(3)>" not in page
+    assert "\\u003c\\u002fscript\\u003e" in page  # Plotly's JSON escapes < / >
+    assert [tag for tag, _ in tags.tags].count("img") == 0
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mha_viz", *args], check=False, cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+
+
+def test_cli_configurable_report_npz_and_json(tmp_path: Path) -> None:
+    text, context = "The <script>alert(1)</script> cat sat", "Le chat <img src=x onerror=alert(1)>"
+    done = run_cli("report", "--text", text, "--context", context, "--heads", "8", "--d-model", "64", "--seed", "3",
+                   "--causal", "--no-pe", "--out", "r.html", "--npz", "t.npz", "--json", "t.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "wrote r.html" in done.stdout
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert_self_contained(page, 3)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and XSS[0] not in page and XSS[1] not in page
+    # the files hold exactly the trace the library computes for these settings
+    mha = mha_viz.MultiHeadAttention(64, 8, seed=3)
+    q, k = mha_viz.tokenize(text), mha_viz.tokenize(context)
+    with torch.inference_mode():
+        expected = mha(mha_viz.embed_tokens(q, 64, seed=3, positional=False),
+                       mha_viz.embed_tokens(k, 64, seed=3, positional=False),
+                       causal=True, query_tokens=q, key_tokens=k)
+    assert_same_trace(expected, trace_from_npz((tmp_path / "t.npz").read_bytes()))
+    assert_same_trace(expected, trace_from_json((tmp_path / "t.json").read_text(encoding="utf-8")))
+
+
+def test_cli_bundled_model_report(tmp_path: Path) -> None:
+    done = run_cli("report", "--model", "bundled", "--layer", "2", "--text", "The cat <b>sat</b>", "--out", "m.html",
+                   "--npz", "m.npz", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Loading weights" not in done.stderr
+    page = (tmp_path / "m.html").read_text(encoding="utf-8")
+    tags = assert_self_contained(page, 3)
+    visible = "".join(tags.text)
+    assert "[CLS]" in visible and "&lt;" in page and "<b>sat" not in page
+    assert "encoder layer 2" in visible and "against the model's own numbers" in visible
+    trace = trace_from_npz((tmp_path / "m.npz").read_bytes())
+    assert trace.weights.shape[0] == 12 and trace.meta["layer"] == 2 and not trace.missing
+    assert trace.query_tokens[0] == "[CLS]" and trace.query_tokens[-1] == "[SEP]"
+
+
+def assert_one_line_error(stderr: str, message: str) -> None:
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m mha_viz report: error: ") and message in lines[0], stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("--heads", "5", "--d-model", "64", "--out", "x.html"), 2, "h=5 does not divide d_model=64: each head would get 12.8"),
+        (("--model", "nobody-xyz/no-such-model", "--out", "x.html"), 1, "could not be downloaded: offline mode"),
+    ],
+)
+def test_cli_errors_are_one_line_without_traceback(tmp_path: Path, args, code: int, message: str) -> None:
+    done = run_cli("report", *args, cwd=tmp_path)
+    assert done.returncode == code
+    assert_one_line_error(done.stderr, message)
+    assert not (tmp_path / "x.html").exists() and done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("--heads", "0", "--out", "x.html"), 2, "num_heads must be a positive whole number"),
+        (("--heads", "4", "--d-k", "-1", "--out", "x.html"), 2, "d_k must be a positive whole number"),
+        (("--seed", "-1", "--out", "x.html"), 2, "--seed must be a whole number from 0"),
+        (("--heads", "4",), 2, "nothing to write"),
+        (("--layer", "2", "--out", "x.html"), 2, "--layer applies only to pretrained models"),
+        (("--model", "bundled", "--heads", "8", "--seed", "1", "--out", "x.html"), 2,
+         "--heads, --seed apply only to the configurable layer"),
+        (("--text", " \t ", "--out", "x.html"), 2, "the text has no tokens"),
+        (("--model", "no such model", "--out", "x.html"), 1, "could not load the model 'no such model'"),
+        (("--out", "missing-dir/x.html"), 1, "could not write missing-dir"),
+    ],
+)
+def test_cli_refuses_bad_arguments_in_one_line(tmp_path: Path, monkeypatch, capsys, args, code: int, message: str) -> None:
+    from mha_viz.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", *args]) == code
+    out, err = capsys.readouterr()
+    assert_one_line_error(err, message)
+    assert out == "" and not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.parametrize("args", [("report", "--bogus"), ("report", "--heads", "many"), ()])
+def test_cli_usage_errors_exit_2(capsys, args) -> None:
+    from mha_viz.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    assert exit_.value.code == 2 and "error:" in capsys.readouterr().err
+
+
+def test_import_mha_viz_stays_free_of_streamlit() -> None:
+    code = ("import sys, mha_viz, mha_viz.export, mha_viz.report, mha_viz.__main__; "
+            "print('streamlit' in sys.modules, 'transformers' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+# ------------------------------------------------------------------------------------------ Streamlit
+
+
+def export_app(query: dict) -> None:
+    import mha_viz
+    from mha_viz.ui.export import export_controls
+
+    tokens = ("The", "<script>alert(1)</script>", "cat")
+    mha = mha_viz.MultiHeadAttention(16, 2, seed=0)
+    trace = mha(mha_viz.embed_tokens(list(tokens), 16), query_tokens=tokens)
+    export_controls(trace, name="all-MiniLM-L6-v2 layer 2/<x>", share_query=query)
+
+
+@pytest.fixture
+def deferred(monkeypatch) -> list[tuple]:
+    """(callable, mime, file_name) of every deferred download registered during a run."""
+    calls: list[tuple] = []
+    original = MediaFileManager.add_deferred
+
+    def record(self, data_callable, mimetype, coordinates, file_name=None, **kwargs):
+        calls.append((data_callable, mimetype, file_name))
+        return original(self, data_callable, mimetype, coordinates, file_name=file_name, **kwargs)
+
+    monkeypatch.setattr(MediaFileManager, "add_deferred", record)
+    return calls
+
+
+def test_export_controls_render_three_lazy_downloads_and_the_link(deferred) -> None:
+    at = AppTest.from_function(export_app, args=({"h": "2", "text": "a b&c"},), default_timeout=120)
+    at.context = {"url": "http://localhost:8501/"}
+    at.run()
+    assert not at.exception
+    buttons = at.get("download_button")
+    assert [b.label for b in buttons] == ["Trace (.npz)", "Trace (.json)", "Report (.html)"]
+    for b in buttons:
+        assert b.proto.ignore_rerun  # a download does not rerun the app
+        assert b.proto.deferred_file_id and not b.proto.url  # built on click, not on every rerun
+    assert [(mime, name) for _, mime, name in deferred] == [
+        ("application/octet-stream", "all-MiniLM-L6-v2-layer-2-x.npz"),
+        ("application/json", "all-MiniLM-L6-v2-layer-2-x.json"),
+        ("text/html", "all-MiniLM-L6-v2-layer-2-x-report.html"),
+    ]
+    npz, js, report = (fn() for fn, _, _ in deferred)
+    trace = trace_from_npz(npz)
+    assert trace.query_tokens[1] == XSS[0] and trace.weights.shape == (2, 3, 3)
+    assert_same_trace(trace, trace_from_json(js))
+    assert_self_contained(report, 3)
+    assert XSS[0] not in report
+    link = "http://localhost:8501?h=2&text=a%20b%26c"
+    assert at.code[0].value == link
+    assert link.replace("&", "&amp;") in report  # the report links back to the view
+
+
+def test_export_controls_without_a_known_address_show_the_query_string(deferred) -> None:
+    at = AppTest.from_function(export_app, args=({"h": "8"},), default_timeout=120).run()
+    assert not at.exception
+    assert len(at.get("download_button")) == 3
+    assert at.code[0].value == "?h=8"
+    at = AppTest.from_function(export_app, args=({},), default_timeout=120).run()
+    assert not at.exception and len(at.code) == 0 and "default view" in at.caption[0].value
