@@ -10,11 +10,13 @@ from streamlit.errors import StreamlitSecretNotFoundError
 from mha_viz import MHAConfig, MultiHeadAttention, embed_tokens, tokenize
 from mha_viz.analysis import without_tokens
 from mha_viz.hosting import allowed_models
-from mha_viz.params import MAX_TOKENS, MODES, ViewState
+from mha_viz.export import safe_filename
+from mha_viz.params import MAX_TOKENS, MODES, ViewState, to_query
 from mha_viz.pretrained import ModelLoadError, PretrainedModel, load_model
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, pretrained, state, views
 from mha_viz.ui.analysis import analysis_view
+from mha_viz.ui.export import export_controls
 from mha_viz.ui.text import plain
 
 st.set_page_config(page_title="mha-viz: multi-head attention, visible", layout="wide")
@@ -118,6 +120,13 @@ def configurable_page(s: ViewState) -> None:
         views.cost_view(cfg, T, S)
     else:
         views.formulas_view(cfg, T, S, s.causal)
+    with st.expander("Export and share"):
+        export_controls(
+            trace, name=f"configurable-h{cfg.num_heads}-d{cfg.d_model}", share_query=to_query(s),
+            title=f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model}",
+            notes={"text": s.text, "seed": s.seed, "causal": s.causal, "positional encoding": s.pe,
+                   **({"context (keys and values)": s.context} if s.cross else {})},
+        )
 
 
 def pretrained_page(s: ViewState, model: PretrainedModel) -> None:
@@ -126,7 +135,7 @@ def pretrained_page(s: ViewState, model: PretrainedModel) -> None:
         return
     decoder_text = s.context if model.kind == "encoder-decoder" else None
     trace = pretrained_trace(s.model, s.text, s.layer, s.part, decoder_text)
-    name = model.name.split("/")[-1]
+    name = safe_filename(f"{model.name.split('/')[-1]}-{s.part}-layer{s.layer}")
     st.caption(
         f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer {s.layer} of {model.num_layers[s.part]}"
         f" · {model.num_heads[s.part]} heads · {len(trace.query_tokens)} query tokens"
@@ -157,6 +166,11 @@ def pretrained_page(s: ViewState, model: PretrainedModel) -> None:
         views.head_view(trace, name)
     else:
         views.output_path_view(trace, name)
+    with st.expander("Export and share"):
+        export_controls(
+            trace, name=name, share_query=to_query(s), title=f"{model.name}: {s.part} layer {s.layer}",
+            notes={"model": model.name, "text": s.text, **({"decoder text": decoder_text} if decoder_text else {})},
+        )
 
 
 notices = state.seed_from_url()

@@ -146,3 +146,10 @@ def test_every_analysis_section_renders_for_the_configurable_model() -> None:
             assert any("single attention layer" in i.value for i in at.info)
         else:
             assert at.get("plotly_chart"), section
+
+
+def test_export_offers_npz_json_and_an_html_report() -> None:
+    at = new_app(h="2").run()
+    buttons = at.get("download_button")
+    assert len(buttons) == 3
+    assert "h=2" in " ".join(c.value for c in at.code)  # the shareable link carries the state
