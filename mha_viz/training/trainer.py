@@ -1,0 +1,164 @@
+"""Train the one-layer model on a task with Adam and record snapshots along the way.
+
+    loss = mean over defined (b, t, r) of  -log softmax(logits[b, t, r])[y_r(t)]
+Each snapshot measures the model on a fixed evaluation batch (loss, accuracy per relation,
+relation scores) and traces it on the task's fixed probe sequence.
+Deterministic for a seed: the same arguments give identical losses and traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from time import perf_counter
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..trace import AttentionTrace
+from .model import TinyAttentionModel
+from .scores import relation_masks, relation_scores
+from .tasks import IGNORE, Task, get_task
+
+EVAL_SEED = 12_345
+EVAL_BATCH = 128
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """The model after `step` optimiser steps."""
+
+    step: int
+    loss: float  # evaluation cross-entropy
+    accuracy: np.ndarray  # [R] evaluation accuracy per relation
+    scores: np.ndarray  # [H, R] relation scores on the evaluation batch
+    trace: AttentionTrace  # the probe sequence
+
+    @property
+    def mean_accuracy(self) -> float:
+        """Accuracy averaged over relations (each relation weighs the same)."""
+        return float(self.accuracy.mean())
+
+
+@dataclass(frozen=True, eq=False)
+class TrainingRun:
+    task: str
+    num_heads: int
+    d_model: int
+    seed: int
+    relations: tuple[str, ...]
+    train_loss: np.ndarray  # [steps] loss on each optimiser step's batch
+    snapshots: tuple[Snapshot, ...]  # step 0 (untrained) ... the last step
+    seconds: float  # wall time of the training loop (the only field that varies between equal runs)
+
+    @property
+    def final(self) -> Snapshot:
+        return self.snapshots[-1]
+
+    @property
+    def snapshot_steps(self) -> np.ndarray:
+        return np.array([s.step for s in self.snapshots])
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with n torch threads (None: leave the setting alone), then restore the previous count."""
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _loss(logits: Tensor, targets: Tensor) -> Tensor:
+    return F.cross_entropy(logits.flatten(0, 2), targets.flatten(), ignore_index=IGNORE)  # logits (B, T, R, V)
+
+
+def _accuracy(logits: Tensor, targets: Tensor) -> np.ndarray:
+    defined = targets != IGNORE  # (B, T, R)
+    correct = (logits.argmax(-1) == targets) & defined  # (B, T, R)
+    return (correct.sum((0, 1)) / defined.sum((0, 1))).numpy()  # (R,)
+
+
+def _batches(
+    task: Task, steps: int, batch_size: int, generator: torch.Generator, chunk: int = 100
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """`steps` training batches (tokens (B, T), targets (B, T, R)), sampled `chunk` steps at a time.
+
+    One sample for many steps saves small ops per step (in an A/B run of 300 steps at h=4, d_model=64
+    on the 2-core machine: best of 4, 1.6 s instead of 2.2 s).
+    """
+    for start in range(0, steps, chunk):
+        n = min(chunk, steps - start)
+        tokens = task.sample(n * batch_size, generator)  # (n*B, T)
+        targets = task.targets(tokens)  # (n*B, T, R)
+        yield from zip(tokens.unflatten(0, (n, batch_size)), targets.unflatten(0, (n, batch_size)))
+
+
+def train(
+    task: str | Task,
+    num_heads: int,
+    d_model: int,
+    steps: int = 600,
+    seed: int = 0,
+    *,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    num_snapshots: int = 30,
+    threads: int | None = 1,
+    on_step: Callable[[int], None] | None = None,
+) -> TrainingRun:
+    """Train a fresh TinyAttentionModel for `steps` Adam steps, with snapshots at num_snapshots + 1
+    evenly spaced steps from 0 to `steps` (fewer when steps < num_snapshots).
+
+    threads: torch threads while training (1 by default: the matrices are tiny, and on the busy
+    2-core machine of bench/RESULTS-training.md torch's default of 2 was several times slower).
+    on_step(step) is called after every step.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    spec = get_task(task) if isinstance(task, str) else task
+    probe = spec.probe()  # (T,)
+    names = spec.token_names(probe)
+    eval_tokens = spec.sample(EVAL_BATCH, torch.Generator().manual_seed(EVAL_SEED))  # (N, T)
+    eval_targets = spec.targets(eval_tokens)  # (N, T, R)
+    eval_masks = relation_masks(spec.positions(eval_tokens).numpy(), spec.seq_len)  # (N, R, T, T)
+    record = set(np.linspace(0, steps, num_snapshots + 1).round().astype(int).tolist())
+
+    with torch_threads(threads):
+        model = TinyAttentionModel(len(spec.vocab), spec.seq_len, d_model, num_heads, len(spec.relations), seed=seed)
+        optimiser = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
+
+        @torch.no_grad()
+        def snapshot(step: int) -> Snapshot:
+            logits, att = model(eval_tokens)  # (N, T, R, V)
+            return Snapshot(
+                step=step,
+                loss=float(_loss(logits, eval_targets)),
+                accuracy=_accuracy(logits, eval_targets),
+                scores=relation_scores(att.weights.numpy(), eval_masks),  # (H, R)
+                trace=model.trace(probe, names, {"task": spec.name, "step": step}),
+            )
+
+        snapshots = [snapshot(0)]
+        losses = np.empty(steps, dtype=np.float32)
+        start = perf_counter()
+        batches = _batches(spec, steps, batch_size, torch.Generator().manual_seed(seed))
+        for step, (tokens, targets) in enumerate(batches, start=1):
+            logits, _ = model(tokens)  # (B, T, R, V)
+            loss = _loss(logits, targets)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            losses[step - 1] = loss.item()
+            if step in record:
+                snapshots.append(snapshot(step))
+            if on_step is not None:
+                on_step(step)
+        seconds = perf_counter() - start
+    return TrainingRun(spec.name, num_heads, d_model, seed, spec.relation_names, losses, tuple(snapshots), seconds)

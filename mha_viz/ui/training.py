@@ -1,0 +1,135 @@
+"""Train mode: train a one-layer model in seconds and watch its heads split the task's relations."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from ..params import D_MODEL_CHOICES, MAX_HEADS, MAX_SEED, MAX_STEPS
+from ..trace import AttentionTrace
+from ..training import DEFAULT_TASK, TASKS, TrainingRun, train
+from ..training.figures import curves_figure, heads_through_training_figure, relation_scores_figure
+from .controls import explain_invalid_heads
+from .views import chart
+
+TRAIN_D_MODELS = tuple(d for d in D_MODEL_CHOICES if d <= 128)  # wider models train too slowly for a page
+SAME = 0.01  # accuracies closer than this count as "about as well"
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def trained_run(task: str, h: int, d_model: int, steps: int, seed: int) -> TrainingRun:
+    """One training run, cached on its plain arguments; shows a progress bar while it trains."""
+    bar = st.progress(0.0, text=f"Training h = {h}…")
+    every = max(1, steps // 40)
+
+    def progress(step: int) -> None:
+        if step % every == 0 or step == steps:
+            bar.progress(step / steps, text=f"Training h = {h}: step {step} of {steps}")
+
+    run = train(task, h, d_model, steps, seed, on_step=progress)
+    bar.empty()
+    return run
+
+
+def training_controls() -> None:
+    """Sidebar widgets of train mode; their keys are the ViewState fields task, h, d_model, steps, seed."""
+    if st.session_state.get("task") not in TASKS:
+        st.session_state["task"] = DEFAULT_TASK
+    if st.session_state.get("d_model") not in TRAIN_D_MODELS:
+        st.session_state["d_model"] = TRAIN_D_MODELS[-1]
+    st.selectbox("Task", list(TASKS), key="task", format_func=lambda name: TASKS[name].title)
+    st.slider("Number of heads h", 1, MAX_HEADS, key="h", help="Compared with a single head of the same d_model.")
+    st.selectbox("d_model", TRAIN_D_MODELS, key="d_model", help="Width of the embeddings; each head gets d_model / h.")
+    st.number_input("Training steps", 1, MAX_STEPS, key="steps", step=100, help="Adam steps on random sequences.")
+    st.number_input("Seed (weights and training data)", 0, MAX_SEED, key="seed", step=1)
+
+
+def _who_takes_what(run: TrainingRun) -> str:
+    """The final relation scores in words: which head puts most attention on each relation."""
+    scores = run.final.scores  # (H, R)
+    if run.num_heads == 1:
+        masses = ", ".join(f"{r} {v:.2f}" for r, v in zip(run.relations, scores[0]))
+        return f"Attention mass of the one head: {masses}."
+    best = scores.argmax(0).tolist()  # (R,) the top head of each relation
+    parts = [f"{r}: head {b} ({scores[b, i]:.2f})" for i, (r, b) in enumerate(zip(run.relations, best))]
+    shared = [
+        f" Head {b} is the top head of " + " and ".join(r for r, top in zip(run.relations, best) if top == b) + "."
+        for b in sorted(set(best)) if best.count(b) > 1
+    ]
+    return "Attention mass of the top head per relation: " + "; ".join(parts) + "." + "".join(shared)
+
+
+def _comparison(run: TrainingRun, single: TrainingRun) -> None:
+    """Measured loss and accuracy of h heads next to one head, and what they say."""
+    h, f, f1 = run.num_heads, run.final, single.final
+    st.table(
+        {
+            "": ["loss", "accuracy (mean)"] + [f"accuracy: {r}" for r in run.relations],
+            "h = 1": [f"{f1.loss:.4f}", f"{f1.mean_accuracy:.1%}"] + [f"{a:.1%}" for a in f1.accuracy],
+            f"h = {h}": [f"{f.loss:.4f}", f"{f.mean_accuracy:.1%}"] + [f"{a:.1%}" for a in f.accuracy],
+        }
+    )
+    gap = f.mean_accuracy - f1.mean_accuracy
+    if abs(gap) < SAME:
+        st.info(f"On this task, at this d_model and budget, one head does about as well as {h} heads "
+                f"(mean accuracy {f1.mean_accuracy:.1%} vs {f.mean_accuracy:.1%}).")
+    else:
+        (better, fb), (worse, fw) = ((h, f), (1, f1)) if gap > 0 else ((1, f1), (h, f))
+        st.success(
+            f"h = {better} ends {100 * abs(gap):.1f} percentage points more accurate than h = {worse} (mean accuracy "
+            f"{fb.mean_accuracy:.1%} vs {fw.mean_accuracy:.1%}; loss {fb.loss:.4f} vs {fw.loss:.4f})."
+        )
+
+
+def _run_column(run: TrainingRun, name: str) -> None:
+    H = run.num_heads
+    st.markdown(f"**h = {H}**: {H} head{'s' if H > 1 else ''} of width d_k = {run.d_model // H}")
+    heads = heads_through_training_figure([s.trace for s in run.snapshots], run.snapshot_steps, cols=min(H, 2))
+    chart(heads, f"train_heads{name}", f"train-h{H}-heads")
+    chart(relation_scores_figure(run.final.scores, run.relations), f"train_scores{name}", f"train-h{H}-relations")
+    st.caption(_who_takes_what(run))
+
+
+def training_page(h: int, d_model: int, steps: int, seed: int, task: str) -> AttentionTrace | None:
+    """Train h heads and one head on the task; show both through training. Returns the trained h-head trace."""
+    spec = TASKS.get(task or DEFAULT_TASK)
+    if spec is None:
+        st.error(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
+        return None
+    if d_model % h:
+        explain_invalid_heads(h, d_model)
+        return None
+    st.subheader(spec.title)
+    st.caption(
+        f"{spec.description} Model: token + position embedding (d_model = {d_model}) → one causal multi-head "
+        "attention layer → a linear readout per relation, no residual: the readout sees only what the heads fetched. "
+        f"{steps} Adam steps, seed {seed}. Loss and accuracy are measured on a fixed batch of evaluation sequences; "
+        "the heatmaps show one fixed probe sequence."
+    )
+    run = trained_run(spec.name, h, d_model, steps, seed)
+    single = trained_run(spec.name, 1, d_model, steps, seed) if h > 1 else None
+    if single is not None:
+        _comparison(run, single)
+    else:
+        st.info("Pick h > 1 to train several heads next to this single head.")
+    st.caption(
+        "Heatmaps: row = query token, column = key token; drag the step slider or press ▶ to replay training. "
+        "Relation scores: the attention mass each head puts on each relation's key, averaged over the evaluation "
+        "queries where the relation is defined and its key differs from the other relations' keys."
+    )
+    runs = {"_single": single, "": run} if single is not None else {"": run}
+    for col, (name, r) in zip(st.columns(len(runs)), runs.items()):
+        with col:
+            _run_column(r, name)
+    curves = {f"h = {r.num_heads}": r for r in runs.values()}
+    chart(
+        curves_figure(
+            run.snapshot_steps,
+            loss={k: np.array([s.loss for s in r.snapshots]) for k, r in curves.items()},
+            accuracy={k: np.array([s.mean_accuracy for s in r.snapshots]) for k, r in curves.items()},
+            train_loss={k: r.train_loss for k, r in curves.items()},
+        ),
+        "train_curves",
+        "train-curves",
+    )
+    return run.final.trace
