@@ -18,11 +18,13 @@ from mha_viz.ui import controls, pretrained, state, views
 from mha_viz.ui.analysis import analysis_view
 from mha_viz.ui.export import export_controls
 from mha_viz.ui.text import plain
+from mha_viz.ui.training import trained_run, training_controls, training_page
 
 st.set_page_config(page_title="mha-viz: multi-head attention, visible", layout="wide")
 
 CONFIGURABLE_VIEWS = ("Heads", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas")
 PRETRAINED_VIEWS = ("Heads", "Overview", "One head", "Concat → W_O", "Analysis")
+TRAIN_VIEWS = ("Training", "One head", "Concat → W_O", "Analysis")
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -173,6 +175,26 @@ def pretrained_page(s: ViewState, model: PretrainedModel) -> None:
         )
 
 
+def train_page(s: ViewState) -> None:
+    view = view_picker(TRAIN_VIEWS)
+    if view == "Training":
+        training_page(s.h, s.d_model, s.steps, s.seed, s.task)
+        return
+    if s.d_model % s.h:
+        controls.explain_invalid_heads(s.h, s.d_model)
+        return
+    trace = trained_run(s.task, s.h, s.d_model, s.steps, s.seed).final.trace  # the trained layer on its probe
+    name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
+    st.caption(f"The trained layer (task {s.task}, h = {s.h}, d_model = {s.d_model}, {s.steps} steps, seed {s.seed}) "
+               "on the task's probe sequence.")
+    if view == "One head":
+        views.head_view(trace, name)
+    elif view == "Concat → W_O":
+        views.output_path_view(trace, name)
+    else:
+        analysis_view(trace, name=name)
+
+
 notices = state.seed_from_url()
 with st.sidebar:
     st.title("mha-viz")
@@ -181,6 +203,8 @@ with st.sidebar:
     model = None
     if mode == "Configurable":
         controls.configurable_controls()
+    elif mode == "Train":
+        training_controls()
     else:
         name = pretrained.model_field(allowed_models(secret=secret("allowed_models")))
         with st.spinner(f"Loading {name or 'the bundled model'}…"):
@@ -198,5 +222,7 @@ for notice in notices:
 st.header("Multi-head attention, visible")
 if mode == "Configurable":
     configurable_page(s)
+elif mode == "Train":
+    train_page(s)
 elif model is not None:
     pretrained_page(s, model)

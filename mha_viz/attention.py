@@ -186,8 +186,8 @@ class MultiHeadAttention(nn.Module):
             query_tokens=qt,
             key_tokens=kt,
             **{name: tensor.detach().cpu().numpy() for name, tensor in t._asdict().items()},  # type: ignore[arg-type]
-            W_O=self.W_O.detach().cpu().numpy(),
-            b_O=None if self.b_O is None else self.b_O.detach().cpu().numpy(),
+            W_O=self.W_O.detach().cpu().numpy().copy(),  # a copy: the trace must not follow later training
+            b_O=None if self.b_O is None else self.b_O.detach().cpu().numpy().copy(),
             causal=causal,
             cross=context is not None,
             meta={"model": "configurable"},

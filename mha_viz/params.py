@@ -25,10 +25,11 @@ MAX_HEAD_WIDTH = 256
 MAX_TEXT_CHARS = 5000
 MAX_TOKENS = 512
 MAX_SEED = 2**31 - 1
-VIEWS = ("Heads", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas", "Overview")
+VIEWS = ("Heads", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas", "Overview", "Training")
 MODES = ("Configurable", "Pretrained", "Train")
 PARTS = ("encoder", "decoder", "cross")
 MAX_LAYERS = 128
+TASK_NAMES = ("prev-first", "prev-2back-first", "prev-match")  # mha_viz.training.TASKS (a test keeps them equal)
 MAX_STEPS = 5000
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 
@@ -40,7 +41,7 @@ class ViewState:
     layer: int = 0
     part: str = PARTS[0]
     special: bool = True  # pretrained mode: show special tokens ([CLS], [SEP], BOS)
-    task: str = ""  # train mode: a task name from mha_viz.training ("" = its default)
+    task: str = "prev-first"  # train mode: a task name from mha_viz.training
     steps: int = 600  # train mode: optimiser steps
     text: str = DEFAULT_TEXT
     h: int = 4
@@ -107,6 +108,12 @@ def _one_of(choices: tuple[str, ...]):
     return parse
 
 
+def _task(raw: str) -> str:
+    if raw not in TASK_NAMES:
+        raise ValueError
+    return raw
+
+
 def _model_id(raw: str) -> str:
     """A hub id like org/name; paths and anything else are refused (they are typed, not linked)."""
     raw = raw.strip()
@@ -121,7 +128,7 @@ PARSERS = {
     "layer": (lambda r: _int(r, 0, MAX_LAYERS - 1), f"a layer number from 0 to {MAX_LAYERS - 1}"),
     "part": (_one_of(PARTS), "one of " + ", ".join(PARTS)),
     "special": (_bool, "true or false"),
-    "task": (_model_id, "a task name"),
+    "task": (_task, "a task name: " + ", ".join(TASK_NAMES)),
     "steps": (lambda r: _int(r, 1, MAX_STEPS), f"a number of steps from 1 to {MAX_STEPS}"),
     "text": (_text, f"at most {MAX_TEXT_CHARS} characters"),
     "h": (lambda r: _int(r, 1, MAX_HEADS), f"a whole number of heads from 1 to {MAX_HEADS}"),

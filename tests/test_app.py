@@ -153,3 +153,20 @@ def test_export_offers_npz_json_and_an_html_report() -> None:
     buttons = at.get("download_button")
     assert len(buttons) == 3
     assert "h=2" in " ".join(c.value for c in at.code)  # the shareable link carries the state
+
+
+def test_url_task_names_are_the_training_tasks() -> None:
+    from mha_viz.params import TASK_NAMES
+    from mha_viz.training import TASKS
+
+    assert tuple(TASKS) == TASK_NAMES
+
+
+def test_train_mode_trains_and_opens_the_trained_layer_in_other_views() -> None:
+    at = new_app(mode="Train", h="2", d_model="32", steps="60").run()
+    assert not at.exception and not at.error
+    assert at.get("plotly_chart")
+    at.button_group(key="view").set_value("Concat → W_O").run()
+    assert not at.exception
+    fig = figure(at)
+    assert [z_matrix(t).shape[1] for t in heatmaps(fig)][:2] == [32, 32]  # concat [T, h*d_v], W_O [d_out, h*d_v]

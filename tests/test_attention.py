@@ -454,3 +454,14 @@ def test_head_mask_must_have_one_value_per_head():
     mha = MultiHeadAttention(8, 2, seed=0)
     with pytest.raises(ValueError, match="one value per head"):
         mha(torch.randn(3, 8), head_mask=torch.ones(1))
+
+
+def test_a_trace_does_not_change_when_the_layer_is_trained_afterwards():
+    mha = MultiHeadAttention(8, 2, seed=0)
+    trace = mha(torch.randn(3, 8))
+    W_O, b_O = trace.W_O.copy(), trace.b_O.copy()
+    with torch.no_grad():
+        mha.W_O.add_(1.0)
+        mha.b_O.add_(1.0)
+    np.testing.assert_array_equal(trace.W_O, W_O)
+    np.testing.assert_array_equal(trace.b_O, b_O)
