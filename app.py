@@ -9,8 +9,8 @@ from streamlit.errors import StreamlitSecretNotFoundError
 
 from mha_viz import MHAConfig, MultiHeadAttention, embed_tokens, tokenize
 from mha_viz.analysis import without_tokens
-from mha_viz.hosting import allowed_models
 from mha_viz.export import safe_filename
+from mha_viz.hosting import allowed_models
 from mha_viz.params import MAX_TOKENS, MODES, ViewState, to_query
 from mha_viz.pretrained import ModelLoadError, PretrainedModel, load_model
 from mha_viz.trace import AttentionTrace

@@ -23,9 +23,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import mha_viz  # noqa: E402
-from mha_viz.figures import heads_figure  # noqa: E402
-from tests.browser import chromium, painted_heatmaps, slider, streamlit_server, wait_for_heatmaps  # noqa: E402
+import mha_viz
+from mha_viz.figures import heads_figure
+from tests.browser import chromium, painted_heatmaps, slider, streamlit_server, wait_for_heatmaps
 
 rows: list[tuple[str, str, str]] = []
 

@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -57,7 +57,7 @@ class Recorder:
         self.output: Tensor | None = None  # (T, d_out)
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
-    def __enter__(self) -> Recorder:
+    def __enter__(self) -> Self:
         s = self.site
         self._handles += [
             s.attention.register_forward_pre_hook(self._on_call, with_kwargs=True),
@@ -115,7 +115,7 @@ class HeadMasks:
         self.masks = list(masks)
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
-    def __enter__(self) -> HeadMasks:
+    def __enter__(self) -> Self:
         self._handles += [site.out.register_forward_pre_hook(partial(scale_concat, mask)) for site, mask in self.masks]
         return self
 
