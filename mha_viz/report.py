@@ -18,7 +18,7 @@ import json
 import numbers
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -190,7 +190,7 @@ def html_report(
     if meta:
         parts.append("<h2>Trace metadata</h2>" + _table([[f"<th>{_esc(k)}</th>", f"<td>{_text(v)}</td>"]
                                                         for k, v in meta.items()]))
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     parts.append(f'<p class="sub">Made with mha-viz {_esc(_version())} on {stamp}. This file is self-contained '
                  "and works offline.</p>")
 
