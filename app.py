@@ -27,7 +27,8 @@ PRETRAINED_VIEWS = ("Heads", "Overview", "One head", "Concat → W_O", "Analysis
 TRAIN_VIEWS = ("Training", "One head", "Concat → W_O", "Analysis")
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+# Bounded caches: a 512-token, 16-head trace is ~50 MB, all layers of the bundled model ~75 MB.
+@st.cache_data(max_entries=16, show_spinner=False)
 def configurable_trace(
     query_tokens: tuple[str, ...], key_tokens: tuple[str, ...] | None, cfg: MHAConfig, seed: int, causal: bool, pe: bool
 ) -> AttentionTrace:
@@ -55,12 +56,12 @@ def load_error(name: str) -> str | None:
     return None
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@st.cache_data(max_entries=16, show_spinner=False)
 def pretrained_trace(name: str, text: str, layer: int, part: str, decoder_text: str | None) -> AttentionTrace:
     return get_model(name).trace(text, layer, part=part, decoder_text=decoder_text)
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
+@st.cache_data(max_entries=4, show_spinner=False)
 def pretrained_attentions(name: str, text: str, part: str, decoder_text: str | None) -> np.ndarray:
     return get_model(name).attentions(text, part=part, decoder_text=decoder_text)
 
