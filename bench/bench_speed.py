@@ -35,14 +35,17 @@ def report(name: str, value: str, note: str = "") -> None:
     print(f"{name:<58} {value:>14}  {note}", flush=True)
 
 
-def median_time(fn, repeats: int = 21) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def median_times(fns, repeats: int = 31) -> list[float]:
+    """Median seconds of each function, calls interleaved so that both see the same machine load."""
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, ts in zip(fns, times, strict=True):
+            start = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - start)
+    return [statistics.median(ts) for ts in times]
 
 
 def compute() -> None:
@@ -52,8 +55,7 @@ def compute() -> None:
     ours = mha_viz.MultiHeadAttention.from_torch(ref)
     x = torch.randn(T, d)
     with torch.inference_mode():
-        t_ref = median_time(lambda: ref(x, x, x, need_weights=True, average_attn_weights=False))
-        t_ours = median_time(lambda: ours(x))
+        t_ref, t_ours = median_times([lambda: ref(x, x, x, need_weights=True, average_attn_weights=False), lambda: ours(x)])
     report("compute: torch MHA, T=512 d=768 h=12 (median)", f"{t_ref * 1e3:.1f} ms")
     report("compute: mha_viz trace (all intermediates, numpy)", f"{t_ours * 1e3:.1f} ms", f"ratio {t_ours / t_ref:.2f} (target <= 1.3)")
 
@@ -139,6 +141,7 @@ def peak_rss_mb(pid: int) -> float:
 
 
 if __name__ == "__main__":
+    print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} torch threads")
     compute()
