@@ -1,0 +1,245 @@
+"""Server memory over many reruns with varied input. Prints a table; asserts nothing.
+
+    python bench/bench_memory.py [--reruns 300] [--warmup 50]     (needs /usr/bin/chromium)
+
+One `streamlit run app.py` (bench_load.logged_server: the command line of tests/browser.py, log
+captured, HF_HUB_OFFLINE=1) and one headless Chromium page. The reruns come in blocks of five:
+open a URL with fresh input (a new session), then in that session edit the sentence (text area,
+Ctrl+Enter), press a slider key, edit the sentence, press a slider key. Blocks alternate between
+the configurable model (random text of 4 to 61 words, d_model, h, seed, causal, positional
+encoding, sometimes cross-attention with a second random sentence; the keys move the head slider)
+and the bundled pretrained model (random text of 3 to 41 words, random layer; the keys move the
+Layer slider). Nearly every rerun is a new cache key, so the app's caches fill up to their bounds
+(st.cache_data max_entries, read from app.py and printed) and must then stay there. The script
+counts the distinct keys it asked for, so it knows when the trace caches are full.
+
+VmRSS of the server process (/proc/<pid>/status) is printed every 25 reruns; the growth is
+measured from the end of the warm-up (rerun 50) to the end (rerun 300), target < 10 %, and
+also from the first checkpoint at which both trace caches are full.
+
+Afterwards (--long; default: the configurable cache bound + 8; 0 to skip) a separate check of the
+cache bound: the caches are bounded by entry count, not bytes, so it opens that many configurable
+URLs with 512 fresh tokens, h=16, d_model=768 (the largest trace the app accepts) and reports the
+RSS per such rerun: it should stop growing once the cache is full.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import random
+import statistics
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_load import WORDS, loadavg, logged_server
+from tests.browser import ROOT, chromium, painted_heatmaps, slider, wait_for_heatmaps
+
+D_MODELS = (12, 24, 48, 96, 192, 384, 768)  # every h from 1 to 4 divides these: slider steps stay valid
+LAYERS = 6  # all-MiniLM-L6-v2
+CHANGES_PER_BLOCK = 4  # reruns in a session after the URL that opened it
+
+
+def cache_bounds() -> dict[str, int | None]:
+    """max_entries of the app's cached functions, read from app.py (it changes; the bench should not)."""
+    bounds = {}
+    for node in ast.walk(ast.parse((ROOT / "app.py").read_text())):
+        if isinstance(node, ast.FunctionDef):
+            for deco in node.decorator_list:
+                if isinstance(deco, ast.Call) and getattr(deco.func, "attr", "") in ("cache_data", "cache_resource"):
+                    for kw in deco.keywords:
+                        if kw.arg == "max_entries" and isinstance(kw.value, ast.Constant):
+                            bounds[node.name] = kw.value.value
+    return bounds
+
+
+BOUNDS = cache_bounds()
+CACHE_ENTRIES = {"configurable": BOUNDS.get("configurable_trace"), "pretrained": BOUNDS.get("pretrained_trace")}
+
+
+def text(rng: random.Random, lo: int, hi: int) -> str:
+    # A numbered word makes nearly every sentence new (a new cache key).
+    words = [rng.choice(WORDS) for _ in range(rng.randint(lo, hi))]
+    words.insert(rng.randrange(len(words) + 1), f"w{rng.randint(0, 99999)}")
+    return " ".join(words)
+
+
+Change = tuple[str, str, int, tuple]  # (what: nav / text / slider label, argument, heatmaps expected, cache key)
+
+
+def configurable_block(rng: random.Random) -> list[Change]:
+    """A configurable URL with fresh input, then text / head-slider changes in that session."""
+    dm, h = rng.choice(D_MODELS), rng.randint(1, 4)
+    query = {"h": h, "d_model": dm, "seed": rng.randint(0, 10**6), "text": text(rng, 3, 60),
+             "causal": rng.choice(("true", "false")), "pe": rng.choice(("true", "false"))}
+    if rng.random() < 0.25:
+        query.update(cross="true", context=text(rng, 3, 40))
+    state = dict(query)
+
+    def key() -> tuple:  # the arguments of app.configurable_trace, in effect
+        return ("configurable", *sorted(state.items()))
+
+    changes = [("nav", "/?" + urllib.parse.urlencode(query), h, key())]
+    for i in range(CHANGES_PER_BLOCK):
+        if i % 2 == 0:
+            state["text"] = text(rng, 3, 60)
+            changes.append(("text", state["text"], h, key()))
+        else:
+            press = rng.choice(("ArrowLeft", "ArrowRight")) if 1 < h < 4 else ("ArrowRight" if h == 1 else "ArrowLeft")
+            h = state["h"] = h + (1 if press == "ArrowRight" else -1)
+            changes.append(("Number of heads", press, h, key()))
+    return changes
+
+
+def pretrained_block(rng: random.Random) -> list[Change]:
+    """A pretrained-mode URL with fresh text and layer, then text / Layer-slider changes in that session."""
+    layer, txt = rng.randint(0, LAYERS - 1), text(rng, 2, 40)
+    changes = [("nav", "/?" + urllib.parse.urlencode({"mode": "Pretrained", "layer": layer, "text": txt}), 12,
+                ("pretrained", txt, layer))]
+    for i in range(CHANGES_PER_BLOCK):
+        if i % 2 == 0:
+            txt = text(rng, 2, 40)
+            changes.append(("text", txt, 12, ("pretrained", txt, layer)))
+        else:
+            press = rng.choice(("ArrowLeft", "ArrowRight")) if 0 < layer < LAYERS - 1 else ("ArrowRight" if layer == 0 else "ArrowLeft")
+            layer += 1 if press == "ArrowRight" else -1
+            changes.append(("Layer", press, 12, ("pretrained", txt, layer)))
+    return changes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reruns", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--every", type=int, default=25)
+    parser.add_argument("--long", type=int, default=-1,
+                        help="extra reruns with 512-token inputs (0: skip; default: the configurable cache bound + 8)")
+    args = parser.parse_args()
+    rng = random.Random(20240611)
+    print(f"machine: {os.cpu_count()} cores, loadavg {loadavg()} (other workers share this machine); "
+          f"{args.reruns} reruns, RSS baseline after {args.warmup}")
+    print("app.py cache bounds (max_entries): " + ", ".join(f"{k} {v}" for k, v in BOUNDS.items()))
+
+    with logged_server() as server, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page_errors: list[str] = []
+        console_errors: list[str] = []
+        page.on("pageerror", lambda err: page_errors.append(str(err)[:300]))
+        page.on("console", lambda msg: console_errors.append(msg.text[:300]) if msg.type == "error" else None)
+        print(f"server RSS at start (nothing rendered yet): {server.rss_mb():.1f} MB")
+        print(f"{'reruns':>6} {'elapsed s':>9} {'VmRSS MB':>9} {'peak MB':>8} {'model loads':>11} {'failures':>8}  loadavg")
+        rss: dict[int, float] = {}
+        done = failures = 0
+        times: dict[str, list[float]] = {}
+        counts = {"URL opens (new session)": 0, "text edits": 0, "slider key presses": 0}
+        kinds = {"configurable": 0, "pretrained": 0}
+        keys: dict[str, set] = {"configurable": set(), "pretrained": set()}  # distinct cache keys asked for
+        full: dict[str, int] = {}  # rerun at which that many distinct keys filled the app's cache
+        start = time.perf_counter()
+        block = 0
+        while done < args.reruns:
+            kind = "pretrained" if block % 2 else "configurable"
+            block += 1
+            for what, arg, n, cache_key in (pretrained_block if kind == "pretrained" else configurable_block)(rng):
+                if done >= args.reruns:
+                    break
+                keys[kind].add(cache_key)
+                if len(keys[kind]) == CACHE_ENTRIES[kind] and kind not in full:
+                    full[kind] = done + 1
+                t0 = time.perf_counter()
+                try:
+                    if what == "nav":
+                        page.goto(server.url + arg)
+                        wait_for_heatmaps(page, n, timeout=180)
+                        counts["URL opens (new session)"] += 1
+                    elif what == "text":
+                        old = painted_heatmaps(page)
+                        box = page.get_by_label("Sentence", exact=True)
+                        box.fill(arg)
+                        box.press("Control+Enter")  # st.text_area commits on Ctrl+Enter
+                        wait_for_heatmaps(page, n, changed_from=old, timeout=180)
+                        counts["text edits"] += 1
+                    else:
+                        old = painted_heatmaps(page)
+                        slider(page, what).press(arg)
+                        wait_for_heatmaps(page, n, changed_from=old, timeout=180)
+                        counts["slider key presses"] += 1
+                    times.setdefault(f"{kind} {'URL open' if what == 'nav' else 'text edit' if what == 'text' else 'slider key'}", []).append(time.perf_counter() - t0)
+                except Exception as e:  # noqa: BLE001 - counted and shown, the run goes on
+                    failures += 1
+                    print(f"  failed rerun {done + 1} ({kind} {what} {arg[:60]!r}): {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                done += 1
+                kinds[kind] += 1
+                if done % args.every == 0 or done in (args.warmup, args.reruns):
+                    rss[done] = server.rss_mb()
+                    bars, probes = server.model_loads()
+                    print(f"{done:>6} {time.perf_counter() - start:>9.1f} {rss[done]:>9.1f} {server.hwm_mb():>8.1f} "
+                          f"{f'{bars}/{probes}':>11} {failures:>8}  {loadavg()}", flush=True)
+        page.goto("about:blank")  # close the last session, then let the server sit idle a moment
+        time.sleep(10)
+        idle = server.rss_mb()
+        base, end = rss[args.warmup], rss[done]
+        bars, probes = server.model_loads()
+        print(f"\nreruns: {done} ({', '.join(f'{v} {k}' for k, v in counts.items())}); "
+              f"configurable {kinds['configurable']}, pretrained {kinds['pretrained']}; failures {failures}; "
+              f"wall {time.perf_counter() - start:.0f} s")
+        print("seconds per rerun (change -> repainted): " + "; ".join(
+            f"{k} median {statistics.median(v):.2f} (n={len(v)})" for k, v in sorted(times.items())))
+        print(f"model loads ('Loading weights' bars / probe opens of model.safetensors): {bars}/{probes}")
+        if server.app_changed():
+            print(server.app_changed())
+        print(f"page errors: {len(page_errors)}, console errors: {len(console_errors)}, "
+              f"error lines in server log: {len(server.errors())}")
+        for e in page_errors[:5] + sorted(set(console_errors))[:5] + server.errors()[:5]:
+            print(f"  {e[:200]}")
+        print(f"VmRSS after warm-up (rerun {args.warmup}): {base:.1f} MB; at rerun {done}: {end:.1f} MB; "
+              f"after 10 s idle: {idle:.1f} MB; peak (VmHWM) {server.hwm_mb():.1f} MB")
+        print(f"growth after warm-up: {end - base:+.1f} MB = {100 * (end - base) / base:+.1f} % (target < 10 %)")
+        half = min(rss, key=lambda k: abs(k - (args.warmup + done) // 2))
+        print(f"  first half ({args.warmup}->{half}): {100 * (rss[half] - base) / base:+.1f} %, "
+              f"second half ({half}->{done}): {100 * (end - rss[half]) / rss[half]:+.1f} %")
+        print(f"distinct cache keys asked for: configurable {len(keys['configurable'])}, pretrained "
+              f"{len(keys['pretrained'])}; the app's caches hold {CACHE_ENTRIES['configurable']} and "
+              f"{CACHE_ENTRIES['pretrained']}, so they were full from rerun "
+              + (f"{max(full.values())} on" if len(full) == 2 else "- (never)"))
+        if len(full) == 2:
+            after = [k for k in sorted(rss) if k >= max(full.values())]
+            if len(after) > 1:
+                first = after[0]
+                print(f"growth after the caches are full (rerun {first} -> {done}): {end - rss[first]:+.1f} MB = "
+                      f"{100 * (end - rss[first]) / rss[first]:+.1f} %; range over those checkpoints "
+                      f"{min(rss[k] for k in after):.1f}-{max(rss[k] for k in after):.1f} MB")
+        n_long = (CACHE_ENTRIES["configurable"] or 16) + 8 if args.long < 0 else args.long
+        if n_long:
+            long_inputs(page, server, rng, n_long)
+
+
+def long_inputs(page, server, rng: random.Random, n: int) -> None:
+    """Largest traces the app accepts: T=512, h=16, d_model=768; each a new cache key."""
+    print(f"\ncache bound check: {n} configurable URLs with 512 fresh tokens, h=16, d_model=768")
+    before, failures, start = server.rss_mb(), 0, time.perf_counter()
+    for i in range(n):
+        words = " ".join(f"w{rng.randint(0, 99999)}" for _ in range(512))
+        try:
+            page.goto(server.url + "/?" + urllib.parse.urlencode({"h": 16, "d_model": 768, "seed": i, "text": words}))
+            wait_for_heatmaps(page, 16, timeout=300)
+        except Exception as e:  # noqa: BLE001
+            failures += 1
+            print(f"  failed long rerun {i + 1}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        if (i + 1) % 4 == 0 or i + 1 == n:
+            print(f"  {i + 1:>3} long reruns: VmRSS {server.rss_mb():.1f} MB ({time.perf_counter() - start:.0f} s)", flush=True)
+    page.goto("about:blank")
+    after = server.rss_mb()
+    print(f"  VmRSS {before:.1f} -> {after:.1f} MB: {after - before:+.1f} MB, {(after - before) / n:+.1f} MB per "
+          f"512-token rerun; failures {failures}; the configurable trace cache holds {CACHE_ENTRIES['configurable']}")
+    if server.app_changed():
+        print(f"  {server.app_changed()}")
+
+
+if __name__ == "__main__":
+    main()
