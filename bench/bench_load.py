@@ -43,14 +43,13 @@ import sys
 import tempfile
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, wait_healthy
 
 VIEWPORT = {"width": 1400, "height": 1000}
 DEFAULT_PARAMS = {"mode": "Configurable", "h": "4", "d_model": "64", "seed": "0", "layer": "0", "causal": "false"}
@@ -202,16 +201,7 @@ def logged_server(timeout: float = 90.0) -> Iterator[Server]:
         url = f"http://127.0.0.1:{port}"
         server = Server(url, proc, log, app_digest())
         try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"streamlit did not become healthy on {url}:\n{server.text()[-3000:]}") from None
-                    time.sleep(0.3)
+            wait_healthy(url, proc, timeout, lambda: ":\n" + server.text()[-3000:])
             yield server
         finally:
             proc.terminate()

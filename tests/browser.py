@@ -27,6 +27,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_tail=lambda: "") -> None:
+    """Poll url's /_stcore/health until it answers 200; raise if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not become healthy on {url}{log_tail()}") from None
+            time.sleep(0.3)
+
+
 @contextlib.contextmanager
 def streamlit_server(timeout: float = 90.0) -> Iterator[tuple[str, subprocess.Popen]]:
     """Start `streamlit run app.py` on a free port; yield (base URL, process); stop it afterwards."""
@@ -39,16 +53,7 @@ def streamlit_server(timeout: float = 90.0) -> Iterator[tuple[str, subprocess.Po
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit did not become healthy on {url}") from None
-                time.sleep(0.3)
+        wait_healthy(url, proc, timeout)
         yield url, proc
     finally:
         proc.terminate()
