@@ -49,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, wait_healthy
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, stop, wait_healthy
 
 VIEWPORT = {"width": 1400, "height": 1000}
 DEFAULT_PARAMS = {"mode": "Configurable", "h": "4", "d_model": "64", "seed": "0", "layer": "0", "causal": "false"}
@@ -204,12 +204,7 @@ def logged_server(timeout: float = 90.0) -> Iterator[Server]:
             wait_healthy(url, proc, timeout, lambda: ":\n" + server.text()[-3000:])
             yield server
         finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 def cpu_jiffies() -> tuple[int, int]:

@@ -56,11 +56,17 @@ def streamlit_server(timeout: float = 90.0) -> Iterator[tuple[str, subprocess.Po
         wait_healthy(url, proc, timeout)
         yield url, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate a server process, killing it if it has not exited after 15 s."""
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextlib.contextmanager

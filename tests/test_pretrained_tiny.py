@@ -77,13 +77,7 @@ def build(name: str, seed: int = 0) -> torch.nn.Module:
     return model
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matrices: a second intra-op thread only adds synchronisation (much slower on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
