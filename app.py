@@ -16,7 +16,7 @@ from mha_viz.pretrained import ModelLoadError, PretrainedModel, load_model
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, pretrained, state, views
 from mha_viz.ui.analysis import analysis_view
-from mha_viz.ui.export import export_controls
+from mha_viz.ui.export import export_section
 from mha_viz.ui.text import plain
 from mha_viz.ui.training import trained_run, training_controls, training_page
 
@@ -123,13 +123,12 @@ def configurable_page(s: ViewState) -> None:
         views.cost_view(cfg, T, S)
     else:
         views.formulas_view(cfg, T, S, s.causal)
-    with st.expander("Export and share"):
-        export_controls(
-            trace, name=f"configurable-h{cfg.num_heads}-d{cfg.d_model}", share_query=to_query(s),
-            title=f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model}",
-            notes={"text": s.text, "seed": s.seed, "causal": s.causal, "positional encoding": s.pe,
-                   **({"context (keys and values)": s.context} if s.cross else {})},
-        )
+    export_section(
+        trace, name=f"configurable-h{cfg.num_heads}-d{cfg.d_model}", share_query=to_query(s),
+        title=f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model}",
+        notes={"text": s.text, "seed": s.seed, "causal": s.causal, "positional encoding": s.pe,
+               **({"context (keys and values)": s.context} if s.cross else {})},
+    )
 
 
 def pretrained_page(s: ViewState, model: PretrainedModel) -> None:
@@ -169,11 +168,10 @@ def pretrained_page(s: ViewState, model: PretrainedModel) -> None:
         views.head_view(trace, name)
     else:
         views.output_path_view(trace, name)
-    with st.expander("Export and share"):
-        export_controls(
-            trace, name=name, share_query=to_query(s), title=f"{model.name}: {s.part} layer {s.layer}",
-            notes={"model": model.name, "text": s.text, **({"decoder text": decoder_text} if decoder_text else {})},
-        )
+    export_section(
+        trace, name=name, share_query=to_query(s), title=f"{model.name}: {s.part} layer {s.layer}",
+        notes={"model": model.name, "text": s.text, **({"decoder text": decoder_text} if decoder_text else {})},
+    )
 
 
 def train_page(s: ViewState) -> None:

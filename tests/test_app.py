@@ -85,6 +85,19 @@ def test_query_params_are_reflected_in_the_widgets() -> None:
     assert np.all(np.triu(z, 1) == 0)  # causal: nothing above the diagonal
 
 
+def test_advanced_section_is_built_only_when_open_and_keeps_its_values() -> None:
+    at = new_app().run()
+    assert not at.toggle and not at.number_input  # closed: its widgets are not even sent
+    at.session_state["advanced_open"] = True
+    at.run()
+    at.toggle(key="causal").set_value(True).run()
+    at.session_state["advanced_open"] = False
+    at.run()
+    assert not at.toggle and at.query_params["causal"] in ("true", ["true"])  # closed again, still causal
+    z = z_matrix(heatmaps(figure(at))[0])
+    assert np.all(np.triu(z, 1) == 0)
+
+
 def test_invalid_query_params_fall_back_with_a_notice() -> None:
     at = new_app(h="abc", d_model="1000000000", seed="-3", bogus="1").run()
     assert not at.exception
@@ -92,6 +105,17 @@ def test_invalid_query_params_fall_back_with_a_notice() -> None:
     assert "h='abc'" in notices and "d_model='1000000000'" in notices and "seed='-3'" in notices
     assert "bogus" in notices
     assert at.slider(key="h").value == 4 and at.selectbox(key="d_model").value == 64
+
+
+@pytest.mark.parametrize("view", ["Heads", "Concat → W_O"])
+def test_charts_are_sent_to_be_drawn_once(view: str) -> None:
+    """No template and a fixed datarevision: Streamlit's post-mount Plotly.react then redraws nothing."""
+    at = new_app(view=view).run()
+    for chart in at.get("plotly_chart"):
+        layout = json.loads(chart.proto.spec)["layout"]
+        assert "template" not in layout and layout["datarevision"]
+        assert chart.proto.theme == ""  # theme=None: the front end adds no template either
+        assert all("automargin" in v for k, v in layout.items() if k.startswith(("xaxis", "yaxis")))
 
 
 def test_repeated_tokens_keep_their_own_tick_labels() -> None:
@@ -150,6 +174,9 @@ def test_every_analysis_section_renders_for_the_configurable_model() -> None:
 
 def test_export_offers_npz_json_and_an_html_report() -> None:
     at = new_app(h="2").run()
+    assert not at.get("download_button")  # a closed "Export and share" builds nothing
+    at.session_state["export_open"] = True
+    at.run()
     buttons = at.get("download_button")
     assert len(buttons) == 3
     assert "h=2" in " ".join(c.value for c in at.code)  # the shareable link carries the state

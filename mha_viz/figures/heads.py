@@ -51,10 +51,21 @@ def heads_figure(
     cols = cols or min(len(heads), 4)
     rows = -(-len(heads) // cols)
     labels = [f"head {h}" + (f" (K/V head {trace.kv_heads[h]})" if trace.kv_heads else "") for h in heads]
-    layout, refs = subplot_grid(rows, cols, titles=labels, h_gap=0.1 / cols if cols > 1 else 0, v_gap=min(0.12, 0.3 / rows))
+    per_cell = cell_px or (22 if max(T, S) <= 16 else 12 if max(T, S) <= 48 else 4 if max(T, S) <= 160 else 1)
+    panel = min(420, max(180, per_cell * max(T, S) + 60))  # px per heatmap
+    # Fixed margins instead of Plotly's automargin, which measures every tick label and then draws
+    # the figure a second time; the key-token labels go under the bottom heatmap of each column only.
+    x_axis = {**token_axis(k_tokens, offset=k0, max_ticks=max(8, 64 // cols)), "tickangle": -60, "constrain": "domain", "automargin": False}
+    y_axis = {**token_axis(q_tokens, offset=q0, max_ticks=max(8, panel // 16)), "autorange": "reversed",
+              "constrain": "domain", "automargin": False}  # at most one label per 16 px
+    top_px, gap_px = (60 if title else 40), 28  # the gap between rows holds the heads' titles
+    bottom_px = 12 + 6 * max((len(t) for t in x_axis["ticktext"]), default=1)  # the -60° key labels
+    height = top_px + rows * panel + (rows - 1) * gap_px + bottom_px
+    v_gap = gap_px / (height - top_px - bottom_px)
+    layout, refs = subplot_grid(rows, cols, titles=labels, h_gap=0.1 / cols if cols > 1 else 0, v_gap=v_gap)
 
     shown, bt, bs = max_pool(f32(data[heads]), MAX_CELLS_PER_SIDE)  # (n, T/bt, S/bs)
-    customdata = pair_labels(q_tokens, k_tokens) if bt == bs == 1 else None
+    customdata = pair_labels(q_tokens, k_tokens, copies=len(heads)) if bt == bs == 1 else None
     if customdata is not None:
         hover = "query %{y}: <b>%{customdata[0]}</b><br>key %{x}: <b>%{customdata[1]}</b><br>" + value_name
     elif bt == bs == 1:
@@ -62,8 +73,6 @@ def heads_figure(
     else:
         hover = f"queries %{{y:.0f}}±{bt // 2} → keys %{{x:.0f}}±{bs // 2}<br>max {value_name} in this {bt}×{bs} block"
     hover += " %{z:.3f}<extra>%{fullData.name}</extra>"
-    x_axis = {**token_axis(k_tokens, offset=k0, max_ticks=max(8, 64 // cols)), "tickangle": -60, "constrain": "domain"}
-    y_axis = {**token_axis(q_tokens, offset=q0), "autorange": "reversed", "constrain": "domain"}
     traces = []
     for i, (h, z) in enumerate(zip(heads, shown, strict=True)):
         xref, yref = refs[i]
@@ -72,16 +81,16 @@ def heads_figure(
              "customdata": customdata, "hovertemplate": hover, "name": f"head {h}", "coloraxis": "coloraxis",
              "xaxis": xref, "yaxis": yref}
         )
-        layout[axis_key(xref)].update(x_axis)
+        bottom_of_column = i + cols >= len(heads)
+        layout[axis_key(xref)].update(x_axis if bottom_of_column else {**x_axis, "showticklabels": False})
         layout[axis_key(yref)].update(y_axis if i % cols == 0 else {**y_axis, "showticklabels": False})
     top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
-    per_cell = cell_px or (22 if max(T, S) <= 16 else 12 if max(T, S) <= 48 else 4 if max(T, S) <= 160 else 1)
-    panel = min(420, max(180, per_cell * max(T, S) + 60))
+    longest_y = max((len(t) for t in y_axis["ticktext"]), default=1)
     layout.update(
         title={"text": title} if title else None,
         coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": max(top, 1e-9), "colorbar": {"title": {"text": value_name}}},
-        height=rows * panel + 80,
-        margin={"l": 10, "r": 10, "t": 60 if title else 40, "b": 10},
+        height=height,
+        margin={"l": 12 + 7 * longest_y, "r": 10, "t": top_px, "b": bottom_px},
         plot_bgcolor="#eeeeee",
     )
     return go.Figure({"data": traces, "layout": layout})

@@ -7,6 +7,9 @@ import streamlit as st
 from ..config import nearest_valid_heads, valid_head_counts
 from ..params import D_MODEL_CHOICES, EXAMPLES, MAX_HEAD_WIDTH, MAX_HEADS, MAX_SEED, MAX_TEXT_CHARS
 
+ADVANCED_OPEN = "advanced_open"  # session key of the Advanced expander's state
+ADVANCED_FIELDS = ("d_k", "d_v", "d_out", "seed", "causal", "pe", "cross", "context")
+
 
 def _use_example() -> None:
     choice = st.session_state.get("example")
@@ -28,7 +31,10 @@ def configurable_controls() -> None:
     )
     st.slider("Number of heads h", 1, MAX_HEADS, key="h", help="Each head gets d_k = d_model / h dimensions.")
     st.selectbox("d_model", D_MODEL_CHOICES, key="d_model", help="Width of every token vector.")
-    with st.expander("Advanced"):
+    section = st.expander("Advanced", key=ADVANCED_OPEN, on_change="rerun")
+    if not section.open:  # a closed expander would still send its 10 widgets to the browser on every rerun
+        return
+    with section:
         st.caption("Leave a width empty for the standard choice: d_k = d_v = d_model / h, d_out = d_model.")
         c1, c2, c3 = st.columns(3)
         c1.number_input("d_k", 1, MAX_HEAD_WIDTH, key="d_k", placeholder="auto")

@@ -7,6 +7,7 @@ from dataclasses import fields
 import streamlit as st
 
 from ..params import DEFAULTS, MAX_TEXT_CHARS, ViewState, parse_query, to_query
+from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
 
 FIELDS = tuple(f.name for f in fields(ViewState))
 _SEEDED = "_seeded_from_url"
@@ -27,6 +28,8 @@ def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
         state, notices = parse_query(st.query_params.to_dict(), ignore=extra_keys)
         for name in FIELDS:
             st.session_state[name] = getattr(state, name)
+        # A link that sets an advanced field opens the Advanced section, so that it is seen.
+        st.session_state[ADVANCED_OPEN] = any(getattr(state, f) != getattr(DEFAULTS, f) for f in ADVANCED_FIELDS)
         st.session_state["_url_notices"] = notices
         st.session_state[_SEEDED] = True
     return st.session_state["_url_notices"]
