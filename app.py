@@ -27,7 +27,7 @@ PRETRAINED_VIEWS = ("Heads", "Overview", "One head", "Concat → W_O", "Analysis
 TRAIN_VIEWS = ("Training", "One head", "Concat → W_O", "Analysis")
 
 
-# Bounded caches: a 512-token, 16-head trace is ~50 MB, all layers of the bundled model ~75 MB.
+# Bounded caches: a 512-token, 16-head trace is ~50 MB; all six layers of the bundled model ~180 MB.
 @st.cache_data(max_entries=16, show_spinner=False)
 def configurable_trace(
     query_tokens: tuple[str, ...], key_tokens: tuple[str, ...] | None, cfg: MHAConfig, seed: int, causal: bool, pe: bool
@@ -56,9 +56,14 @@ def load_error(name: str) -> str | None:
     return None
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def pretrained_trace(name: str, text: str, layer: int, part: str, decoder_text: str | None) -> AttentionTrace:
-    return get_model(name).trace(text, layer, part=part, decoder_text=decoder_text)
+@st.cache_resource(max_entries=3, show_spinner=False)
+def pretrained_traces(name: str, text: str, part: str, decoder_text: str | None) -> tuple[AttentionTrace, ...]:
+    """Every layer of text from one forward pass, so that a layer change is a cache hit.
+
+    cache_resource shares the traces instead of copying them on every rerun (all layers of a
+    512-token text are ~180 MB for the bundled model); their arrays are read-only.
+    """
+    return tuple(t.read_only() for t in get_model(name).traces(text, part=part, decoder_text=decoder_text))
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -136,7 +141,7 @@ def pretrained_page(s: ViewState, model: PretrainedModel) -> None:
         st.info("Type a sentence to see its attention (it has no visible characters yet).")
         return
     decoder_text = s.context if model.kind == "encoder-decoder" else None
-    trace = pretrained_trace(s.model, s.text, s.layer, s.part, decoder_text)
+    trace = pretrained_traces(s.model, s.text, s.part, decoder_text)[s.layer]
     name = safe_filename(f"{model.name.split('/')[-1]}-{s.part}-layer{s.layer}")
     st.caption(
         f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer {s.layer} of {model.num_layers[s.part]}"

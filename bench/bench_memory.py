@@ -59,7 +59,7 @@ def cache_bounds() -> dict[str, int | None]:
 
 
 BOUNDS = cache_bounds()
-CACHE_ENTRIES = {"configurable": BOUNDS.get("configurable_trace"), "pretrained": BOUNDS.get("pretrained_trace")}
+CACHE_ENTRIES = {"configurable": BOUNDS.get("configurable_trace"), "pretrained": BOUNDS.get("pretrained_traces")}
 
 
 def text(rng: random.Random, lo: int, hi: int) -> str:
@@ -100,15 +100,15 @@ def pretrained_block(rng: random.Random) -> list[Change]:
     """A pretrained-mode URL with fresh text and layer, then text / Layer-slider changes in that session."""
     layer, txt = rng.randint(0, LAYERS - 1), text(rng, 2, 40)
     changes = [("nav", "/?" + urllib.parse.urlencode({"mode": "Pretrained", "layer": layer, "text": txt}), 12,
-                ("pretrained", txt, layer))]
+                ("pretrained", txt))]
     for i in range(CHANGES_PER_BLOCK):
         if i % 2 == 0:
             txt = text(rng, 2, 40)
-            changes.append(("text", txt, 12, ("pretrained", txt, layer)))
+            changes.append(("text", txt, 12, ("pretrained", txt)))
         else:
             press = rng.choice(("ArrowLeft", "ArrowRight")) if 0 < layer < LAYERS - 1 else ("ArrowRight" if layer == 0 else "ArrowLeft")
             layer += 1 if press == "ArrowRight" else -1
-            changes.append(("Layer", press, 12, ("pretrained", txt, layer)))
+            changes.append(("Layer", press, 12, ("pretrained", txt)))  # a hit: all layers are cached
     return changes
 
 

@@ -101,10 +101,8 @@ def type_seed(box, seed: int) -> None:
     box.press("Enter")
 
 
-def set_seed_and_close(page, seed: int) -> None:
-    """Type a seed under Advanced, then close Advanced again: the page is back to its default layout."""
-    box = open_seed_box(page)
-    type_seed(box, seed)
+def close_advanced(page, box) -> None:
+    """Close the Advanced section again (the page is back to its default layout)."""
     page.get_by_text("Advanced").click()
     box.wait_for(state="detached")
 
@@ -137,7 +135,9 @@ def browser() -> None:
         first = []
         for seed in range(1, 9):
             count = 4 if seed % 2 == 0 else 3
-            step(page, lambda seed=seed: set_seed_and_close(page, seed), 7 - count)
+            box = open_seed_box(page)
+            step(page, lambda box=box, seed=seed: type_seed(box, seed), 7 - count)
+            close_advanced(page, box)
             thumb.focus()
             first.append(step(page, lambda seed=seed: thumb.press("ArrowRight" if seed % 2 == 0 else "ArrowLeft"), count))
         again = [step(page, lambda i=i: thumb.press("ArrowLeft" if i % 2 == 0 else "ArrowRight"), 3 if i % 2 == 0 else 4)

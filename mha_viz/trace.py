@@ -13,7 +13,7 @@ T counts query tokens, S key tokens (S = T for self-attention).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -88,6 +88,14 @@ class AttentionTrace:
     @property
     def d_out(self) -> int:
         return self.require("W_O").shape[0]
+
+    def read_only(self) -> AttentionTrace:
+        """This trace with every array made read-only (safe to share between threads and sessions)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+        return self
 
     def require(self, name: str) -> np.ndarray:
         array = getattr(self, name)

@@ -465,3 +465,14 @@ def test_a_trace_does_not_change_when_the_layer_is_trained_afterwards():
         mha.b_O.add_(1.0)
     np.testing.assert_array_equal(trace.W_O, W_O)
     np.testing.assert_array_equal(trace.b_O, b_O)
+
+
+def test_read_only_trace_refuses_writes_and_keeps_its_values() -> None:
+    trace = MultiHeadAttention(16, 2, seed=0)(torch.randn(3, 16))
+    before = trace.weights.copy()
+    assert trace.read_only() is trace
+    with pytest.raises(ValueError, match="read-only"):
+        trace.weights[0, 0, 0] = 1.0
+    with pytest.raises(ValueError, match="read-only"):
+        trace.W_O[:] = 0.0
+    np.testing.assert_array_equal(trace.weights, before)

@@ -209,3 +209,17 @@ def test_offline_mode_fails_at_once(monkeypatch):
     with pytest.raises(ModelDownloadError, match="offline mode is on"):
         load_model("mha-viz-tests/no-such-model")
     assert time.monotonic() - start < 5
+
+
+def test_all_layers_come_from_one_forward_pass(minilm, monkeypatch):
+    text = "The animal didn't cross the street because it was too tired"
+    alone = [minilm.trace(text, layer) for layer in range(minilm.num_layers["encoder"])]
+    calls = []
+    forward = minilm.adapter.forward
+    monkeypatch.setattr(minilm.adapter, "forward", lambda *args, **kw: calls.append(1) or forward(*args, **kw))
+    together = minilm.traces(text)
+    assert len(calls) == 1 and len(together) == len(alone) == 6
+    for layer, (t, a) in enumerate(zip(together, alone, strict=True)):
+        assert t.meta["layer"] == layer and t.meta == a.meta
+        for field in ("weights", "scores", "queries", "keys", "values", "head_outputs", "concat", "output"):
+            np.testing.assert_allclose(getattr(t, field), getattr(a, field), atol=1e-6)

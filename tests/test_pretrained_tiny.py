@@ -254,3 +254,19 @@ def test_unadapted_architectures_give_the_models_weights_only(models, name, kind
             t.require("queries")
     with pytest.raises(ValueError, match="head_mask cannot be applied"):
         m.trace(TEXT, 0, part=m.parts[0], head_mask=[1, 1, 1, 1], **texts(m))
+
+
+@pytest.mark.parametrize("name", [*ADAPTED, *UNADAPTED])
+def test_all_layers_from_one_pass_equal_each_layer_traced_alone(models, name):
+    m = models[name]
+    for part in m.parts:
+        together = m.traces(TEXT, part=part, **texts(m))
+        assert len(together) == m.num_layers[part]
+        for layer, t in enumerate(together):
+            alone = m.trace(TEXT, layer, part=part, **texts(m))
+            assert t.meta == alone.meta and t.missing == alone.missing
+            for field in ("weights", "queries", "keys", "values", "scores", "head_outputs", "concat", "output", "W_O"):
+                a, b = getattr(t, field), getattr(alone, field)
+                assert (a is None) == (b is None), field
+                if a is not None:
+                    np.testing.assert_allclose(a, b, atol=1e-6, err_msg=f"{part} layer {layer} {field}")

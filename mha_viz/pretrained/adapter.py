@@ -13,6 +13,7 @@ into heads and how positions enter. The rest is shared, for one layer and one in
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -224,7 +225,6 @@ class Adapter:
             return outputs.encoder_last_hidden_state
         return outputs.last_hidden_state
 
-    @torch.no_grad()
     def trace(
         self,
         part: str,
@@ -238,9 +238,49 @@ class Adapter:
         meta: dict[str, Any],
     ) -> AttentionTrace:
         """Run the model once with hooks on (part, layer) and rebuild every intermediate of that layer."""
-        site = self.site(part, layer)
-        with Recorder(site, head_mask) as rec:
+        return self.traces(part, [layer], ids=ids, decoder_ids=decoder_ids, query_tokens=query_tokens,
+                           key_tokens=key_tokens, head_mask=head_mask, meta=meta)[0]
+
+    @torch.no_grad()
+    def traces(
+        self,
+        part: str,
+        layers: Sequence[int],
+        *,
+        ids: Sequence[int],
+        decoder_ids: Sequence[int] | None,
+        query_tokens: Sequence[str],
+        key_tokens: Sequence[str],
+        head_mask: Tensor | None,
+        meta: dict[str, Any],
+    ) -> list[AttentionTrace]:
+        """One forward pass with hooks on every layer in `layers` of part; each layer's trace, in that order.
+
+        head_mask, if given, scales the head blocks of every one of those layers.
+        """
+        recorders = [Recorder(self.site(part, layer), head_mask) for layer in layers]
+        with contextlib.ExitStack() as hooks:
+            for rec in recorders:
+                hooks.enter_context(rec)
             outputs = self.forward(ids, decoder_ids)
+        reference = self.model_attentions(outputs, part)  # one (1, H, T, S) per layer
+        return [
+            self._rebuild(part, rec, reference[layer][0], query_tokens, key_tokens, head_mask, {**meta, "layer": layer})
+            for layer, rec in zip(layers, recorders, strict=True)
+        ]
+
+    def _rebuild(
+        self,
+        part: str,
+        rec: Recorder,
+        reference: Tensor,
+        query_tokens: Sequence[str],
+        key_tokens: Sequence[str],
+        head_mask: Tensor | None,
+        meta: dict[str, Any],
+    ) -> AttentionTrace:
+        """Every intermediate of one layer from what its Recorder captured; reference: the model's (H, T, S)."""
+        site = rec.site
         H, KV = site.num_heads, site.num_kv_heads
         q, k, v = self.heads(site, rec)  # (H, T, d_k), (KV, S, d_k), (KV, S, d_v)
         q, k, bias = self.positions(site, rec, q, k)
@@ -257,7 +297,6 @@ class Adapter:
         if head_mask is not None:
             head_outputs = head_outputs * head_mask.to(head_outputs)[:, None, None]  # (H, T, d_v)
         W_O, b_O = self.out_weights(site)  # (d_out, H*d_v), (d_out,)
-        reference = self.model_attentions(outputs, part)[layer][0]  # (H, T, S)
         merged = head_outputs.transpose(0, 1).flatten(1)  # (T, H*d_v)
         check = {
             "weights vs output_attentions": max_abs_diff(weights, reference),

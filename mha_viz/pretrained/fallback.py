@@ -30,10 +30,10 @@ class FallbackAdapter(Adapter):
         causal = all(bool((a[0].triu(1) == 0).all()) for a in attentions)
         return "decoder" if causal else "encoder"
 
-    def trace(
+    def traces(
         self,
         part: str,
-        layer: int,
+        layers: Sequence[int],
         *,
         ids: Sequence[int],
         decoder_ids: Sequence[int] | None,
@@ -41,15 +41,18 @@ class FallbackAdapter(Adapter):
         key_tokens: Sequence[str],
         head_mask: Tensor | None,
         meta: dict[str, Any],
-    ) -> AttentionTrace:
+    ) -> list[AttentionTrace]:
         if head_mask is not None:
             raise ValueError(f"head_mask cannot be applied: {self.unavailable}")
-        weights = self.model_attentions(self.forward(ids, decoder_ids), part)[layer][0]  # (H, T, S)
-        return AttentionTrace(
-            query_tokens=tuple(query_tokens),
-            key_tokens=tuple(key_tokens),
-            weights=to_numpy(weights),
-            causal=self.causal(part),
-            cross=part == "cross",
-            meta={**meta, "unavailable": self.unavailable},
-        )
+        attentions = self.model_attentions(self.forward(ids, decoder_ids), part)  # one (1, H, T, S) per layer
+        return [
+            AttentionTrace(
+                query_tokens=tuple(query_tokens),
+                key_tokens=tuple(key_tokens),
+                weights=to_numpy(attentions[layer][0]),
+                causal=self.causal(part),
+                cross=part == "cross",
+                meta={**meta, "layer": layer, "unavailable": self.unavailable},
+            )
+            for layer in layers
+        ]

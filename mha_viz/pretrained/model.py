@@ -88,7 +88,16 @@ class PretrainedModel:
         decoder_text), head_mask, check (max abs errors against the model's own numbers).
         """
         part = self._part(part)
-        layer = self._layer(part, layer)
+        return self._traces(text, [self._layer(part, layer)], part, decoder_text, head_mask)[0]
+
+    def traces(self, text: str, *, part: str | None = None, decoder_text: str | None = None) -> tuple[AttentionTrace, ...]:
+        """Every layer of part from one forward pass: traces(text)[layer] equals trace(text, layer)."""
+        part = self._part(part)
+        return tuple(self._traces(text, range(self.num_layers[part]), part, decoder_text, None))
+
+    def _traces(
+        self, text: str, layers: Sequence[int], part: str, decoder_text: str | None, head_mask: Sequence[float] | None
+    ) -> list[AttentionTrace]:
         enc, dec = self._inputs(text, decoder_text)
         queries = dec if dec is not None and part != "encoder" else enc
         keys = dec if dec is not None and part == "decoder" else enc
@@ -101,14 +110,13 @@ class PretrainedModel:
             "model": self.name,
             "architecture": self.architecture,
             "part": part,
-            "layer": layer,
             "truncated": enc.dropped + (dec.dropped if dec is not None else 0),
             "head_mask": None if mask is None else mask.tolist(),
         }
         with self._lock:
-            return self.adapter.trace(
+            return self.adapter.traces(
                 part,
-                layer,
+                list(layers),
                 ids=enc.ids,
                 decoder_ids=None if dec is None else dec.ids,
                 query_tokens=queries.tokens,
