@@ -79,6 +79,17 @@ def secret(key: str) -> str | None:
         return None
 
 
+def other_model(name: str) -> PretrainedModel:
+    """A second model for the Analysis comparison: the demo's allow-list applies, failures are ValueErrors."""
+    allowed = allowed_models(secret=secret("allowed_models"))
+    if allowed is not None and name not in allowed:
+        raise ValueError(f"this demo only loads {', '.join(m or 'the bundled model' for m in allowed)}")
+    error = load_error(name)
+    if error:
+        raise ValueError(error)
+    return get_model(name)
+
+
 def tokens_or_stop(text: str, what: str) -> tuple[str, ...]:
     tokens = tokenize(text, MAX_TOKENS + 1)
     if not tokens:
@@ -166,7 +177,7 @@ def pretrained_page(s: ViewState, model: PretrainedModel) -> None:
     elif view == "Analysis":
         attentions = None if s.part == "cross" else pretrained_attentions(s.model, s.text, s.part, decoder_text)
         analysis_view(trace, name=name, model=model, text=s.text, part=s.part, layer=s.layer,
-                      decoder_text=decoder_text, attentions=attentions)
+                      decoder_text=decoder_text, attentions=attentions, other_model=other_model)
     elif trace.missing:
         st.info(f"The {view} view needs queries, keys, values and the output projection: {trace.meta.get('unavailable')}")
     elif view == "One head":

@@ -122,3 +122,61 @@ def test_bundled_model_sections_render() -> None:
     assert not at.exception
     assert [m.label for m in at.metric] == ["Change in this layer's output", "Change in the final hidden state"]
     assert len(chart(at, "analysis_knockout")["data"]) == 2  # per token: layer output and final hidden state
+
+
+def bundled_app_comparing_models() -> None:
+    """The bundled MiniLM at layer 2; "" compares it with itself, anything else loads that model."""
+    from mha_viz.pretrained import load_model
+    from mha_viz.ui.analysis import analysis_view
+    from tests.test_analysis_pretrained import bundled
+
+    model = bundled()
+    text = "the cat sat on the mat"
+    analysis_view(model.trace(text, 2), name="minilm", model=model, text=text, layer=2,
+                  other_model=lambda name: model if name == "" else load_model(name))
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A random 2-layer, 4-head BERT with the bundled model's tokenizer: same tokens, other heads."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from mha_viz.pretrained import bundled_model_dir
+
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(bundled_model_dir()).save_pretrained(folder)
+    return str(folder)
+
+
+def test_compare_with_another_model(tiny_bert_folder: str) -> None:
+    at = AppTest.from_function(bundled_app_comparing_models, default_timeout=120).run()
+    show(at, "Compare")
+    at.radio(key="analysis_compare_with").set_value("Another model").run()
+    assert not at.exception and not at.warning
+    maps = heatmaps(chart(at, "analysis_compare"))
+    assert len(maps) == 3 and np.allclose(z_matrix(maps[2]), 0)  # the same model: no difference
+    at.text_input(key="analysis_other_model").set_value(tiny_bert_folder).run()
+    assert not at.exception and not at.warning
+    assert "number of heads differs (12 vs 4)" in at.info[0].value
+    maps = heatmaps(chart(at, "analysis_compare"))
+    assert len(maps) == 2 and z_matrix(maps[1]).shape == (8, 8)  # side by side: the tiny model's last layer
+    assert "layer 1" in json.dumps(chart(at, "analysis_compare")["layout"])
+    at.text_input(key="analysis_other_model").set_value("/no/such/folder").run()
+    assert not at.exception and "Could not load the other model" in at.warning[0].value
+
+
+def test_hosted_demo_compares_only_with_allowed_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_app import APP
+
+    monkeypatch.setenv("MHA_VIZ_ALLOWED_MODELS", "bundled")
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update(mode="Pretrained", view="Analysis", text="the cat sat on the mat")
+    at.run()
+    show(at, "Compare")
+    at.radio(key="analysis_compare_with").set_value("Another model").run()
+    at.text_input(key="analysis_other_model").set_value("gpt2").run()
+    assert not at.exception
+    assert "this demo only loads the bundled model" in at.warning[0].value

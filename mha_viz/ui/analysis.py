@@ -32,7 +32,9 @@ from ..figures.analysis import (
     ranking_figure,
     rollout_figure,
 )
+from ..pretrained.errors import ModelLoadError
 from ..trace import AttentionTrace
+from .text import plain
 from .views import chart
 
 if TYPE_CHECKING:
@@ -65,6 +67,7 @@ def analysis_view(
     special: Collection[str | int] | None = None,
     retrace: Callable[[str], AttentionTrace] | None = None,
     attentions: np.ndarray | None = None,
+    other_model: Callable[[str], PretrainedModel] | None = None,
 ) -> None:
     """Head statistics, redundancy, contribution, knockout, rollout, comparison and concat vs sum of one layer.
 
@@ -74,6 +77,9 @@ def analysis_view(
     special: tokens (strings) or positions counted as special (default: the model tokenizer's).
     retrace: another sentence -> the trace of this same layer (e.g. the configurable model's cached trace).
     attentions [L, H, T, T]: all layers of a multi-layer model, for rollout (default: model.attentions(text)).
+    other_model: a model id or folder ("" the bundled model) -> that model loaded (or ValueError /
+    ModelLoadError saying why; the app's cached loader, with the demo's allow-list); adds comparison
+    with another model on the same sentence.
     """
     if st.session_state.get("analysis_section") not in SECTIONS:
         st.session_state["analysis_section"] = SECTIONS[0]
@@ -97,7 +103,7 @@ def analysis_view(
     elif section == "Rollout":
         _rollout(trace, name, model, text, part, decoder_text, attentions)
     elif section == "Compare":
-        _compare(trace, name, whole, text, part, layer, decoder_text, retrace)
+        _compare(trace, name, whole, text, part, layer, decoder_text, retrace, other_model)
     else:
         _concat_vs_sum(trace, name)
 
@@ -239,9 +245,11 @@ def _compare(
     layer: int | None,
     decoder_text: str | None,
     retrace: Callable[[str], AttentionTrace] | None,
+    other_model: Callable[[str], PretrainedModel] | None,
 ) -> None:
     options = [o for o, ok in (("Another sentence", retrace is not None or model is not None),
-                               ("Another layer", model is not None and model.num_layers[part] > 1)) if ok]
+                               ("Another layer", model is not None and model.num_layers[part] > 1),
+                               ("Another model", model is not None and other_model is not None)) if ok]
     if not options:
         st.info("Comparison needs a way to trace another input: pass retrace (or a pretrained model) to the view.")
         return
@@ -259,11 +267,16 @@ def _compare(
             st.warning(f"Could not trace the second sentence: {err}")
             return
         labels = ("this sentence", "second sentence")
-    else:
+    elif how == "Another layer":
         layers = [n for n in range(model.num_layers[part]) if n != layer]
         other_layer = st.selectbox("Other layer", layers, key="analysis_other_layer")
         b = model.trace(text, other_layer, part=part, decoder_text=decoder_text)
         labels = (f"layer {layer}", f"layer {other_layer}")
+    else:
+        compared = _trace_other_model(model, other_model, text, part, layer, decoder_text)
+        if compared is None:
+            return
+        b, labels = compared
     by_position = how == "Another sentence" and st.checkbox(
         "Subtract position by position even where the tokens differ", key="analysis_by_position",
         help="Needs the same number of tokens; labels are the first sentence's.")
@@ -274,6 +287,38 @@ def _compare(
     head = st.selectbox("Head", heads, key="analysis_compare_head",
                         format_func=lambda h: "mean over heads" if h is None else f"head {h}")
     chart(comparison_figure(result, head, labels), "analysis_compare", f"{name}-compare")
+
+
+def _trace_other_model(
+    model: PretrainedModel,
+    other_model: Callable[[str], PretrainedModel],
+    text: str,
+    part: str,
+    layer: int,
+    decoder_text: str | None,
+) -> tuple[AttentionTrace, tuple[str, str]] | None:
+    """The same sentence, part and layer (or the other model's last) in another model; None after a message."""
+    name = st.text_input("Other model", key="analysis_other_model", max_chars=200,
+                         placeholder="Hugging Face id or local folder; empty: the bundled model",
+                         help="A difference map needs the same tokens and head count (e.g. two models that "
+                              "share a tokenizer); otherwise the two are shown side by side.").strip()
+    try:
+        with st.spinner(f"Loading {name or 'the bundled model'}…"):
+            other = other_model(name)
+    except (ValueError, ModelLoadError) as err:
+        st.warning(f"Could not load the other model: {plain(str(err))}")
+        return None
+    if part not in other.parts:
+        st.info(f"{other.name} has no {part} attention (it has: {', '.join(other.parts)}).")
+        return None
+    other_layer = min(layer, other.num_layers[part] - 1)
+    try:
+        b = other.trace(text, other_layer, part=part, decoder_text=decoder_text if other.kind == "encoder-decoder" else None)
+    except ValueError as err:
+        st.warning(f"Could not trace the sentence in {other.name}: {plain(str(err))}")
+        return None
+    short = (model.name.split("/")[-1], other.name.split("/")[-1])
+    return b, (f"{short[0]}, layer {layer}", f"{short[1]}, layer {other_layer}")
 
 
 def _trace_other_text(
