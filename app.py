@@ -79,8 +79,8 @@ def secret(key: str) -> str | None:
         return None
 
 
-def other_model(name: str) -> PretrainedModel:
-    """A second model for the Analysis comparison: the demo's allow-list applies, failures are ValueErrors."""
+def allowed_model(name: str) -> PretrainedModel:
+    """The loaded model ("" is the bundled one): the demo's allow-list applies; failures are ValueErrors saying why."""
     allowed = allowed_models(secret=secret("allowed_models"))
     if allowed is not None and name not in allowed:
         raise ValueError(f"this demo only loads {', '.join(m or 'the bundled model' for m in allowed)}")
@@ -177,7 +177,7 @@ def pretrained_page(s: ViewState, model: PretrainedModel) -> None:
     elif view == "Analysis":
         attentions = None if s.part == "cross" else pretrained_attentions(s.model, s.text, s.part, decoder_text)
         analysis_view(trace, name=name, model=model, text=s.text, part=s.part, layer=s.layer,
-                      decoder_text=decoder_text, attentions=attentions, other_model=other_model)
+                      decoder_text=decoder_text, attentions=attentions, other_model=allowed_model)
     elif trace.missing:
         st.info(f"The {view} view needs queries, keys, values and the output projection: {trace.meta.get('unavailable')}")
     elif view == "One head":
@@ -222,12 +222,12 @@ with st.sidebar:
         training_controls()
     else:
         name = pretrained.model_field(allowed_models(secret=secret("allowed_models")))
-        with st.spinner(f"Loading {name or 'the bundled model'}…"):
-            error = load_error(name)
-        if error:
-            st.error(f"Could not load the model: {plain(error)}")
+        try:
+            with st.spinner(f"Loading {name or 'the bundled model'}…"):
+                model = allowed_model(name)
+        except ValueError as err:
+            st.error(f"Could not load the model: {plain(str(err))}")
         else:
-            model = get_model(name)
             notices = notices + pretrained.layer_controls(model)
 s = state.current()
 state.write_url(s)

@@ -51,6 +51,13 @@ def test_default_page_paints_one_heatmap_per_head(server: str, page) -> None:
     page.screenshot(path=str(ASSETS / "heads.png"))
 
 
+def press_until_heads(page, thumb, key: str, h: int) -> None:
+    """Press key on the head slider; wait for h heatmaps and for h in the URL."""
+    thumb.press(key)
+    wait_for_heatmaps(page, h)
+    page.wait_for_url(re.compile(rf"[?&]h={h}(&|$)"), timeout=60_000)
+
+
 def test_keyboard_moves_the_head_slider_and_the_heads_follow(server: str, page) -> None:
     page.goto(f"{server}/?d_model=48")  # 48 = 3 * 16: h = 3, 4, 6 divide it, h = 5 does not
     wait_for_heatmaps(page, 4)
@@ -58,16 +65,12 @@ def test_keyboard_moves_the_head_slider_and_the_heads_follow(server: str, page) 
     thumb.focus()
     # One key press at a time, each followed by its own repaint: a key pressed while a rerun
     # redraws the slider may be overridden by the server's value.
-    thumb.press("ArrowLeft")  # 4 -> 3
-    wait_for_heatmaps(page, 3)
-    page.wait_for_url(re.compile(r"[?&]h=3(&|$)"), timeout=60_000)
+    press_until_heads(page, thumb, "ArrowLeft", 3)  # 4 -> 3
     thumb.press("ArrowRight")  # 3 -> 4
     wait_for_heatmaps(page, 4)
     thumb.press("ArrowRight")  # 4 -> 5: does not divide 48, the page explains why
     page.get_by_text("does not divide d_model = 48").wait_for(timeout=120_000)
-    thumb.press("ArrowRight")  # 5 -> 6
-    wait_for_heatmaps(page, 6)
-    page.wait_for_url(re.compile(r"[?&]h=6(&|$)"), timeout=60_000)
+    press_until_heads(page, thumb, "ArrowRight", 6)  # 5 -> 6
 
 
 def test_a_copied_url_reproduces_the_view(server: str, browser, page) -> None:
@@ -75,9 +78,7 @@ def test_a_copied_url_reproduces_the_view(server: str, browser, page) -> None:
     wait_for_heatmaps(page, 4)
     thumb = slider(page, "Number of heads")
     thumb.focus()
-    thumb.press("ArrowLeft")  # 4 -> 3
-    wait_for_heatmaps(page, 3)
-    page.wait_for_url(re.compile(r"[?&]h=3(&|$)"), timeout=60_000)
+    press_until_heads(page, thumb, "ArrowLeft", 3)  # 4 -> 3
     copied = page.url
     assert urllib.parse.parse_qs(urllib.parse.urlparse(copied).query)["h"] == ["3"]
     other = browser.new_page(viewport={"width": 1400, "height": 1000})
