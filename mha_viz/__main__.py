@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .params import DEFAULT_TEXT, MAX_SEED, MAX_TOKENS
+from .text import tokenize
 from .trace import AttentionTrace
 
 PROG = "python -m mha_viz"
@@ -82,11 +83,8 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def configurable_trace(args: argparse.Namespace) -> tuple[AttentionTrace, str, dict[str, Any]]:
-    import torch
-
-    from .attention import MultiHeadAttention
     from .config import MHAConfig
-    from .text import embed_tokens, tokenize
+    from .sources import configurable_trace as trace_text
 
     h = 4 if args.heads is None else args.heads
     d_model = 64 if args.d_model is None else args.d_model
@@ -97,25 +95,16 @@ def configurable_trace(args: argparse.Namespace) -> tuple[AttentionTrace, str, d
         raise CliError(str(err)) from None
     if not 0 <= seed <= MAX_SEED:
         raise CliError(f"--seed must be a whole number from 0 to {MAX_SEED}, got {seed}")
-
-    def tokens_of(text: str, what: str) -> list[str]:
-        tokens = tokenize(text, MAX_TOKENS + 1)
-        if not tokens:
-            raise CliError(f"the {what} has no tokens (no visible characters)")
-        if len(tokens) > MAX_TOKENS:
+    pe = not args.no_pe
+    for what, text in (("text", args.text), ("context", args.context)):
+        if text is not None and len(tokenize(text, MAX_TOKENS + 1)) > MAX_TOKENS:
             print(f"{PROG} report: warning: the {what} is longer than {MAX_TOKENS} tokens; "
                   f"only the first {MAX_TOKENS} are used", file=sys.stderr)
-        return tokens[:MAX_TOKENS]
-
-    pe = not args.no_pe
-    q_tokens = tokens_of(args.text, "text")
-    k_tokens = None if args.context is None else tokens_of(args.context, "context")
-    mha = MultiHeadAttention(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out, seed=seed)
-    x = embed_tokens(q_tokens, cfg.d_model, seed=seed, positional=pe)  # (T, d_model)
-    c = None if k_tokens is None else embed_tokens(k_tokens, cfg.d_model, seed=seed, positional=pe)  # (S, d_model)
-    with torch.inference_mode():
-        trace = mha(x, c, causal=bool(args.causal), query_tokens=q_tokens, key_tokens=k_tokens)
-    title = f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model}" + (" (cross-attention)" if c is not None else "")
+    try:
+        trace = trace_text(args.text, cfg, seed=seed, causal=bool(args.causal), positional=pe, context=args.context)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    title = f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model}" + (" (cross-attention)" if trace.cross else "")
     notes = {
         "model": "configurable (random Xavier weights, seeded)",
         "h, d_model, d_k, d_v, d_out": f"{cfg.num_heads}, {cfg.d_model}, {cfg.d_k}, {cfg.d_v}, {cfg.d_out}",

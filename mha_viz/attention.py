@@ -1,7 +1,7 @@
 """Multi-head attention computed head by head, keeping every intermediate.
 
     head_h = softmax(Q_h K_h^T / sqrt(d_k)) V_h,   Q_h = x W_Q[h] + b_Q[h],  K_h, V_h from context
-    MultiHead(x) = Concat(head_1, ..., head_H) W_O^T + b_O
+    MultiHead(x) = Concat(head_0, ..., head_{H-1}) W_O^T + b_O      heads numbered from 0
 
 Parameters are stored per head, TransformerLens style:
     W_Q [H, d_model, d_k]   W_K [H, d_context, d_k]   W_V [H, d_context, d_v]   W_O [d_out, H*d_v]
@@ -182,12 +182,15 @@ class MultiHeadAttention(nn.Module):
         T, S = t.weights.shape[-2:]
         qt = tuple(query_tokens) if query_tokens is not None else tuple(str(i) for i in range(T))
         kt = tuple(key_tokens) if key_tokens is not None else (qt if context is None else tuple(str(j) for j in range(S)))
+        weights = {name: None if p is None else p.detach().cpu().numpy().copy()  # copies: traces do not follow training
+                   for name, p in (("W_Q", self.W_Q), ("W_K", self.W_K), ("W_V", self.W_V), ("W_O", self.W_O),
+                                   ("b_Q", self.b_Q), ("b_K", self.b_K), ("b_V", self.b_V), ("b_O", self.b_O))}
         return AttentionTrace(
             query_tokens=qt,
             key_tokens=kt,
             **{name: tensor.detach().cpu().numpy() for name, tensor in t._asdict().items()},  # type: ignore[arg-type]
-            W_O=self.W_O.detach().cpu().numpy().copy(),  # a copy: the trace must not follow later training
-            b_O=None if self.b_O is None else self.b_O.detach().cpu().numpy().copy(),
+            **weights,
+            scale=1.0 / math.sqrt(self.config.d_k),
             causal=causal,
             cross=context is not None,
             meta={"model": "configurable"},

@@ -35,9 +35,16 @@ class LayerCost:
         return sum(self.flops.values())
 
 
-def layer_cost(cfg: MHAConfig, T: int, S: int | None = None) -> LayerCost:
-    """Counts for T query tokens attending over S key tokens (S = T for self-attention)."""
+def layer_cost(cfg: MHAConfig, T: int, S: int | None = None, *, cross: bool | None = None) -> LayerCost:
+    """Counts for T query tokens (X) attending over S key tokens (S = T for self-attention).
+
+    The FLOP rows name the key/value input X in self-attention and C in cross-attention (cross None:
+    cross-attention when S differs from T or the context width from d_model), as the formulas do.
+    """
     S = T if S is None else S
+    if cross is None:
+        cross = S != T or cfg.d_context != cfg.d_model
+    c = "C" if cross else "X"
     H, d_k, d_v = cfg.num_heads, cfg.d_k, cfg.d_v
     weights = {
         "W_Q": H * cfg.d_model * d_k,
@@ -47,9 +54,9 @@ def layer_cost(cfg: MHAConfig, T: int, S: int | None = None) -> LayerCost:
     }
     biases = {"b_Q": H * d_k, "b_K": H * d_k, "b_V": H * d_v, "b_O": cfg.d_out} if cfg.bias else {}
     flops = {
-        "Q = x W_Q": 2 * T * cfg.d_model * H * d_k,
-        "K = c W_K": 2 * S * cfg.d_context * H * d_k,
-        "V = c W_V": 2 * S * cfg.d_context * H * d_v,
+        "Q = X W_Q": 2 * T * cfg.d_model * H * d_k,
+        f"K = {c} W_K": 2 * S * cfg.d_context * H * d_k,
+        f"V = {c} W_V": 2 * S * cfg.d_context * H * d_v,
         "Q K^T": 2 * H * T * S * d_k,
         "softmax": 5 * H * T * S,
         "weights @ V": 2 * H * T * S * d_v,

@@ -1,8 +1,9 @@
 """An AttentionTrace as a file: NPZ (numpy, exact) and JSON (any language), plus safe file names and share links.
 
 NPZ (trace_to_npz / trace_from_npz), read with ``np.load(path)`` (no pickle needed):
-    weights, queries, keys, values, scores, head_outputs, concat, output, W_O, b_O
+    weights, queries, keys, values, scores, head_outputs, concat, output, W_O, b_O, W_Q, W_K, W_V, b_Q, b_K, b_V
                      every array the trace holds, in its own dtype (absent ones are left out)
+    scale            0-d float64: the factor on Q K^T (absent when the trace does not say)
     query_tokens, key_tokens   unicode arrays [T], [S]
     causal, cross    0-d bool arrays         kv_heads   int64 [H], only for grouped-query attention
     meta             0-d unicode array: trace.meta as a JSON string
@@ -11,7 +12,7 @@ Tokens are numpy unicode strings, which cannot end in a NUL character ("\\x00");
 tokenizer drops control characters, so its tokens never do.
 
 JSON (trace_to_json / trace_from_json): one object
-    format, query_tokens, key_tokens, causal, cross, kv_heads (null: one K/V head per query head),
+    format, query_tokens, key_tokens, causal, cross, kv_heads (null: one K/V head per query head), scale,
     shapes {name: [dims]}, dtypes {name: "float32"}, missing [names], meta {...},
     arrays {name: nested lists}  (weights [H][T][S], ...; the layout of mha_viz.trace)
 Numbers are the shortest decimals that read back to the same value in the array's dtype.
@@ -38,7 +39,8 @@ import numpy as np
 from .trace import AttentionTrace
 
 FORMAT = "mha-viz-trace/1"
-ARRAY_FIELDS = ("weights", "queries", "keys", "values", "scores", "head_outputs", "concat", "output", "W_O", "b_O")
+ARRAY_FIELDS = ("weights", "queries", "keys", "values", "scores", "head_outputs", "concat", "output", "W_O", "b_O",
+                "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V")
 NONFINITE_NOTE = 'non-finite numbers are the strings "-inf", "inf", "nan" (masked scores are "-inf")'
 _JSON_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -93,6 +95,8 @@ def trace_to_npz(trace: AttentionTrace, *, compress: bool = True) -> bytes:
     payload["cross"] = np.array(bool(trace.cross))
     if trace.kv_heads is not None:
         payload["kv_heads"] = np.array(trace.kv_heads, dtype=np.int64)
+    if trace.scale is not None:
+        payload["scale"] = np.array(float(trace.scale))
     payload["meta"] = np.array(json.dumps(jsonable(trace.meta), ensure_ascii=False, allow_nan=False))
     payload["format"] = np.array(FORMAT)
     buffer = io.BytesIO()
@@ -117,6 +121,7 @@ def trace_from_npz(data: bytes | io.IOBase) -> AttentionTrace:
         causal=bool(stored["causal"]),
         cross=bool(stored["cross"]),
         kv_heads=tuple(int(h) for h in stored["kv_heads"]) if "kv_heads" in stored else None,
+        scale=float(stored["scale"]) if "scale" in stored else None,
         meta=json.loads(str(stored["meta"])),
     )
 
@@ -156,6 +161,7 @@ def trace_header(trace: AttentionTrace) -> dict[str, Any]:
         "causal": bool(trace.causal),
         "cross": bool(trace.cross),
         "kv_heads": None if trace.kv_heads is None else [int(h) for h in trace.kv_heads],
+        "scale": None if trace.scale is None else float(trace.scale),
         "shapes": {name: [int(n) for n in a.shape] for name, a in arrays.items()},
         "dtypes": {name: str(a.dtype) for name, a in arrays.items()},
         "missing": list(trace.missing),
@@ -189,6 +195,7 @@ def trace_from_json(text: str | bytes) -> AttentionTrace:
         causal=bool(doc["causal"]),
         cross=bool(doc["cross"]),
         kv_heads=None if doc["kv_heads"] is None else tuple(doc["kv_heads"]),
+        scale=doc.get("scale"),
         meta=doc["meta"],
     )
 

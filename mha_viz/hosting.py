@@ -23,3 +23,9 @@ def allowed_models(env: Mapping[str, str] = os.environ, secret: str | None = Non
         return None
     ids = [part.strip() for part in raw.split(",") if part.strip()]
     return tuple(dict.fromkeys("" if i == BUNDLED else i for i in ids)) or ("",)
+
+
+def check_allowed(name: str, allowed: tuple[str, ...] | None) -> None:
+    """ValueError unless the allow-list (None: no list) lets name ("" the bundled model) load."""
+    if allowed is not None and name not in allowed:
+        raise ValueError(f"this demo only loads {', '.join(m or 'the bundled model' for m in allowed)}")

@@ -25,24 +25,32 @@ MAX_HEAD_WIDTH = 256
 MAX_TEXT_CHARS = 5000
 MAX_TOKENS = 512
 MAX_SEED = 2**31 - 1
-VIEWS = ("Heads", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas", "Overview", "Training")
+VIEWS = ("Heads", "Lines", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas", "Overview", "Training")
 MODES = ("Configurable", "Pretrained", "Train")
 PARTS = ("encoder", "decoder", "cross")
 MAX_LAYERS = 128
 TASK_NAMES = ("prev-first", "prev-2back-first", "prev-match")  # mha_viz.training.TASKS (a test keeps them equal)
+WEIGHTS = ("random", "trained")  # configurable mode: random Xavier weights, or trained on a task
+SECTIONS = ("Head statistics", "Redundancy", "Contribution", "Knockout", "Rollout", "Compare", "Concat vs sum")
+COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
+MAX_SEQUENCE_CHARS = 200  # a trained layer's input: at most seq_len task tokens
 MAX_STEPS = 5000
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 
 
 @dataclass(frozen=True)
 class ViewState:
+    """Everything a view depends on; each field is a widget key and a URL parameter."""
+
     mode: str = MODES[0]
     model: str = ""  # pretrained mode: "" is the bundled MiniLM, else a hub id
     layer: int = 0
     part: str = PARTS[0]
     special: bool = True  # pretrained mode: show special tokens ([CLS], [SEP], BOS)
-    task: str = "prev-first"  # train mode: a task name from mha_viz.training
-    steps: int = 600  # train mode: optimiser steps
+    weights: str = WEIGHTS[0]  # configurable mode: random or trained weights
+    task: str = "prev-first"  # train mode and trained weights: a task name from mha_viz.training
+    sequence: str = ""  # trained weights: the input, task tokens separated by spaces ("": the task's probe)
+    steps: int = 600  # train mode and trained weights: optimiser steps
     text: str = DEFAULT_TEXT
     h: int = 4
     d_model: int = 64
@@ -54,9 +62,26 @@ class ViewState:
     pe: bool = True
     cross: bool = False
     context: str = DEFAULT_CONTEXT
-    compare: tuple[int, ...] = ()
-    head: int = 0
+    compare: tuple[int, ...] = ()  # heads opened larger (Heads) or below the thumbnails (Overview)
+    zoom: int = 0  # Heads, long inputs: first position of the full-resolution window
+    head: int = 0  # One head, Lines (one at a time)
+    lines_all: bool = True  # Lines: every head overlaid, else only `head`
+    pick: str = ""  # Lines: "q3" keeps query 3's lines, "k5" key 5's; "" all lines
+    q_pos: int = 0  # One head, why one score: the query position
+    k_pos: int = 0  # ... and the key position
     view: str = VIEWS[0]
+    section: str = SECTIONS[0]  # Analysis
+    off: tuple[int, ...] = ()  # Analysis, knockout: heads switched off
+    rank_final: bool = False  # Analysis, knockout: also rank by the final hidden state
+    norm: bool = False  # Analysis, contribution: norm-based attention
+    threshold: float = 0.05  # Analysis, redundancy: near-duplicate below this mean JSD (bits)
+    rollout_layer: int | None = None  # Analysis, rollout: through this layer (None: the last)
+    compare_with: str = COMPARE_WITH[0]  # Analysis, compare
+    other_text: str = ""
+    other_layer: int | None = None
+    other_model: str = ""
+    compare_head: int | None = None  # None: the mean over heads
+    by_position: bool = False
 
 
 DEFAULTS = ViewState()
@@ -92,6 +117,37 @@ def _heads(raw: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(_int(p, 0, MAX_HEADS - 1) for p in raw.split(",") if p.strip()))
 
 
+def _optional_int(hi: int):
+    def parse(raw: str) -> int | None:
+        return None if raw.strip().lower() in ("", "auto", "mean", "last") else _int(raw, 0, hi)
+
+    return parse
+
+
+def _float(lo: float, hi: float):
+    def parse(raw: str) -> float:
+        value = float(raw.strip())
+        if not lo <= value <= hi:  # NaN fails too
+            raise ValueError
+        return value
+
+    return parse
+
+
+def _pick(raw: str) -> str:
+    """"" (no token picked), "q<position>" or "k<position>"."""
+    raw = raw.strip()
+    if raw and not re.fullmatch(r"[qk]\d{1,4}", raw):
+        raise ValueError
+    return raw
+
+
+def _sequence(raw: str) -> str:
+    if len(raw) > MAX_SEQUENCE_CHARS:
+        raise ValueError
+    return " ".join(raw.split())
+
+
 def _d_model(raw: str) -> int:
     value = int(raw.strip())
     if value not in D_MODEL_CHOICES:
@@ -124,7 +180,7 @@ def _model_id(raw: str) -> str:
 
 PARSERS = {
     "mode": (_one_of(MODES), "one of " + ", ".join(MODES)),
-    "model": (_model_id, "a Hugging Face model id such as org/name"),
+    "model": (_model_id, "a Hugging Face model id such as gpt2 or org/name"),
     "layer": (lambda r: _int(r, 0, MAX_LAYERS - 1), f"a layer number from 0 to {MAX_LAYERS - 1}"),
     "part": (_one_of(PARTS), "one of " + ", ".join(PARTS)),
     "special": (_bool, "true or false"),
@@ -144,6 +200,25 @@ PARSERS = {
     "compare": (_heads, f"head numbers from 0 to {MAX_HEADS - 1}, comma-separated"),
     "head": (lambda r: _int(r, 0, MAX_HEADS - 1), f"a head number from 0 to {MAX_HEADS - 1}"),
     "view": (_one_of(VIEWS), "one of " + ", ".join(VIEWS)),
+    "weights": (_one_of(WEIGHTS), "one of " + ", ".join(WEIGHTS)),
+    "sequence": (_sequence, f"task tokens separated by spaces, at most {MAX_SEQUENCE_CHARS} characters"),
+    "zoom": (lambda r: _int(r, 0, MAX_TOKENS - 1), f"a position from 0 to {MAX_TOKENS - 1}"),
+    "lines_all": (_bool, "true or false"),
+    "pick": (_pick, "q or k and a position, e.g. q3"),
+    "q_pos": (lambda r: _int(r, 0, MAX_TOKENS - 1), f"a position from 0 to {MAX_TOKENS - 1}"),
+    "k_pos": (lambda r: _int(r, 0, MAX_TOKENS - 1), f"a position from 0 to {MAX_TOKENS - 1}"),
+    "section": (_one_of(SECTIONS), "one of " + ", ".join(SECTIONS)),
+    "off": (_heads, f"head numbers from 0 to {MAX_HEADS - 1}, comma-separated"),
+    "rank_final": (_bool, "true or false"),
+    "norm": (_bool, "true or false"),
+    "threshold": (_float(0.0, 0.5), "a number from 0 to 0.5"),
+    "rollout_layer": (_optional_int(MAX_LAYERS - 1), f"last or a layer number from 0 to {MAX_LAYERS - 1}"),
+    "compare_with": (_one_of(COMPARE_WITH), "one of " + ", ".join(COMPARE_WITH)),
+    "other_text": (_text, f"at most {MAX_TEXT_CHARS} characters"),
+    "other_layer": (_optional_int(MAX_LAYERS - 1), f"a layer number from 0 to {MAX_LAYERS - 1}"),
+    "other_model": (_model_id, "a Hugging Face model id such as gpt2 or org/name"),
+    "compare_head": (_optional_int(MAX_HEADS - 1), f"mean or a head number from 0 to {MAX_HEADS - 1}"),
+    "by_position": (_bool, "true or false"),
 }
 
 
@@ -175,6 +250,8 @@ def _format(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, tuple):
         return ",".join(map(str, value))
+    if isinstance(value, float):
+        return f"{value:g}"
     return "auto" if value is None else str(value)
 
 

@@ -26,6 +26,7 @@ import plotly.graph_objects as go
 
 from .export import jsonable, safe_filename, trace_arrays
 from .figures import contributions_figure, heads_figure, output_path_figure
+from .figures.common import with_automargin
 from .trace import AttentionTrace
 
 MEANINGS = {
@@ -39,6 +40,12 @@ MEANINGS = {
     "output": "concat W_Oᵀ + b_O, after W_O",
     "W_O": "output projection; column block h multiplies head h",
     "b_O": "output bias",
+    "W_Q": "query projection of each head: Q_h = x W_Q[h] + b_Q[h]",
+    "W_K": "key projection of each head",
+    "W_V": "value projection of each head",
+    "b_Q": "query bias of each head",
+    "b_K": "key bias of each head",
+    "b_V": "value bias of each head",
 }
 # Inline scripts and styles only; no network of any kind (plotly.js draws heatmaps into data: images).
 CSP = (
@@ -112,8 +119,10 @@ def _plotlyjs() -> str:
 
 
 def _figure_html(fig: go.Figure, index: int, filename: str) -> str:
+    """The figure as a div; axes get automargin (as in the app), so that no label is cut off."""
     config = {"displaylogo": False, "responsive": True,
               "toImageButtonOptions": {"format": "png", "scale": 2, "filename": safe_filename(filename)}}
+    fig = with_automargin(go.Figure(fig))
     return fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False, config=config,
                        div_id=f"figure-{index}", default_width="100%")
 
@@ -132,10 +141,12 @@ def html_report(
     figures: Sequence[go.Figure] | None = None,
     notes: Mapping[str, Any] | None = None,
     filename: str | None = None,
+    captions: Sequence[str] | None = None,
 ) -> str:
     """The report as one HTML page (a str; write it with encoding="utf-8").
 
-    figures: None for default_figures(trace), else exactly these (e.g. the ones an app shows).
+    figures: None for default_figures(trace), else exactly these (e.g. the ones an app shows);
+    captions: one line under each of them (e.g. which view it came from).
     notes: extra key -> value rows (how the trace was made, a link back to the live view, ...);
     a value that is an http(s) address becomes a link. filename: stem for the figures' PNG
     downloads (default: from the title).
@@ -158,7 +169,8 @@ def html_report(
         parts.append(f"<h2>Key tokens ({S})</h2>" + _tokens(trace.key_tokens))
 
     for i, fig in enumerate(figures):
-        parts.append(f"<figure>{_figure_html(fig, i, f'{stem}-figure{i + 1}')}</figure>")
+        caption = f"<figcaption>{_esc(captions[i])}</figcaption>" if captions is not None and i < len(captions) else ""
+        parts.append(f"<figure>{_figure_html(fig, i, f'{stem}-figure{i + 1}')}{caption}</figure>")
 
     rows = [
         [f"<td><code>{_esc(name)}</code></td>", f"<td>{_esc(' × '.join(map(str, a.shape)))}</td>",

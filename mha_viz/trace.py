@@ -8,7 +8,10 @@ Layout: attention is [head, query, key]; per-head tensors are [head, position, d
     concat       [T, H*d_v]       head outputs side by side, *before* W_O
     output       [T, d_out]       concat @ W_O^T + b_O, *after* W_O
     W_O          [d_out, H*d_v]   column block h multiplies head h
-T counts query tokens, S key tokens (S = T for self-attention).
+    W_Q [H, d_model, d_k]  W_K [H, d_context, d_k]  W_V [H, d_context, d_v]   the projections of head h
+    b_Q [H, d_k]  b_K [H, d_k]  b_V [H, d_v]  b_O [d_out]                      biases (None: none)
+    scale        the factor on Q K^T in scores (1/sqrt(d_k) unless the model says otherwise)
+T counts query tokens, S key tokens (S = T for self-attention). Heads are numbered from 0.
 """
 
 from __future__ import annotations
@@ -35,6 +38,13 @@ class AttentionTrace:
     output: np.ndarray | None = None
     W_O: np.ndarray | None = None
     b_O: np.ndarray | None = None
+    W_Q: np.ndarray | None = None
+    W_K: np.ndarray | None = None
+    W_V: np.ndarray | None = None
+    b_Q: np.ndarray | None = None
+    b_K: np.ndarray | None = None
+    b_V: np.ndarray | None = None
+    scale: float | None = None
     causal: bool = False
     cross: bool = False
     # kv_heads[h] is the key/value head that query head h reads (grouped-query attention);
@@ -56,6 +66,12 @@ class AttentionTrace:
             "concat": (T, None if d_v is None else H * d_v),
             "output": (T, d_out),
             "W_O": (d_out, None if d_v is None else H * d_v),
+            "W_Q": (H, None, d_k),
+            "W_K": (H, None, d_k),
+            "W_V": (H, None, d_v),
+            "b_Q": (H, d_k),
+            "b_K": (H, d_k),
+            "b_V": (H, d_v),
         }
         for name, shape in expected.items():
             array = getattr(self, name)
@@ -88,6 +104,11 @@ class AttentionTrace:
     @property
     def d_out(self) -> int:
         return self.require("W_O").shape[0]
+
+    @property
+    def score_scale(self) -> float:
+        """The factor on Q K^T in the scores: trace.scale, or 1/sqrt(d_k) when the trace does not say."""
+        return float(self.scale) if self.scale is not None else self.d_k**-0.5
 
     def read_only(self) -> AttentionTrace:
         """This trace with every array made read-only (safe to share between threads and sessions)."""
@@ -127,3 +148,16 @@ class AttentionTrace:
                 np.abs(self.head_contributions().sum(0) + bias - self.output).max()
             ),
         }
+
+    def rounding_tolerance(self) -> float:
+        """How far two float computations of the W_O path may differ by rounding alone.
+
+        A sum of n = H*d_v products in the output's dtype differs from another order of the same
+        sum by about eps * sqrt(n) * |output|; 16x that bounds it with room to spare:
+            tol = 16 * eps * sqrt(H*d_v) * max(1, max |output|)
+        check_wo_path() errors at or below this mean "equal within float rounding".
+        """
+        output = self.require("output")
+        eps = float(np.finfo(output.dtype if output.dtype.kind == "f" else np.float32).eps)
+        n = self.require("concat").shape[-1]
+        return 16 * eps * n**0.5 * max(1.0, float(np.abs(output).max(initial=0.0)))

@@ -97,6 +97,11 @@ def slider(page, label: str):
     return page.locator(f'[data-testid="stSlider"]:has-text("{label}") input[type="range"]')
 
 
+def slider_value(page, label: str) -> str:
+    """The value a slider (or select slider) with this label shows on its thumb."""
+    return page.locator(f'[data-testid="stSlider"]:has-text("{label}") [data-testid="stSliderThumbValue"]').inner_text()
+
+
 def wait_for_heatmaps(page, count: int, *, changed_from: list[str] | None = None, timeout: float = 120.0) -> float:
     """Wait until the first chart shows `count` painted heatmaps (all different from `changed_from`).
 

@@ -8,31 +8,27 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from mha_viz.ui.analysis import SECTIONS
+from mha_viz.params import SECTIONS
 from tests.test_app import heatmaps, z_matrix
 
 
 def configurable_app() -> None:
-    """Four heads (b_O = 0) on one sentence; the compare section re-traces other sentences with the same layer."""
-    from mha_viz import MultiHeadAttention, embed_text
+    """Four heads (b_O = 0) on one sentence; the compare section traces other sentences with the same layer."""
+    from mha_viz import MHAConfig
+    from mha_viz.sources import ConfigurableSource
     from mha_viz.ui.analysis import analysis_view
 
-    mha = MultiHeadAttention(32, 4, seed=0)
-
-    def retrace(text: str):
-        tokens, x = embed_text(text, 32, seed=0)
-        return mha(x, query_tokens=tokens)
-
-    analysis_view(retrace("the cat sat on the mat and the dog sat on the cat"), name="configurable", retrace=retrace)
+    source = ConfigurableSource("the cat sat on the mat and the dog sat on the cat", MHAConfig(32, 4))
+    analysis_view(source.trace(0), source, name="configurable")
 
 
 def bundled_app() -> None:
+    from mha_viz.sources import ModelSource
     from mha_viz.ui.analysis import analysis_view
     from tests.test_analysis_pretrained import bundled
 
-    model = bundled()
-    text = "the cat sat on the mat"
-    analysis_view(model.trace(text, 2), name="minilm", model=model, text=text, layer=2)
+    source = ModelSource(bundled(), "the cat sat on the mat", "encoder")
+    analysis_view(source.trace(2), source, layer=2, name="minilm")
 
 
 def chart(at: AppTest, key: str) -> dict:
@@ -42,7 +38,7 @@ def chart(at: AppTest, key: str) -> dict:
 
 
 def show(at: AppTest, section: str) -> AppTest:
-    at.segmented_control(key="analysis_section").set_value(section).run()
+    at.segmented_control(key="section").set_value(section).run()
     assert not at.exception and not at.error
     return at
 
@@ -61,10 +57,10 @@ def test_head_statistics_table_opens_the_picked_head(app: AppTest) -> None:
     assert ((table["entropy"] > 0) & (table["entropy"] <= 1)).all()
     assert len(heatmaps(chart(app, "analysis_stats_chart"))) == 1
     assert chart(app, "analysis_stats_head")["layout"]["title"]["text"] == "head 0"  # a row is always picked
-    app.session_state["analysis_stats"] = {"selection": {"rows": [2]}}
+    app.session_state["analysis_stats"] = {"selection": {"rows": [2], "columns": [], "cells": []}}
     app.run()
     opened = chart(app, "analysis_stats_head")
-    assert opened["layout"]["title"]["text"] == "head 2"
+    assert opened["layout"]["title"]["text"] == "head 2" and app.session_state["head"] == 2
     first = chart(app, "analysis_stats_chart")
     assert len(heatmaps(opened)) == 1 and first["data"][1]["type"] == "bar"  # distance beside the shares
 
@@ -85,14 +81,14 @@ def test_norm_switch_and_knockout(app: AppTest) -> None:
     show(app, "Contribution")
     raw = [z_matrix(t) for t in heatmaps(chart(app, "analysis_weight_heads"))]
     assert len(raw) == 4 and np.allclose([r.sum(1) for r in raw], 1, atol=1e-5)
-    app.toggle(key="analysis_norm").set_value(True).run()
+    app.toggle(key="norm").set_value(True).run()
     normed = [z_matrix(t) for t in heatmaps(chart(app, "analysis_norm_heads"))]
     assert not np.allclose([n.sum(1) for n in normed], 1, atol=1e-3)  # weights times value lengths
     assert len(heatmaps(chart(app, "analysis_contributions"))) == 1
     show(app, "Knockout")
     ranking = chart(app, "analysis_ranking")["data"]
     assert len(ranking) == 1 and len(ranking[0]["x"]) == 4
-    app.multiselect(key="analysis_off").set_value([0, 1, 2, 3]).run()
+    app.multiselect(key="off").set_value([0, 1, 2, 3]).run()
     assert not app.exception
     assert app.metric[0].value == "100.0%"  # only b_O = 0 is left
     assert len(chart(app, "analysis_knockout")["data"]) == 1
@@ -100,10 +96,10 @@ def test_norm_switch_and_knockout(app: AppTest) -> None:
 
 def test_compare_with_the_same_and_with_another_sentence(app: AppTest) -> None:
     show(app, "Compare")
-    app.text_input(key="analysis_other_text").set_value("the cat sat on the mat and the dog sat on the cat").run()
+    app.text_input(key="other_text").set_value("the cat sat on the mat and the dog sat on the cat").run()
     maps = heatmaps(chart(app, "analysis_compare"))
     assert len(maps) == 3 and np.allclose(z_matrix(maps[2]), 0)  # same tokens, same layer: no difference
-    app.text_input(key="analysis_other_text").set_value("a dog ran").run()
+    app.text_input(key="other_text").set_value("a dog ran").run()
     assert "differ in number (13 vs 3)" in app.info[0].value
     assert len(heatmaps(chart(app, "analysis_compare"))) == 2  # side by side, no difference map
 
@@ -118,22 +114,22 @@ def test_bundled_model_sections_render() -> None:
     assert rollout.shape == (8, 8) and np.allclose(rollout.sum(1), 1, atol=1e-5)
     show(at, "Knockout")
     assert "encoder model" in at.info[0].value  # no next-token view, with the reason
-    at.multiselect(key="analysis_off").set_value([0, 3]).run()
+    at.multiselect(key="off").set_value([0, 3]).run()
     assert not at.exception
     assert [m.label for m in at.metric] == ["Change in this layer's output", "Change in the final hidden state"]
     assert len(chart(at, "analysis_knockout")["data"]) == 2  # per token: layer output and final hidden state
 
 
 def bundled_app_comparing_models() -> None:
-    """The bundled MiniLM at layer 2; "" compares it with itself, anything else loads that model."""
+    """The bundled MiniLM at layer 2; "" (or "bundled") is itself, anything else loads that model."""
     from mha_viz.pretrained import load_model
+    from mha_viz.sources import ModelSource
     from mha_viz.ui.analysis import analysis_view
     from tests.test_analysis_pretrained import bundled
 
-    model = bundled()
-    text = "the cat sat on the mat"
-    analysis_view(model.trace(text, 2), name="minilm", model=model, text=text, layer=2,
-                  other_model=lambda name: model if name == "" else load_model(name))
+    source = ModelSource(bundled(), "the cat sat on the mat", "encoder")
+    analysis_view(source.trace(2), source, layer=2, name="minilm",
+                  other_model=lambda name: source.model if name == "" else load_model(name))
 
 
 @pytest.fixture(scope="module")
@@ -154,17 +150,18 @@ def tiny_bert_folder(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_compare_with_another_model(tiny_bert_folder: str) -> None:
     at = AppTest.from_function(bundled_app_comparing_models, default_timeout=120).run()
     show(at, "Compare")
-    at.radio(key="analysis_compare_with").set_value("Another model").run()
+    at.radio(key="compare_with").set_value("Another model").run()
     assert not at.exception and not at.warning
-    maps = heatmaps(chart(at, "analysis_compare"))
-    assert len(maps) == 3 and np.allclose(z_matrix(maps[2]), 0)  # the same model: no difference
-    at.text_input(key="analysis_other_model").set_value(tiny_bert_folder).run()
+    assert "Type another model" in at.info[0].value and not at.get("plotly_chart")  # not the model itself
+    at.text_input(key="other_model").set_value("bundled").run()
+    assert "is the model shown above" in at.info[0].value and not at.get("plotly_chart")
+    at.text_input(key="other_model").set_value(tiny_bert_folder).run()
     assert not at.exception and not at.warning
     assert "number of heads differs (12 vs 4)" in at.info[0].value
     maps = heatmaps(chart(at, "analysis_compare"))
     assert len(maps) == 2 and z_matrix(maps[1]).shape == (8, 8)  # side by side: the tiny model's last layer
     assert "layer 1" in json.dumps(chart(at, "analysis_compare")["layout"])
-    at.text_input(key="analysis_other_model").set_value("/no/such/folder").run()
+    at.text_input(key="other_model").set_value("/no/such/folder").run()
     assert not at.exception and "Could not load the other model" in at.warning[0].value
 
 
@@ -176,7 +173,7 @@ def test_hosted_demo_compares_only_with_allowed_models(monkeypatch: pytest.Monke
     at.query_params.update(mode="Pretrained", view="Analysis", text="the cat sat on the mat")
     at.run()
     show(at, "Compare")
-    at.radio(key="analysis_compare_with").set_value("Another model").run()
-    at.text_input(key="analysis_other_model").set_value("gpt2").run()
+    at.radio(key="compare_with").set_value("Another model").run()
+    at.text_input(key="other_model").set_value("gpt2").run()
     assert not at.exception
     assert "this demo only loads the bundled model" in at.warning[0].value

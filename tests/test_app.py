@@ -40,7 +40,7 @@ def z_matrix(trace: dict) -> np.ndarray:
 def test_default_page_shows_one_heatmap_per_head() -> None:
     at = new_app().run()
     assert not at.exception
-    h = at.slider(key="h").value
+    h = at.select_slider(key="h").value
     maps = heatmaps(figure(at))
     assert len(maps) == h == 4
     for trace in maps:
@@ -50,31 +50,51 @@ def test_default_page_shows_one_heatmap_per_head() -> None:
         assert trace["coloraxis"] == "coloraxis"  # one shared colour scale
 
 
-@pytest.mark.parametrize("h", [1, 2, 8, 16])
-def test_head_slider_changes_the_number_of_heatmaps(h: int) -> None:
-    at = new_app().run()
-    at.slider(key="h").set_value(h).run()
-    assert not at.exception
-    assert len(heatmaps(figure(at))) == h
-    assert at.query_params["h"] == [str(h)] or at.query_params["h"] == str(h)
+@pytest.mark.parametrize("d_model", [64, 48, 12, 768])
+def test_every_position_of_the_head_slider_draws_heads(d_model: int) -> None:
+    """The slider offers only the h that divide d_model, so no position lands on an error."""
+    at = new_app(d_model=str(d_model)).run()
+    slider = at.select_slider(key="h")
+    offered = [int(o) for o in slider.options]
+    assert offered == [h for h in range(1, 17) if d_model % h == 0]
+    for h in offered:
+        at.select_slider(key="h").set_value(h).run()
+        assert not at.exception and not at.error, h
+        assert len(heatmaps(figure(at))) == h
+        assert at.query_params.get("h", ["4"]) in ([str(h)], str(h))  # the default h = 4 stays out of the URL
 
 
-def test_invalid_head_count_is_explained_with_nearest_choices() -> None:
-    at = new_app().run()
-    at.slider(key="h").set_value(5).run()
+def test_changing_d_model_keeps_h_valid_and_says_so() -> None:
+    at = new_app(h="12", d_model="48").run()
+    at.selectbox(key="d_model").set_value(64).run()  # 12 does not divide 64
+    assert not at.exception and not at.error
+    assert at.select_slider(key="h").value in (8, 16)
+    assert any("does not divide d_model = 64" in c.value for c in at.caption)
+    assert len(heatmaps(figure(at))) == at.select_slider(key="h").value
+
+
+def test_any_h_with_explicit_head_widths() -> None:
+    at = new_app(d_k="8", d_v="8").run()
+    assert [int(o) for o in at.select_slider(key="h").options] == list(range(1, 17))
+    at.select_slider(key="h").set_value(5).run()
+    assert not at.exception and len(heatmaps(figure(at))) == 5
+
+
+def test_invalid_head_count_from_a_link_is_explained_with_nearest_choices() -> None:
+    at = new_app(h="5").run()
     assert not at.exception
     message = " ".join(e.value for e in at.error)
     assert "does not divide d_model = 64" in message and "12.8" in message
     assert not at.get("plotly_chart")
     at.button(key="use_h_4").click().run()
-    assert at.slider(key="h").value == 4
+    assert at.select_slider(key="h").value == 4
     assert len(heatmaps(figure(at))) == 4
 
 
 def test_query_params_are_reflected_in_the_widgets() -> None:
     at = new_app(h="2", d_model="32", seed="7", causal="true", text="the cat saw the dog").run()
     assert not at.exception
-    assert at.slider(key="h").value == 2
+    assert at.select_slider(key="h").value == 2
     assert at.selectbox(key="d_model").value == 32
     assert at.number_input(key="seed").value == 7
     assert at.toggle(key="causal").value is True
@@ -104,7 +124,7 @@ def test_invalid_query_params_fall_back_with_a_notice() -> None:
     notices = " ".join(w.value for w in at.warning).replace("\\", "")  # shown verbatim: Markdown escaped
     assert "h='abc'" in notices and "d_model='1000000000'" in notices and "seed='-3'" in notices
     assert "bogus" in notices
-    assert at.slider(key="h").value == 4 and at.selectbox(key="d_model").value == 64
+    assert at.select_slider(key="h").value == 4 and at.selectbox(key="d_model").value == 64
 
 
 @pytest.mark.parametrize("view", ["Heads", "Concat → W_O"])
@@ -141,8 +161,8 @@ def test_every_view_renders(view: str) -> None:
     elif view == "Concat → W_O":
         fig = figure(at)
         assert [z_matrix(t).shape for t in heatmaps(fig)] == [(13, 64), (64, 64), (13, 64)]
-        checks = [float(m.value) for m in at.metric]
-        assert len(checks) == 2 and max(checks) < 1e-4
+        assert [m.value for m in at.metric] == ["equal ✓", "equal ✓"]  # a verdict, not a bare number
+        assert all("equal within float32 rounding" in c.value for c in at.caption if "difference" in c.value)
     elif view == "Shapes & cost":
         cells = json.dumps([t.proto.SerializeToString().decode("latin-1") for t in at.table])
         assert "16,384" in cells  # 4 * 64^2 weights
@@ -157,14 +177,14 @@ def test_empty_text_gives_a_message_not_an_error() -> None:
 
 
 def test_every_analysis_section_renders_for_the_configurable_model() -> None:
-    from mha_viz.ui.analysis import SECTIONS
+    from mha_viz.params import SECTIONS
 
     at = new_app(view="Analysis").run()
     assert at.dataframe  # the sortable head-statistics table
     for section in SECTIONS:
-        at.button_group(key="analysis_section").set_value(section).run()
+        at.button_group(key="section").set_value(section).run()
         if section == "Compare":
-            at.text_input(key="analysis_other_text").set_value("The animal didn't cross the road because it was too wide").run()
+            at.text_input(key="other_text").set_value("The animal didn't cross the road because it was too wide").run()
         assert not at.exception and not at.error, section
         if section == "Rollout":  # one layer: nothing to chain, and the app says so
             assert any("single attention layer" in i.value for i in at.info)

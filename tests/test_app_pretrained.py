@@ -65,7 +65,7 @@ def test_pretrained_views_render(view: str) -> None:
         assert len(heatmaps(fig)) == 6
     else:
         assert [z_matrix(t).shape for t in heatmaps(fig)] == [(8, 384), (384, 384), (8, 384)]
-        assert max(float(m.value) for m in at.metric) < 1e-4
+        assert [m.value for m in at.metric] == ["equal ✓", "equal ✓"]
 
 
 def test_long_input_is_truncated_with_a_notice() -> None:
@@ -156,12 +156,12 @@ def test_unadapted_architecture_shows_weights_and_says_what_is_unavailable(model
 
 
 def test_every_analysis_section_renders_for_the_bundled_model() -> None:
-    from mha_viz.ui.analysis import SECTIONS
+    from mha_viz.params import SECTIONS
 
     at = pretrained_app(view="Analysis", layer="1")
     for section in SECTIONS:
-        at.button_group(key="analysis_section").set_value(section).run()
+        at.button_group(key="section").set_value(section).run()
         if section == "Compare":
-            at.text_input(key="analysis_other_text").set_value("The animal didn't cross the road because it was too wide").run()
+            at.text_input(key="other_text").set_value("The animal didn't cross the road because it was too wide").run()
         assert not at.exception and not at.error, section
         assert at.get("plotly_chart"), section

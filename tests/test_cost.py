@@ -38,7 +38,7 @@ def test_full_width_head_costs_the_same(d_model, H):
     assert layer_cost(one, 9).params == layer_cost(cfg, 9).params
     # the projections cost the same; only the score computation is split differently
     a, b = layer_cost(cfg, 9).flops, layer_cost(one, 9).flops
-    for name in ("Q = x W_Q", "K = c W_K", "V = c W_V", "Q K^T", "weights @ V", "concat @ W_O^T"):
+    for name in ("Q = X W_Q", "K = X W_K", "V = X W_V", "Q K^T", "weights @ V", "concat @ W_O^T"):
         assert a[name] == b[name], name
     # softmax runs over H score matrices instead of one
     assert a["softmax"] == H * b["softmax"]
@@ -85,9 +85,9 @@ def test_flops_by_arithmetic():
     # d_model=8, H=2 -> d_k=d_v=4; T=3, S=5 (cross, d_context=6). A multiply-add is 2 FLOPs.
     cfg = MHAConfig(8, 2, d_context=6)
     f = layer_cost(cfg, T=3, S=5).flops
-    assert f["Q = x W_Q"] == 2 * 3 * 8 * 8  # (3 x 8) @ (8 x 8)
-    assert f["K = c W_K"] == 2 * 5 * 6 * 8  # (5 x 6) @ (6 x 8)
-    assert f["V = c W_V"] == 2 * 5 * 6 * 8
+    assert f["Q = X W_Q"] == 2 * 3 * 8 * 8  # (3 x 8) @ (8 x 8)
+    assert f["K = C W_K"] == 2 * 5 * 6 * 8  # (5 x 6) @ (6 x 8)
+    assert f["V = C W_V"] == 2 * 5 * 6 * 8
     assert f["Q K^T"] == 2 * (2 * 3 * 5 * 4)  # per head (3 x 4) @ (4 x 5)
     assert f["weights @ V"] == 2 * (2 * 3 * 5 * 4)  # per head (3 x 5) @ (5 x 4)
     assert f["softmax"] == 5 * 2 * 3 * 5  # 5 per score, 2 * 3 * 5 scores
@@ -103,9 +103,9 @@ def test_scores_flops_scale_with_T_times_S():
         for name in ("Q K^T", "softmax", "weights @ V"):
             assert f[name] == a * b * base[name], name
         # projections are linear in the side they read
-        assert f["Q = x W_Q"] == a * base["Q = x W_Q"]
-        assert f["K = c W_K"] == b * base["K = c W_K"]
-        assert f["V = c W_V"] == b * base["V = c W_V"]
+        assert f["Q = X W_Q"] == a * base["Q = X W_Q"]
+        assert f["K = C W_K"] == b * base["K = C W_K"]
+        assert f["V = C W_V"] == b * base["V = C W_V"]
         assert f["concat @ W_O^T"] == a * base["concat @ W_O^T"]
 
 
@@ -124,7 +124,15 @@ def test_flops_match_operation_shapes():
     assert f["Q K^T"] == 2 * t.scores.size * d_k  # each score is a d_k-long dot product
     assert f["weights @ V"] == 2 * t.head_outputs.size * S  # each output entry sums S terms
     assert f["concat @ W_O^T"] == 2 * t.output.size * t.concat.shape[1]
-    assert f["Q = x W_Q"] == 2 * t.queries.size * 10
-    assert f["K = c W_K"] == 2 * t.keys.size * 5
-    assert f["V = c W_V"] == 2 * t.values.size * 5
+    assert f["Q = X W_Q"] == 2 * t.queries.size * 10
+    assert f["K = C W_K"] == 2 * t.keys.size * 5
+    assert f["V = C W_V"] == 2 * t.values.size * 5
     assert f["softmax"] == 5 * t.weights.size
+
+
+def test_flop_rows_name_the_key_input_as_the_formulas_do():
+    """X is the query-side input; the key/value side is X in self-attention and C in cross-attention."""
+    cfg = MHAConfig(8, 2)
+    assert {"Q = X W_Q", "K = X W_K", "V = X W_V"} <= set(layer_cost(cfg, 4).flops)
+    assert {"Q = X W_Q", "K = C W_K", "V = C W_V"} <= set(layer_cost(cfg, 4, 4, cross=True).flops)
+    assert "K = C W_K" in layer_cost(cfg, 4, 6).flops  # another length: another sequence

@@ -50,9 +50,11 @@ def configurable(tokens=TOKENS, context=None, *, h=4, d_model=32, causal=True, b
     return mha(x, c, causal=causal, query_tokens=tokens, key_tokens=context)
 
 
-def weights_only() -> AttentionTrace:
-    """A trace with only the attention weights (as for a model without an adapter)."""
-    return without_tokens(configurable(causal=False), {"The"})
+def weights_only(trace: AttentionTrace | None = None) -> AttentionTrace:
+    """A trace with only the attention weights (as for a model without an adapter), "The" hidden."""
+    shown = without_tokens(trace or configurable(causal=False), {"The"})
+    return AttentionTrace(query_tokens=shown.query_tokens, key_tokens=shown.key_tokens, weights=shown.weights,
+                          causal=shown.causal, meta={**shown.meta, "unavailable": "no adapter for this architecture"})
 
 
 def grouped_query() -> AttentionTrace:
@@ -67,7 +69,7 @@ def grouped_query() -> AttentionTrace:
 
 def assert_same_trace(a: AttentionTrace, b: AttentionTrace) -> None:
     assert b.query_tokens == a.query_tokens and b.key_tokens == a.key_tokens
-    assert (b.causal, b.cross, b.kv_heads) == (a.causal, a.cross, a.kv_heads)
+    assert (b.causal, b.cross, b.kv_heads, b.scale) == (a.causal, a.cross, a.kv_heads, a.scale)
     assert b.missing == a.missing
     for name in ARRAY_FIELDS:
         x, y = getattr(a, name), getattr(b, name)
@@ -454,7 +456,7 @@ def test_export_controls_render_three_lazy_downloads_and_the_link(deferred) -> N
     trace = trace_from_npz(npz)
     assert trace.query_tokens[1] == XSS[0] and trace.weights.shape == (2, 3, 3)
     assert_same_trace(trace, trace_from_json(js))
-    assert_self_contained(report, 3)
+    assert_self_contained(report, 1)  # nothing else on this page: the heads grid alone
     assert XSS[0] not in report
     link = "http://localhost:8501?h=2&text=a%20b%26c"
     assert at.code[0].value == link

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mha_viz.analysis import without_tokens
 from tests.browser import CHROMIUM, chromium
 from tests.test_export import XSS, configurable
+from tests.test_export import weights_only as weights_only_of
 
 if not Path(CHROMIUM).exists():
     if os.environ.get("CI"):
@@ -40,9 +40,7 @@ def open_offline(browser, path: Path):
 def test_report_renders_offline_with_tokens_as_text(browser, tmp_path: Path, weights_only: bool) -> None:
     from mha_viz.report import html_report
 
-    trace = configurable(h=4)
-    if weights_only:
-        trace = without_tokens(trace, {"The"})
+    trace = weights_only_of(configurable(h=4)) if weights_only else configurable(h=4)
     path = tmp_path / "report.html"
     path.write_text(html_report(trace, title="Report " + XSS[0], notes={"token": XSS[1]}), encoding="utf-8")
     context, page, seen = open_offline(browser, path)

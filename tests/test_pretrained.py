@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -182,7 +183,7 @@ def test_folder_without_config_is_refused(tmp_path):
         load_model(tmp_path)
 
 
-BAD_IDS = ["", "bert", "/etc/passwd", "../secrets/model", "org/..", "a/b/c", "org/na me", "org/name?x=1"]
+BAD_IDS = ["", "-bert", ".hidden", "/etc/passwd", "../secrets/model", "org/..", "a/b/c", "org/na me", "org/name?x=1"]
 
 
 @pytest.mark.parametrize("name", BAD_IDS)
@@ -201,6 +202,16 @@ def test_hub_model_that_cannot_be_downloaded_fails_fast():
     assert elapsed < 10, f"took {elapsed:.1f} s"
     message = str(info.value)
     assert name in message and "could not be downloaded" in message and "offline" in message
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert-base-uncased", "t5-small", "distilgpt2"])
+def test_hub_ids_without_an_organisation_are_hub_ids(name, monkeypatch):
+    """Canonical hub models have no organisation; offline, only their download fails, with the offline message."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(Path(__file__).parent)  # no folder of that name here
+    with pytest.raises(ModelDownloadError, match="offline mode is on") as info:
+        load_model(name)
+    assert f"'{name}'" in str(info.value) and not isinstance(info.value, InvalidModelNameError)
 
 
 def test_offline_mode_fails_at_once(monkeypatch):

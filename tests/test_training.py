@@ -225,7 +225,7 @@ def test_view_follows_the_task_and_single_head_choice() -> None:
     at.selectbox(key="task").set_value("prev-match").run()
     assert not at.exception
     assert chart(at, 3)["layout"]["xaxis"]["ticktext"] == ["previous", "same letter"]
-    at.slider(key="h").set_value(1).run()
+    at.select_slider(key="h").set_value(1).run()
     assert not at.exception
     assert len(at.get("plotly_chart")) == 3 and "h > 1" in at.info[0].value
 

@@ -17,6 +17,7 @@ from .knockout import (
 )
 from .redundancy import Redundancy, cluster_order, head_divergence, js_divergence, near_duplicates, redundancy
 from .rollout import attention_rollout
+from .score_terms import ScoreTerms, score_terms
 from .tokens import without_tokens
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "HeadStats",
     "ModelKnockout",
     "Redundancy",
+    "ScoreTerms",
     "attention_rollout",
     "cluster_order",
     "compare_traces",
@@ -44,6 +46,7 @@ __all__ = [
     "norm_attention",
     "redundancy",
     "relative_change",
+    "score_terms",
     "special_positions",
     "trace_head_stats",
     "transformed_value_norms",

@@ -10,6 +10,7 @@ import html
 from collections.abc import Sequence
 
 import numpy as np
+import plotly.graph_objects as go
 
 # Hover labels are one pair of strings per cell and per heatmap, and serialising them costs ~2 µs
 # each: 12 heads at 64 tokens took 0.28 s and 1 MB. Above this many cells per figure, the hover
@@ -24,9 +25,12 @@ def token_label(token: str, max_chars: int = 16) -> str:
     return html.escape(short, quote=True) or "␣"
 
 
-def token_axis(tokens: Sequence[str], title: str | None = None, offset: int = 0, max_ticks: int = MAX_TICKS) -> dict:
-    """Axis settings that label integer positions offset, offset+1, ... with their tokens (thinned beyond max_ticks)."""
-    step = max(1, -(-len(tokens) // max_ticks))
+def token_axis(
+    tokens: Sequence[str], title: str | None = None, offset: int = 0, max_ticks: int = MAX_TICKS, step: int | None = None
+) -> dict:
+    """Axis settings that label integer positions offset, offset+1, ... with their tokens: every step-th one
+    (default: thinned so that at most max_ticks are labelled)."""
+    step = step or max(1, -(-len(tokens) // max_ticks))
     positions = list(range(0, len(tokens), step))
     return {
         "tickmode": "array",
@@ -118,3 +122,14 @@ def subplot_grid(
 def axis_key(ref: str) -> str:
     """'x3' -> 'xaxis3', 'y' -> 'yaxis': the layout key of a trace's axis reference."""
     return f"{ref[0]}axis{ref[1:]}"
+
+
+def with_automargin(fig: go.Figure) -> go.Figure:
+    """fig with Plotly's automargin on every axis that did not turn it off, so that no label is cut off.
+
+    The heads grid turns it off and sets margins that fit its labels (automargin is a second layout pass).
+    """
+    for axis in (*fig.select_xaxes(), *fig.select_yaxes()):
+        if axis.automargin is None:
+            axis.automargin = True
+    return fig

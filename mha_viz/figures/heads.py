@@ -11,6 +11,13 @@ from ..trace import AttentionTrace
 from .common import axis_key, f32, max_pool, pair_labels, subplot_grid, token_axis
 
 MAX_CELLS_PER_SIDE = 128  # a longer matrix is drawn max-pooled; `window` shows a region at full resolution
+LABEL_PX = 14  # a token label needs this many px along its axis, or labels are thinned to every n-th
+WIDE_PX, COMPACT_PX = 1000, 340  # the width a figure is drawn for: a desktop page, a phone (390 px screen)
+
+
+def label_step(n: int, side_px: float) -> int:
+    """Label every step-th of n tokens along an axis side_px long, so that labels never overlap."""
+    return max(1, -(-n * LABEL_PX // max(1, int(side_px))))
 
 
 def heads_figure(
@@ -23,13 +30,16 @@ def heads_figure(
     title: str | None = None,
     cell_px: int | None = None,
     window: tuple[int, int] | None = None,
+    compact: bool = False,
 ) -> go.Figure:
     """One heatmap per head: query tokens as rows, key tokens as columns.
 
     matrices [H, T, S] replaces trace.weights (e.g. norm-weighted attention); heads picks a subset;
     window=(start, stop) shows only those query and key positions. All heatmaps share one colour
     axis from 0 to the largest value shown. Beyond MAX_CELLS_PER_SIDE positions a side, each cell
-    is the maximum over a block of positions (the hover says so).
+    is the maximum over a block of positions (the hover says so). compact: laid out for a phone
+    (at most 2 heads a row, the colour bar on top). Token labels are thinned to every n-th token
+    only where they would overlap (label_step; the figure's meta["label_step"] says n).
     """
     data = trace.weights if matrices is None else matrices  # (H, T, S)
     q_tokens, k_tokens = trace.query_tokens, trace.key_tokens
@@ -48,18 +58,24 @@ def heads_figure(
     if bad:
         raise ValueError(f"no head {bad[0]}: this layer has heads 0..{data.shape[0] - 1}")
     T, S = data.shape[1:]
-    cols = cols or min(len(heads), 4)
+    cols = min(cols or min(len(heads), 4), (1 if max(T, S) > 20 else 2) if compact else len(heads))
     rows = -(-len(heads) // cols)
     labels = [f"head {h}" + (f" (K/V head {trace.kv_heads[h]})" if trace.kv_heads else "") for h in heads]
     per_cell = cell_px or (22 if max(T, S) <= 16 else 12 if max(T, S) <= 48 else 4 if max(T, S) <= 160 else 1)
-    panel = min(420, max(180, per_cell * max(T, S) + 60))  # px per heatmap
+    longest_y = max((len(t) for t in q_tokens), default=1)
+    left_px = 12 + 7 * min(16, longest_y)
+    width = (COMPACT_PX if compact else WIDE_PX) - left_px - (0 if compact else 90)  # the colour bar's 90 px
+    across = width / cols * (0.9 if cols > 1 else 1.0)  # px across one heatmap
+    panel = min(420, max(140 if compact else 180, per_cell * max(T, S) + 60), int(across) if compact else 420)
+    side = min(panel, across)  # heatmaps are square (constrain="domain"): the shorter side wins
+    step = max(label_step(T, side), label_step(S, side))
     # Fixed margins instead of Plotly's automargin, which measures every tick label and then draws
     # the figure a second time; the key-token labels go under the bottom heatmap of each column only.
-    x_axis = {**token_axis(k_tokens, offset=k0, max_ticks=max(8, 64 // cols)), "tickangle": -60, "constrain": "domain", "automargin": False}
-    y_axis = {**token_axis(q_tokens, offset=q0, max_ticks=max(8, panel // 16)), "autorange": "reversed",
-              "constrain": "domain", "automargin": False}  # at most one label per 16 px
-    top_px, gap_px = (60 if title else 40), 28  # the gap between rows holds the heads' titles
-    bottom_px = 12 + 6 * max((len(t) for t in x_axis["ticktext"]), default=1)  # the -60° key labels
+    x_axis = {**token_axis(k_tokens, offset=k0, step=step), "tickangle": -60, "constrain": "domain", "automargin": False}
+    y_axis = {**token_axis(q_tokens, offset=q0, step=step), "autorange": "reversed", "constrain": "domain",
+              "automargin": False}
+    top_px, gap_px = (60 if title else 40) + (40 if compact else 0), 28  # compact: room for the toolbar and colour bar
+    bottom_px = 24 + 6 * max((len(t) for t in x_axis["ticktext"]), default=1)  # the -60° key labels
     height = top_px + rows * panel + (rows - 1) * gap_px + bottom_px
     v_gap = gap_px / (height - top_px - bottom_px)
     layout, refs = subplot_grid(rows, cols, titles=labels, h_gap=0.1 / cols if cols > 1 else 0, v_gap=v_gap)
@@ -85,12 +101,16 @@ def heads_figure(
         layout[axis_key(xref)].update(x_axis if bottom_of_column else {**x_axis, "showticklabels": False})
         layout[axis_key(yref)].update(y_axis if i % cols == 0 else {**y_axis, "showticklabels": False})
     top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
-    longest_y = max((len(t) for t in y_axis["ticktext"]), default=1)
+    colorbar = {"title": {"text": value_name}}
+    if compact:  # a horizontal bar above the heads, not a column beside them
+        colorbar.update(orientation="h", x=0.5, xanchor="center", y=1.0, yanchor="bottom", yref="container",
+                        thickness=10, len=0.6, title={"text": value_name, "side": "left"})
     layout.update(
         title={"text": title} if title else None,
-        coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": max(top, 1e-9), "colorbar": {"title": {"text": value_name}}},
+        coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": max(top, 1e-9), "colorbar": colorbar},
         height=height,
-        margin={"l": 12 + 7 * longest_y, "r": 10, "t": top_px, "b": bottom_px},
+        margin={"l": left_px, "r": 10, "t": top_px, "b": bottom_px},
         plot_bgcolor="#eeeeee",
+        meta={"label_step": step},
     )
     return go.Figure({"data": traces, "layout": layout})

@@ -37,7 +37,7 @@ def output_path_figure(trace: AttentionTrace) -> go.Figure:
         column_widths=[0.4, 0.4, 0.2],
         horizontal_spacing=0.07,
         subplot_titles=(
-            f"concat(head_1 … head_{H})  [{T}×{H * d_v}]  (before W_O)",
+            f"concat(head_0 … head_{H - 1})  [{T}×{H * d_v}]  (before W_O)",
             f"W_O  [{trace.d_out}×{H * d_v}]",
             f"output = concat · W_Oᵀ + b  [{T}×{trace.d_out}]",
         ),

@@ -1,4 +1,8 @@
-"""Layers x heads overview: one small heatmap per (layer, head)."""
+"""Layers x heads overview: one small heatmap per (layer, head); a click on a thumbnail picks that head.
+
+Plotly cannot select points of a heatmap, so each thumbnail carries a 3 x 3 grid of invisible
+markers with customdata [layer, head]: a click anywhere on a thumbnail lands on one of them.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +21,18 @@ def overview_figure(attentions: np.ndarray, *, selected: tuple[int, int] | None 
     layout, refs = subplot_grid(L, H, h_gap=0.004, v_gap=0.01)
     bare = {"showticklabels": False, "showgrid": False, "zeroline": False}
     traces = []
+    t, s = small.shape[-2:]
+    grid_x, grid_y = np.meshgrid(np.linspace(0, s - 1, 3), np.linspace(0, t - 1, 3))  # (3, 3) inside a thumbnail
     for i, (xref, yref) in enumerate(refs):
         layer, h = divmod(i, H)
         traces.append({"type": "heatmap", "z": small[layer, h], "coloraxis": "coloraxis", "xaxis": xref, "yaxis": yref,
-                       "name": f"layer {layer} head {h}", "hovertemplate": "%{fullData.name}<br>weight %{z:.2f}<extra></extra>"})
+                       "name": f"layer {layer} head {h}", "hoverinfo": "skip"})
+        traces.append({"type": "scatter", "x": grid_x.ravel(), "y": grid_y.ravel(), "mode": "markers",
+                       "xaxis": xref, "yaxis": yref, "marker": {"size": 18, "opacity": 0}, "showlegend": False,
+                       "customdata": [[layer, h]] * 9, "name": f"layer {layer} head {h}",
+                       "hovertemplate": "<b>layer %{customdata[0]}, head %{customdata[1]}</b><br>click to open"
+                                        "<extra></extra>",
+                       "selected": {"marker": {"opacity": 0}}, "unselected": {"marker": {"opacity": 0}}})
         frame = {"showline": True, "linecolor": "crimson", "linewidth": 3, "mirror": True} if (layer, h) == selected else {}
         layout[axis_key(xref)].update(bare, **frame)
         layout[axis_key(yref)].update(bare, autorange="reversed", **frame)
@@ -34,5 +46,16 @@ def overview_figure(attentions: np.ndarray, *, selected: tuple[int, int] | None 
         coloraxis={"colorscale": "Blues", "cmin": 0, "cmax": float(np.nanmax(small)) or 1.0, "showscale": False},
         height=max(260, 62 * L + 60),
         margin={"l": 40, "r": 10, "t": 30, "b": 10},
+        hovermode="closest",
+        dragmode=False,
     )
     return go.Figure({"data": traces, "layout": layout})
+
+
+def picked_head(points: list[dict]) -> tuple[int, int] | None:
+    """(layer, head) of the thumbnail a click on overview_figure landed on, from a Plotly selection's points."""
+    for point in points:
+        custom = point.get("customdata")
+        if isinstance(custom, (list, tuple)) and len(custom) == 2:
+            return int(custom[0]), int(custom[1])
+    return None

@@ -1,12 +1,23 @@
-"""One head, step by step: Q and K, scaled scores with the mask, softmax, V, head output."""
+"""One head, step by step: Q and K, scaled scores with the mask, softmax, V, head output; its
+projection matrices W_Q, W_K, W_V; and why one score has its value (q ⊙ k per dimension)."""
 
 from __future__ import annotations
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..analysis.score_terms import score_terms
 from ..trace import AttentionTrace
-from .common import f32, index_axis, symmetric_range, token_axis
+from .common import f32, index_axis, symmetric_range, token_axis, token_label
+
+
+def scale_text(trace: AttentionTrace) -> str:
+    """How the scores scale Q Kᵀ, as text: "/√16", "" for no scaling, or "·0.125" for another factor."""
+    scale = trace.score_scale
+    if abs(scale - trace.d_k**-0.5) <= 1e-6 * scale:
+        return f"/√{trace.d_k}"
+    return "" if scale == 1.0 else f"·{scale:.4g}"
 
 
 def head_steps_figure(trace: AttentionTrace, head: int) -> go.Figure:
@@ -23,13 +34,13 @@ def head_steps_figure(trace: AttentionTrace, head: int) -> go.Figure:
     T, S = trace.weights.shape[1:]
     q, k, v = trace.queries[head], trace.keys[head], trace.values[head]  # (T, d_k), (S, d_k), (S, d_v)
     scores, weights, out = trace.scores[head], trace.weights[head], trace.head_outputs[head]  # (T,S) (T,S) (T,d_v)
-    scale = f"/√{trace.d_k}" if trace.meta.get("scaled", True) else ""
+    c = "C" if trace.cross else "X"
     titles = (
-        f"Q = x W_Q  [{T}×{trace.d_k}]",
-        f"K = c W_K  [{S}×{trace.d_k}]",
-        f"scores = Q Kᵀ{scale}  [{T}×{S}]" + ("  (masked: blank)" if trace.causal else ""),
+        f"Q = X W_Q  [{T}×{trace.d_k}]",
+        f"K = {c} W_K  [{S}×{trace.d_k}]",
+        f"scores = Q Kᵀ{scale_text(trace)}  [{T}×{S}]" + ("  (masked: blank)" if trace.causal else ""),
         f"weights = softmax(scores)  [{T}×{S}]",
-        f"V = c W_V  [{S}×{trace.d_v}]",
+        f"V = {c} W_V  [{S}×{trace.d_v}]",
         f"head output = weights · V  [{T}×{trace.d_v}]",
     )
     fig = make_subplots(rows=2, cols=3, subplot_titles=titles, horizontal_spacing=0.08, vertical_spacing=0.16)
@@ -70,4 +81,58 @@ def head_steps_figure(trace: AttentionTrace, head: int) -> go.Figure:
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
         plot_bgcolor="#eeeeee",
     )
+    return fig
+
+
+def projections_figure(trace: AttentionTrace, head: int) -> go.Figure:
+    """Head h's projection matrices themselves: W_Q[h] [d_model, d_k], W_K[h], W_V[h] [d_context, d], one colour scale.
+
+    Row i of each matrix is what input dimension i adds to every query / key / value dimension.
+    """
+    if not 0 <= head < trace.num_heads:
+        raise ValueError(f"no head {head}: this layer has heads 0..{trace.num_heads - 1}")
+    mats = [("W_Q", "Q"), ("W_K", "K"), ("W_V", "V")]
+    missing = [name for name, _ in mats if getattr(trace, name) is None]
+    if missing:
+        raise ValueError(f"this trace does not hold {', '.join(missing)}: {trace.meta.get('unavailable', '')}")
+    inputs = ("X", "C" if trace.cross else "X", "C" if trace.cross else "X")
+    titles = [f"{name}[{head}]  [{getattr(trace, name).shape[1]}×{getattr(trace, name).shape[2]}]: {x} → {out}"
+              for (name, out), x in zip(mats, inputs)]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.06)
+    for col, (name, out) in enumerate(mats, start=1):
+        W = getattr(trace, name)[head]  # (d_in, d)
+        fig.add_trace(go.Heatmap(z=f32(W), coloraxis="coloraxis",
+                                 hovertemplate=f"input dim %{{y}} → {out} dim %{{x}}<br>{name} %{{z:.3f}}<extra></extra>"),
+                      row=1, col=col)
+        fig.update_xaxes(index_axis(W.shape[1], f"{out} dimension"), row=1, col=col)
+        fig.update_yaxes(index_axis(W.shape[0], "input dimension" if col == 1 else None), autorange="reversed",
+                         row=1, col=col)
+    w = symmetric_range(*(getattr(trace, name)[head] for name, _ in mats))
+    d_in = max(getattr(trace, name).shape[1] for name, _ in mats)
+    fig.update_layout(
+        coloraxis={"colorscale": "PiYG", "cmin": -w, "cmax": w, "colorbar": {"title": {"text": "weight"}}},
+        height=min(640, max(320, 3 * d_in + 120)), margin={"l": 10, "r": 10, "t": 40, "b": 10},
+    )
+    return fig
+
+
+def score_terms_figure(trace: AttentionTrace, head: int, query: int, key: int) -> go.Figure:
+    """For one query and one key of head h: q and k dimension by dimension, and q_d · k_d, which sum to q·k."""
+    t = score_terms(trace, head, query, key)
+    d = np.arange(len(t.products))
+    q_tok, k_tok = token_label(trace.query_tokens[query], 20), token_label(trace.key_tokens[key], 20)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.14, subplot_titles=(
+        f"q (query {query}: {q_tok}) and k (key {key}: {k_tok}), dimension by dimension",
+        f"q_d · k_d: they sum to q·k = {t.dot:.4g}",
+    ))
+    fig.add_trace(go.Bar(x=d, y=f32(t.q), name="q", marker_color="#1f77b4",
+                         hovertemplate="dim %{x}: q = %{y:.3f}<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Bar(x=d, y=f32(t.k), name="k", marker_color="#ff7f0e",
+                         hovertemplate="dim %{x}: k = %{y:.3f}<extra></extra>"), row=1, col=1)
+    colours = np.where(t.products >= 0, "#2ca02c", "#d62728")
+    fig.add_trace(go.Bar(x=d, y=f32(t.products), name="q_d · k_d", marker_color=colours.tolist(),
+                         hovertemplate="dim %{x}: q·k term %{y:.3f}<extra></extra>"), row=2, col=1)
+    fig.update_xaxes(title={"text": "dimension d"}, row=2, col=1)
+    fig.update_layout(barmode="group", height=460, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.08, "xanchor": "right", "x": 1})
     return fig

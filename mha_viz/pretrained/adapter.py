@@ -126,6 +126,13 @@ class HeadMasks:
         self._handles.clear()
 
 
+def split_linear(module: nn.Module, n: int) -> tuple[Tensor, Tensor | None]:
+    """A Linear projection's weight (n*d, d_in) as per-head W [n, d_in, d] and its bias as [n, d] (views)."""
+    W = module.weight.unflatten(0, (n, -1)).transpose(1, 2)  # (n, d_in, d)
+    b = None if module.bias is None else module.bias.unflatten(0, (n, -1))  # (n, d)
+    return W, b
+
+
 def split_heads(x: Tensor, n: int) -> Tensor:
     """(T, n*d) -> (n, T, d): head h is the column block h*d:(h+1)*d."""
     return x.view(x.shape[0], n, -1).transpose(0, 1)
@@ -186,6 +193,15 @@ class Adapter:
     def positions(self, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """q, k as the scores use them, and a bias (H, T, S) added to the scores; default: unchanged."""
         return q, k, None
+
+    def projection_weights(self, site: Site) -> dict[str, Tensor | None]:
+        """W_Q [H, d_model, d_k], W_K [KV, d_context, d_k], W_V [KV, d_context, d_v] and biases [., d] or None.
+
+        Default: q, k and v are Linear layers whose output rows h*d:(h+1)*d belong to head h.
+        """
+        (W_Q, b_Q), (W_K, b_K), (W_V, b_V) = (split_linear(m, n) for m, n in (
+            (site.q, site.num_heads), (site.k, site.num_kv_heads), (site.v, site.num_kv_heads)))
+        return {"W_Q": W_Q, "b_Q": b_Q, "W_K": W_K, "b_K": b_K, "W_V": W_V, "b_V": b_V}
 
     def out_weights(self, site: Site) -> tuple[Tensor, Tensor | None]:
         """W_O (d_out, H*d_v) in torch Linear layout, and b_O (d_out,) or None."""
@@ -297,6 +313,10 @@ class Adapter:
         if head_mask is not None:
             head_outputs = head_outputs * head_mask.to(head_outputs)[:, None, None]  # (H, T, d_v)
         W_O, b_O = self.out_weights(site)  # (d_out, H*d_v), (d_out,)
+        projections = {  # K/V weights of grouped-query heads repeated like k and v: head h's own W_K[h]
+            name: None if W is None else to_numpy(W if name[-1] == "Q" else W[list(kv_heads)])
+            for name, W in self.projection_weights(site).items()
+        }  # W_Q (H, d_model, d_k), W_K (H, d_context, d_k), W_V (H, d_context, d_v), biases (H, d)
         merged = head_outputs.transpose(0, 1).flatten(1)  # (T, H*d_v)
         check = {
             "weights vs output_attentions": max_abs_diff(weights, reference),
@@ -318,6 +338,8 @@ class Adapter:
             output=to_numpy(rec.output),
             W_O=to_numpy(W_O),
             b_O=None if b_O is None else to_numpy(b_O),
+            **projections,
+            scale=float(site.attention.scaling),
             causal=self.causal(part),
             cross=part == "cross",
             kv_heads=kv_heads if KV != H else None,

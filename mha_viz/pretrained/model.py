@@ -28,6 +28,23 @@ _NO_LIMIT = 1_000_000  # tokenizers without a length limit report a huge model_m
 
 
 @dataclass(frozen=True)
+class Coverage:
+    """How much of a text the model's vocabulary knows (special tokens not counted)."""
+
+    tokens: int  # the text's tokens
+    unknown: int  # of them, the tokenizer's unknown token ([UNK], <unk>)
+    characters: int  # of them, a single non-ASCII character cut out of a word (e.g. "##ा", "▁你")
+
+    @property
+    def unknown_share(self) -> float:
+        return self.unknown / self.tokens if self.tokens else 0.0
+
+    @property
+    def character_share(self) -> float:
+        return self.characters / self.tokens if self.tokens else 0.0
+
+
+@dataclass(frozen=True)
 class Encoded:
     """One text as the model reads it."""
 
@@ -70,6 +87,16 @@ class PretrainedModel:
     def tokens(self, text: str, *, decoder: bool = False) -> list[str]:
         """The model's tokens for text, special tokens included; decoder=True: as the decoder reads it."""
         return list(self._encode(text, decoder=decoder).tokens)
+
+    def coverage(self, text: str) -> Coverage:
+        """How many of text's tokens the vocabulary does not know ([UNK]) or only knows character by character."""
+        enc = self._encode(text)
+        special = set(self.tokenizer.all_special_ids)
+        unk = self.tokenizer.unk_token_id
+        ids = [(i, t) for i, t in zip(enc.ids, enc.tokens, strict=True) if i not in special or i == unk]
+        pieces = [t.removeprefix("##").lstrip("Ġ▁") for i, t in ids if i != unk]
+        return Coverage(len(ids), sum(i == unk for i, _ in ids) if unk is not None else 0,
+                        sum(len(p) == 1 and not p.isascii() for p in pieces))
 
     def trace(
         self,

@@ -11,21 +11,26 @@
     (2, 10, 10)
 """
 
+from .layer import TrainedLayer
 from .model import TinyAttentionModel
+from .precomputed import PRECOMPUTED_GRID, trained_layer
 from .scores import relation_masks, relation_scores
 from .tasks import DEFAULT_TASK, TASKS, Relation, Task, get_task
 from .trainer import Snapshot, TrainingRun, train
 
 __all__ = [
     "DEFAULT_TASK",
+    "PRECOMPUTED_GRID",
     "TASKS",
     "Relation",
     "Snapshot",
     "Task",
     "TinyAttentionModel",
+    "TrainedLayer",
     "TrainingRun",
     "get_task",
     "relation_masks",
     "relation_scores",
     "train",
+    "trained_layer",
 ]

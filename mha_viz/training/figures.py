@@ -12,6 +12,7 @@ from plotly.subplots import make_subplots
 from ..figures import heads_figure
 from ..figures.common import f32, index_axis
 from ..trace import AttentionTrace
+from .layer import TrainedLayer
 
 
 def heads_through_training_figure(
@@ -127,4 +128,31 @@ def relation_scores_figure(scores: np.ndarray, relations: Sequence[str], *, titl
         height=110 + 45 * H,
         margin={"l": 10, "r": 10, "t": 70 if title else 40, "b": 10},
     )
+    return fig
+
+
+def accuracy_by_heads_figure(layers: Sequence[TrainedLayer], current: int | None = None) -> go.Figure:
+    """Mean accuracy of trained layers that differ in h (one bar each), the current h highlighted.
+
+    Hover: the accuracy per relation and each relation's top head (its attention mass on that relation).
+    """
+    layers = sorted(layers, key=lambda layer: layer.num_heads)
+    if not layers:
+        raise ValueError("no trained layers to compare")
+    x = [str(layer.num_heads) for layer in layers]
+    y = np.array([layer.mean_accuracy for layer in layers], dtype=np.float32)
+    hover = []
+    for layer in layers:
+        best = layer.scores.argmax(0)  # (R,) top head per relation
+        rows = [f"{r}: accuracy {a:.1%}, head {b} ({layer.scores[b, i]:.2f})"
+                for i, (r, a, b) in enumerate(zip(layer.relations, layer.accuracy, best))]
+        hover.append("<br>".join(rows))
+    colours = ["#d62728" if layer.num_heads == current else "#9ecae1" for layer in layers]
+    fig = go.Figure(go.Bar(x=x, y=y, marker_color=colours, text=[f"{v:.0%}" for v in y], textposition="outside",
+                           customdata=hover, hovertemplate="h = %{x}: mean accuracy %{y:.1%}<br>%{customdata}"
+                                                           "<extra></extra>"))
+    fig.update_xaxes(title={"text": "number of heads h"}, type="category")
+    fig.update_yaxes(title={"text": "accuracy"}, range=[0, 1.15], tickformat=".0%")
+    fig.update_layout(title={"text": "Accuracy per h"}, height=300,
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, showlegend=False)
     return fig

@@ -43,9 +43,8 @@ class TinyAttentionModel(nn.Module):
     def trace(self, tokens: Tensor, names: tuple[str, ...], meta: dict[str, object]) -> AttentionTrace:
         """The attention layer's AttentionTrace on one sequence tokens (T,), with meta attached.
 
-        W_O and b_O are copied: the layer's forward hands out views of the live parameters, which
-        the next optimiser step would change under this snapshot.
+        The layer's forward copies its weights into the trace, so later optimiser steps leave it alone.
         """
         x = self.embed(tokens)  # (T, d_model)
         trace = self.attention(x, causal=True, query_tokens=names)
-        return replace(trace, W_O=trace.W_O.copy(), b_O=trace.b_O.copy(), meta={"model": "trained", **meta})
+        return replace(trace, meta={"model": "trained", **meta})

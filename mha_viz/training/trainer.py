@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..trace import AttentionTrace
+from .layer import TrainedLayer
 from .model import TinyAttentionModel
 from .scores import relation_masks, relation_scores
 from .tasks import IGNORE, Task, get_task
@@ -53,10 +54,18 @@ class TrainingRun:
     train_loss: np.ndarray  # [steps] loss on each optimiser step's batch
     snapshots: tuple[Snapshot, ...]  # step 0 (untrained) ... the last step
     seconds: float  # wall time of the training loop (the only field that varies between equal runs)
+    final_state: dict[str, np.ndarray]  # the model's state_dict after the last step
 
     @property
     def final(self) -> Snapshot:
         return self.snapshots[-1]
+
+    @property
+    def layer(self) -> TrainedLayer:
+        """The trained model as a TrainedLayer (weights and final scores), to trace any sequence."""
+        f = self.final
+        return TrainedLayer(self.task, self.num_heads, self.d_model, self.seed, f.step, self.relations, f.loss,
+                            f.accuracy, f.scores, self.final_state)
 
     @property
     def snapshot_steps(self) -> np.ndarray:
@@ -161,4 +170,5 @@ def train(
             if on_step is not None:
                 on_step(step)
         seconds = perf_counter() - start
-    return TrainingRun(spec.name, num_heads, d_model, seed, spec.relation_names, losses, tuple(snapshots), seconds)
+        state = {name: t.detach().numpy().copy() for name, t in model.state_dict().items()}
+    return TrainingRun(spec.name, num_heads, d_model, seed, spec.relation_names, losses, tuple(snapshots), seconds, state)

@@ -5,10 +5,54 @@ from __future__ import annotations
 import streamlit as st
 
 from ..config import nearest_valid_heads, valid_head_counts
-from ..params import D_MODEL_CHOICES, EXAMPLES, MAX_HEAD_WIDTH, MAX_HEADS, MAX_SEED, MAX_TEXT_CHARS
+from ..params import D_MODEL_CHOICES, EXAMPLES, MAX_HEAD_WIDTH, MAX_HEADS, MAX_SEED, MAX_SEQUENCE_CHARS, MAX_TEXT_CHARS
+from ..training import TASKS
 
 ADVANCED_OPEN = "advanced_open"  # session key of the Advanced expander's state
 ADVANCED_FIELDS = ("d_k", "d_v", "d_out", "seed", "causal", "pe", "cross", "context")
+TRAINED_D_MODELS = tuple(d for d in D_MODEL_CHOICES if d <= 128)  # wider layers train too slowly for a page
+NOTICE = "_heads_notice"  # session key: why h just changed, shown once
+
+
+def head_choices(d_model: int, d_k: int | None = None, d_v: int | None = None) -> list[int]:
+    """The h the slider offers: every h that divides d_model (d_k = d_model / h), or any h when d_k and d_v are set."""
+    if d_k is not None and d_v is not None:
+        return list(range(1, MAX_HEADS + 1))
+    return valid_head_counts(d_model, MAX_HEADS)
+
+
+def _keep_heads_valid() -> None:
+    """After d_model (or d_k, d_v) changed: move h to the nearest h that still divides d_model, and say so."""
+    state = st.session_state
+    choices = head_choices(state["d_model"], state.get("d_k"), state.get("d_v"))
+    h = state.get("h", 1)
+    if h not in choices:
+        new = nearest_valid_heads(state["d_model"], h, MAX_HEADS)[-1]
+        state["h"] = new
+        state[NOTICE] = (f"h = {h} does not divide d_model = {state['d_model']}, so h is now {new} "
+                         f"(d_k = {state['d_model']} / {new} = {state['d_model'] // new}).")
+
+
+def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -> None:
+    """The head-count slider: it offers only the h that give whole head widths, so every position draws heads.
+
+    An h from a link that no position offers is left for the page to explain (explain_invalid_heads).
+    """
+    choices = head_choices(d_model, d_k, d_v)
+    h = st.session_state.get("h")
+    if h not in choices:
+        st.caption(f"h = {h} (from the link) does not divide d_model = {d_model}: pick a valid h on the page.")
+        return
+    standard = d_k is None or d_v is None
+    st.select_slider(
+        "Number of heads h", choices, key="h",
+        help=(f"Each head gets d_k = d_model / h dimensions, so h must divide d_model = {d_model}: the slider offers "
+              f"{', '.join(map(str, choices))}. Set d_k and d_v under Advanced for any h.") if standard
+        else "d_k and d_v are set under Advanced, so any h from 1 to 16 works.",
+    )
+    notice = st.session_state.pop(NOTICE, None)
+    if notice:
+        st.caption(notice)
 
 
 def _use_example() -> None:
@@ -22,23 +66,56 @@ def _set_heads(h: int) -> None:
     st.session_state["h"] = h
 
 
+def _set_weights(weights: str) -> None:
+    st.session_state["weights"] = weights
+    _trained_d_model()
+
+
+def _trained_d_model() -> None:
+    """Trained weights exist for d_model <= 128 only: move a wider d_model down, and h with it."""
+    state = st.session_state
+    if state.get("weights") == "trained" and state.get("d_model") not in TRAINED_D_MODELS:
+        state["d_model"] = TRAINED_D_MODELS[-1]
+        _keep_heads_valid()
+
+
 def configurable_controls() -> None:
-    """Sentence, h, d_model and the advanced section; values land in st.session_state."""
-    st.text_area("Sentence", key="text", max_chars=MAX_TEXT_CHARS, height=90, help="Words and punctuation become tokens.")
-    st.selectbox(
-        "Example sentences", list(EXAMPLES), index=None, key="example", on_change=_use_example,
-        placeholder="Load an example…",
-    )
-    st.slider("Number of heads h", 1, MAX_HEADS, key="h", help="Each head gets d_k = d_model / h dimensions.")
-    st.selectbox("d_model", D_MODEL_CHOICES, key="d_model", help="Width of every token vector.")
+    """Weights (random or trained), input, h, d_model and the advanced section; values land in st.session_state."""
+    trained = st.segmented_control(
+        "Weights", ("random", "trained"), key="weights", required=True, on_change=_trained_d_model,
+        format_func=lambda w: {"random": "Random (untrained)", "trained": "Trained on a task"}[w],
+        help="Random: Xavier-initialised weights, as before any training; their patterns are chance. "
+        "Trained: a layer trained on a task that needs several relations at once.",
+    ) == "trained"
+    if trained:
+        st.selectbox("Task", list(TASKS), key="task", format_func=lambda name: TASKS[name].title)
+        st.text_input("Sequence (task tokens)", key="sequence", max_chars=MAX_SEQUENCE_CHARS,
+                      placeholder="empty: the task's probe sequence",
+                      help="Tokens of the task separated by spaces, e.g. 'b q v s j' (letters a–z for the first two "
+                      "tasks). Empty: the fixed probe sequence Train mode shows.")
+    else:
+        st.text_area("Sentence", key="text", max_chars=MAX_TEXT_CHARS, height=90,
+                     help="Words and punctuation become tokens.")
+        st.selectbox("Example sentences", list(EXAMPLES), index=None, key="example", on_change=_use_example,
+                     placeholder="Load an example…")
+    d_models = TRAINED_D_MODELS if trained else D_MODEL_CHOICES
+    state = st.session_state
+    d_k, d_v = (None, None) if trained else (state.get("d_k"), state.get("d_v"))
+    heads_slider(state["d_model"], d_k, d_v)
+    st.selectbox("d_model", d_models, key="d_model", on_change=_keep_heads_valid, help="Width of every token vector.")
     section = st.expander("Advanced", key=ADVANCED_OPEN, on_change="rerun")
     if not section.open:  # a closed expander would still send its 10 widgets to the browser on every rerun
         return
     with section:
+        if trained:
+            st.number_input("Seed (weights and training data)", 0, MAX_SEED, key="seed", step=1)
+            st.caption("Trained layers use the standard widths d_k = d_v = d_model / h, a causal mask and learned "
+                       "position embeddings; Train mode sets the number of training steps.")
+            return
         st.caption("Leave a width empty for the standard choice: d_k = d_v = d_model / h, d_out = d_model.")
         c1, c2, c3 = st.columns(3)
-        c1.number_input("d_k", 1, MAX_HEAD_WIDTH, key="d_k", placeholder="auto")
-        c2.number_input("d_v", 1, MAX_HEAD_WIDTH, key="d_v", placeholder="auto")
+        c1.number_input("d_k", 1, MAX_HEAD_WIDTH, key="d_k", placeholder="auto", on_change=_keep_heads_valid)
+        c2.number_input("d_v", 1, MAX_HEAD_WIDTH, key="d_v", placeholder="auto", on_change=_keep_heads_valid)
         c3.number_input("d_out", 1, MAX_HEAD_WIDTH, key="d_out", placeholder="auto")
         st.number_input("Seed (weights and token vectors)", 0, MAX_SEED, key="seed", step=1)
         st.toggle("Causal mask (no looking ahead)", key="causal")
@@ -48,16 +125,27 @@ def configurable_controls() -> None:
             st.text_area("Second sentence (keys and values)", key="context", max_chars=MAX_TEXT_CHARS, height=80)
 
 
-def explain_invalid_heads(h: int, d_model: int) -> None:
-    """Why h must divide d_model, with one-click nearest valid choices."""
+def random_weights_banner(seed: int) -> None:
+    """Say plainly that the weights are random, with the switch to trained weights one click away."""
+    st.info(
+        f"**These weights are random** (Xavier initialisation, seed {seed}): no head has learned anything, so any "
+        "pattern below is chance, not meaning. Switch to trained weights to see heads that learned relations.",
+        icon=":material/casino:",
+    )
+    st.button("Show trained weights", key="to_trained", on_click=_set_weights, args=("trained",),
+              icon=":material/school:")
+
+
+def explain_invalid_heads(h: int, d_model: int, *, advanced: bool = True) -> None:
+    """Why h must divide d_model, with one-click nearest valid choices (advanced: mention d_k and d_v)."""
     near = nearest_valid_heads(d_model, h, MAX_HEADS)
     valid = valid_head_counts(d_model, MAX_HEADS)
     st.error(
         f"**h = {h} does not divide d_model = {d_model}.** Each head works in d_k = d_model / h = "
         f"{d_model}/{h} = {d_model / h:.3g} dimensions, and a head cannot have a fraction of a dimension: "
         f"the {h} heads together must split the {d_model} dimensions exactly. "
-        f"Valid h for d_model = {d_model}: {', '.join(map(str, valid))}. "
-        "Or set d_k and d_v yourself under Advanced."
+        f"Valid h for d_model = {d_model}: {', '.join(map(str, valid))}."
+        + (" Or set d_k and d_v yourself under Advanced." if advanced else "")
     )
     cols = st.columns(len(near) + 1)
     for col, choice in zip(cols, near):

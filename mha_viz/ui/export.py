@@ -9,7 +9,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ..export import safe_filename, share_url, trace_to_json, trace_to_npz
+from ..figures import heads_figure
 from ..trace import AttentionTrace
+from .views import figures_shown
 
 
 def export_section(trace: AttentionTrace, **kwargs: Any) -> None:
@@ -37,8 +39,8 @@ def export_controls(
     """Three download buttons (trace .npz, trace .json, report .html) and the link to this view.
 
     name: what the files are called, reduced to [A-Za-z0-9._-] ("all-MiniLM-L6-v2 layer 2" ->
-    all-MiniLM-L6-v2-layer-2.npz, ...). figures: the report's figures (None: the heads grid, and the
-    concat -> W_O path when the trace has it). share_query: the view's URL parameters
+    all-MiniLM-L6-v2-layer-2.npz, ...). figures: the report's figures (None: every figure on the
+    page in this run, after the heads grid when the page does not show it). share_query: the view's URL parameters
     (mha_viz.params.to_query); the link is the app's address (st.context.url) plus them.
     Files are built only when a button is clicked (a callable as data) and a download does not
     rerun the app (on_click="ignore").
@@ -48,10 +50,18 @@ def export_controls(
     title = title or f"mha-viz: {name}"
     report_notes = {**(notes or {}), **({"link to this view": link} if link.startswith("http") else {})}
 
+    if figures is None:
+        shown = figures_shown()
+        if not any(filename.endswith("-heads") for _, filename in shown):
+            shown.insert(0, (heads_figure(trace, title="Every head of this layer"), f"{stem}-heads"))
+        figures, captions = [fig for fig, _ in shown], [filename for _, filename in shown]
+    else:
+        captions = None
+
     def report() -> str:
         from ..report import html_report  # plotly.js (~5 MB) is read only when a report is asked for
 
-        return html_report(trace, title=title, figures=figures, notes=report_notes, filename=stem)
+        return html_report(trace, title=title, figures=figures, notes=report_notes, filename=stem, captions=captions)
 
     npz_col, json_col, html_col = st.columns(3)
     npz_col.download_button(
@@ -69,7 +79,8 @@ def export_controls(
     html_col.download_button(
         "Report (.html)", data=report, file_name=f"{stem}-report.html", mime="text/html",
         key=f"{key}_html", on_click="ignore", icon=":material/description:", width="stretch",
-        help="One self-contained page with the figures, tokens, shapes and the W_O check; opens offline.",
+        help="One self-contained page with the figures on this page (and every head), the tokens, shapes and the "
+        "W_O check; opens offline.",
     )
     if not link:
         st.caption("This is the app's default view: share the app's address as it is.")

@@ -38,7 +38,8 @@ def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
 def current() -> ViewState:
     """The state the widgets hold now (defaults for keys no widget has set)."""
     values = {name: st.session_state.get(name, getattr(DEFAULTS, name)) for name in FIELDS}
-    values["compare"] = tuple(values["compare"] or ())
+    for name in ("compare", "off"):  # multiselects hold lists
+        values[name] = tuple(values[name] or ())
     for name in ("text", "context"):  # the text areas cap typing; this caps anything else that sets them
         values[name] = str(values[name])[:MAX_TEXT_CHARS]
     return ViewState(**values)

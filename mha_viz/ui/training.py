@@ -5,14 +5,19 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from ..params import D_MODEL_CHOICES, MAX_HEADS, MAX_SEED, MAX_STEPS
+from ..params import MAX_SEED, MAX_STEPS
 from ..trace import AttentionTrace
-from ..training import DEFAULT_TASK, TASKS, TrainingRun, train
-from ..training.figures import curves_figure, heads_through_training_figure, relation_scores_figure
-from .controls import explain_invalid_heads
+from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
+from ..training.figures import (
+    accuracy_by_heads_figure,
+    curves_figure,
+    heads_through_training_figure,
+    relation_scores_figure,
+)
+from ..training.precomputed import precomputed_layer
+from .controls import TRAINED_D_MODELS, _keep_heads_valid, explain_invalid_heads, head_choices, heads_slider
 from .views import chart
 
-TRAIN_D_MODELS = tuple(d for d in D_MODEL_CHOICES if d <= 128)  # wider models train too slowly for a page
 SAME = 0.01  # accuracies closer than this count as "about as well"
 
 
@@ -31,32 +36,65 @@ def trained_run(task: str, h: int, d_model: int, steps: int, seed: int) -> Train
     return run
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def cached_trained_layer(task: str, h: int, d_model: int, steps: int, seed: int) -> TrainedLayer:
+    """The trained layer for these arguments: shipped with the package, or trained now with a progress bar."""
+    if precomputed_layer(task, h, d_model, seed, steps) is not None:
+        return trained_layer(task, h, d_model, seed, steps)
+    bar = st.progress(0.0, text=f"Training h = {h}, d_model = {d_model} on {TASKS[task].title}…")
+    every = max(1, steps // 40)
+
+    def progress(step: int) -> None:
+        if step % every == 0 or step == steps:
+            bar.progress(step / steps, text=f"Training h = {h}, d_model = {d_model}: step {step} of {steps}")
+
+    layer = trained_layer(task, h, d_model, seed, steps, on_step=progress)
+    bar.empty()
+    return layer
+
+
+def who_takes_what(scores: np.ndarray, relations: tuple[str, ...]) -> str:
+    """Final relation scores [H, R] in words: which head puts most attention on each relation."""
+    if scores.shape[0] == 1:
+        masses = ", ".join(f"{r} {v:.2f}" for r, v in zip(relations, scores[0]))
+        return f"Attention mass of the one head: {masses}."
+    best = scores.argmax(0).tolist()  # (R,) the top head of each relation
+    parts = [f"{r}: head {b} ({scores[b, i]:.2f})" for i, (r, b) in enumerate(zip(relations, best))]
+    shared = [
+        f" Head {b} is the top head of " + " and ".join(r for r, top in zip(relations, best) if top == b) + "."
+        for b in sorted(set(best)) if best.count(b) > 1
+    ]
+    return "Attention mass of the top head per relation: " + "; ".join(parts) + "." + "".join(shared)
+
+
+def accuracy_by_heads(layer: TrainedLayer, name: str) -> None:
+    """Accuracy for every h the slider offers at this d_model (those trained or shipped so far), this h marked."""
+    choices = head_choices(layer.d_model)
+    seen = st.session_state.setdefault("_trained_heads", {}).setdefault(
+        (layer.task, layer.d_model, layer.seed, layer.steps), {1})  # the h this session has trained: cache hits
+    seen.add(layer.num_heads)
+    known = [cached_trained_layer(layer.task, h, layer.d_model, layer.steps, layer.seed) for h in choices
+             if h in seen or precomputed_layer(layer.task, h, layer.d_model, layer.seed, layer.steps)]
+    chart(accuracy_by_heads_figure(known, layer.num_heads), "accuracy_by_heads", f"{name}-accuracy-by-h")
+    st.caption(f"Mean accuracy on the task after {layer.steps} steps, for each h at d_model = {layer.d_model} "
+               f"(seed {layer.seed}); this h in red. Hover a bar for each relation's top head.")
+    missing = [h for h in choices if h not in {k.num_heads for k in known}]
+    if missing:
+        st.caption(f"Drag h to {', '.join(map(str, missing))} to train and add {'it' if len(missing) == 1 else 'them'}.")
+
 def training_controls() -> None:
     """Sidebar widgets of train mode; their keys are the ViewState fields task, h, d_model, steps, seed."""
     if st.session_state.get("task") not in TASKS:
         st.session_state["task"] = DEFAULT_TASK
-    if st.session_state.get("d_model") not in TRAIN_D_MODELS:
-        st.session_state["d_model"] = TRAIN_D_MODELS[-1]
+    if st.session_state.get("d_model") not in TRAINED_D_MODELS:
+        st.session_state["d_model"] = TRAINED_D_MODELS[-1]
+        _keep_heads_valid()
     st.selectbox("Task", list(TASKS), key="task", format_func=lambda name: TASKS[name].title)
-    st.slider("Number of heads h", 1, MAX_HEADS, key="h", help="Compared with a single head of the same d_model.")
-    st.selectbox("d_model", TRAIN_D_MODELS, key="d_model", help="Width of the embeddings; each head gets d_model / h.")
+    heads_slider(st.session_state["d_model"])
+    st.selectbox("d_model", TRAINED_D_MODELS, key="d_model", on_change=_keep_heads_valid,
+                 help="Width of the embeddings; each head gets d_model / h.")
     st.number_input("Training steps", 1, MAX_STEPS, key="steps", step=100, help="Adam steps on random sequences.")
     st.number_input("Seed (weights and training data)", 0, MAX_SEED, key="seed", step=1)
-
-
-def _who_takes_what(run: TrainingRun) -> str:
-    """The final relation scores in words: which head puts most attention on each relation."""
-    scores = run.final.scores  # (H, R)
-    if run.num_heads == 1:
-        masses = ", ".join(f"{r} {v:.2f}" for r, v in zip(run.relations, scores[0]))
-        return f"Attention mass of the one head: {masses}."
-    best = scores.argmax(0).tolist()  # (R,) the top head of each relation
-    parts = [f"{r}: head {b} ({scores[b, i]:.2f})" for i, (r, b) in enumerate(zip(run.relations, best))]
-    shared = [
-        f" Head {b} is the top head of " + " and ".join(r for r, top in zip(run.relations, best) if top == b) + "."
-        for b in sorted(set(best)) if best.count(b) > 1
-    ]
-    return "Attention mass of the top head per relation: " + "; ".join(parts) + "." + "".join(shared)
 
 
 def _comparison(run: TrainingRun, single: TrainingRun) -> None:
@@ -87,7 +125,7 @@ def _run_column(run: TrainingRun, name: str) -> None:
     heads = heads_through_training_figure([s.trace for s in run.snapshots], run.snapshot_steps, cols=min(H, 2))
     chart(heads, f"train_heads{name}", f"train-h{H}-heads")
     chart(relation_scores_figure(run.final.scores, run.relations), f"train_scores{name}", f"train-h{H}-relations")
-    st.caption(_who_takes_what(run))
+    st.caption(who_takes_what(run.final.scores, run.relations))
 
 
 def training_page(h: int, d_model: int, steps: int, seed: int, task: str) -> AttentionTrace | None:
@@ -97,7 +135,7 @@ def training_page(h: int, d_model: int, steps: int, seed: int, task: str) -> Att
         st.error(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
         return None
     if d_model % h:
-        explain_invalid_heads(h, d_model)
+        explain_invalid_heads(h, d_model, advanced=False)
         return None
     st.subheader(spec.title)
     st.caption(

@@ -2,23 +2,50 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
+from ..analysis import score_terms
 from ..config import MHAConfig
 from ..cost import full_width_head, layer_cost
-from ..figures import contributions_figure, head_steps_figure, heads_figure, output_path_figure, overview_figure
+from ..figures import (
+    contributions_figure,
+    head_steps_figure,
+    heads_figure,
+    lines_figure,
+    output_path_figure,
+    overview_figure,
+    projections_figure,
+    score_terms_figure,
+)
+from ..figures.common import token_label, with_automargin
 from ..figures.heads import MAX_CELLS_PER_SIDE
+from ..figures.lines import MAX_LINE_TOKENS, picked_token
+from ..figures.overview import picked_head
 from ..formulas import formulas
 from ..trace import AttentionTrace
+from .style import is_phone
 
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
 APP_FONT = {"family": '"Source Sans", sans-serif', "color": "#31333F"}  # Streamlit's own text font and colour
+SHOWN = "_figures_shown"  # session key: the (figure, file name) pairs drawn in this run, for the report
 
 
-def chart(fig: go.Figure, key: str, filename: str) -> None:
-    """Draw fig once in the browser, not twice.
+def start_run() -> None:
+    """Forget the figures of the previous run (call once at the top of the script)."""
+    st.session_state[SHOWN] = []
+
+
+def figures_shown() -> list[tuple[go.Figure, str]]:
+    """Every figure drawn in this run so far, with its file name, in page order."""
+    return list(st.session_state.get(SHOWN, []))
+
+
+def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], None] | None = None) -> None:
+    """Draw fig once in the browser, not twice; on_select: a callback for a click on a point.
 
     Streamlit mounts a new chart for every new figure (the element id hashes the spec), draws it,
     then passes a JSON copy of it to Plotly.react. Plotly redraws everything if the figure has a
@@ -26,16 +53,21 @@ def chart(fig: go.Figure, key: str, filename: str) -> None:
     0.1-0.3 s more of the browser's main thread per chart. Without a template, and with a fixed
     datarevision (data never changes under a mounted chart), that second pass only redraws the
     annotations (~60 ms for the 12-head grid's titles).
-    Axes keep the theme's automargin unless the figure turned it off (the heads grid does: it is
-    a second layout pass).
+    The PNG download is the figure's own size (labels included), named after the view.
     """
-    config = {**PLOT_CONFIG, "toImageButtonOptions": {**PLOT_CONFIG["toImageButtonOptions"], "filename": filename}}
+    height = fig.layout.height
+    image = {**PLOT_CONFIG["toImageButtonOptions"], "filename": filename,
+             **({"height": height, "width": 1100} if height else {})}
+    config = {**PLOT_CONFIG, "toImageButtonOptions": image}
     fig.layout.template = None
     fig.update_layout(datarevision=key, font=APP_FONT)
-    for axis in (*fig.select_xaxes(), *fig.select_yaxes()):
-        if axis.automargin is None:
-            axis.automargin = True
-    st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None)
+    with_automargin(fig)
+    st.session_state.setdefault(SHOWN, []).append((fig, filename))
+    if on_select is None:
+        st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None)
+    else:
+        st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None, on_select=on_select,
+                        selection_mode="points")
 
 
 def _clamp_head_selection(num_heads: int) -> None:
@@ -45,11 +77,19 @@ def _clamp_head_selection(num_heads: int) -> None:
         st.session_state["head"] = 0
 
 
+def _head_format(h: int) -> str:
+    return f"head {h}"
+
+
 def heads_view(trace: AttentionTrace, name: str) -> None:
     H, T, S = trace.weights.shape
+    fig = heads_figure(trace, compact=is_phone())
+    step = fig.layout.meta["label_step"]
     st.caption(
-        f"{H} heads, each a {T}×{S} attention matrix: row = query token, column = key token, "
+        f"{H} heads (numbered from 0), each a {T}×{S} attention matrix: row = query token, column = key token, "
         "colour = softmax weight (each row sums to 1). One colour scale for all heads."
+        + (f" Every {step}{'nd' if step == 2 else 'rd' if step == 3 else 'th'} token is labelled so that labels "
+           "do not overlap; hover a cell for its tokens." if step > 1 else "")
     )
     pooled = max(T, S) > MAX_CELLS_PER_SIDE
     if pooled:
@@ -57,30 +97,118 @@ def heads_view(trace: AttentionTrace, name: str) -> None:
             f"{max(T, S)} tokens: each cell shows the largest weight in a block of positions. Pick heads "
             f"below to see a {MAX_CELLS_PER_SIDE}-token window at full resolution."
         )
-    chart(heads_figure(trace), "heads", f"{name}-heads")
+    chart(fig, "heads", f"{name}-heads")
     _clamp_head_selection(H)
     chosen = st.multiselect(
-        "Compare heads side by side (larger)", list(range(H)), key="compare", format_func=lambda h: f"head {h}",
+        "Compare heads side by side (larger)", list(range(H)), key="compare", format_func=_head_format,
         placeholder="Pick heads to compare…",
     )
     if chosen:
         window = None
         if pooled:
-            start = st.slider("Full-resolution window: first position", 0, max(T, S) - MAX_CELLS_PER_SIDE, 0,
-                              step=8, key="zoom")
+            top = max(T, S) - MAX_CELLS_PER_SIDE
+            st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top) // 8 * 8
+            start = st.slider("Full-resolution window: first position", 0, top, step=8, key="zoom")
             window = (start, start + MAX_CELLS_PER_SIDE)
-        fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window)
+        fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window, compact=is_phone())
         chart(fig, "compare_heads", f"{name}-compare")
+
+
+def _pick() -> tuple[str, int] | None:
+    raw = st.session_state.get("pick", "")
+    return None if not raw else ("query" if raw[0] == "q" else "key", int(raw[1:]))
+
+
+def _on_line_click() -> None:
+    """A click on a token of the lines view picks it (a second click on it, or a double click, shows all)."""
+    event = st.session_state.get("lines")
+    picked = picked_token(event.selection.points) if event is not None else None
+    code = "" if picked is None else f"{picked[0][0]}{picked[1]}"
+    st.session_state["pick"] = "" if code == st.session_state.get("pick") else code
+
+
+def _show_all_lines() -> None:
+    st.session_state["pick"] = ""
+
+
+def lines_view(trace: AttentionTrace, name: str) -> None:
+    """BertViz's head view: a line from each query token to each key token, opacity = weight, colour = head."""
+    H, T, S = trace.weights.shape
+    _clamp_head_selection(H)
+    pick = _pick()
+    if pick is not None and pick[1] >= (T if pick[0] == "query" else S):
+        st.session_state["pick"], pick = "", None
+    left, right = st.columns([3, 1]) if not is_phone() else (st.container(), st.container())
+    with right:
+        every = st.toggle("All heads overlaid", key="lines_all", help="Off: one head at a time.")
+        heads = list(range(H)) if every else [st.selectbox("Head", list(range(H)), key="head", format_func=_head_format)]
+        start = 0
+        if max(T, S) > MAX_LINE_TOKENS:
+            top = max(T, S) - MAX_LINE_TOKENS
+            st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top) // 8 * 8
+            start = st.slider("First position shown", 0, top, step=8, key="zoom")
+        if pick is not None:
+            side, pos = pick
+            tokens = trace.query_tokens if side == "query" else trace.key_tokens
+            st.markdown(f"Showing only the lines {'from' if side == 'query' else 'into'} {side} {pos}: "
+                        f"**{token_label(tokens[pos], 24)}**")
+            st.button("Show all lines", key="lines_show_all", on_click=_show_all_lines)
+        st.caption("Click a token to see only its lines, click it again to see all; click a head in the legend to "
+                   "hide it. Hover a query token for the keys each head attends to most.")
+    with left:
+        st.caption(f"Queries on the left, keys on the right; a line's opacity is the weight (lines under 0.02 are "
+                   f"not drawn), its colour the head. {H} head{'s' if H > 1 else ''} of {T} queries × {S} keys.")
+        if max(T, S) > MAX_LINE_TOKENS:
+            st.info(f"The lines view stays readable up to {MAX_LINE_TOKENS} tokens a side; this input has "
+                    f"{max(T, S)}, so it shows positions {start} to {min(max(T, S), start + MAX_LINE_TOKENS) - 1}. "
+                    "Move the window on the right, or use the Heads view for the whole matrix.")
+        fig = lines_figure(trace, heads, pick=pick, start=start)
+        chart(fig, "lines", f"{name}-lines", on_select=_on_line_click)
+
+
+def _position_format(tokens: tuple[str, ...]) -> Callable[[int], str]:
+    return lambda i: f"{i}: {token_label(tokens[i], 24)}"
 
 
 def head_view(trace: AttentionTrace, name: str) -> None:
     _clamp_head_selection(trace.num_heads)
-    head = st.selectbox("Head", list(range(trace.num_heads)), key="head", format_func=lambda h: f"head {h}")
+    head = st.selectbox("Head", list(range(trace.num_heads)), key="head", format_func=_head_format)
     st.caption(
-        "Q and K meet in the scores Q·Kᵀ (scaled by 1/√d_k); the softmax turns each row into weights; "
-        "the weights mix the rows of V into the head's output."
+        "Q and K meet in the scores Q·Kᵀ (scaled, here by "
+        f"{trace.score_scale:.4g}); the softmax turns each row into weights; the weights mix the rows of V into "
+        "the head's output."
+        + (" Special tokens are hidden: each weights row is renormalised over the tokens shown; the head "
+           "output is the model's own, computed with every token." if trace.meta.get("hidden_tokens") else "")
     )
     chart(head_steps_figure(trace, head), "head_steps", f"{name}-head{head}-steps")
+    _why_one_score(trace, head, name)
+    if trace.W_Q is not None:
+        st.subheader(f"The projections of head {head}")
+        st.caption("W_Q, W_K and W_V themselves: Q = X·W_Q (+ b_Q), and likewise K and V. Row i of each matrix is "
+                   "what input dimension i adds to every query, key or value dimension of this head.")
+        chart(projections_figure(trace, head), "projections", f"{name}-head{head}-W_QKV")
+
+
+def _why_one_score(trace: AttentionTrace, head: int, name: str) -> None:
+    """BertViz's neuron view: the element-wise q ⊙ k of one query and one key, which sums to their score."""
+    T, S = trace.weights.shape[1:]
+    for field, n in (("q_pos", T), ("k_pos", S)):
+        if st.session_state.get(field, 0) >= n:
+            st.session_state[field] = 0
+    st.subheader("Why one score")
+    a, b = st.columns(2)
+    query = a.selectbox("Query token", list(range(T)), key="q_pos", format_func=_position_format(trace.query_tokens))
+    key = b.selectbox("Key token", list(range(S)), key="k_pos", format_func=_position_format(trace.key_tokens))
+    t = score_terms(trace, head, query, key)
+    q_tok, k_tok = token_label(trace.query_tokens[query], 24), token_label(trace.key_tokens[key], 24)
+    steps = [f"q·k = Σ_d q_d k_d = **{t.dot:.4g}**", f"× {t.scale:.4g} = {t.scale * t.dot:.4g}"]
+    if np.isinf(t.other):
+        steps.append("masked: the key comes after the query (causal mask), score −∞")
+    elif abs(t.other) > 1e-4 * max(1.0, abs(t.score)):
+        steps.append(f"{t.other:+.4g} (position bias or mask the model adds)")
+    steps.append(f"score **{t.score:.4g}**; after the softmax over the row: weight **{t.weight:.3f}**")
+    st.markdown(f"Head {head}, query {query} (**{q_tok}**) and key {key} (**{k_tok}**): " + " → ".join(steps))
+    chart(score_terms_figure(trace, head, query, key), "score_terms", f"{name}-head{head}-q{query}-k{key}")
 
 
 def output_path_view(trace: AttentionTrace, name: str) -> None:
@@ -91,19 +219,27 @@ def output_path_view(trace: AttentionTrace, name: str) -> None:
     )
     chart(output_path_figure(trace), "output_path", f"{name}-concat-wo")
     checks = trace.check_wo_path()
+    tolerance = trace.rounding_tolerance()
+    dtype = trace.output.dtype
     cols = st.columns(len(checks))
     for col, (label, err) in zip(cols, checks.items()):
-        col.metric(label, f"{err:.1e}", help="max |difference| over all entries; float rounding only")
+        equal = err <= tolerance
+        col.metric(label, "equal ✓" if equal else f"differs: {err:.1e}",
+                   help=f"max |difference| over all entries: {err:.1e}; rounding in {dtype} allows {tolerance:.1e}")
+        col.caption(f"max |difference| {err:.1e} ≤ {tolerance:.1e}: equal within {dtype} rounding" if equal
+                    else f"max |difference| {err:.1e} > {tolerance:.1e}, more than {dtype} rounding explains")
     chart(contributions_figure(trace), "contributions", f"{name}-contributions")
 
 
-def cost_view(cfg: MHAConfig, T: int, S: int) -> None:
-    ours, wide = layer_cost(cfg, T, S), layer_cost(full_width_head(cfg), T, S)
+def cost_view(cfg: MHAConfig, T: int, S: int, cross: bool = False) -> None:
+    ours, wide = layer_cost(cfg, T, S, cross=cross), layer_cost(full_width_head(cfg), T, S, cross=cross)
     H = cfg.num_heads
+    c = "C" if cross else "X"
     shapes = {
-        "x (queries in)": f"{T} × {cfg.d_model}",
+        "X (queries in)" + (", C (keys and values in)" if cross else ""): f"{T} × {cfg.d_model}"
+        + (f", {S} × {cfg.d_context}" if cross else ""),
         "W_Q, W_K, W_V": f"{H} × ({cfg.d_model} × {cfg.d_k}), {H} × ({cfg.d_context} × {cfg.d_k}), {H} × ({cfg.d_context} × {cfg.d_v})",
-        "Q_h, K_h, V_h": f"{T} × {cfg.d_k}, {S} × {cfg.d_k}, {S} × {cfg.d_v}",
+        f"Q_h = X W_Q[h], K_h = {c} W_K[h], V_h = {c} W_V[h]": f"{T} × {cfg.d_k}, {S} × {cfg.d_k}, {S} × {cfg.d_v}",
         "scores, weights (per head)": f"{T} × {S}",
         "head_h": f"{T} × {cfg.d_v}",
         "concat": f"{T} × {cfg.concat_width}",
@@ -130,23 +266,36 @@ def cost_view(cfg: MHAConfig, T: int, S: int) -> None:
     st.table({"step": list(ours.flops), "FLOPs": [f"{v:,}" for v in ours.flops.values()]})
 
 
-def formulas_view(cfg: MHAConfig, T: int, S: int, causal: bool) -> None:
-    for line in formulas(cfg, T, S, causal=causal):
+def formulas_view(cfg: MHAConfig, T: int, S: int, causal: bool, cross: bool = False) -> None:
+    st.caption("Heads are numbered from 0, as everywhere in mha-viz. X holds the query tokens"
+               + (", C the key and value tokens (cross-attention)." if cross else "; in self-attention X also gives "
+                  "the keys and values."))
+    for line in formulas(cfg, T, S, causal=causal, cross=cross):
         st.latex(line)
 
 
+def _on_thumbnail_click() -> None:
+    """A click on an overview thumbnail opens that head: its layer becomes the current one."""
+    event = st.session_state.get("overview")
+    picked = picked_head(event.selection.points) if event is not None else None
+    if picked is not None:
+        st.session_state["layer"], st.session_state["compare"] = picked[0], (picked[1],)
+
+
 def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, name: str) -> None:
-    """Layers x heads thumbnails; picking a head opens it below, at full size, for the current layer."""
+    """Layers x heads thumbnails; clicking one (or picking heads) opens it below, at full size."""
     L, H = attentions.shape[:2]
     st.caption(
         f"All {L} layers × {H} heads at a glance (the model's own attention weights; long inputs are "
-        "max-pooled in the thumbnails). Move the layer slider and pick heads to open them."
+        "max-pooled in the thumbnails). Click a thumbnail to open that head below, or pick heads of the current layer."
     )
     _clamp_head_selection(H)
     chosen = st.multiselect(
-        "Open heads of the current layer", list(range(H)), key="compare", format_func=lambda h: f"head {h}",
+        "Open heads of the current layer", list(range(H)), key="compare", format_func=_head_format,
         placeholder="Pick heads to open…",
     )
-    chart(overview_figure(attentions, selected=(layer, chosen[0]) if chosen else None), "overview", f"{name}-overview")
+    chart(overview_figure(attentions, selected=(layer, chosen[0]) if chosen else None), "overview",
+          f"{name}-overview", on_select=_on_thumbnail_click)
     if chosen:
-        chart(heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, title=f"layer {layer}"), "opened_heads", f"{name}-layer{layer}")
+        chart(heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, title=f"layer {layer}",
+                           compact=is_phone()), "opened_heads", f"{name}-layer{layer}")

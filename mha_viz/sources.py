@@ -1,0 +1,143 @@
+"""Where a trace comes from: one object that views and analyses ask for a layer, another text, all layers.
+
+    source.trace(layer)      the AttentionTrace of that layer on the source's text
+    source.with_text(other)  the same model on another text (for comparisons)
+    source.attentions()      every layer's attention weights [L, H, T, S], or None for a single layer
+    source.model             the PretrainedModel behind it (knockout through the whole model), or None
+Sources are frozen dataclasses: equal arguments, equal sources (an app can cache on them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from .attention import MultiHeadAttention
+from .config import MHAConfig
+from .text import embed_tokens, tokenize
+from .trace import AttentionTrace
+
+if TYPE_CHECKING:
+    from .pretrained import PretrainedModel
+    from .training import TrainedLayer
+
+MAX_TOKENS = 512  # the configurable model's longest input
+
+
+def text_tokens(text: str, what: str = "text", max_tokens: int = MAX_TOKENS) -> tuple[tuple[str, ...], int]:
+    """mha-viz's tokens of text, cut to max_tokens: (tokens, how many were cut). ValueError if there are none."""
+    tokens = tokenize(text, max_tokens + 1)
+    if not tokens:
+        raise ValueError(f"the {what} has no tokens (no visible characters)")
+    cut = len(tokens) > max_tokens
+    return tuple(tokens[:max_tokens]), (len(tokenize(text)) - max_tokens if cut else 0)
+
+
+def configurable_trace(
+    text: str,
+    cfg: MHAConfig,
+    *,
+    seed: int = 0,
+    causal: bool = False,
+    positional: bool = True,
+    context: str | None = None,
+    max_tokens: int = MAX_TOKENS,
+) -> AttentionTrace:
+    """The configurable layer (random Xavier weights from seed) on text; context: cross-attention keys and values.
+
+    Texts longer than max_tokens are cut; meta["truncated"] says how many tokens were dropped.
+    The same function serves the app and `python -m mha_viz report`.
+    """
+    q_tokens, q_cut = text_tokens(text, "text", max_tokens)
+    k_tokens, k_cut = text_tokens(context, "second sentence", max_tokens) if context is not None else (None, 0)
+    mha = MultiHeadAttention(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out, seed=seed)
+    x = embed_tokens(list(q_tokens), cfg.d_model, seed=seed, positional=positional)  # (T, d_model)
+    c = None if k_tokens is None else embed_tokens(list(k_tokens), cfg.d_model, seed=seed, positional=positional)  # (S, d_model)
+    with torch.inference_mode():
+        trace = mha(x, c, causal=causal, query_tokens=q_tokens, key_tokens=k_tokens)
+    return replace(trace, meta={**trace.meta, "weights": "random", "seed": seed, "truncated": q_cut + k_cut})
+
+
+@dataclass(frozen=True)
+class ConfigurableSource:
+    """The configurable layer with random, seeded weights (one layer)."""
+
+    text: str
+    cfg: MHAConfig
+    seed: int = 0
+    causal: bool = False
+    positional: bool = True
+    context: str | None = None
+    num_layers: int = field(default=1, init=False)
+    model: None = field(default=None, init=False)
+
+    def trace(self, layer: int = 0) -> AttentionTrace:
+        _single_layer(layer)
+        return configurable_trace(self.text, self.cfg, seed=self.seed, causal=self.causal, positional=self.positional,
+                                  context=self.context)
+
+    def with_text(self, text: str) -> ConfigurableSource:
+        return replace(self, text=text)
+
+    def attentions(self) -> np.ndarray | None:
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class TrainedSource:
+    """A layer trained on a synthetic task (mha_viz.training), on a sequence of that task's tokens."""
+
+    layer: TrainedLayer
+    sequence: str  # task tokens separated by spaces; "" is the task's probe sequence
+    num_layers: int = field(default=1, init=False)
+    model: None = field(default=None, init=False)
+
+    def trace(self, layer: int = 0) -> AttentionTrace:
+        _single_layer(layer)
+        return self.layer.trace(self.sequence or None)
+
+    def with_text(self, text: str) -> TrainedSource:
+        return replace(self, sequence=text)
+
+    def attentions(self) -> np.ndarray | None:
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class ModelSource:
+    """A pretrained model's part (encoder, decoder or cross) on a text (and an encoder-decoder's decoder text)."""
+
+    model: PretrainedModel
+    text: str
+    part: str
+    decoder_text: str | None = None
+
+    @property
+    def num_layers(self) -> int:
+        return self.model.num_layers[self.part]
+
+    def trace(self, layer: int) -> AttentionTrace:
+        return self.model.trace(self.text, layer, part=self.part, decoder_text=self.decoder_text)
+
+    def with_text(self, text: str) -> ModelSource:
+        """Another text where the queries come from: the decoder text of an encoder-decoder's decoder, else the text."""
+        if self.model.kind == "encoder-decoder" and self.part == "decoder":
+            return replace(self, decoder_text=text)
+        return replace(self, text=text)
+
+    def attentions(self) -> np.ndarray | None:
+        """[L, H, T, S] from the model itself; None for cross-attention, whose maps do not chain into a rollout."""
+        if self.part == "cross":
+            return None
+        return self.model.attentions(self.text, part=self.part, decoder_text=self.decoder_text)
+
+
+TraceSource = ConfigurableSource | TrainedSource | ModelSource
+
+
+def _single_layer(layer: int) -> None:
+    if layer != 0:
+        raise IndexError(f"this model has one attention layer (layer 0), not layer {layer}")

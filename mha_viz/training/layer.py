@@ -1,0 +1,71 @@
+"""A trained one-layer model as data: its weights and scores, ready to trace any sequence of the task."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..trace import AttentionTrace
+from .model import TinyAttentionModel
+from .tasks import get_task
+
+
+@dataclass(frozen=True, eq=False)
+class TrainedLayer:
+    """The model `train(task, num_heads, d_model, steps, seed)` ends with, and how well it does.
+
+    state: TinyAttentionModel.state_dict() as numpy arrays; loss, accuracy [R] and scores [H, R]
+    are measured on the trainer's fixed evaluation batch (see trainer.py).
+    """
+
+    task: str
+    num_heads: int
+    d_model: int
+    seed: int
+    steps: int
+    relations: tuple[str, ...]
+    loss: float
+    accuracy: np.ndarray  # [R]
+    scores: np.ndarray  # [H, R]
+    state: dict[str, np.ndarray]
+
+    @property
+    def mean_accuracy(self) -> float:
+        return float(self.accuracy.mean())
+
+    def model(self) -> TinyAttentionModel:
+        """A fresh TinyAttentionModel holding these weights."""
+        spec = get_task(self.task)
+        model = TinyAttentionModel(len(spec.vocab), spec.seq_len, self.d_model, self.num_heads, len(spec.relations),
+                                   seed=self.seed)
+        model.load_state_dict({name: torch.from_numpy(np.array(a)) for name, a in self.state.items()})
+        return model.eval()
+
+    def parse(self, sequence: str | Sequence[str]) -> tuple[str, ...]:
+        """The task's tokens of a sequence ("a b c" or ["a", "b", "c"]); ValueError saying what is wrong."""
+        spec = get_task(self.task)
+        tokens = tuple(sequence.split() if isinstance(sequence, str) else sequence)
+        if not 2 <= len(tokens) <= spec.seq_len:
+            raise ValueError(f"the sequence needs 2 to {spec.seq_len} tokens of the task, got {len(tokens)}")
+        unknown = [t for t in tokens if t not in spec.vocab]
+        if unknown:
+            shown = ", ".join(repr(t[:12]) for t in unknown[:3])
+            raise ValueError(f"{shown} {'is' if len(unknown) == 1 else 'are'} not a token of this task; its tokens are "
+                             f"{spec.vocab[0]} … {spec.vocab[-1]} ({len(spec.vocab)} of them), separated by spaces")
+        return tokens
+
+    def probe(self) -> tuple[str, ...]:
+        """The task's fixed probe sequence (the one Train mode's heatmaps show)."""
+        spec = get_task(self.task)
+        return spec.token_names(spec.probe())
+
+    def trace(self, sequence: str | Sequence[str] | None = None) -> AttentionTrace:
+        """The trained attention layer's AttentionTrace on a sequence of the task's tokens (default: the probe)."""
+        tokens = self.probe() if sequence is None else self.parse(sequence)
+        spec = get_task(self.task)
+        ids = torch.tensor([spec.vocab.index(t) for t in tokens])  # (T,)
+        meta = {"task": self.task, "step": self.steps, "seed": self.seed, "accuracy": self.mean_accuracy}
+        return self.model().trace(ids, tokens, meta)

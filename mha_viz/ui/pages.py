@@ -1,0 +1,232 @@
+"""The app's three pages: the configurable layer (random or trained weights), a pretrained model, Train mode.
+
+Each page takes the ViewState and the sources app.py builds (with its caches), checks its input,
+and shows the chosen view of one AttentionTrace, then Export and share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import streamlit as st
+
+from ..analysis import without_tokens
+from ..config import MHAConfig
+from ..export import safe_filename
+from ..params import MAX_TOKENS, ViewState, to_query
+from ..pretrained import PretrainedModel
+from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
+from ..trace import AttentionTrace
+from ..training import TASKS
+from . import views
+from .analysis import ModelLoader, analysis_view
+from .controls import explain_invalid_heads, random_weights_banner
+from .export import export_section
+from .text import plain
+from .training import accuracy_by_heads, cached_trained_layer, trained_run, training_page, who_takes_what
+
+CONFIGURABLE_VIEWS = ("Heads", "Lines", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas")
+PRETRAINED_VIEWS = ("Heads", "Lines", "Overview", "One head", "Concat → W_O", "Analysis")
+TRAIN_VIEWS = ("Training", "Lines", "One head", "Concat → W_O", "Analysis")
+UNKNOWN_SHARE = 0.2  # warn when this share of a text's tokens is [UNK] to the model
+CHARACTER_SHARE = 0.5  # ... or read one character at a time
+
+
+def view_picker(options: tuple[str, ...]) -> str:
+    if st.session_state.get("view") not in options:
+        st.session_state["view"] = options[0]
+    return st.segmented_control("View", options, key="view", required=True, label_visibility="collapsed")
+
+
+def _set(key: str, value: object) -> None:
+    st.session_state[key] = value
+
+
+def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSource]) -> None:
+    """The configurable layer: random, seeded weights (random_source builds the cached source), or trained ones."""
+    if s.weights == "trained":
+        _trained_weights_page(s)
+        return
+    if s.d_model % s.h and (s.d_k is None or s.d_v is None):
+        explain_invalid_heads(s.h, s.d_model)
+        return
+    cfg = MHAConfig(s.d_model, s.h, d_k=s.d_k, d_v=s.d_v, d_out=s.d_out)
+    source = random_source(text=s.text, cfg=cfg, seed=s.seed, causal=s.causal, positional=s.pe,
+                           context=s.context if s.cross else None)
+    try:
+        trace = source.trace(0)
+    except ValueError as err:  # a text without tokens
+        what = "second sentence" if "second" in str(err) else "sentence"
+        st.info(f"Type a {what} to see its attention (it has no visible characters yet).")
+        return
+    if trace.meta.get("truncated"):
+        st.warning(f"The text is longer than {MAX_TOKENS} tokens; only the first {MAX_TOKENS} are shown.")
+    T, S = trace.weights.shape[1:]
+    random_weights_banner(s.seed)
+    st.caption(
+        f"h = {cfg.num_heads} heads · d_model = {cfg.d_model} · d_k = {cfg.d_k} · d_v = {cfg.d_v} · d_out = {cfg.d_out}"
+        f" · {T} query tokens" + (f" · {S} key tokens (cross-attention)" if s.cross else "") + (" · causal" if s.causal else "")
+    )
+    name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}")
+    _layer_views(trace, source, name, cfg)
+    export_section(
+        trace, name=name, share_query=to_query(s),
+        title=f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model} (random weights)",
+        notes={"weights": f"random (Xavier, seed {s.seed})", "text": s.text, "causal": s.causal,
+               "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {})},
+    )
+
+
+def _trained_weights_page(s: ViewState) -> None:
+    """The configurable views on a layer trained for this h and d_model, beside the accuracy of every h."""
+    if s.d_model % s.h:
+        explain_invalid_heads(s.h, s.d_model, advanced=False)
+        return
+    spec = TASKS[s.task]
+    layer = cached_trained_layer(s.task, s.h, s.d_model, s.steps, s.seed)
+    source = TrainedSource(layer, s.sequence)
+    try:
+        trace = source.trace(0)
+    except ValueError as err:
+        st.warning(f"Cannot read the sequence: {plain(str(err))}.")
+        st.button("Use the task's probe sequence", key="use_probe", on_click=_set, args=("sequence", ""))
+        return
+    st.success(
+        f"**Trained weights.** This layer (h = {s.h}, d_model = {s.d_model}) was trained for {s.steps} steps on "
+        f"*{spec.title}*: {spec.description} Mean accuracy {layer.mean_accuracy:.1%} ("
+        + ", ".join(f"{r} {a:.0%}" for r, a in zip(layer.relations, layer.accuracy)) + "). "
+        + who_takes_what(layer.scores, layer.relations)
+        + (" One head has to split its attention between the relations." if s.h == 1 else
+           " Drag h to 1 to see one head compromise."),
+        icon=":material/school:",
+    )
+    T = trace.weights.shape[1]
+    cfg = MHAConfig(s.d_model, s.h)
+    st.caption(f"h = {s.h} heads · d_model = {s.d_model} · d_k = d_v = {cfg.d_k} · {T} tokens "
+               + ("(the task's probe sequence; type your own in the sidebar)" if not s.sequence else "")
+               + " · causal · seed " + str(s.seed))
+    name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
+    _layer_views(trace, source, name, cfg, accuracy=lambda: accuracy_by_heads(layer, name))
+    export_section(
+        trace, name=name, share_query=to_query(s),
+        title=f"A layer trained on {spec.title}: h = {s.h}, d_model = {s.d_model}",
+        notes={"weights": f"trained for {s.steps} steps on {spec.title} (seed {s.seed})",
+               "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}"},
+    )
+
+
+def _layer_views(
+    trace: AttentionTrace, source: TraceSource, name: str, cfg: MHAConfig, accuracy: Callable[[], None] | None = None
+) -> None:
+    """The views of one configurable or trained layer; accuracy draws the accuracy per h beside the heads."""
+    T, S = trace.weights.shape[1:]
+    view = view_picker(CONFIGURABLE_VIEWS)
+    if view == "Heads" and accuracy is not None:
+        left, right = st.columns([3, 1])
+        with left:
+            views.heads_view(trace, name)
+        with right:
+            accuracy()
+    elif view == "Heads":
+        views.heads_view(trace, name)
+    elif view == "Lines":
+        views.lines_view(trace, name)
+    elif view == "One head":
+        views.head_view(trace, name)
+    elif view == "Concat → W_O":
+        views.output_path_view(trace, name)
+    elif view == "Analysis":
+        analysis_view(trace, source, name=name)
+    elif view == "Shapes & cost":
+        views.cost_view(cfg, T, S, cross=trace.cross)
+    else:
+        views.formulas_view(cfg, T, S, trace.causal, cross=trace.cross)
+
+
+def _coverage_warning(model: PretrainedModel, text: str) -> None:
+    """Say when the model's vocabulary does not know much of the text ([UNK]) or reads it letter by letter."""
+    c = model.coverage(text)
+    if c.tokens and c.unknown_share >= UNKNOWN_SHARE:
+        st.warning(f"{c.unknown} of this text's {c.tokens} tokens are unknown to {model.name} (shown as "
+                   f"{model.tokenizer.unk_token}): its vocabulary does not cover this language or script, so its "
+                   "attention on them says little. Try a model trained on this language.")
+    elif c.tokens >= 4 and c.character_share >= CHARACTER_SHARE:
+        st.info(f"{model.name} reads {c.characters} of this text's {c.tokens} tokens one character at a time: its "
+                "vocabulary has few words of this language or script, so the tokens are single characters.")
+
+
+def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader) -> None:
+    """A pretrained model's layer; source is the app's cached ModelSource for s.text, s.part and the decoder text."""
+    model = source.model
+    if not s.text.strip() or (model.kind == "encoder-decoder" and s.part != "encoder" and not s.context.strip()):
+        st.info("Type a sentence to see its attention (it has no visible characters yet).")
+        return
+    trace = source.trace(s.layer)
+    name = safe_filename(f"{model.name.split('/')[-1]}-{s.part}-layer{s.layer}")
+    st.caption(
+        f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer {s.layer} of {model.num_layers[s.part]}"
+        f" · {model.num_heads[s.part]} heads · {len(trace.query_tokens)} query tokens"
+    )
+    if trace.meta.get("truncated"):
+        st.warning(f"The input is longer than the model's maximum of {model.max_tokens} tokens: "
+                   f"{trace.meta['truncated']} tokens were cut off the end.")
+    _coverage_warning(model, s.text)
+    if trace.missing:
+        st.info(f"Only the attention weights are available for this model: {trace.meta.get('unavailable')}")
+    shown = trace
+    if not s.special:
+        try:
+            shown = without_tokens(trace, set(model.tokenizer.all_special_tokens))
+        except ValueError as err:
+            st.info(f"{err}; showing all tokens.")
+    view = view_picker(PRETRAINED_VIEWS)
+    if view == "Heads":
+        views.heads_view(shown, name)
+    elif view == "Lines":
+        views.lines_view(shown, name)
+    elif view == "Overview":
+        views.overview_view(source.attentions(), shown, s.layer, name)
+    elif view == "Analysis":
+        analysis_view(trace, source, layer=s.layer, name=name, other_model=other_model)
+    elif trace.missing:
+        st.info(f"The {view} view needs queries, keys, values and the output projection: {trace.meta.get('unavailable')}")
+    elif view == "One head":
+        views.head_view(shown, name)
+    else:
+        views.output_path_view(shown, name)
+    export_section(
+        trace, name=name, share_query=to_query(s), title=f"{model.name}: {s.part} layer {s.layer}",
+        notes={"model": model.name, "text": s.text, **({"decoder text": source.decoder_text} if source.decoder_text else {})},
+    )
+
+
+def train_page(s: ViewState) -> None:
+    """Train mode: h heads and one head trained side by side, then the trained layer in every view."""
+    view = view_picker(TRAIN_VIEWS)
+    name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
+    if view == "Training":
+        trace = training_page(s.h, s.d_model, s.steps, s.seed, s.task)
+    elif s.d_model % s.h:
+        explain_invalid_heads(s.h, s.d_model, advanced=False)
+        trace = None
+    else:
+        run = trained_run(s.task, s.h, s.d_model, s.steps, s.seed)
+        source = TrainedSource(run.layer, "")
+        trace = source.trace(0)  # the trained layer on the task's probe sequence
+        st.caption(f"The trained layer (task {s.task}, h = {s.h}, d_model = {s.d_model}, {s.steps} steps, seed {s.seed}) "
+                   "on the task's probe sequence.")
+        if view == "Lines":
+            views.lines_view(trace, name)
+        elif view == "One head":
+            views.head_view(trace, name)
+        elif view == "Concat → W_O":
+            views.output_path_view(trace, name)
+        else:
+            analysis_view(trace, source, name=name)
+    if trace is not None:
+        export_section(
+            trace, name=name, share_query=to_query(s),
+            title=f"Train mode: {TASKS[s.task].title}, h = {s.h} vs h = 1, d_model = {s.d_model}",
+            notes={"task": TASKS[s.task].title, "steps": s.steps, "seed": s.seed,
+                   "trace": "the trained h-head layer on the task's probe sequence"},
+        )
