@@ -103,8 +103,8 @@ def heads_figure(
     top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
     colorbar = {"title": {"text": value_name}}
     if compact:  # a horizontal bar above the heads, not a column beside them
-        colorbar.update(orientation="h", x=0.5, xanchor="center", y=1.0, yanchor="bottom", yref="container",
-                        thickness=10, len=0.6, title={"text": value_name, "side": "left"})
+        colorbar.update(orientation="h", x=0.0, xanchor="left", y=1.0, yanchor="top", yref="container",
+                        thickness=10, len=0.45, title={"text": value_name, "side": "top"})
     layout.update(
         title={"text": title} if title else None,
         coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": max(top, 1e-9), "colorbar": colorbar},

@@ -19,7 +19,7 @@ def overview_figure(attentions: np.ndarray, *, selected: tuple[int, int] | None 
     L, H = attentions.shape[:2]
     small, _, _ = max_pool(f32(attentions), MAX_CELLS_PER_SIDE)  # (L, H, t, s)
     layout, refs = subplot_grid(L, H, h_gap=0.004, v_gap=0.01)
-    bare = {"showticklabels": False, "showgrid": False, "zeroline": False}
+    bare = {"showticklabels": False, "showgrid": False, "zeroline": False, "ticks": "", "fixedrange": True}
     traces = []
     t, s = small.shape[-2:]
     grid_x, grid_y = np.meshgrid(np.linspace(0, s - 1, 3), np.linspace(0, t - 1, 3))  # (3, 3) inside a thumbnail
@@ -34,8 +34,8 @@ def overview_figure(attentions: np.ndarray, *, selected: tuple[int, int] | None 
                                         "<extra></extra>",
                        "selected": {"marker": {"opacity": 0}}, "unselected": {"marker": {"opacity": 0}}})
         frame = {"showline": True, "linecolor": "crimson", "linewidth": 3, "mirror": True} if (layer, h) == selected else {}
-        layout[axis_key(xref)].update(bare, **frame)
-        layout[axis_key(yref)].update(bare, autorange="reversed", **frame)
+        layout[axis_key(xref)].update(bare, range=[-0.5, s - 0.5], **frame)  # the heatmap's cells, not the targets
+        layout[axis_key(yref)].update(bare, range=[t - 0.5, -0.5], **frame)  # reversed: query 0 on top
         if h == 0:
             layout["annotations"].append({"text": f"L{layer}", "x": 0, "y": sum(layout[axis_key(yref)]["domain"]) / 2,
                                           "xref": "paper", "yref": "paper", "xanchor": "right", "showarrow": False})

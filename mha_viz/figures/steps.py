@@ -20,11 +20,11 @@ def scale_text(trace: AttentionTrace) -> str:
     return "" if scale == 1.0 else f"·{scale:.4g}"
 
 
-def head_steps_figure(trace: AttentionTrace, head: int) -> go.Figure:
+def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False) -> go.Figure:
     """Six panels for head h: Q [T,d_k], K [S,d_k], scores [T,S], weights [T,S], V [S,d_v], output [T,d_v].
 
     Vectors share one diverging colour axis, scores another (masked cells are blank), weights a
-    third from 0 to 1.
+    third from 0 to 1. compact: two panels a row (for a phone) instead of three.
     """
     if not 0 <= head < trace.num_heads:
         raise ValueError(f"no head {head}: this layer has heads 0..{trace.num_heads - 1}")
@@ -43,15 +43,21 @@ def head_steps_figure(trace: AttentionTrace, head: int) -> go.Figure:
         f"V = {c} W_V  [{S}×{trace.d_v}]",
         f"head output = weights · V  [{T}×{trace.d_v}]",
     )
-    fig = make_subplots(rows=2, cols=3, subplot_titles=titles, horizontal_spacing=0.08, vertical_spacing=0.16)
-    panels = (
-        (1, 1, q, trace.query_tokens, "vectors", "value"),
-        (1, 2, k, trace.key_tokens, "vectors", "value"),
-        (1, 3, scores, trace.query_tokens, "scores", "score"),
-        (2, 1, weights, trace.query_tokens, "weights", "weight"),
-        (2, 2, v, trace.key_tokens, "vectors", "value"),
-        (2, 3, out, trace.query_tokens, "vectors", "value"),
-    )
+    cols = 2 if compact else 3
+    if compact:  # short titles: the shapes do not fit beside them on a phone
+        short = [t.split("  ")[0] for t in titles]  # "Q = X W_Q", ...
+        titles = (short[0], short[1], "scores", "weights", short[4], "head output")
+    fig = make_subplots(rows=6 // cols, cols=cols, subplot_titles=titles, horizontal_spacing=0.12 if compact else 0.08,
+                        vertical_spacing=0.08 if compact else 0.16)
+    grid = [divmod(i, cols) for i in range(6)]
+    panels = tuple((r + 1, c + 1, *rest) for (r, c), rest in zip(grid, (
+        (q, trace.query_tokens, "vectors", "value"),
+        (k, trace.key_tokens, "vectors", "value"),
+        (scores, trace.query_tokens, "scores", "score"),
+        (weights, trace.query_tokens, "weights", "weight"),
+        (v, trace.key_tokens, "vectors", "value"),
+        (out, trace.query_tokens, "vectors", "value"),
+    ), strict=True))
     axis_of = {"vectors": "coloraxis", "scores": "coloraxis2", "weights": "coloraxis3"}
     for r, c, z, row_tokens, kind, name in panels:
         fig.add_trace(
@@ -77,10 +83,15 @@ def head_steps_figure(trace: AttentionTrace, head: int) -> go.Figure:
         coloraxis={"colorscale": "RdBu", "cmid": 0, "cmin": -vec, "cmax": vec, "colorbar": {"title": {"text": "Q,K,V,out"}, "x": 1.02, "len": 0.3, "y": 0.85}},
         coloraxis2={"colorscale": "PuOr", "cmin": -sc, "cmax": sc, "colorbar": {"title": {"text": "score"}, "x": 1.02, "len": 0.3, "y": 0.5}},
         coloraxis3={"colorscale": "Blues", "cmin": 0, "cmax": 1, "colorbar": {"title": {"text": "weight"}, "x": 1.02, "len": 0.3, "y": 0.15}},
-        height=760,
+        height=1100 if compact else 760,
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
         plot_bgcolor="#eeeeee",
     )
+    if compact:  # colour bars under the panels, not beside them
+        for i, name in enumerate(("coloraxis", "coloraxis2", "coloraxis3")):
+            fig.layout[name].colorbar.update(orientation="h", x=(i + 0.5) / 3, xanchor="center", y=-0.04,
+                                             yanchor="top", len=0.3, thickness=10, title={"side": "top"})
+        fig.update_layout(margin={"b": 80})
     return fig
 
 

@@ -88,6 +88,7 @@ def configurable_controls() -> None:
         "Trained: a layer trained on a task that needs several relations at once.",
     ) == "trained"
     if trained:
+        _trained_d_model()  # a link may ask for a width no layer is trained at
         st.selectbox("Task", list(TASKS), key="task", format_func=lambda name: TASKS[name].title)
         st.text_input("Sequence (task tokens)", key="sequence", max_chars=MAX_SEQUENCE_CHARS,
                       placeholder="empty: the task's probe sequence",

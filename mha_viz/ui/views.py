@@ -180,7 +180,7 @@ def head_view(trace: AttentionTrace, name: str) -> None:
         + (" Special tokens are hidden: each weights row is renormalised over the tokens shown; the head "
            "output is the model's own, computed with every token." if trace.meta.get("hidden_tokens") else "")
     )
-    chart(head_steps_figure(trace, head), "head_steps", f"{name}-head{head}-steps")
+    chart(head_steps_figure(trace, head, compact=is_phone()), "head_steps", f"{name}-head{head}-steps")
     _why_one_score(trace, head, name)
     if trace.W_Q is not None:
         st.subheader(f"The projections of head {head}")
@@ -270,6 +270,8 @@ def formulas_view(cfg: MHAConfig, T: int, S: int, causal: bool, cross: bool = Fa
     st.caption("Heads are numbered from 0, as everywhere in mha-viz. X holds the query tokens"
                + (", C the key and value tokens (cross-attention)." if cross else "; in self-attention X also gives "
                   "the keys and values."))
+    if is_phone():
+        st.caption("Wide formulas scroll sideways.")
     for line in formulas(cfg, T, S, causal=causal, cross=cross):
         st.latex(line)
 
