@@ -17,18 +17,34 @@ from .errors import (
     ModelLoadError,
     ModelNotInstalledError,
 )
-from .loading import BUNDLED_MODEL, BUNDLED_SHA256, bundled_model_dir, load_model
+from .attribution import LogitAttribution
+from .generation import Generation, GenerationStep
+from .loading import (
+    BUNDLED_MODEL,
+    BUNDLED_SHA256,
+    INDUCTION_MODEL,
+    INDUCTION_SHA256,
+    bundled_model_dir,
+    induction_model_dir,
+    load_model,
+)
 from .model import PretrainedModel
 
 __all__ = [
     "BUNDLED_MODEL",
     "BUNDLED_SHA256",
+    "INDUCTION_MODEL",
+    "INDUCTION_SHA256",
+    "Generation",
+    "GenerationStep",
     "InvalidModelNameError",
+    "LogitAttribution",
     "ModelDownloadError",
     "ModelIntegrityError",
     "ModelLoadError",
     "ModelNotInstalledError",
     "PretrainedModel",
     "bundled_model_dir",
+    "induction_model_dir",
     "load_model",
 ]
