@@ -35,7 +35,7 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """load_model, PretrainedModel and INDUCTION_MODEL come from mha_viz.pretrained (torch), so they load on first use."""
+    """load_model, PretrainedModel and INDUCTION_MODEL come from mha_viz.pretrained (torch): loaded on first use."""
     if name in ("load_model", "PretrainedModel", "INDUCTION_MODEL"):
         from . import pretrained
 

@@ -172,6 +172,13 @@ def test_bad_arguments_are_refused(models, kwargs, message):
         models["gpt2"].generate(PROMPT, args.pop("max_new_tokens"), **args)
 
 
+def test_numpy_numbers_are_accepted_like_python_numbers(models):
+    m = models["gpt2"]
+    a = m.generate(PROMPT, np.int64(4), temperature=np.float32(0.5), top_k=np.int64(7), top_p=0.9, seed=np.int64(3))
+    b = m.generate(PROMPT, 4, temperature=0.5, top_k=7, top_p=0.9, seed=3)
+    assert a.token_ids == b.token_ids and (a.top_k, a.seed) == (7, 3) and type(a.seed) is int
+
+
 def test_the_prompt_and_the_new_tokens_must_fit_the_positions(models):
     m = models["gpt2"]  # 64 positions
     P = len(m.tokens(PROMPT))

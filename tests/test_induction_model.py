@@ -156,7 +156,8 @@ def test_the_copied_words_logit_comes_from_the_layer_1_heads(model):
 def test_the_induction_circuit_needs_both_layers(model):
     fox = model.tokenizer.convert_tokens_to_ids("fox")
     probs, without_layer_1 = next_token_knockout(model, PROMPT, 1, range(4))
-    _, without_previous_head = next_token_knockout(model, PROMPT, 0, [int(np.argmax(detect_heads(model)["previous"][0]))])
+    previous_head = int(np.argmax(detect_heads(model)["previous"][0]))
+    _, without_previous_head = next_token_knockout(model, PROMPT, 0, [previous_head])
     assert probs[fox] > 0.9 and without_layer_1[fox] < 0.05 and without_previous_head[fox] < 0.05
 
 

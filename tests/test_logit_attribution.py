@@ -161,7 +161,8 @@ def test_bad_positions_and_tokens_are_refused(models, kwargs, message):
 def test_models_without_a_known_residual_stream_are_refused():
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
     torch.manual_seed(0)
-    bert = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
+    bert = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                      intermediate_size=64)
     encoder = PretrainedModel(AutoModel.from_config(bert, attn_implementation="eager"), tokenizer)
     with pytest.raises(ValueError, match="logit attribution is unavailable: .*encoder model"):
         encoder.logit_attribution(TEXT)

@@ -38,4 +38,5 @@ def build_lm(name: str, seed: int = 0) -> torch.nn.Module:
 
 
 def tiny_causal(name: str, seed: int = 0) -> PretrainedModel:
-    return PretrainedModel(build_lm(name, seed), AutoTokenizer.from_pretrained(bundled_model_dir()), name=f"tiny-{name}")
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    return PretrainedModel(build_lm(name, seed), tokenizer, name=f"tiny-{name}")

@@ -5,6 +5,9 @@
     >>> trace = model.trace("The cat sat on the mat", layer=2)
     >>> trace.weights.shape                   # (H, T, T), equal to the model's own output_attentions
     (12, 8, 8)
+    >>> causal = load_model("mha-viz/induction-2l")   # the bundled causal model: GPT-2, 2 layers x 4 heads
+    >>> causal.generate("red fox blue sky red", 3).tokens   # its layer-1 heads copy what followed "red"
+    ('fox', 'blue', 'sky')
 
 Adapted: BERT, RoBERTa, XLM-R, DistilBERT, MiniLM; GPT-2; LLaMA, Mistral, Qwen2; T5, BART.
 Any other architecture gives weights-only traces (from output_attentions).

@@ -161,7 +161,8 @@ def logit_attribution(
     sites = [model.adapter.site("decoder", layer) for layer in range(len(blocks))]
     device = next(model.model.parameters()).device
     with _Capture(list(blocks), [site.out for site in sites], norm, position) as capture:
-        logits = model.model(input_ids=torch.tensor([list(enc.ids)], device=device), use_cache=False).logits[0, position]
+        ids = torch.tensor([list(enc.ids)], device=device)  # (1, T)
+        logits = model.model(input_ids=ids, use_cache=False).logits[0, position]  # (V,)
     token_id = int(logits.argmax()) if token is None else _token_id(model, token, len(logits))
 
     # the parts of the residual stream x at position (each (d,)), in the order they are added
@@ -171,9 +172,9 @@ def logit_attribution(
     for layer, site in enumerate(sites):
         W_O, b_O = model.adapter.out_weights(site)  # (d, H*d_v), (d,)
         H = site.num_heads
-        blocks_c = capture.concat[layer].view(H, -1)  # (H, d_v): c_lh
+        concat_blocks = capture.concat[layer].view(H, -1)  # (H, d_v): c_lh
         W_h = W_O.detach().double().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d): W_O^(l,h)T
-        head_parts.append(torch.einsum("hv,hvd->hd", blocks_c, W_h))  # (H, d): c_lh W_O^(l,h)T
+        head_parts.append(torch.einsum("hv,hvd->hd", concat_blocks, W_h))  # (H, d): c_lh W_O^(l,h)T
         if b_O is not None:
             parts[f"layer {layer} attention bias"] = b_O.detach().double()  # (d,)
         parts[f"layer {layer} MLP"] = capture.block_out[layer] - previous - capture.attention[layer]  # (d,)

@@ -79,7 +79,7 @@ def sampling_distribution(
     probs = scaled.softmax(-1)  # (V,)
     if top_k is not None and top_k < len(probs):
         keep = torch.zeros_like(probs, dtype=torch.bool)  # (V,)
-        keep[probs.topk(top_k).indices] = True  # exactly k entries, ties broken by topk
+        keep[probs.topk(int(top_k)).indices] = True  # exactly k entries, ties broken by topk
         probs = probs * keep / (probs * keep).sum()  # (V,)
     if top_p is not None and top_p < 1:
         ordered, order = probs.sort(descending=True, stable=True)  # (V,), (V,)
@@ -90,19 +90,25 @@ def sampling_distribution(
     return probs
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
 def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None, seed: int) -> None:
     """ValueError unless the arguments of generate() make sense."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+    if not _is_int(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-    if not math.isfinite(temperature) or temperature < 0:
+    if not _is_number(temperature) or not math.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
         raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+    if top_p is not None and (not _is_number(top_p) or not 0 < top_p <= 1):
         raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not _is_int(seed):
         raise ValueError(f"seed must be an integer, got {seed!r}")
 
 
@@ -144,11 +150,11 @@ def generate(
             + (f"at most {room} new tokens fit, not {max_new_tokens}" if room > 0 else "no room for new tokens")
         )
     device = next(lm.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(int(seed))
     cache_argument = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
     eos = eos_token_ids(lm)
     cache, feed, steps, stop_reason = None, list(prompt_ids), [], "max_new_tokens"
-    for _ in range(max_new_tokens):
+    for _ in range(int(max_new_tokens)):
         outputs = lm(
             input_ids=torch.tensor([feed], device=device),  # the cache holds the rest
             **{cache_argument: cache},
@@ -157,7 +163,7 @@ def generate(
         )
         cache = outputs[cache_argument]
         logits = outputs.logits[0, -1].float()  # (V,)
-        probs = sampling_distribution(logits, temperature=temperature, top_k=top_k, top_p=top_p)  # (V,)
+        probs = sampling_distribution(logits, temperature=float(temperature), top_k=top_k, top_p=top_p)  # (V,)
         if temperature == 0:
             token_id = int(logits.argmax())
         else:
@@ -177,7 +183,7 @@ def generate(
         stop_reason=stop_reason,
         text=tokenizer.decode(generated, skip_special_tokens=True),
         temperature=float(temperature),
-        top_k=top_k,
+        top_k=None if top_k is None else int(top_k),
         top_p=None if top_p is None else float(top_p),
-        seed=seed,
+        seed=int(seed),
     )
