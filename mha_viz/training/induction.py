@@ -28,6 +28,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,9 @@ from torch import Tensor
 
 from .tasks import IGNORE
 from .trainer import torch_threads
+
+if TYPE_CHECKING:
+    from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
 
 BOS, UNK = "<bos>", "<unk>"
 WORDS: tuple[str, ...] = (
@@ -96,7 +100,7 @@ class Recipe:
             raise ValueError(f"need steps, batch_size >= 1 and num_heads dividing d_model, got {self}")
 
 
-def build_tokenizer(max_length: int):
+def build_tokenizer(max_length: int) -> PreTrainedTokenizerFast:
     """The word-level tokenizer (a transformers PreTrainedTokenizerFast) that puts <bos> in front of every text."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
@@ -112,7 +116,7 @@ def build_tokenizer(max_length: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, unk_token=UNK, model_max_length=max_length)
 
 
-def build_model(recipe: Recipe):
+def build_model(recipe: Recipe) -> GPT2LMHeadModel:
     """A freshly initialised GPT2LMHeadModel (seeded; the global RNG is left alone), MLPs zeroed and frozen."""
     from transformers import AutoModelForCausalLM, GPT2Config
 
@@ -168,7 +172,7 @@ def copy_loss(logits: Tensor, tokens: Tensor, copied: Tensor) -> Tensor:
     return F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
 
 
-def train(recipe: Recipe = Recipe(), *, on_step: Callable[[int, float], None] | None = None):
+def train(recipe: Recipe = Recipe(), *, on_step: Callable[[int, float], None] | None = None) -> GPT2LMHeadModel:
     """Train the model of `recipe`; on_step(step, loss) after every step. Returns the GPT2LMHeadModel in eval mode."""
     deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
@@ -191,7 +195,7 @@ def train(recipe: Recipe = Recipe(), *, on_step: Callable[[int, float], None] | 
     return model.eval()
 
 
-def save(model, recipe: Recipe, folder: Path) -> None:
+def save(model: GPT2LMHeadModel, recipe: Recipe, folder: Path) -> None:
     """config.json, generation_config.json, model.safetensors, tokenizer files and recipe.json into folder."""
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
