@@ -15,6 +15,7 @@ from .text import embed_text, embed_tokens, positional_encoding, tokenize
 from .trace import AttentionTrace
 
 __all__ = [
+    "INDUCTION_MODEL",
     "AttentionTensors",
     "AttentionTrace",
     "LayerCost",
@@ -34,8 +35,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """load_model and PretrainedModel import transformers, so they load on first use."""
-    if name in ("load_model", "PretrainedModel"):
+    """load_model, PretrainedModel and INDUCTION_MODEL come from mha_viz.pretrained (torch): loaded on first use."""
+    if name in ("load_model", "PretrainedModel", "INDUCTION_MODEL"):
         from . import pretrained
 
         return getattr(pretrained, name)

@@ -3,6 +3,7 @@
 from .compare import Comparison, compare_traces
 from .concat_sum import ConcatVsSum, concat_vs_sum
 from .contribution import contribution_norms, norm_attention, transformed_value_norms
+from .head_detectors import KINDS, detect_heads, detector_scores, head_scores, repeated_tokens
 from .head_stats import HeadStats, head_stats, special_positions, trace_head_stats, visible_keys
 from .knockout import (
     ModelKnockout,
@@ -24,6 +25,7 @@ __all__ = [
     "Comparison",
     "ConcatVsSum",
     "HeadStats",
+    "KINDS",
     "ModelKnockout",
     "Redundancy",
     "ScoreTerms",
@@ -32,8 +34,11 @@ __all__ = [
     "compare_traces",
     "concat_vs_sum",
     "contribution_norms",
+    "detect_heads",
+    "detector_scores",
     "head_divergence",
     "head_mask",
+    "head_scores",
     "head_stats",
     "js_divergence",
     "knocked_output",
@@ -46,6 +51,7 @@ __all__ = [
     "norm_attention",
     "redundancy",
     "relative_change",
+    "repeated_tokens",
     "score_terms",
     "special_positions",
     "trace_head_stats",

@@ -207,6 +207,11 @@ class Adapter:
         """W_O (d_out, H*d_v) in torch Linear layout, and b_O (d_out,) or None."""
         return site.out.weight, site.out.bias
 
+    def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module] | None:
+        """A decoder-only model's blocks, in order, and the norm between the last block and the LM head
+        (what direct logit attribution needs); None where this adapter does not know them."""
+        return None
+
     def max_positions(self) -> int | None:
         """How many positions the model has embeddings for (None: no limit from positions)."""
         cfg = self.model.config

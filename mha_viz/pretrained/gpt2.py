@@ -7,7 +7,9 @@
 
 from __future__ import annotations
 
-from torch import Tensor
+from collections.abc import Sequence
+
+from torch import Tensor, nn
 
 from .adapter import Adapter, Recorder, Site, split_heads
 
@@ -39,3 +41,6 @@ class GPT2Adapter(Adapter):
 
     def out_weights(self, site: Site) -> tuple[Tensor, Tensor | None]:
         return site.out.weight.T, site.out.bias  # Conv1D stores (in, out); W_O is (out, in)
+
+    def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
+        return self.base.h, self.base.ln_f

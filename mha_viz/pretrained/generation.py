@@ -1,0 +1,189 @@
+"""Generation step by step: a causal language model writes one token at a time, and each step keeps the
+distribution its token was drawn from and the attention of the query that predicted it.
+
+    step t:  logits_t = LM(prompt + generated[:t]) at the last position     KV cache: one new position per step
+    greedy   (temperature 0): token_t = argmax logits_t,   probs_t = softmax(logits_t)   (top_k, top_p unused)
+    sampling: p = softmax(logits_t / temperature)
+              top_k: keep the k largest p, renormalise;  top_p: keep the smallest set of the largest p whose
+              sum reaches top_p, renormalise;  token_t ~ p   (torch.Generator seeded with seed)
+    attentions_t[l, h, j] = weight on key j of the query that produced logits_t (the last position), in layer l,
+              head h; keys j: the prompt, then generated[:t]  ->  [layers, heads, len(prompt) + t]
+Generation stops after max_new_tokens tokens, or right after an end-of-sequence token of the model's
+generation_config (kept in the output), as transformers' generate() does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .adapter import to_numpy
+
+if TYPE_CHECKING:
+    from .model import PretrainedModel
+
+
+@dataclass(frozen=True, eq=False)
+class GenerationStep:
+    """One generated token."""
+
+    token_id: int
+    token: str
+    probs: np.ndarray  # (V,) float32: the distribution the token was drawn from (plain softmax when greedy)
+    attentions: np.ndarray  # (layers, heads, keys) float32: the predicting query's attention, keys = prompt + earlier
+
+
+@dataclass(frozen=True, eq=False)
+class Generation:
+    """A prompt and what the model wrote after it, step by step."""
+
+    prompt_ids: tuple[int, ...]
+    prompt_tokens: tuple[str, ...]
+    steps: tuple[GenerationStep, ...]
+    stop_reason: str  # "max_new_tokens" or "eos"
+    text: str  # the generated tokens decoded (special tokens skipped)
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    seed: int
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """The generated ids, without the prompt."""
+        return tuple(s.token_id for s in self.steps)
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return tuple(s.token for s in self.steps)
+
+    def key_tokens(self, step: int) -> tuple[str, ...]:
+        """The labels of steps[step].attentions' last axis: the prompt, then the tokens generated before it."""
+        return self.prompt_tokens + self.tokens[:step]
+
+
+def sampling_distribution(
+    logits: Tensor, *, temperature: float, top_k: int | None = None, top_p: float | None = None
+) -> Tensor:
+    """The next-token distribution (V,) for logits (V,): see the module docstring. temperature 0: softmax(logits)."""
+    if temperature == 0:
+        return logits.softmax(-1)  # (V,)
+    scaled = logits / temperature  # (V,)
+    if not torch.isfinite(scaled).all():
+        raise ValueError(f"temperature {temperature} is too small: logits / temperature overflows")
+    probs = scaled.softmax(-1)  # (V,)
+    if top_k is not None and top_k < len(probs):
+        keep = torch.zeros_like(probs, dtype=torch.bool)  # (V,)
+        keep[probs.topk(int(top_k)).indices] = True  # exactly k entries, ties broken by topk
+        probs = probs * keep / (probs * keep).sum()  # (V,)
+    if top_p is not None and top_p < 1:
+        ordered, order = probs.sort(descending=True, stable=True)  # (V,), (V,)
+        before = ordered.cumsum(-1) - ordered  # (V,) mass of the larger entries: keep while it is below top_p
+        keep = torch.zeros_like(probs, dtype=torch.bool)  # (V,)
+        keep[order[before < top_p]] = True
+        probs = probs * keep / (probs * keep).sum()  # (V,)
+    return probs
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None, seed: int) -> None:
+    """ValueError unless the arguments of generate() make sense."""
+    if not _is_int(max_new_tokens) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not _is_number(temperature) or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
+    if top_p is not None and (not _is_number(top_p) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+    if not _is_int(seed):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+
+
+def eos_token_ids(lm: torch.nn.Module) -> set[int]:
+    """The end-of-sequence ids transformers' generate() stops at: the generation_config's (else the config's)."""
+    config = getattr(lm, "generation_config", None) or lm.config
+    eos = getattr(config, "eos_token_id", None)
+    return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
+
+
+@torch.no_grad()
+def generate(
+    model: PretrainedModel,
+    prompt: str,
+    max_new_tokens: int,
+    *,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+) -> Generation:
+    """Let model write up to max_new_tokens tokens after prompt; see the module docstring.
+
+    ValueError for a model without a causal LM head, bad arguments, or when prompt + max_new_tokens
+    would not fit the model's positions (model.max_tokens); the prompt is never truncated.
+    """
+    reason = model.next_token_unavailable
+    if reason is not None:
+        raise ValueError(f"generation is unavailable: {reason}")
+    check_sampling(max_new_tokens, temperature, top_k, top_p, seed)
+    tokenizer, lm = model.tokenizer, model.model
+    prompt_ids = tuple(tokenizer(prompt, verbose=False)["input_ids"])
+    if not prompt_ids:
+        raise ValueError(f"{prompt!r} has no tokens")
+    room = model.max_tokens - len(prompt_ids)
+    if max_new_tokens > room:
+        raise ValueError(
+            f"the prompt has {len(prompt_ids)} tokens and {model.name} reads at most {model.max_tokens}: "
+            + (f"at most {room} new tokens fit, not {max_new_tokens}" if room > 0 else "no room for new tokens")
+        )
+    device = next(lm.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(int(seed))
+    cache_argument = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
+    eos = eos_token_ids(lm)
+    cache, feed, steps, stop_reason = None, list(prompt_ids), [], "max_new_tokens"
+    for _ in range(int(max_new_tokens)):
+        outputs = lm(
+            input_ids=torch.tensor([feed], device=device),  # the cache holds the rest
+            **{cache_argument: cache},
+            use_cache=True,
+            output_attentions=True,
+        )
+        cache = outputs[cache_argument]
+        logits = outputs.logits[0, -1].float()  # (V,)
+        probs = sampling_distribution(logits, temperature=float(temperature), top_k=top_k, top_p=top_p)  # (V,)
+        if temperature == 0:
+            token_id = int(logits.argmax())
+        else:
+            token_id = int(torch.multinomial(probs, 1, generator=generator))
+        attentions = torch.stack([a[0, :, -1] for a in model.adapter.model_attentions(outputs, "decoder")])  # (L, H, S)
+        token = tokenizer.convert_ids_to_tokens(token_id)
+        steps.append(GenerationStep(token_id, token, to_numpy(probs), to_numpy(attentions)))
+        if token_id in eos:
+            stop_reason = "eos"
+            break
+        feed = [token_id]
+    generated = [s.token_id for s in steps]
+    return Generation(
+        prompt_ids=prompt_ids,
+        prompt_tokens=tuple(tokenizer.convert_ids_to_tokens(list(prompt_ids))),
+        steps=tuple(steps),
+        stop_reason=stop_reason,
+        text=tokenizer.decode(generated, skip_special_tokens=True),
+        temperature=float(temperature),
+        top_k=None if top_k is None else int(top_k),
+        top_p=None if top_p is None else float(top_p),
+        seed=int(seed),
+    )

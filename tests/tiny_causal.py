@@ -1,0 +1,42 @@
+"""Tiny random causal language models with their LM heads, built offline from configs: GPT-2 and LLaMA with
+grouped-query attention (4 query heads, 2 K/V heads) and attention biases. Every parameter is random, biases
+and norm weights included, so no term of a logit attribution is zero by construction. They read text with the
+bundled MiniLM tokenizer (vocabulary 30522; [SEP] = 102 is their end-of-sequence token)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaConfig
+
+from mha_viz.pretrained import PretrainedModel, bundled_model_dir
+
+V = 30522
+EOS = 102
+CONFIGS = {
+    "gpt2": lambda: GPT2Config(
+        vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=101, eos_token_id=EOS
+    ),
+    "llama": lambda: LlamaConfig(
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, max_position_embeddings=64, attention_bias=True, bos_token_id=101, eos_token_id=EOS,
+    ),
+}  # fmt: skip
+NAMES = tuple(CONFIGS)
+
+
+def build_lm(name: str, seed: int = 0) -> torch.nn.Module:
+    """A seeded random causal LM: matrices ~ N(0, 0.2), vectors (biases, norm weights) their init + N(0, 0.1)."""
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(CONFIGS[name](), attn_implementation="eager")
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.2)
+            else:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+def tiny_causal(name: str, seed: int = 0) -> PretrainedModel:
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    return PretrainedModel(build_lm(name, seed), tokenizer, name=f"tiny-{name}")
