@@ -11,10 +11,11 @@ import numpy as np
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 
+from mha_viz.analysis import detect_heads
 from mha_viz.config import MHAConfig
 from mha_viz.hosting import allowed_models, check_allowed
 from mha_viz.params import MODES
-from mha_viz.pretrained import ModelLoadError, PretrainedModel, load_model
+from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel, load_model
 from mha_viz.sources import ConfigurableSource, ModelSource, configurable_trace
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, pages, pretrained, state, style, views
@@ -62,6 +63,17 @@ def cached_attentions(name: str, text: str, part: str, decoder_text: str | None)
     return get_model(name).attentions(text, part=part, decoder_text=decoder_text)
 
 
+@st.cache_data(max_entries=16, show_spinner="Writing…")
+def cached_generation(name: str, text: str, new_tokens: int, temperature: float, top_k: int | None,
+                      top_p: float | None, seed: int) -> Generation:
+    return get_model(name).generate(text, new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+
+
+@st.cache_data(max_entries=4, show_spinner="Running the head detectors on repeated random tokens…")
+def cached_head_scores(name: str, seed: int) -> dict[str, np.ndarray]:
+    return detect_heads(get_model(name), seed=seed)
+
+
 class CachedConfigurable(ConfigurableSource):
     """A ConfigurableSource whose trace comes from this app's cache."""
 
@@ -85,6 +97,13 @@ class CachedModel(ModelSource):
 
     def attentions(self) -> np.ndarray | None:
         return None if self.part == "cross" else cached_attentions(self.key, self.text, self.part, self.decoder_text)
+
+    def generate(self, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int = 0) -> Generation:
+        return cached_generation(self.key, self.text, max_new_tokens, temperature, top_k, top_p, seed)
+
+    def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
+        return cached_head_scores(self.key, seed)
 
 
 def secret(key: str) -> str | None:

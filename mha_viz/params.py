@@ -18,6 +18,8 @@ EXAMPLES = {
     "Hinglish": "yaar the movie was too long but the songs were achhe",
 }
 DEFAULT_TEXT = EXAMPLES["Ambiguous 'it'"]
+# For the bundled causal model (its 165-word vocabulary): the second half starts to repeat the first.
+CAUSAL_EXAMPLE = "the red fox saw a big owl by the lake . the red fox saw a"
 DEFAULT_CONTEXT = "L'animal n'a pas traversé la rue parce qu'il était trop fatigué"
 D_MODEL_CHOICES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768)
 MAX_HEADS = 16
@@ -25,13 +27,17 @@ MAX_HEAD_WIDTH = 256
 MAX_TEXT_CHARS = 5000
 MAX_TOKENS = 512
 MAX_SEED = 2**31 - 1
-VIEWS = ("Heads", "Lines", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas", "Overview", "Training")
+VIEWS = ("Heads", "Lines", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas", "Overview", "Training",
+         "Generate")
 MODES = ("Configurable", "Pretrained", "Train")
 PARTS = ("encoder", "decoder", "cross")
 MAX_LAYERS = 128
 TASK_NAMES = ("prev-first", "prev-2back-first", "prev-match")  # mha_viz.training.TASKS (a test keeps them equal)
 WEIGHTS = ("random", "trained")  # configurable mode: random Xavier weights, or trained on a task
-SECTIONS = ("Head statistics", "Redundancy", "Contribution", "Knockout", "Rollout", "Compare", "Concat vs sum")
+SECTIONS = ("Head statistics", "Redundancy", "Contribution", "Knockout", "Rollout", "Compare", "Concat vs sum",
+            "Logit attribution", "Head detectors")
+DETECTORS = ("previous", "duplicate", "induction")  # mha_viz.analysis.KINDS (a test keeps them equal)
+MAX_NEW_TOKENS = 64
 COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
 MAX_SEQUENCE_CHARS = 200  # a trained layer's input: at most seq_len task tokens
 MAX_STEPS = 5000
@@ -82,6 +88,15 @@ class ViewState:
     other_model: str = ""
     compare_head: int | None = None  # None: the mean over heads
     by_position: bool = False
+    detector: str = "induction"  # Analysis, head detectors: the kind of head shown
+    dla_position: int | None = None  # Analysis, logit attribution: the position (None: the last)
+    dla_token: str = ""  # ... and the token whose logit is split ("": the model's top prediction)
+    new_tokens: int = 8  # Generate: how many tokens to write
+    temperature: float = 0.0  # 0 is greedy
+    top_k: int = 0  # 0: no top-k filter
+    top_p: float = 1.0  # 1: no nucleus filter
+    gen_seed: int = 0  # the sampling seed
+    step: int = 1  # the generated token shown, from 1
 
 
 DEFAULTS = ViewState()
@@ -107,6 +122,15 @@ def _text(raw: str) -> str:
     if len(raw) > MAX_TEXT_CHARS:
         raise ValueError
     return raw
+
+
+def _short_text(n: int):
+    def parse(raw: str) -> str:
+        if len(raw) > n:
+            raise ValueError
+        return raw
+
+    return parse
 
 
 def _optional_width(raw: str) -> int | None:
@@ -219,6 +243,15 @@ PARSERS = {
     "other_model": (_model_id, "a Hugging Face model id such as gpt2 or org/name"),
     "compare_head": (_optional_int(MAX_HEADS - 1), f"mean or a head number from 0 to {MAX_HEADS - 1}"),
     "by_position": (_bool, "true or false"),
+    "detector": (_one_of(DETECTORS), "one of " + ", ".join(DETECTORS)),
+    "dla_position": (_optional_int(MAX_TOKENS - 1), f"last or a position from 0 to {MAX_TOKENS - 1}"),
+    "dla_token": (_short_text(100), "a token, at most 100 characters"),
+    "new_tokens": (lambda r: _int(r, 1, MAX_NEW_TOKENS), f"a number of tokens from 1 to {MAX_NEW_TOKENS}"),
+    "temperature": (_float(0.0, 2.0), "a number from 0 (greedy) to 2"),
+    "top_k": (lambda r: _int(r, 0, 1_000_000), "0 (off) or a number of tokens"),
+    "top_p": (_float(0.01, 1.0), "a number from 0.01 to 1 (off)"),
+    "gen_seed": (lambda r: _int(r, 0, MAX_SEED), f"a whole number from 0 to {MAX_SEED}"),
+    "step": (lambda r: _int(r, 1, MAX_NEW_TOKENS), f"a step from 1 to {MAX_NEW_TOKENS}"),
 }
 
 

@@ -22,6 +22,8 @@ from .trace import AttentionTrace
 
 if TYPE_CHECKING:
     from .pretrained import PretrainedModel
+    from .pretrained.attribution import LogitAttribution
+    from .pretrained.generation import Generation
     from .training import TrainedLayer
 
 MAX_TOKENS = 512  # the configurable model's longest input
@@ -133,6 +135,24 @@ class ModelSource:
         if self.part == "cross":
             return None
         return self.model.attentions(self.text, part=self.part, decoder_text=self.decoder_text)
+
+    def generate(self, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int = 0) -> Generation:
+        """The model writing after the text (PretrainedModel.generate)."""
+        return self.model.generate(self.text, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                                   seed=seed)
+
+    def logit_attribution(self, *, ids: tuple[int, ...] | None = None, position: int = -1,
+                          token: int | str | None = None) -> LogitAttribution:
+        """Which heads wrote a logit after position of the text (or of ids): PretrainedModel.logit_attribution."""
+        return self.model.logit_attribution(None if ids is not None else self.text, ids=ids, position=position,
+                                            token=token)
+
+    def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
+        """Previous-token, duplicate-token and induction scores [layers, heads] (mha_viz.analysis.detect_heads)."""
+        from .analysis import detect_heads
+
+        return detect_heads(self.model, seed=seed)
 
 
 TraceSource = ConfigurableSource | TrainedSource | ModelSource

@@ -97,6 +97,16 @@ def slider(page, label: str):
     return page.locator(f'[data-testid="stSlider"]:has-text("{label}") input[type="range"]')
 
 
+def wait_for_query(page, pattern: str, timeout: float = 60.0) -> None:
+    """Wait until the page's query string matches the regular expression pattern.
+
+    The app updates its URL with history.replaceState; Playwright's page.url and wait_for_url only
+    see that after another round trip, so this polls location.search in the page itself.
+    """
+    page.wait_for_function("p => new RegExp(p).test(location.search)", arg=pattern, polling=100,
+                           timeout=timeout * 1000)
+
+
 def slider_value(page, label: str) -> str:
     """The value a slider (or select slider) with this label shows on its thumb."""
     return page.locator(f'[data-testid="stSlider"]:has-text("{label}") [data-testid="stSliderThumbValue"]').inner_text()

@@ -21,6 +21,7 @@ from tests.browser import (
     slider_value,
     streamlit_server,
     wait_for_heatmaps,
+    wait_for_query,
 )
 
 if not Path(CHROMIUM).exists():
@@ -64,7 +65,7 @@ def press_until_heads(page, thumb, key: str, h: int) -> None:
     """Press key on the head slider; wait for h heatmaps and for h in the URL."""
     thumb.press(key)
     wait_for_heatmaps(page, h)
-    page.wait_for_url(re.compile(rf"[?&]h={h}(&|$)"), timeout=60_000)
+    wait_for_query(page, rf"[?&]h={h}(&|$)")
 
 
 def test_keyboard_moves_the_head_slider_and_the_heads_follow(server: str, page) -> None:
@@ -87,7 +88,7 @@ def test_a_copied_url_reproduces_the_view(server: str, browser, page) -> None:
     thumb = slider(page, "Number of heads")
     thumb.focus()
     press_until_heads(page, thumb, "ArrowLeft", 3)  # 4 -> 3
-    copied = page.url
+    copied = page.evaluate("location.href")
     assert urllib.parse.parse_qs(urllib.parse.urlparse(copied).query)["h"] == ["3"]
     other = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import CHROMIUM, ROOT, chromium, streamlit_server, wait_for_heatmaps
+from tests.browser import CHROMIUM, ROOT, chromium, streamlit_server, wait_for_heatmaps, wait_for_query
 
 if not Path(CHROMIUM).exists():
     if os.environ.get("CI"):
@@ -133,7 +133,7 @@ def test_clicking_an_overview_thumbnail_opens_that_head(server: str, browser) ->
         page.mouse.move(x, y)
         page.get_by_text("layer 3, head 5").wait_for(timeout=30_000)  # the hover says what a click opens
         page.mouse.click(x, y)
-        page.wait_for_url(re.compile(r"layer=3.*compare=5|compare=5.*layer=3"), timeout=60_000)
+        wait_for_query(page, r"layer=3.*compare=5|compare=5.*layer=3")
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 2", timeout=60_000)
         assert page.locator(".gtitle, .g-gtitle").filter(has_text="layer 3").count() >= 1
         page.screenshot(path=str(ASSETS / "overview-click.png"))
@@ -155,7 +155,7 @@ def test_lines_view_hover_shows_the_top_keys_and_a_click_keeps_one_tokens_lines(
         page.mouse.move(x, y)
         page.get_by_text("only this query's lines").wait_for(timeout=30_000)
         page.mouse.click(x, y)
-        page.wait_for_url(re.compile(r"pick=q5"), timeout=60_000)
+        wait_for_query(page, r"pick=q5")
         page.wait_for_function(f"() => {{ const f = {LINES_JS}; return f(0) < {every}; }}", timeout=60_000)
         assert 1 <= page.evaluate(LINES_JS, 0) <= 4  # query 5's lines only: at most one a head
         page.get_by_role("button", name="Show all lines").click()
@@ -243,6 +243,49 @@ def test_report_labels_are_not_cut_off(browser, tmp_path: Path) -> None:
                 .map(([n, text]) => n + ': ' + text);
         })""")
         assert clipped == []
+    finally:
+        assert page.errors == []
+        page.close()
+
+
+def test_watch_the_bundled_model_write_and_open_the_head_that_wrote_a_token(server: str, browser) -> None:
+    """The issue's scenario: offline, the bundled causal model, a repeated sequence, step through generation."""
+    page = new_page(browser, viewport={"width": 1400, "height": 1500})
+    try:
+        page.goto(server + "/?mode=Pretrained")
+        settle(page)
+        page.get_by_role("button", name="induction-2l (causal)").click()
+        wait_for_query(page, r"view=Generate")
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 4", timeout=60_000)
+        page.get_by_role("button", name="▶").click()  # the next token
+        wait_for_query(page, r"step=2")
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 4", timeout=60_000)
+        dla = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].findIndex("
+                            "gd => gd._fullData.some(t => t.type === 'scatter' && t.customdata))")
+        x, y = page.evaluate(POINT_JS, [dla, 1, 1 * 4 + 2])  # layer 1, head 2 of the attribution heatmap
+        page.mouse.click(x, y)
+        wait_for_query(page, r"layer=1.*head=2|head=2.*layer=1")
+        page.wait_for_function("() => document.body.innerText.includes('Layer 1, head 2 (click a head')",
+                               timeout=60_000)  # the head opened below, not just the hover label
+        page.mouse.move(0, 0)
+        settle(page)
+        page.screenshot(path=str(ASSETS / "generate.png"))
+    finally:
+        assert page.errors == []
+        page.close()
+
+
+def test_head_detectors_screenshot_and_a_click_opens_the_head(server: str, browser) -> None:
+    page = new_page(browser, viewport={"width": 1400, "height": 1500})
+    try:
+        page.goto(server + "/?mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section=Head+detectors")
+        settle(page)
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 2", timeout=60_000)
+        x, y = page.evaluate(POINT_JS, [0, 1, 1 * 4 + 1])  # layer 1, head 1
+        page.mouse.click(x, y)
+        wait_for_query(page, r"layer=1.*head=1|head=1.*layer=1")
+        page.locator(".gtitle").filter(has_text="layer 1, head 1").wait_for(timeout=60_000)
+        page.screenshot(path=str(ASSETS / "detectors.png"))
     finally:
         assert page.errors == []
         page.close()

@@ -15,13 +15,15 @@ The terms are computed in float64 from the model's float32 tensors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
+
+from .encoded import Encoded
 
 if TYPE_CHECKING:
     from .model import PretrainedModel
@@ -141,11 +143,17 @@ def _token_id(model: PretrainedModel, token: int | str, vocab_size: int) -> int:
 
 @torch.no_grad()
 def logit_attribution(
-    model: PretrainedModel, text: str, *, position: int = -1, token: int | str | None = None
+    model: PretrainedModel,
+    text: str | None = None,
+    *,
+    ids: Sequence[int] | None = None,
+    position: int = -1,
+    token: int | str | None = None,
 ) -> LogitAttribution:
     """Split the logit of token (None: the model's top prediction there) after position of text into each head's
     direct contribution and named terms (embeddings, attention biases, MLPs, final norm bias, unembedding bias);
-    see the module docstring. ValueError for models other than GPT-2 and LLaMA-family causal LMs."""
+    see the module docstring. ids: token ids to read instead of text, exactly as given (e.g. a prompt and the
+    tokens generated after it). ValueError for models other than GPT-2 and LLaMA-family causal LMs."""
     reason = model.next_token_unavailable
     layout = model.adapter.residual_stream()
     if reason is None and layout is None:
@@ -153,7 +161,15 @@ def logit_attribution(
     if reason is not None:
         raise ValueError(f"logit attribution is unavailable: {reason}")
     blocks, norm = layout
-    enc = model._encode(text)
+    if (text is None) == (ids is None):
+        raise ValueError("give either text or ids")
+    if ids is not None:
+        ids = [int(i) for i in ids]
+        if not ids:
+            raise ValueError("ids is empty")
+        enc = Encoded(tuple(ids), tuple(model.tokenizer.convert_ids_to_tokens(ids)), 0)
+    else:
+        enc = model._encode(text)
     T = len(enc.ids)
     if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -T <= position < T:
         raise ValueError(f"position must be an integer in {-T} ... {T - 1} for {T} tokens, got {position!r}")

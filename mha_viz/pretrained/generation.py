@@ -66,6 +66,10 @@ class Generation:
         """The labels of steps[step].attentions' last axis: the prompt, then the tokens generated before it."""
         return self.prompt_tokens + self.tokens[:step]
 
+    def input_ids(self, step: int) -> tuple[int, ...]:
+        """What the model read when it chose steps[step].token: the prompt, then the tokens generated before it."""
+        return self.prompt_ids + self.token_ids[:step]
+
 
 def sampling_distribution(
     logits: Tensor, *, temperature: float, top_k: int | None = None, top_p: float | None = None

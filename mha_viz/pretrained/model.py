@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,34 +23,9 @@ from ..trace import AttentionTrace
 from . import attribution, generation
 from .adapter import HeadMasks, to_numpy
 from .architectures import adapter_for
+from .encoded import Coverage, Encoded
 
 _NO_LIMIT = 1_000_000  # tokenizers without a length limit report a huge model_max_length
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """How much of a text the model's vocabulary knows (special tokens not counted)."""
-
-    tokens: int  # the text's tokens
-    unknown: int  # of them, the tokenizer's unknown token ([UNK], <unk>)
-    characters: int  # of them, a single non-ASCII character cut out of a word (e.g. "##ा", "▁你")
-
-    @property
-    def unknown_share(self) -> float:
-        return self.unknown / self.tokens if self.tokens else 0.0
-
-    @property
-    def character_share(self) -> float:
-        return self.characters / self.tokens if self.tokens else 0.0
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """One text as the model reads it."""
-
-    ids: tuple[int, ...]
-    tokens: tuple[str, ...]
-    dropped: int  # tokens cut off to fit max_tokens
 
 
 class PretrainedModel:
@@ -242,13 +216,19 @@ class PretrainedModel:
             )
 
     def logit_attribution(
-        self, text: str, *, position: int = -1, token: int | str | None = None
+        self,
+        text: str | None = None,
+        *,
+        ids: Sequence[int] | None = None,
+        position: int = -1,
+        token: int | str | None = None,
     ) -> attribution.LogitAttribution:
-        """Direct logit attribution of token (id or token string; None: the top prediction) after position:
-        .heads [layers, heads], .terms (embeddings, biases, MLPs), .logit (the model's own) and .total (their
-        sum), with the final norm frozen at its measured scale. See mha_viz.pretrained.attribution."""
+        """Direct logit attribution of token (id or token string; None: the top prediction) after position of
+        text (or of token ids as given, e.g. Generation.input_ids(step)): .heads [layers, heads], .terms
+        (embeddings, biases, MLPs), .logit (the model's own) and .total (their sum), with the final norm frozen
+        at its measured scale. See mha_viz.pretrained.attribution."""
         with self._lock:
-            return attribution.logit_attribution(self, text, position=position, token=token)
+            return attribution.logit_attribution(self, text, ids=ids, position=position, token=token)
 
     def _head_masks(self, part: str, head_masks: dict[int, Sequence[float]] | None) -> HeadMasks:
         """Knockout hooks for {layer: head_mask} of part, checked: layers in range, one finite value per head."""

@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
+import numpy as np
 import streamlit as st
 
 from ..analysis import (
     attention_rollout,
+    repeated_tokens,
     compare_traces,
     concat_vs_sum,
     knockout_effect,
@@ -35,7 +37,9 @@ from ..figures.analysis import (
     ranking_figure,
     rollout_figure,
 )
-from ..params import COMPARE_WITH, SECTIONS
+from ..figures.generation import head_scores_figure, logit_attribution_figure
+from ..figures.overview import picked_head
+from ..params import COMPARE_WITH, DETECTORS, SECTIONS
 from ..pretrained.errors import ModelLoadError
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
@@ -104,6 +108,10 @@ def analysis_view(
         _rollout(trace, name, source)
     elif section == "Compare":
         _compare(trace, name, source, layer, other_model)
+    elif section == "Logit attribution":
+        _logit_attribution(name, source)
+    elif section == "Head detectors":
+        _head_detectors(name, source)
     else:
         _concat_vs_sum(trace, name)
 
@@ -336,3 +344,91 @@ def _concat_vs_sum(trace: AttentionTrace, name: str) -> None:
             f"more than {trace.d_v} tokens to see what summing loses; the mean-block W' does not depend on the input."
         )
     chart(concat_sum_figure(result, trace.query_tokens), "analysis_concat_sum", f"{name}-concat-vs-sum")
+
+
+def _open_head(chart_key: str) -> None:
+    """A click on a layers x heads cell opens that head: its layer in the sidebar, the head below."""
+    event = st.session_state.get(chart_key)
+    picked = picked_head(event.selection.points) if event is not None else None
+    if picked is not None:
+        st.session_state["layer"], st.session_state["head"] = picked
+
+
+def _show_head(source: ModelSource, layer: int, head: int, name: str, trace: AttentionTrace | None = None) -> None:
+    """The head a click opened: its attention on the source's text (or on the given trace)."""
+    trace = trace if trace is not None else source.trace(layer)
+    if 0 <= head < trace.num_heads:
+        chart(heads_figure(trace, [head], cols=1, cell_px=18, title=f"layer {layer}, head {head}"),
+              "analysis_opened_head", f"{name}-L{layer}H{head}")
+
+
+def _logit_attribution(name: str, source: TraceSource) -> None:
+    """Direct logit attribution of the next token after a position: each head's share of its logit."""
+    if not isinstance(source, ModelSource) or source.model.next_token_unavailable is not None:
+        reason = source.model.next_token_unavailable if isinstance(source, ModelSource) else (
+            "this layer is not part of a language model")
+        st.info(f"Logit attribution needs a causal language model: {reason}.")
+        return
+    tokens = source.model.tokens(source.text)
+    T = len(tokens)
+    if st.session_state.get("dla_position") is None or st.session_state["dla_position"] >= T:
+        st.session_state["dla_position"] = T - 1
+    a, b = st.columns(2)
+    position = a.selectbox("After position", list(range(T)), key="dla_position",
+                           format_func=lambda i: f"{i}: {tokens[i]}", help="The logits at this position predict "
+                           "the token after it.")
+    target = b.text_input("Token whose logit to split", key="dla_token", max_chars=100,
+                          placeholder="empty: the model's top prediction").strip()
+    try:
+        dla = source.logit_attribution(position=position, token=target or None)
+    except ValueError as err:
+        st.warning(f"Cannot split this logit: {plain(str(err))}")
+        return
+    chart(logit_attribution_figure(dla.heads, dla.terms, dla.token,
+                                   title=f"After {tokens[position]!r} (position {position}): the logit of "
+                                   f"{dla.token!r} (p = {dla.probability:.1%})"),
+          "analysis_dla", f"{name}-logit-attribution", on_select=lambda: _open_head("analysis_dla"))
+    error = abs(dla.total - dla.logit)
+    st.caption(f"Every head and term adds up to **{dla.total:.4f}**; the model's own logit is **{dla.logit:.4f}** "
+               f"(|difference| {error:.1e}{' ≤ 1e-3 ✓' if error <= 1e-3 else ' > 1e-3 ✗'}). The final {dla.norm} is "
+               f"frozen at the scale it measured there ({dla.norm_scale:.4g}). Click a head to open it.")
+    layer, head = st.session_state.get("layer", 0), st.session_state.get("head", 0)
+    _show_head(source, layer, head, name)
+
+
+def _head_detectors(name: str, source: TraceSource) -> None:
+    """Previous-token, duplicate-token and induction scores of every head, on repeated random tokens."""
+    if not isinstance(source, ModelSource) or source.model.kind == "encoder-decoder":
+        st.info("Head detectors run a model on repeated random tokens of its own vocabulary: they need a pretrained "
+                "encoder or decoder-only model.")
+        return
+    try:
+        scores = source.head_scores(seed=0)
+    except ValueError as err:
+        st.warning(f"Cannot run the head detectors: {plain(str(err))}")
+        return
+    st.caption("Each score is the mean attention a head puts where that kind of head looks, on 8 sequences "
+               "[BOS] + A + A (A: 32 distinct random tokens of the model's vocabulary, seed 0): previous = on the "
+               "token just before; duplicate = on the earlier copy of the same token; induction = on the token "
+               "after that earlier copy (Olsson et al. 2022). 1 = always exactly there.")
+    kind = st.radio("Kind of head", DETECTORS, key="detector", horizontal=True)
+    left, right = st.columns([3, 2])
+    with left:
+        chart(head_scores_figure(scores[kind], kind), "analysis_detectors", f"{name}-{kind}-heads",
+              on_select=lambda: _open_head("analysis_detectors"))
+    L, H = scores[kind].shape
+    rows = {"layer": np.repeat(np.arange(L), H), "head": np.tile(np.arange(H), L),
+            **{k: np.round(v.ravel(), 3) for k, v in scores.items()}}
+    with right:
+        st.dataframe(rows, hide_index=True, key="analysis_detector_table")
+    layer, head = st.session_state.get("layer", 0), st.session_state.get("head", 0)
+    ids, start, n = repeated_tokens(source.model, seed=0)  # (B, start + 2n)
+    probe = ids[0].tolist()
+    tokens = tuple(source.model.tokenizer.convert_ids_to_tokens(probe))
+    weights = source.model.attentions_for_ids(probe)[layer]  # (H, T, T)
+    st.caption(f"Click a head above to open it here, on the first probe sequence: {start} start token, then "
+               f"{n} random tokens, then the same {n} again. A previous-token head draws the diagonal just below "
+               "the main one; an induction head draws a second diagonal in the repeat, one key after the copy.")
+    probe_trace = AttentionTrace(query_tokens=tokens, key_tokens=tokens, weights=weights, causal=source.part == "decoder",
+                                 meta={"unavailable": "the model's attention weights on a probe sequence"})
+    _show_head(source, layer, head, name, probe_trace)

@@ -22,11 +22,13 @@ from . import views
 from .analysis import ModelLoader, analysis_view
 from .controls import explain_invalid_heads, random_weights_banner
 from .export import export_section
+from .generate import generate_view
 from .text import plain
 from .training import accuracy_by_heads, cached_trained_layer, trained_run, training_page, who_takes_what
 
 CONFIGURABLE_VIEWS = ("Heads", "Lines", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas")
 PRETRAINED_VIEWS = ("Heads", "Lines", "Overview", "One head", "Concat → W_O", "Analysis")
+CAUSAL_VIEWS = ("Generate", *PRETRAINED_VIEWS)  # a decoder-only model can also write
 TRAIN_VIEWS = ("Training", "Lines", "One head", "Concat → W_O", "Analysis")
 UNKNOWN_SHARE = 0.2  # warn when this share of a text's tokens is [UNK] to the model
 CHARACTER_SHARE = 0.5  # ... or read one character at a time
@@ -179,8 +181,10 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader)
             shown = without_tokens(trace, set(model.tokenizer.all_special_tokens))
         except ValueError as err:
             st.info(f"{err}; showing all tokens.")
-    view = view_picker(PRETRAINED_VIEWS)
-    if view == "Heads":
+    view = view_picker(CAUSAL_VIEWS if model.kind == "decoder" else PRETRAINED_VIEWS)
+    if view == "Generate":
+        generate_view(source, name)
+    elif view == "Heads":
         views.heads_view(shown, name)
     elif view == "Lines":
         views.lines_view(shown, name)

@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ..params import MAX_TEXT_CHARS, PARTS
-from ..pretrained import BUNDLED_MODEL, PretrainedModel
+from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, MAX_TEXT_CHARS, PARTS
+from ..pretrained import BUNDLED_MODEL, INDUCTION_MODEL, PretrainedModel
 from .text import plain
+
+BUNDLED = {"": "all-MiniLM-L6-v2 (encoder)", INDUCTION_MODEL: "induction-2l (causal)"}  # both work offline
+LISTED = {"": f"{BUNDLED_MODEL} (bundled)", INDUCTION_MODEL: f"{INDUCTION_MODEL} (bundled, causal)"}
+
+
+def _pick(name: str) -> None:
+    """Open a bundled model; the causal one starts on a repeated sequence of its own words, in Generate."""
+    state = st.session_state
+    state["model"] = name
+    if name == INDUCTION_MODEL:
+        if state.get("text", DEFAULT_TEXT) == DEFAULT_TEXT:
+            state["text"] = CAUSAL_EXAMPLE
+        state["view"] = "Generate"
+    elif state.get("text") == CAUSAL_EXAMPLE:
+        state["text"] = DEFAULT_TEXT
 
 PART_LABELS = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention (causal)", "cross": "Cross-attention"}
 
@@ -18,14 +33,19 @@ def model_field(allowed: tuple[str, ...] | None) -> str:
             "Model (Hugging Face id or local folder)",
             key="model",
             placeholder=f"bundled {BUNDLED_MODEL.split('/')[-1]} (offline)",
-            help="Leave empty for the bundled all-MiniLM-L6-v2, which needs no download. "
-            "Other models load with eager attention and never run remote code.",
+            help="Leave empty for the bundled all-MiniLM-L6-v2, which needs no download; "
+            f"{INDUCTION_MODEL} is the bundled causal model. Other models (e.g. gpt2, org/name) load with eager "
+            "attention and never run remote code.",
         )
+        st.caption("Bundled, offline:")
+        for name, label in BUNDLED.items():
+            st.button(label, key=f"pick_{label.split()[0]}", on_click=_pick, args=(name,), width="stretch",
+                      type="primary" if st.session_state.get("model", "").strip() == name else "secondary")
     else:
         if st.session_state.get("model", "") not in allowed:
             st.warning(f"This demo only loads the models listed here; '{plain(st.session_state['model'][:60])}' is not one of them.")
             st.session_state["model"] = allowed[0]
-        st.selectbox("Model", allowed, key="model", format_func=lambda m: m or f"{BUNDLED_MODEL} (bundled)")
+        st.selectbox("Model", allowed, key="model", format_func=lambda m: LISTED.get(m, m))
     st.text_area("Sentence", key="text", max_chars=MAX_TEXT_CHARS, height=90)
     return st.session_state.get("model", "").strip()
 

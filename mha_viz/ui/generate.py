@@ -1,0 +1,164 @@
+"""Generate: a causal language model writes after the sentence, one token at a time; each step shows the
+distribution the token came from, which heads wrote its logit, and where the predicting query looked."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from ..figures import heads_figure
+from ..figures.generation import logit_attribution_figure, next_token_figure, step_attention_figure
+from ..figures.overview import picked_head
+from ..params import MAX_NEW_TOKENS, MAX_SEED
+from ..pretrained.generation import Generation
+from ..sources import ModelSource
+from ..trace import AttentionTrace
+from .state import current, write_url
+from .text import plain
+from .views import chart
+
+PLAY_SECONDS = 0.8  # between two steps while playing
+DLA_TOLERANCE = 1e-3  # the terms must add up to the model's logit within this (float32)
+
+
+def _step(by: int, last: int) -> None:
+    st.session_state["step"] = min(max(1, st.session_state.get("step", 1) + by), last)
+
+
+def _open_head(chart_key: str) -> None:
+    """A click on a layers x heads cell opens that head below (layer and head go to the sidebar and the URL)."""
+    event = st.session_state.get(chart_key)
+    picked = picked_head(event.selection.points) if event is not None else None
+    if picked is not None:
+        st.session_state["layer"], st.session_state["head"] = picked
+        st.session_state["_rerun_app"] = True  # the sidebar's layer slider lives outside the fragment
+
+
+def _written(gen: Generation, step: int, model) -> str:
+    """The prompt, then the tokens written up to this step, the newest highlighted (Markdown, user text escaped)."""
+    def show(tokens) -> str:
+        return plain(model.tokenizer.convert_tokens_to_string(list(tokens)))
+
+    before = show(gen.prompt_tokens) + " **" + show(gen.tokens[: step - 1]) + "**" if step > 1 else show(gen.prompt_tokens)
+    return f"{before} :red-background[**{show(gen.tokens[step - 1:step])}**]"
+
+
+def generate_controls() -> dict:
+    """The sampling widgets (keys are ViewState fields); returns generate()'s keyword arguments."""
+    cols = st.columns([2, 2, 1, 2, 1])
+    cols[0].slider("New tokens", 1, MAX_NEW_TOKENS, key="new_tokens")
+    temperature = cols[1].slider("Temperature", 0.0, 2.0, step=0.05, key="temperature",
+                                 help="0: greedy, always the most likely token. Above 0: sample from "
+                                 "softmax(logits / temperature); higher flattens the distribution.")
+    sampling = temperature > 0
+    cols[2].number_input("Top-k", 0, 1_000_000, key="top_k", disabled=not sampling,
+                         help="Keep only the k most likely tokens before sampling (0: off).")
+    cols[3].slider("Top-p", 0.01, 1.0, step=0.01, key="top_p", disabled=not sampling,
+                   help="Keep the smallest set of most likely tokens whose probabilities reach p (1: off).")
+    cols[4].number_input("Seed", 0, MAX_SEED, key="gen_seed", disabled=not sampling, help="Sampling is reproducible.")
+    state = st.session_state
+    return {"temperature": temperature, "top_k": (state["top_k"] or None) if sampling else None,
+            "top_p": (state["top_p"] if state["top_p"] < 1 else None) if sampling else None,
+            "seed": int(state["gen_seed"])}
+
+
+def generate_view(source: ModelSource, name: str) -> None:
+    model = source.model
+    if model.next_token_unavailable is not None:
+        st.info(f"Generation needs a causal language model: {model.next_token_unavailable}.")
+        return
+    st.caption("The model writes after your sentence one token at a time, reading its own output through the "
+               "key/value cache. Each step shows the distribution the token was drawn from, which heads wrote "
+               "that token's logit, and where the query that predicted it looked in every layer and head.")
+    kwargs = generate_controls()
+    try:
+        gen = source.generate(st.session_state["new_tokens"], **kwargs)
+    except ValueError as err:
+        st.warning(f"Cannot generate: {plain(str(err))}")
+        return
+    n = len(gen.steps)
+    st.session_state["step"] = min(max(1, st.session_state.get("step", 1)), n)
+    playing = st.session_state.get("gen_play", False)
+    fragment = st.fragment(_show_step, run_every=PLAY_SECONDS if playing else None)
+    fragment(source, gen, name)
+
+
+def _show_step(source: ModelSource, gen: Generation, name: str) -> None:
+    """One step of the generation; while playing, each run of this fragment moves on by one token."""
+    model, n = source.model, len(gen.steps)
+    state = st.session_state
+    if state.pop("_rerun_app", False):
+        st.rerun()  # scope "app": redraw the sidebar too
+    if state.get("gen_play"):  # playing: every run of this fragment writes one more token
+        if state["step"] >= n:
+            state["gen_play"] = False
+            st.rerun()  # a full rerun: the fragment stops running every PLAY_SECONDS
+        state["step"] += 1
+    nav = st.columns([1, 6, 1, 1.4])
+    nav[0].button("◀", key="step_back", on_click=_step, args=(-1, n), disabled=state["step"] <= 1,
+                  help="The previous token")
+    if n > 1:
+        nav[1].slider("Step (token written)", 1, n, key="step")
+    nav[2].button("▶", key="step_next", on_click=_step, args=(1, n), disabled=state["step"] >= n, help="The next token")
+    nav[3].toggle("Play", key="gen_play", help=f"Step through the tokens, one every {PLAY_SECONDS:g} s.")
+    step = state["step"]
+    write_url(current())  # a fragment rerun (a step, a click on a head) skips the app's own URL update
+    chosen = gen.steps[step - 1]
+    stop = " The model ended the text." if gen.stop_reason == "eos" and step == n else ""
+    st.markdown(_written(gen, step, model) + stop)
+    greedy = gen.temperature == 0
+    how = "greedy: the most likely token" if greedy else (
+        f"sampled at temperature {gen.temperature:g}" + (f", top-k {gen.top_k}" if gen.top_k else "")
+        + (f", top-p {gen.top_p:g}" if gen.top_p else "") + f", seed {gen.seed}")
+    left, right = st.columns([2, 3])
+    with left:
+        chart(next_token_figure(chosen.probs, model.tokenizer.convert_ids_to_tokens, chosen.token_id,
+                                title=f"Step {step}: next token ({how})"),
+              "gen_probs", f"{name}-step{step}-next-token")
+    with right:
+        _attribution(source, gen, step, name)
+    keys = gen.key_tokens(step - 1)
+    chart(step_attention_figure(chosen.attentions, keys,
+                                title=f"Where the query that wrote {chosen.token!r} looked: {len(keys)} keys, one more "
+                                "each step (the KV cache)"),
+          "gen_attention", f"{name}-step{step}-attention")
+    _opened_head(source, gen, step, name)
+
+
+def _attribution(source: ModelSource, gen: Generation, step: int, name: str) -> None:
+    """Direct logit attribution of the chosen token at this step, with the check that its terms add up."""
+    chosen = gen.steps[step - 1]
+    try:
+        dla = source.logit_attribution(ids=gen.input_ids(step - 1), token=chosen.token_id)
+    except ValueError as err:
+        st.info(f"Which heads wrote the logit: {plain(str(err))}.")
+        return
+    chart(logit_attribution_figure(dla.heads, dla.terms, dla.token), "gen_dla", f"{name}-step{step}-logit-attribution",
+          on_select=lambda: _open_head("gen_dla"))
+    error = abs(dla.total - dla.logit)
+    verdict = "✓ equal" if error <= DLA_TOLERANCE else "✗ differs"
+    st.caption(f"Heads {dla.heads.sum():+.3f} + other terms {sum(dla.terms.values()):+.3f} = **{dla.total:.4f}**; "
+               f"the model's own logit for {plain(repr(dla.token))}: **{dla.logit:.4f}** ({verdict}, |difference| "
+               f"{error:.1e} ≤ {DLA_TOLERANCE:g}). The final {dla.norm} is frozen at its measured scale "
+               f"{dla.norm_scale:.4g}, which makes each head's share exact. Click a head to open it.")
+
+
+def _opened_head(source: ModelSource, gen: Generation, step: int, name: str) -> None:
+    """The picked head's whole attention pattern on what the model had read at this step."""
+    model = source.model
+    layer, head = st.session_state.get("layer", 0), st.session_state.get("head", 0)
+    if not (0 <= layer < model.num_layers["decoder"] and 0 <= head < model.num_heads["decoder"]):
+        return
+    ids = gen.input_ids(step - 1)
+    weights = model.attentions_for_ids(list(ids))[layer]  # (H, T, T)
+    tokens = tuple(model.tokenizer.convert_ids_to_tokens(list(ids)))
+    trace = AttentionTrace(query_tokens=tokens, key_tokens=tokens, weights=weights, causal=True,
+                           meta={"unavailable": "attention weights of the model on the text at this step"})
+    row = weights[head, -1]  # (T,) the predicting query's row
+    top = int(np.argmax(row))
+    st.markdown(f"**Layer {layer}, head {head}** (click a head above to open another) on the text at step {step}: "
+                f"the last query (which predicted "
+                f"{plain(repr(gen.steps[step - 1].token))}) puts {row[top]:.0%} of its attention on position {top}, "
+                f"**{plain(tokens[top])}**.")
+    chart(heads_figure(trace, [head], cols=1, cell_px=18, title=f"layer {layer}, head {head}"), "gen_opened",
+          f"{name}-L{layer}H{head}-step{step}")
