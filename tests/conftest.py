@@ -11,3 +11,21 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The app in a real Streamlit server (one per test module): its base URL."""
+    from tests.browser import streamlit_server
+
+    with streamlit_server() as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's headless Chromium driven by Playwright (one per test module)."""
+    from tests.browser import chromium
+
+    with chromium() as b:
+        yield b

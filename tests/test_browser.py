@@ -6,7 +6,6 @@ Screenshots of each scenario are saved into assets/ (the README shows them).
 from __future__ import annotations
 
 import os
-import re
 import urllib.parse
 from pathlib import Path
 
@@ -15,11 +14,9 @@ import pytest
 from tests.browser import (
     CHROMIUM,
     ROOT,
-    chromium,
     painted_heatmaps,
     slider,
     slider_value,
-    streamlit_server,
     wait_for_heatmaps,
     wait_for_query,
 )
@@ -30,18 +27,6 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} not installed (apt-get install -y --no-install-recommends chromium)", allow_module_level=True)
 
 ASSETS = ROOT / "assets"
-
-
-@pytest.fixture(scope="module")
-def server() -> str:
-    with streamlit_server() as (url, _):
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import urllib.parse
 from pathlib import Path
 
 import pytest
 
-from tests.browser import CHROMIUM, ROOT, chromium, streamlit_server, wait_for_heatmaps, wait_for_query
+from tests.browser import CHROMIUM, ROOT, wait_for_heatmaps, wait_for_query
 
 if not Path(CHROMIUM).exists():
     if os.environ.get("CI"):
@@ -36,18 +35,6 @@ LINES_JS = """(chart) => {
     const gd = document.querySelectorAll('.js-plotly-plot')[chart];
     return gd._fullData.filter(t => t.mode === 'lines' && t.x.length > 1).reduce((n, t) => n + t.x.length / 3, 0);
 }"""
-
-
-@pytest.fixture(scope="module")
-def server() -> str:
-    with streamlit_server() as (url, _):
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 def new_page(browser, **kwargs):

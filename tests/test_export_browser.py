@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import CHROMIUM, chromium
+from tests.browser import CHROMIUM
 from tests.test_export import XSS, configurable
 from tests.test_export import weights_only as weights_only_of
 
@@ -15,12 +15,6 @@ if not Path(CHROMIUM).exists():
     if os.environ.get("CI"):
         raise RuntimeError(f"{CHROMIUM} is missing: .ci/run must install Debian's chromium")
     pytest.skip(f"{CHROMIUM} not installed (apt-get install -y --no-install-recommends chromium)", allow_module_level=True)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 def open_offline(browser, path: Path):

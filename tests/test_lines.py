@@ -36,7 +36,7 @@ def test_one_line_per_pair_above_the_threshold_with_the_weight_as_opacity(trace)
     assert segments(fig) == expected and line_count(fig) == len(expected)
     for t in lines(fig):
         y = np.asarray(t.y, dtype=float).reshape(-1, 3)
-        h = [h for h in range(4) if head_colour(h) == t.line.color][0]
+        h = next(h for h in range(4) if head_colour(h) == t.line.color)
         w = trace.weights[h, y[:, 0].astype(int), y[:, 1].astype(int)]
         level = np.digitize(w, LEVELS) - 1
         assert len(set(level)) == 1 and t.opacity == pytest.approx(min(1.0, LEVELS[level[0] + 1]))

@@ -53,7 +53,7 @@ def test_a_trained_layer_traces_any_sequence_of_its_task():
     layer = trained_layer("prev-first", 2, 64)
     t = TrainedSource(layer, "a b c d a b").trace(0)
     assert t.query_tokens == ("a", "b", "c", "d", "a", "b") and t.causal
-    previous = [h for h in range(2) if layer.scores[h, 0] > 0.9][0]
+    previous = next(h for h in range(2) if layer.scores[h, 0] > 0.9)
     assert np.allclose(np.diag(t.weights[previous], -1), 1.0, atol=0.05)  # the previous-token head, on new input
     with pytest.raises(ValueError, match="not a token of this task"):
         layer.trace("a b 7")

@@ -22,10 +22,10 @@ from .score_terms import ScoreTerms, score_terms
 from .tokens import without_tokens
 
 __all__ = [
+    "KINDS",
     "Comparison",
     "ConcatVsSum",
     "HeadStats",
-    "KINDS",
     "ModelKnockout",
     "Redundancy",
     "ScoreTerms",

@@ -13,6 +13,7 @@ Adapted: BERT, RoBERTa, XLM-R, DistilBERT, MiniLM; GPT-2; LLaMA, Mistral, Qwen2;
 Any other architecture gives weights-only traces (from output_attentions).
 """
 
+from .attribution import LogitAttribution
 from .errors import (
     InvalidModelNameError,
     ModelDownloadError,
@@ -20,7 +21,6 @@ from .errors import (
     ModelLoadError,
     ModelNotInstalledError,
 )
-from .attribution import LogitAttribution
 from .generation import Generation, GenerationStep
 from .loading import (
     BUNDLED_MODEL,

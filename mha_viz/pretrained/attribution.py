@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import torch
@@ -76,7 +76,7 @@ class _Capture:
         ]
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
-    def __enter__(self) -> _Capture:
+    def __enter__(self) -> Self:
         for module, when, hook in self._hooks:
             if when == "pre":
                 self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))

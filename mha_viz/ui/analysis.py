@@ -14,7 +14,6 @@ import streamlit as st
 
 from ..analysis import (
     attention_rollout,
-    repeated_tokens,
     compare_traces,
     concat_vs_sum,
     knockout_effect,
@@ -24,6 +23,7 @@ from ..analysis import (
     next_token_knockout,
     norm_attention,
     redundancy,
+    repeated_tokens,
     trace_head_stats,
 )
 from ..figures import contributions_figure, heads_figure

@@ -30,6 +30,9 @@ CONFIGURABLE_VIEWS = ("Heads", "Lines", "One head", "Concat → W_O", "Analysis"
 PRETRAINED_VIEWS = ("Heads", "Lines", "Overview", "One head", "Concat → W_O", "Analysis")
 CAUSAL_VIEWS = ("Generate", *PRETRAINED_VIEWS)  # a decoder-only model can also write
 TRAIN_VIEWS = ("Training", "Lines", "One head", "Concat → W_O", "Analysis")
+TRACE_VIEWS = {"Heads": views.heads_view, "Lines": views.lines_view, "One head": views.head_view,
+               "Concat → W_O": views.output_path_view}  # the views of one trace, the same in every mode
+FULL_TRACE_VIEWS = ("One head", "Concat → W_O")  # they need queries, keys, values and W_O
 UNKNOWN_SHARE = 0.2  # warn when this share of a text's tokens is [UNK] to the model
 CHARACTER_SHARE = 0.5  # ... or read one character at a time
 
@@ -129,14 +132,8 @@ def _layer_views(
             views.heads_view(trace, name)
         with right:
             accuracy()
-    elif view == "Heads":
-        views.heads_view(trace, name)
-    elif view == "Lines":
-        views.lines_view(trace, name)
-    elif view == "One head":
-        views.head_view(trace, name)
-    elif view == "Concat → W_O":
-        views.output_path_view(trace, name)
+    elif view in TRACE_VIEWS:
+        TRACE_VIEWS[view](trace, name)
     elif view == "Analysis":
         analysis_view(trace, source, name=name)
     elif view == "Shapes & cost":
@@ -184,20 +181,14 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader)
     view = view_picker(CAUSAL_VIEWS if model.kind == "decoder" else PRETRAINED_VIEWS)
     if view == "Generate":
         generate_view(source, name)
-    elif view == "Heads":
-        views.heads_view(shown, name)
-    elif view == "Lines":
-        views.lines_view(shown, name)
     elif view == "Overview":
         views.overview_view(source.attentions(), shown, s.layer, name)
     elif view == "Analysis":
         analysis_view(trace, source, layer=s.layer, name=name, other_model=other_model)
-    elif trace.missing:
+    elif view in FULL_TRACE_VIEWS and trace.missing:
         st.info(f"The {view} view needs queries, keys, values and the output projection: {trace.meta.get('unavailable')}")
-    elif view == "One head":
-        views.head_view(shown, name)
     else:
-        views.output_path_view(shown, name)
+        TRACE_VIEWS[view](shown, name)
     export_section(
         trace, name=name, share_query=to_query(s), title=f"{model.name}: {s.part} layer {s.layer}",
         notes={"model": model.name, "text": s.text, **({"decoder text": source.decoder_text} if source.decoder_text else {})},
@@ -219,14 +210,10 @@ def train_page(s: ViewState) -> None:
         trace = source.trace(0)  # the trained layer on the task's probe sequence
         st.caption(f"The trained layer (task {s.task}, h = {s.h}, d_model = {s.d_model}, {s.steps} steps, seed {s.seed}) "
                    "on the task's probe sequence.")
-        if view == "Lines":
-            views.lines_view(trace, name)
-        elif view == "One head":
-            views.head_view(trace, name)
-        elif view == "Concat → W_O":
-            views.output_path_view(trace, name)
-        else:
+        if view == "Analysis":
             analysis_view(trace, source, name=name)
+        else:
+            TRACE_VIEWS[view](trace, name)
     if trace is not None:
         export_section(
             trace, name=name, share_query=to_query(s),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import streamlit as st
 
@@ -21,19 +24,27 @@ from .views import chart
 SAME = 0.01  # accuracies closer than this count as "about as well"
 
 
+@contextmanager
+def progress_bar(what: str, steps: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar while `what` trains for `steps` steps; yields the on_step callback that moves it."""
+    bar = st.progress(0.0, text=f"Training {what}…")
+    every = max(1, steps // 40)
+
+    def on_step(step: int) -> None:
+        if step % every == 0 or step == steps:
+            bar.progress(step / steps, text=f"Training {what}: step {step} of {steps}")
+
+    try:
+        yield on_step
+    finally:
+        bar.empty()
+
+
 @st.cache_data(max_entries=16, show_spinner=False)
 def trained_run(task: str, h: int, d_model: int, steps: int, seed: int) -> TrainingRun:
     """One training run, cached on its plain arguments; shows a progress bar while it trains."""
-    bar = st.progress(0.0, text=f"Training h = {h}…")
-    every = max(1, steps // 40)
-
-    def progress(step: int) -> None:
-        if step % every == 0 or step == steps:
-            bar.progress(step / steps, text=f"Training h = {h}: step {step} of {steps}")
-
-    run = train(task, h, d_model, steps, seed, on_step=progress)
-    bar.empty()
-    return run
+    with progress_bar(f"h = {h}", steps) as on_step:
+        return train(task, h, d_model, steps, seed, on_step=on_step)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -41,16 +52,8 @@ def cached_trained_layer(task: str, h: int, d_model: int, steps: int, seed: int)
     """The trained layer for these arguments: shipped with the package, or trained now with a progress bar."""
     if precomputed_layer(task, h, d_model, seed, steps) is not None:
         return trained_layer(task, h, d_model, seed, steps)
-    bar = st.progress(0.0, text=f"Training h = {h}, d_model = {d_model} on {TASKS[task].title}…")
-    every = max(1, steps // 40)
-
-    def progress(step: int) -> None:
-        if step % every == 0 or step == steps:
-            bar.progress(step / steps, text=f"Training h = {h}, d_model = {d_model}: step {step} of {steps}")
-
-    layer = trained_layer(task, h, d_model, seed, steps, on_step=progress)
-    bar.empty()
-    return layer
+    with progress_bar(f"h = {h}, d_model = {d_model} on {TASKS[task].title}", steps) as on_step:
+        return trained_layer(task, h, d_model, seed, steps, on_step=on_step)
 
 
 def who_takes_what(scores: np.ndarray, relations: tuple[str, ...]) -> str:
