@@ -1,126 +1,133 @@
 """mha-viz: multi-head attention made visible.  Run: streamlit run app.py
 
 This script holds the caches, the sidebar and the dispatch to a page (mha_viz/ui/pages.py).
+Traces live in one cache shared by every session and bounded in bytes (MHA_VIZ_CACHE_MB, default
+1 GB); models in a cache of two. A public demo (MHA_VIZ_PUBLIC=1 or an allow-list) gets a Budget.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 
 from mha_viz.analysis import detect_heads
-from mha_viz.config import MHAConfig
-from mha_viz.hosting import allowed_models, check_allowed
+from mha_viz.cache import ByteBudgetCache
+from mha_viz.hosting import Budget, allowed_models, budget, cache_bytes, check_allowed, is_public, within_budget
 from mha_viz.params import MODES
 from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel, load_model
-from mha_viz.sources import ConfigurableSource, ModelSource, configurable_trace
+from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource, configurable_trace
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, pages, pretrained, state, style, views
 from mha_viz.ui.text import plain
 from mha_viz.ui.training import training_controls
 
 st.set_page_config(page_title="mha-viz: multi-head attention, visible", layout="wide")
-
-
-# Bounded caches: a 512-token, 16-head trace is ~50 MB; all six layers of the bundled model ~180 MB.
-@st.cache_data(max_entries=16, show_spinner=False)
-def cached_configurable(text: str, cfg: MHAConfig, seed: int, causal: bool, positional: bool, context: str | None
-                        ) -> AttentionTrace:
-    return configurable_trace(text, cfg, seed=seed, causal=causal, positional=positional, context=context)
-
-
-@st.cache_resource(max_entries=2, show_spinner=False)
-def get_model(name: str) -> PretrainedModel:
-    """One loaded model shared by every session ("" is the bundled MiniLM)."""
-    return load_model(name or None)
-
-
-@st.cache_data(ttl=300, max_entries=32, show_spinner=False)
-def load_error(name: str) -> str | None:
-    """Why name cannot be loaded, or None; failures are remembered for 5 minutes, not retried per rerun."""
-    try:
-        get_model(name)
-    except (ModelLoadError, ValueError, OSError) as err:
-        return str(err)
-    return None
-
-
-@st.cache_resource(max_entries=3, show_spinner=False)
-def cached_layers(name: str, text: str, part: str, decoder_text: str | None) -> tuple[AttentionTrace, ...]:
-    """Every layer of text from one forward pass, so that a layer change is a cache hit.
-
-    cache_resource shares the traces instead of copying them on every rerun (all layers of a
-    512-token text are ~180 MB for the bundled model); their arrays are read-only.
-    """
-    return tuple(t.read_only() for t in get_model(name).traces(text, part=part, decoder_text=decoder_text))
-
-
-@st.cache_data(max_entries=4, show_spinner=False)
-def cached_attentions(name: str, text: str, part: str, decoder_text: str | None) -> np.ndarray:
-    return get_model(name).attentions(text, part=part, decoder_text=decoder_text)
-
-
-@st.cache_data(max_entries=16, show_spinner="Writing…")
-def cached_generation(name: str, text: str, new_tokens: int, temperature: float, top_k: int | None,
-                      top_p: float | None, seed: int) -> Generation:
-    return get_model(name).generate(text, new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-
-
-@st.cache_data(max_entries=4, show_spinner="Running the head detectors on repeated random tokens…")
-def cached_head_scores(name: str, seed: int) -> dict[str, np.ndarray]:
-    return detect_heads(get_model(name), seed=seed)
-
-
-class CachedConfigurable(ConfigurableSource):
-    """A ConfigurableSource whose trace comes from this app's cache."""
-
-    def trace(self, layer: int = 0) -> AttentionTrace:
-        if layer != 0:
-            return super().trace(layer)  # raises IndexError
-        return cached_configurable(self.text, self.cfg, self.seed, self.causal, self.positional, self.context)
-
-
-@dataclass(frozen=True, eq=False)
-class CachedModel(ModelSource):
-    """A ModelSource whose layers and attentions come from this app's caches; key: the name the model loaded by."""
-
-    key: str = ""
-
-    def trace(self, layer: int) -> AttentionTrace:
-        layers = cached_layers(self.key, self.text, self.part, self.decoder_text)
-        if not 0 <= layer < len(layers):
-            return super().trace(layer)  # raises IndexError saying which layers exist
-        return layers[layer]
-
-    def attentions(self) -> np.ndarray | None:
-        return None if self.part == "cross" else cached_attentions(self.key, self.text, self.part, self.decoder_text)
-
-    def generate(self, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int = 0) -> Generation:
-        return cached_generation(self.key, self.text, max_new_tokens, temperature, top_k, top_p, seed)
-
-    def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
-        return cached_head_scores(self.key, seed)
+T = TypeVar("T")
 
 
 def secret(key: str) -> str | None:
     """A Streamlit secret, or None when the deployment has no secrets file."""
     try:
-        return st.secrets.get(key)
+        value = st.secrets.get(key)
     except (FileNotFoundError, KeyError, ValueError, StreamlitSecretNotFoundError):
         return None
+    return None if value is None else str(value)
 
 
-def allowed_model(name: str) -> PretrainedModel:
-    """The loaded model ("" is the bundled one): the demo's allow-list applies; failures are ValueErrors saying why."""
-    check_allowed(name, allowed_models(secret=secret("allowed_models")))
-    error = load_error(name)
-    if error:
-        raise ValueError(error)
-    return get_model(name)
+@st.cache_resource(show_spinner=False)
+def shared_cache() -> ByteBudgetCache:
+    """Every session's traces, generations and detector scores, together at most MHA_VIZ_CACHE_MB."""
+    return ByteBudgetCache(cache_bytes(secret=secret))
+
+
+def cached(key: tuple[Hashable, ...], compute: Callable[[], T], spinner: str | None = None) -> T:
+    """The shared cache's value for key, computed (under a spinner, if given) when it holds none."""
+    cache = shared_cache()
+    if spinner is None or key in cache:
+        return cache.get(key, compute)
+    with st.spinner(spinner):
+        return cache.get(key, compute)
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def get_model(name: str, folders: bool, max_tokens: int | None) -> PretrainedModel:
+    """One loaded model shared by every session ("" is the bundled MiniLM; folders: may name a local folder)."""
+    return load_model(name or None, folders=folders, max_tokens=max_tokens)
+
+
+@st.cache_data(ttl=300, max_entries=32, show_spinner=False)
+def load_error(name: str, folders: bool, max_tokens: int | None) -> str | None:
+    """Why name cannot be loaded, or None; failures are remembered for 5 minutes, not retried per rerun."""
+    try:
+        get_model(name, folders, max_tokens)
+    except (ModelLoadError, ValueError, OSError) as err:
+        return str(err)
+    return None
+
+
+class CachedConfigurable(ConfigurableSource):
+    """A ConfigurableSource whose trace comes from the shared cache."""
+
+    def trace(self, layer: int = 0) -> AttentionTrace:
+        if layer != 0:
+            return super().trace(layer)  # raises IndexError
+        return cached(("configurable", self), lambda: super(CachedConfigurable, self).trace(0).read_only())
+
+
+@dataclass(frozen=True, eq=False)
+class CachedModel(ModelSource):
+    """A ModelSource whose layers, attentions, generations and detector scores come from the shared cache.
+
+    key: what identifies the loaded model (the name it loaded by, whether folders were allowed, its max_tokens).
+    """
+
+    key: tuple = ()
+
+    def trace(self, layer: int) -> AttentionTrace:
+        # Every layer of the text from one forward pass, so that a layer change is a cache hit.
+        layers = cached(("layers", self.key, self.text, self.part, self.decoder_text), lambda: tuple(
+            t.read_only() for t in self.model.traces(self.text, part=self.part, decoder_text=self.decoder_text)))
+        if not 0 <= layer < len(layers):
+            return super().trace(layer)  # raises IndexError saying which layers exist
+        return layers[layer]
+
+    def attentions(self) -> np.ndarray | None:
+        return None if self.part == "cross" else cached(
+            ("attentions", self.key, self.text, self.part, self.decoder_text), super().attentions)
+
+    def generate(self, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int = 0) -> Generation:
+        key = ("generation", self.key, self.text, max_new_tokens, temperature, top_k, top_p, seed)
+        return cached(key, lambda: super(CachedModel, self).generate(
+            max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed), "Writing…")
+
+    def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
+        return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed),
+                      "Running the head detectors on repeated random tokens…")
+
+
+def model_key(name: str, limits: Budget | None) -> tuple[str, bool, int | None]:
+    """How a model is loaded: its name, whether it may be a local folder (only if this session typed it, and
+    never on a public demo) and its most tokens (the Budget's on a public demo)."""
+    return name, state.was_typed(name) and limits is None, None if limits is None else limits.max_tokens
+
+
+def model_loader(limits: Budget | None) -> Callable[[str], PretrainedModel]:
+    """name -> the loaded model ("" is the bundled one), or a ValueError saying why not (the allow-list applies)."""
+    def load(name: str) -> PretrainedModel:
+        check_allowed(name, allowed_models(secret=secret("allowed_models")))
+        key = model_key(name, limits)
+        error = load_error(*key)
+        if error:
+            raise ValueError(error)
+        return get_model(*key)
+
+    return load
 
 
 def back_to_bundled() -> None:
@@ -130,6 +137,8 @@ def back_to_bundled() -> None:
 views.start_run()
 style.page_style()
 notices = state.seed_from_url()
+limits = budget(secret=secret) if is_public(secret=secret) else None
+load = model_loader(limits)
 load_failure = None
 with st.sidebar:
     st.title("mha-viz")
@@ -144,25 +153,30 @@ with st.sidebar:
         name = pretrained.model_field(allowed_models(secret=secret("allowed_models")))
         try:
             with st.spinner(f"Loading {name or 'the bundled model'}…"):
-                model = allowed_model(name)
+                model = load(name)
         except ValueError as err:
             load_failure = f"Could not load the model {plain(name)}: {plain(str(err))}"
             st.error(load_failure)
         else:
             notices = notices + pretrained.layer_controls(model)
 s = state.current()
-state.write_url(s)
+state.write_url(s)  # what was asked for: a link reproduces it in full wherever it is opened
+s, cuts = within_budget(s, limits)
 for notice in notices:
     st.warning(plain(notice), icon="🔗")
+for cut in cuts:
+    st.info(plain(cut), icon=":material/speed:")
 
 st.header("Multi-head attention, visible")
+max_tokens = MAX_TOKENS if limits is None else limits.max_tokens
 if mode == "Configurable":
-    pages.configurable_page(s, CachedConfigurable)
+    pages.configurable_page(s, lambda **kw: CachedConfigurable(**kw, max_tokens=max_tokens))
 elif mode == "Train":
     pages.train_page(s)
 elif model is not None:
     decoder_text = s.context if model.kind == "encoder-decoder" else None
-    pages.pretrained_page(s, CachedModel(model, s.text, s.part, decoder_text, key=s.model.strip()), allowed_model)
+    source = CachedModel(model, s.text, s.part, decoder_text, key=model_key(s.model.strip(), limits))
+    pages.pretrained_page(s, source, load, limits)
 else:
     st.error(load_failure)
     st.button("Open the bundled all-MiniLM-L6-v2 instead (works offline)", key="to_bundled", on_click=back_to_bundled,

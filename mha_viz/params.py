@@ -38,6 +38,7 @@ SECTIONS = ("Head statistics", "Redundancy", "Contribution", "Knockout", "Rollou
             "Logit attribution", "Head detectors")
 DETECTORS = ("previous", "duplicate", "induction")  # mha_viz.analysis.KINDS (a test keeps them equal)
 MAX_NEW_TOKENS = 64
+MAX_MODEL_CHARS = 200  # a hub id or a folder
 COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
 MAX_SEQUENCE_CHARS = 200  # a trained layer's input: at most seq_len task tokens
 MAX_STEPS = 5000
@@ -100,6 +101,11 @@ class ViewState:
 
 
 DEFAULTS = ViewState()
+# The longest value of every free-text field: the server cuts anything longer (the widgets cap typing,
+# but a crafted message or a script could send more).
+TEXT_CAPS = {"text": MAX_TEXT_CHARS, "context": MAX_TEXT_CHARS, "other_text": MAX_TEXT_CHARS,
+             "sequence": MAX_SEQUENCE_CHARS, "model": MAX_MODEL_CHARS, "other_model": MAX_MODEL_CHARS,
+             "dla_token": 100}
 
 
 def _int(raw: str, lo: int, hi: int) -> int:

@@ -30,12 +30,14 @@ MAX_TOKENS = 512  # the configurable model's longest input
 
 
 def text_tokens(text: str, what: str = "text", max_tokens: int = MAX_TOKENS) -> tuple[tuple[str, ...], int]:
-    """mha-viz's tokens of text, cut to max_tokens: (tokens, how many were cut). ValueError if there are none."""
-    tokens = tokenize(text, max_tokens + 1)
+    """mha-viz's tokens of text, cut to max_tokens: (tokens, how many were cut). ValueError if there are none.
+
+    Tokenising stops early: the count of cut tokens stops at 8 * max_tokens (a huge text costs no more).
+    """
+    tokens = tokenize(text, 8 * max_tokens)
     if not tokens:
         raise ValueError(f"the {what} has no tokens (no visible characters)")
-    cut = len(tokens) > max_tokens
-    return tuple(tokens[:max_tokens]), (len(tokenize(text)) - max_tokens if cut else 0)
+    return tuple(tokens[:max_tokens]), max(0, len(tokens) - max_tokens)
 
 
 def configurable_trace(
@@ -73,13 +75,14 @@ class ConfigurableSource:
     causal: bool = False
     positional: bool = True
     context: str | None = None
+    max_tokens: int = MAX_TOKENS
     num_layers: int = field(default=1, init=False)
     model: None = field(default=None, init=False)
 
     def trace(self, layer: int = 0) -> AttentionTrace:
         _single_layer(layer)
         return configurable_trace(self.text, self.cfg, seed=self.seed, causal=self.causal, positional=self.positional,
-                                  context=self.context)
+                                  context=self.context, max_tokens=self.max_tokens)
 
     def with_text(self, text: str) -> ConfigurableSource:
         return replace(self, text=text)

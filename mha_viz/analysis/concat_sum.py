@@ -36,6 +36,9 @@ def concat_vs_sum(trace: AttentionTrace) -> ConcatVsSum:
     heads = trace.require("head_outputs").astype(np.float64)  # (H, T, d_v)
     target = trace.require("output") - (0.0 if trace.b_O is None else trace.b_O)  # (T, d_out)
     summed = heads.sum(0)  # (T, d_v)  sum_h head_h
+    if not (np.isfinite(summed).all() and np.isfinite(target).all()):
+        raise ValueError("the head outputs or the output hold values that are not finite numbers (NaN or infinity), "
+                         "so no shared W' can be fitted")
     W_fit = np.linalg.lstsq(summed, target, rcond=None)[0].T  # (d_out, d_v)
     W_mean = trace.W_O_blocks().mean(0)  # (d_out, d_v)
     fitted, mean = summed @ W_fit.T, summed @ W_mean.T  # (T, d_out) each

@@ -31,6 +31,7 @@ WEIGHTS_FILE = "model.safetensors"
 INDUCTION_MODEL = "mha-viz/induction-2l"  # trained by this project, shipped in mha_viz/models/
 INDUCTION_SHA256 = "a78d4bf1164d72046330889600bd720d1ee7108f143651f0cfb55caa9f1b5913"
 HUB_TIMEOUT = 5.0  # seconds to wait for the hub's answer before giving up
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]  # config, weights, tokenizer
 _HUB_ID = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*")  # "gpt2" or "org/name"
 
 
@@ -39,6 +40,7 @@ def load_model(
     *,
     sha256: str | None = None,
     max_tokens: int | None = None,
+    folders: bool = True,
 ) -> PretrainedModel:
     """Load a model to trace.
 
@@ -46,7 +48,10 @@ def load_model(
     INDUCTION_MODEL ("mha-viz/induction-2l"): the causal model shipped in the package, checked the same way.
     A folder with config.json: that model (with sha256: refused unless model.safetensors matches).
     A hub id ("gpt2", "org/name"): from the local Hugging Face cache, else downloaded from the hub.
-    Raises ModelLoadError (or a subclass) when the model cannot be loaded.
+    folders=False: a name is only ever a hub id, never a folder on this machine (for names that come
+    from a link or a stranger: they must not read, or probe, the server's folders).
+    Raises ModelLoadError (or a subclass) when the model cannot be loaded, e.g. for weights that are not
+    all finite numbers.
     """
     if name_or_path is None:
         folder = bundled_model_dir()
@@ -59,7 +64,7 @@ def load_model(
                 "or retrain it with scripts/train_induction_model.py"
             )
         return _load_folder(folder, INDUCTION_MODEL, sha256 or INDUCTION_SHA256, max_tokens)
-    if str(name_or_path) and Path(name_or_path).is_dir():
+    if folders and str(name_or_path) and Path(name_or_path).is_dir():
         return _load_folder(Path(name_or_path), str(name_or_path), sha256, max_tokens)
     repo_id = validate_hub_id(str(name_or_path))
     if sha256 is not None:
@@ -127,13 +132,29 @@ def _load_folder(folder: Path, name: str, sha256: str | None, max_tokens: int | 
         raise ModelLoadError(f"Could not load the model in {folder}: {e}") from e
 
 
+def _hub_snapshot(repo_id: str, *, local_files_only: bool) -> str:
+    """The folder of repo_id's files in the Hugging Face cache (downloaded there first unless local_files_only).
+
+    Loading from this absolute path, never from the bare id, means that a folder beside the server with
+    the same name as a hub id is never read. Only safetensors weights are fetched (no pickles).
+    """
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(repo_id, local_files_only=local_files_only, allow_patterns=HUB_FILES)
+
+
 def _load_hub(repo_id: str, max_tokens: int | None) -> PretrainedModel:
     try:
-        return _from_pretrained(repo_id, repo_id, max_tokens, local_files_only=True)
-    except OSError:
-        pass  # not (completely) in the local cache
-    except Exception as e:
-        raise ModelLoadError(f"Could not load {repo_id} from the local cache: {e}") from e
+        cached = _hub_snapshot(repo_id, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not in the local cache (huggingface_hub's errors vary by version)
+        cached = None
+    if cached is not None:
+        try:
+            return _from_pretrained(cached, repo_id, max_tokens, local_files_only=True)
+        except OSError:
+            pass  # not completely in the local cache
+        except Exception as e:
+            raise ModelLoadError(f"Could not load {repo_id} from the local cache: {e}") from e
     cannot = f"Model '{repo_id}' could not be downloaded"
     hint = (
         f"To use it offline, download it where there is internet (hf download {repo_id} --local-dir DIR) "
@@ -145,7 +166,8 @@ def _load_hub(repo_id: str, max_tokens: int | None) -> PretrainedModel:
     if problem is not None:
         raise ModelDownloadError(f"{cannot}: {problem}. {hint}")
     try:
-        return _from_pretrained(repo_id, repo_id, max_tokens, local_files_only=False)
+        return _from_pretrained(_hub_snapshot(repo_id, local_files_only=False), repo_id, max_tokens,
+                                local_files_only=True)
     except Exception as e:
         raise ModelDownloadError(f"{cannot}: {e}. {hint}") from e
 
@@ -161,7 +183,19 @@ def _from_pretrained(source: str, name: str, max_tokens: int | None, *, local_fi
     auto = AutoModelForCausalLM if has_lm_head else AutoModel
     model = auto.from_pretrained(source, config=config, attn_implementation="eager", dtype=torch.float32, **common)
     tokenizer = AutoTokenizer.from_pretrained(source, **common)
+    check_finite(model, name)
     return PretrainedModel(model, tokenizer, name=name, max_tokens=max_tokens)
+
+
+def check_finite(model: Any, name: str) -> None:
+    """ModelLoadError naming the first parameter that holds NaN or infinity (a damaged or broken checkpoint)."""
+    import torch
+
+    for param_name, param in model.named_parameters():
+        if not torch.isfinite(param).all():
+            bad = int((~torch.isfinite(param)).sum())
+            raise ModelLoadError(f"Refusing to load {name}: {param_name} holds {bad} values that are not finite "
+                                 "numbers (NaN or infinity); the checkpoint is damaged or was saved from a diverged run")
 
 
 def _offline() -> bool:

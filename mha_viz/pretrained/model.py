@@ -26,6 +26,7 @@ from .architectures import adapter_for
 from .encoded import Coverage, Encoded
 
 _NO_LIMIT = 1_000_000  # tokenizers without a length limit report a huge model_max_length
+CHARS_PER_TOKEN = 64  # read at most this many characters a token: longer texts are cut before tokenising
 
 
 class PretrainedModel:
@@ -253,6 +254,13 @@ class PretrainedModel:
         return self._encode(text), self._encode(text if decoder_text is None else decoder_text, decoder=True)
 
     def _encode(self, text: str, *, decoder: bool = False) -> Encoded:
+        """text as the model reads it, cut to max_tokens (special tokens kept at the ends).
+
+        A text of more than CHARS_PER_TOKEN * max_tokens characters is cut to that before it is
+        tokenised (no model's tokens are that long), so a huge paste costs no more than a long text;
+        `dropped` then counts the tokens cut from what was read.
+        """
+        text = text[: CHARS_PER_TOKEN * self.max_tokens]
         full = self.tokenizer(text, verbose=False)["input_ids"]
         fits = len(full) <= self.max_tokens  # else truncate, keeping the special tokens at the ends
         ids = full if fits else self.tokenizer(text, truncation=True, max_length=self.max_tokens)["input_ids"]

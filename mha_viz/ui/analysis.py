@@ -39,10 +39,12 @@ from ..figures.analysis import (
 )
 from ..figures.generation import head_scores_figure, logit_attribution_figure
 from ..figures.overview import picked_head
+from ..hosting import FULL_SIZE
 from ..params import COMPARE_WITH, DETECTORS, SECTIONS
 from ..pretrained.errors import ModelLoadError
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
+from .state import mark_typed
 from .text import plain
 from .views import chart
 
@@ -76,6 +78,7 @@ def analysis_view(
     name: str = "analysis",
     special: Collection[str | int] | None = None,
     other_model: ModelLoader | None = None,
+    max_passes: int | None = None,
 ) -> None:
     """Head statistics, redundancy, contribution, knockout, rollout, comparison and concat vs sum of one layer.
 
@@ -85,7 +88,8 @@ def analysis_view(
     special: tokens (strings) or positions counted as special (default: the model tokenizer's).
     other_model: a model id or folder ("" the bundled model) -> that model loaded (ValueError /
     ModelLoadError saying why; the app's cached loader with the demo's allow-list); adds comparison
-    with another model on the same sentence.
+    with another model on the same sentence. max_passes: the most forward passes one knockout ranking
+    may run (a public demo's budget; None: no limit).
     """
     if st.session_state.get("section") not in SECTIONS:
         st.session_state["section"] = SECTIONS[0]
@@ -96,14 +100,23 @@ def analysis_view(
     if section in NEEDS_FULL_TRACE and trace.missing:
         reason = trace.meta.get("unavailable", "the trace holds only attention weights")
         st.info(f"{section} needs the values, head outputs and W_O of this layer: {reason}")
-    elif section == "Head statistics":
+        return
+    try:
+        _section(section, trace, source, layer, name, special, other_model, max_passes)
+    except (np.linalg.LinAlgError, FloatingPointError, ValueError) as err:  # e.g. a model whose numbers are not finite
+        st.warning(f"{section} could not be computed on this layer: {plain(str(err))}")
+
+
+def _section(section: str, trace: AttentionTrace, source: TraceSource, layer: int, name: str,
+             special: Collection[str | int], other_model: ModelLoader | None, max_passes: int | None) -> None:
+    if section == "Head statistics":
         _head_statistics(trace, special, name)
     elif section == "Redundancy":
         _redundancy(trace, name)
     elif section == "Contribution":
         _contribution(trace, name)
     elif section == "Knockout":
-        _knockout(trace, name, source, layer)
+        _knockout(trace, name, source, layer, max_passes)
     elif section == "Rollout":
         _rollout(trace, name, source)
     elif section == "Compare":
@@ -177,7 +190,7 @@ def _contribution(trace: AttentionTrace, name: str) -> None:
     chart(contributions_figure(trace), "analysis_contributions", f"{name}-contributions")
 
 
-def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int) -> None:
+def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int, max_passes: int | None) -> None:
     H = trace.num_heads
     _clamp_heads(H)
     off = st.multiselect("Switch heads off", list(range(H)), key="off", format_func=_head_format,
@@ -199,8 +212,12 @@ def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int)
     effects = {"this layer's output": knockout_ranking(trace)}
     if whole is not None and st.toggle("Also rank by the final hidden state (one forward pass per head)",
                                        key="rank_final"):
-        effects["final hidden state"] = model_knockout_ranking(whole.model, whole.text, layer, part=whole.part,
-                                                               decoder_text=whole.decoder_text)
+        if max_passes is not None and H > max_passes:
+            st.info(f"Ranking by the final hidden state runs the model once per head ({H} passes); this public demo "
+                    f"runs at most {max_passes} at a time. To {FULL_SIZE}.")
+        else:
+            effects["final hidden state"] = model_knockout_ranking(whole.model, whole.text, layer, part=whole.part,
+                                                                   decoder_text=whole.decoder_text)
     chart(ranking_figure(effects), "analysis_ranking", f"{name}-ranking")
     if whole is None:
         return
@@ -291,7 +308,7 @@ def _trace_other_model(
     source: ModelSource, other_model: ModelLoader, layer: int
 ) -> tuple[AttentionTrace, tuple[str, str]] | None:
     """The same sentence, part and layer (or the other model's last) in another model; None after a message."""
-    name = st.text_input("Other model", key="other_model", max_chars=200,
+    name = st.text_input("Other model", key="other_model", max_chars=200, on_change=mark_typed, args=("other_model",),
                          placeholder="Hugging Face id or local folder, e.g. bundled",
                          help="A difference map needs the same tokens and head count (e.g. two models that "
                               "share a tokenizer); otherwise the two are shown side by side. 'bundled' is the "

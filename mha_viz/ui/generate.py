@@ -9,6 +9,7 @@ import streamlit as st
 from ..figures import heads_figure
 from ..figures.generation import logit_attribution_figure, next_token_figure, step_attention_figure
 from ..figures.overview import picked_head
+from ..hosting import Budget
 from ..params import MAX_NEW_TOKENS, MAX_SEED
 from ..pretrained.generation import Generation
 from ..sources import ModelSource
@@ -43,10 +44,11 @@ def _written(gen: Generation, step: int, model) -> str:
     return f"{before} :red-background[**{show(gen.tokens[step - 1:step])}**]"
 
 
-def generate_controls() -> dict:
+def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
     """The sampling widgets (keys are ViewState fields); returns generate()'s keyword arguments."""
     cols = st.columns([2, 2, 1, 2, 1])
-    cols[0].slider("New tokens", 1, MAX_NEW_TOKENS, key="new_tokens")
+    st.session_state["new_tokens"] = min(st.session_state.get("new_tokens", 8), max_new_tokens)
+    cols[0].slider("New tokens", 1, max_new_tokens, key="new_tokens")
     temperature = cols[1].slider("Temperature", 0.0, 2.0, step=0.05, key="temperature",
                                  help="0: greedy, always the most likely token. Above 0: sample from "
                                  "softmax(logits / temperature); higher flattens the distribution.")
@@ -62,7 +64,8 @@ def generate_controls() -> dict:
             "seed": int(state["gen_seed"])}
 
 
-def generate_view(source: ModelSource, name: str) -> None:
+def generate_view(source: ModelSource, name: str, limits: Budget | None = None) -> None:
+    """limits: a public demo's Budget (it caps the tokens to write)."""
     model = source.model
     if model.next_token_unavailable is not None:
         st.info(f"Generation needs a causal language model: {model.next_token_unavailable}.")
@@ -70,7 +73,7 @@ def generate_view(source: ModelSource, name: str) -> None:
     st.caption("The model writes after your sentence one token at a time, reading its own output through the "
                "key/value cache. Each step shows the distribution the token was drawn from, which heads wrote "
                "that token's logit, and where the query that predicted it looked in every layer and head.")
-    kwargs = generate_controls()
+    kwargs = generate_controls(MAX_NEW_TOKENS if limits is None else limits.max_new_tokens)
     try:
         gen = source.generate(st.session_state["new_tokens"], **kwargs)
     except ValueError as err:

@@ -12,6 +12,7 @@ import streamlit as st
 
 from ..analysis import without_tokens
 from ..config import MHAConfig
+from ..hosting import FULL_SIZE, Budget
 from ..export import safe_filename
 from ..params import MAX_TOKENS, ViewState, to_query
 from ..pretrained import PretrainedModel
@@ -24,7 +25,7 @@ from .controls import explain_invalid_heads, random_weights_banner
 from .export import export_section
 from .generate import generate_view
 from .text import plain
-from .training import accuracy_by_heads, cached_trained_layer, trained_run, training_page, who_takes_what
+from .training import accuracy_by_heads, cached_trained_layer, stoppable, trained_run, training_page, who_takes_what
 
 CONFIGURABLE_VIEWS = ("Heads", "Lines", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas")
 PRETRAINED_VIEWS = ("Heads", "Lines", "Overview", "One head", "Concat → W_O", "Analysis")
@@ -65,7 +66,9 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
         st.info(f"Type a {what} to see its attention (it has no visible characters yet).")
         return
     if trace.meta.get("truncated"):
-        st.warning(f"The text is longer than {MAX_TOKENS} tokens; only the first {MAX_TOKENS} are shown.")
+        n = source.max_tokens
+        st.warning(f"The text is longer than {n} tokens; only the first {n} are shown."
+                   + ("" if n >= MAX_TOKENS else f" This public demo draws at most {n}; to {FULL_SIZE}."))
     T, S = trace.weights.shape[1:]
     random_weights_banner(s.seed)
     st.caption(
@@ -88,7 +91,10 @@ def _trained_weights_page(s: ViewState) -> None:
         explain_invalid_heads(s.h, s.d_model, advanced=False)
         return
     spec = TASKS[s.task]
-    layer = cached_trained_layer(s.task, s.h, s.d_model, s.steps, s.seed)
+    key = (s.task, s.h, s.d_model, s.steps, s.seed)
+    layer = stoppable(key, lambda: cached_trained_layer(*key))
+    if layer is None:
+        return
     source = TrainedSource(layer, s.sequence)
     try:
         trace = source.trace(0)
@@ -154,8 +160,11 @@ def _coverage_warning(model: PretrainedModel, text: str) -> None:
                 "vocabulary has few words of this language or script, so the tokens are single characters.")
 
 
-def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader) -> None:
-    """A pretrained model's layer; source is the app's cached ModelSource for s.text, s.part and the decoder text."""
+def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader, limits: Budget | None = None) -> None:
+    """A pretrained model's layer; source is the app's cached ModelSource for s.text, s.part and the decoder text.
+
+    limits: a public demo's Budget (the model was loaded with its max_tokens; it caps knockout passes).
+    """
     model = source.model
     if not s.text.strip() or (model.kind == "encoder-decoder" and s.part != "encoder" and not s.context.strip()):
         st.info("Type a sentence to see its attention (it has no visible characters yet).")
@@ -168,7 +177,8 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader)
     )
     if trace.meta.get("truncated"):
         st.warning(f"The input is longer than the model's maximum of {model.max_tokens} tokens: "
-                   f"{trace.meta['truncated']} tokens were cut off the end.")
+                   f"{trace.meta['truncated']} tokens were cut off the end."
+                   + (f" This public demo reads at most {limits.max_tokens}; to {FULL_SIZE}." if limits else ""))
     _coverage_warning(model, s.text)
     if trace.missing:
         st.info(f"Only the attention weights are available for this model: {trace.meta.get('unavailable')}")
@@ -180,11 +190,12 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader)
             st.info(f"{err}; showing all tokens.")
     view = view_picker(CAUSAL_VIEWS if model.kind == "decoder" else PRETRAINED_VIEWS)
     if view == "Generate":
-        generate_view(source, name)
+        generate_view(source, name, limits)
     elif view == "Overview":
         views.overview_view(source.attentions(), shown, s.layer, name)
     elif view == "Analysis":
-        analysis_view(trace, source, layer=s.layer, name=name, other_model=other_model)
+        analysis_view(trace, source, layer=s.layer, name=name, other_model=other_model,
+                      max_passes=None if limits is None else limits.max_passes)
     elif view in FULL_TRACE_VIEWS and trace.missing:
         st.info(f"The {view} view needs queries, keys, values and the output projection: {trace.meta.get('unavailable')}")
     else:
@@ -205,7 +216,10 @@ def train_page(s: ViewState) -> None:
         explain_invalid_heads(s.h, s.d_model, advanced=False)
         trace = None
     else:
-        run = trained_run(s.task, s.h, s.d_model, s.steps, s.seed)
+        run = stoppable((s.task, s.h, s.d_model, s.steps, s.seed),
+                        lambda: trained_run(s.task, s.h, s.d_model, s.steps, s.seed))
+        if run is None:
+            return
         source = TrainedSource(run.layer, "")
         trace = source.trace(0)  # the trained layer on the task's probe sequence
         st.caption(f"The trained layer (task {s.task}, h = {s.h}, d_model = {s.d_model}, {s.steps} steps, seed {s.seed}) "

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, MAX_TEXT_CHARS, PARTS
+from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, MAX_MODEL_CHARS, MAX_TEXT_CHARS, PARTS
 from ..pretrained import BUNDLED_MODEL, INDUCTION_MODEL, PretrainedModel
+from .state import mark_typed
 from .text import plain
 
 BUNDLED = {"": "all-MiniLM-L6-v2 (encoder)", INDUCTION_MODEL: "induction-2l (causal)"}  # both work offline
@@ -32,6 +33,9 @@ def model_field(allowed: tuple[str, ...] | None) -> str:
         st.text_input(
             "Model (Hugging Face id or local folder)",
             key="model",
+            max_chars=MAX_MODEL_CHARS,
+            on_change=mark_typed,
+            args=("model",),
             placeholder=f"bundled {BUNDLED_MODEL.split('/')[-1]} (offline)",
             help="Leave empty for the bundled all-MiniLM-L6-v2, which needs no download; "
             f"{INDUCTION_MODEL} is the bundled causal model. Other models (e.g. gpt2, org/name) load with eager "

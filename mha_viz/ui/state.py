@@ -6,7 +6,7 @@ from dataclasses import fields
 
 import streamlit as st
 
-from ..params import DEFAULTS, MAX_TEXT_CHARS, ViewState, parse_query, to_query
+from ..params import DEFAULTS, TEXT_CAPS, ViewState, parse_query, to_query
 from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
 
 FIELDS = tuple(f.name for f in fields(ViewState))
@@ -18,12 +18,13 @@ def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
 
     Later runs re-assign every key to itself: Streamlit forgets a widget's value after a run
     in which the widget was not drawn (another view, or an error shown instead), and the view
-    must survive that.
+    must survive that. Free-text values are cut to their TEXT_CAPS before anything reads them.
     """
     if st.session_state.get(_SEEDED):
         for name in FIELDS:
             if name in st.session_state:
-                st.session_state[name] = st.session_state[name]
+                value = st.session_state[name]
+                st.session_state[name] = value[: TEXT_CAPS[name]] if name in TEXT_CAPS and isinstance(value, str) else value
     else:
         state, notices = parse_query(st.query_params.to_dict(), ignore=extra_keys)
         for name in FIELDS:
@@ -40,8 +41,8 @@ def current() -> ViewState:
     values = {name: st.session_state.get(name, getattr(DEFAULTS, name)) for name in FIELDS}
     for name in ("compare", "off"):  # multiselects hold lists
         values[name] = tuple(values[name] or ())
-    for name in ("text", "context"):  # the text areas cap typing; this caps anything else that sets them
-        values[name] = str(values[name])[:MAX_TEXT_CHARS]
+    for name, cap in TEXT_CAPS.items():  # the widgets cap typing; this caps anything else that sets them
+        values[name] = str(values[name])[:cap]
     return ViewState(**values)
 
 
@@ -50,3 +51,15 @@ def write_url(state: ViewState, extra: dict[str, str] | None = None) -> None:
     wanted = {**to_query(state), **(extra or {})}
     if st.query_params.to_dict() != wanted:
         st.query_params.from_dict(wanted)
+
+
+TYPED = "_typed_models"  # the model names this session typed into a field (only those may be local folders)
+
+
+def mark_typed(key: str) -> None:
+    """on_change of a model field: remember that this session typed the name (a link did not set it)."""
+    st.session_state.setdefault(TYPED, set()).add(str(st.session_state.get(key, "")).strip())
+
+
+def was_typed(name: str) -> bool:
+    return name in st.session_state.get(TYPED, set())

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 import numpy as np
 import streamlit as st
 
+from typing import TypeVar
+
 from ..params import MAX_SEED, MAX_STEPS
 from ..trace import AttentionTrace
 from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
@@ -22,6 +24,7 @@ from .controls import TRAINED_D_MODELS, _keep_heads_valid, explain_invalid_heads
 from .views import chart
 
 SAME = 0.01  # accuracies closer than this count as "about as well"
+T = TypeVar("T")
 
 
 @contextmanager
@@ -38,6 +41,29 @@ def progress_bar(what: str, steps: int) -> Iterator[Callable[[int], None]]:
         yield on_step
     finally:
         bar.empty()
+
+
+STOPPED = "_stopped_trainings"  # session key: the trainings this session stopped
+
+
+def stoppable(key: tuple, train: Callable[[], T]) -> T | None:
+    """train() with a Stop button above it; None (and a way to start again) once this session has stopped it.
+
+    A click on Stop reruns the page, which interrupts the training at its next progress update
+    (Streamlit stops a run at its next element), so no other work waits for it.
+    """
+    stopped = st.session_state.setdefault(STOPPED, set())
+    if key in stopped:
+        st.info("Training stopped. Change a setting, or train this one again.")
+        st.button("Train again", key=f"train_again_{abs(hash(key))}", on_click=stopped.discard, args=(key,),
+                  icon=":material/play_arrow:")
+        return None
+    slot = st.empty()
+    slot.button("Stop training", key=f"stop_{abs(hash(key))}", on_click=stopped.add, args=(key,), icon=":material/stop:")
+    try:
+        return train()
+    finally:
+        slot.empty()
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -77,7 +103,7 @@ def accuracy_by_heads(layer: TrainedLayer, name: str) -> None:
         (layer.task, layer.d_model, layer.seed, layer.steps), {1})  # the h this session has trained: cache hits
     seen.add(layer.num_heads)
     known = [cached_trained_layer(layer.task, h, layer.d_model, layer.steps, layer.seed) for h in choices
-             if h in seen or precomputed_layer(layer.task, h, layer.d_model, layer.seed, layer.steps)]
+             if h in seen or precomputed_layer(layer.task, h, layer.d_model, layer.seed, layer.steps)]  # h = 1: seconds
     chart(accuracy_by_heads_figure(known, layer.num_heads), "accuracy_by_heads", f"{name}-accuracy-by-h")
     st.caption(f"Mean accuracy on the task after {layer.steps} steps, for each h at d_model = {layer.d_model} "
                f"(seed {layer.seed}); this h in red. Hover a bar for each relation's top head.")
@@ -147,8 +173,11 @@ def training_page(h: int, d_model: int, steps: int, seed: int, task: str) -> Att
         f"{steps} Adam steps, seed {seed}. Loss and accuracy are measured on a fixed batch of evaluation sequences; "
         "the heatmaps show one fixed probe sequence."
     )
-    run = trained_run(spec.name, h, d_model, steps, seed)
-    single = trained_run(spec.name, 1, d_model, steps, seed) if h > 1 else None
+    run = stoppable((spec.name, h, d_model, steps, seed), lambda: trained_run(spec.name, h, d_model, steps, seed))
+    single = stoppable((spec.name, 1, d_model, steps, seed), lambda: trained_run(spec.name, 1, d_model, steps, seed)
+                       ) if h > 1 and run is not None else None
+    if run is None or (h > 1 and single is None):
+        return None
     if single is not None:
         _comparison(run, single)
     else:
