@@ -7,6 +7,7 @@ Traces live in one cache shared by every session and bounded in bytes (MHA_VIZ_C
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -22,7 +23,7 @@ from mha_viz.params import MODES
 from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel, load_model
 from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource, configurable_trace
 from mha_viz.trace import AttentionTrace
-from mha_viz.ui import controls, pages, pretrained, state, style, views
+from mha_viz.ui import controls, fair, pages, pretrained, state, style, views
 from mha_viz.ui.text import plain
 from mha_viz.ui.training import training_controls
 
@@ -45,13 +46,22 @@ def shared_cache() -> ByteBudgetCache:
     return ByteBudgetCache(cache_bytes(secret=secret))
 
 
-def cached(key: tuple[Hashable, ...], compute: Callable[[], T], spinner: str | None = None) -> T:
-    """The shared cache's value for key, computed (under a spinner, if given) when it holds none."""
+def cached(key: tuple[Hashable, ...], compute: Callable[[], T], spinner: str | None = None, heavy: bool = False) -> T:
+    """The shared cache's value for key, computed when it holds none: under a spinner (if given), and as heavy
+    work (one request at a time across sessions, fair.heavy) when heavy."""
     cache = shared_cache()
-    if spinner is None or key in cache:
+    if key in cache:
         return cache.get(key, compute)
-    with st.spinner(spinner):
-        return cache.get(key, compute)
+    with fair.heavy(spinner or "A long computation") if heavy else contextlib.nullcontext():
+        if spinner is None:
+            return cache.get(key, compute)
+        with st.spinner(spinner):
+            return cache.get(key, compute)
+
+
+def long_text(text: str) -> bool:
+    """Texts past ~64 tokens make a model's forward pass (and its traces) heavy work."""
+    return len(text) > 300
 
 
 @st.cache_resource(max_entries=2, show_spinner=False)
@@ -76,7 +86,8 @@ class CachedConfigurable(ConfigurableSource):
     def trace(self, layer: int = 0) -> AttentionTrace:
         if layer != 0:
             return super().trace(layer)  # raises IndexError
-        return cached(("configurable", self), lambda: super(CachedConfigurable, self).trace(0).read_only())
+        return cached(("configurable", self), lambda: super(CachedConfigurable, self).trace(0).read_only(),
+                      heavy=long_text(self.text) and self.cfg.d_model * self.cfg.num_heads > 1024)
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,24 +102,26 @@ class CachedModel(ModelSource):
     def trace(self, layer: int) -> AttentionTrace:
         # Every layer of the text from one forward pass, so that a layer change is a cache hit.
         layers = cached(("layers", self.key, self.text, self.part, self.decoder_text), lambda: tuple(
-            t.read_only() for t in self.model.traces(self.text, part=self.part, decoder_text=self.decoder_text)))
+            t.read_only() for t in self.model.traces(self.text, part=self.part, decoder_text=self.decoder_text)),
+            heavy=long_text(self.text))
         if not 0 <= layer < len(layers):
             return super().trace(layer)  # raises IndexError saying which layers exist
         return layers[layer]
 
     def attentions(self) -> np.ndarray | None:
         return None if self.part == "cross" else cached(
-            ("attentions", self.key, self.text, self.part, self.decoder_text), super().attentions)
+            ("attentions", self.key, self.text, self.part, self.decoder_text), super().attentions,
+            heavy=long_text(self.text))
 
     def generate(self, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int = 0) -> Generation:
         key = ("generation", self.key, self.text, max_new_tokens, temperature, top_k, top_p, seed)
         return cached(key, lambda: super(CachedModel, self).generate(
-            max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed), "Writing…")
+            max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed), "Writing…", heavy=True)
 
     def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
         return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed),
-                      "Running the head detectors on repeated random tokens…")
+                      "Running the head detectors on repeated random tokens…", heavy=True)
 
 
 def model_key(name: str, limits: Budget | None) -> tuple[str, bool, int | None]:

@@ -165,3 +165,24 @@ def test_a_stopped_training_stays_stopped_until_started_again() -> None:
     assert not at.exception and "Training stopped" in at.info[0].value and not at.get("plotly_chart")
     next(b for b in at.button if b.key.startswith("train_again_")).click().run()
     assert not at.exception and at.get("plotly_chart") and not at.session_state["_stopped_trainings"]
+
+
+def test_heavy_work_runs_one_request_at_a_time_and_nests() -> None:
+    from mha_viz.ui import fair
+
+    running, peak, done = [0], [0], []
+
+    def job() -> None:
+        with fair.heavy("test"), fair.heavy("nested, same turn"):
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            time.sleep(0.05)
+            running[0] -= 1
+            done.append(1)
+
+    threads = [threading.Thread(target=job) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert done == [1, 1, 1, 1] and peak[0] == 1

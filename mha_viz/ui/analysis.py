@@ -44,6 +44,7 @@ from ..params import COMPARE_WITH, DETECTORS, SECTIONS
 from ..pretrained.errors import ModelLoadError
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
+from .fair import heavy
 from .state import mark_typed
 from .text import plain
 from .views import chart
@@ -204,7 +205,9 @@ def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int,
     cols = st.columns(2)
     cols[0].metric("Change in this layer's output", f"{knockout_effect(trace, off):.1%}")
     if whole is not None and off:
-        result = model_knockout(whole.model, whole.text, layer, off, part=whole.part, decoder_text=whole.decoder_text)
+        with heavy("Knockout through the model"):
+            result = model_knockout(whole.model, whole.text, layer, off, part=whole.part,
+                                    decoder_text=whole.decoder_text)
         cols[1].metric("Change in the final hidden state", f"{result.effect:.1%}")
         per_token["final hidden state (end of the model)"] = (result.tokens, result.per_token)
     if off:
@@ -216,8 +219,9 @@ def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int,
             st.info(f"Ranking by the final hidden state runs the model once per head ({H} passes); this public demo "
                     f"runs at most {max_passes} at a time. To {FULL_SIZE}.")
         else:
-            effects["final hidden state"] = model_knockout_ranking(whole.model, whole.text, layer, part=whole.part,
-                                                                   decoder_text=whole.decoder_text)
+            with heavy("Ranking every head through the model"):
+                effects["final hidden state"] = model_knockout_ranking(whole.model, whole.text, layer, part=whole.part,
+                                                                       decoder_text=whole.decoder_text)
     chart(ranking_figure(effects), "analysis_ranking", f"{name}-ranking")
     if whole is None:
         return

@@ -21,6 +21,7 @@ from ..training.figures import (
 )
 from ..training.precomputed import precomputed_layer
 from .controls import TRAINED_D_MODELS, _keep_heads_valid, explain_invalid_heads, head_choices, heads_slider
+from .fair import heavy
 from .views import chart
 
 SAME = 0.01  # accuracies closer than this count as "about as well"
@@ -61,7 +62,8 @@ def stoppable(key: tuple, train: Callable[[], T]) -> T | None:
     slot = st.empty()
     slot.button("Stop training", key=f"stop_{abs(hash(key))}", on_click=stopped.add, args=(key,), icon=":material/stop:")
     try:
-        return train()
+        with heavy("Training"):
+            return train()
     finally:
         slot.empty()
 
