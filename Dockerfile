@@ -7,6 +7,7 @@ ENV MHA_VIZ_VENV=/opt/venv \
     PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 \
+    MHA_VIZ_PUBLIC=1 \
     MHA_VIZ_ALLOWED_MODELS=bundled,mha-viz/induction-2l \
     PORT=8501
 

@@ -25,6 +25,7 @@ def test_dockerfile_is_slim_cpu_only_non_root_with_a_healthcheck() -> None:
     assert "bash scripts/install.sh" in DOCKERFILE  # the install step CI runs (.ci/run)
     assert 'CMD ["bash", "scripts/serve.sh"]' in DOCKERFILE
     assert "MHA_VIZ_ALLOWED_MODELS=bundled,mha-viz/induction-2l" in DOCKERFILE  # a public demo loads only the bundled models
+    assert "MHA_VIZ_PUBLIC=1" in DOCKERFILE  # and works within its budget
 
 
 def test_the_start_command_serves_the_app_and_the_healthcheck_sees_it() -> None:
