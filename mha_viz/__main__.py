@@ -5,25 +5,42 @@
     python -m mha_viz report --model bundled --layer 2 --text "The cat sat on the mat" --out report.html
     python -m mha_viz report --model org/name --part decoder --layer 0 --text "..." --out report.html
 
-Exit codes: 0 written; 1 the model could not be loaded or a file not written; 2 invalid
-arguments (the message says which and why). Errors are one line on stderr, never a traceback.
+Outputs are never overwritten without --force, never written through a symbolic link (a link is
+refused, even with --force), and never half-written: each file is written to a temporary file
+in its directory and then moved into place (a hard link that fails if the name exists, or
+os.replace with --force). The sizes have the app's limits (h, d_model, d_k, d_v, d_out; at most
+512 tokens a side, pretrained models included), checked before any work.
+
+Exit codes: 0 written; 1 the model could not be loaded, memory ran out or a file was not written;
+2 invalid arguments (the message says which and why); 130 interrupted. Errors are one line on
+stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import shlex
+import stat
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from .params import DEFAULT_TEXT, MAX_SEED, MAX_TOKENS
+from .params import D_MODEL_CHOICES, DEFAULT_TEXT, MAX_HEAD_WIDTH, MAX_HEADS, MAX_SEED, MAX_TOKENS
 from .text import tokenize
 from .trace import AttentionTrace
 
 PROG = "python -m mha_viz"
 CONFIGURABLE_OPTIONS = ("heads", "d_model", "d_k", "d_v", "d_out", "seed", "causal", "no_pe")
 PRETRAINED_OPTIONS = ("layer", "part")
+OUTPUTS = ("npz", "json", "out")  # in the order they are written
+# The app's limits (mha_viz.params): the largest layer within them traces in about a second.
+LIMITS = {"heads": MAX_HEADS, "d_model": max(D_MODEL_CHOICES), "d_k": MAX_HEAD_WIDTH, "d_v": MAX_HEAD_WIDTH,
+          "d_out": MAX_HEAD_WIDTH}
+_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV}
 
 
 class CliError(Exception):
@@ -65,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--npz", type=Path, help="the trace's arrays as .npz (numpy)")
     group.add_argument("--json", type=Path, help="the trace as JSON")
     group.add_argument("--title", help="the report's title (default: describes the layer)")
+    group.add_argument("--force", action="store_true", help="overwrite existing files (regular files only; "
+                       "a symbolic link is never followed nor replaced)")
+    group.add_argument("--float16", action="store_true", help="store the arrays of --npz and --json as float16: "
+                       "half the size, about 3 significant digits; refused if a value exceeds float16's range")
+    group.add_argument("--json-arrays", choices=("lists", "base64"), default="lists",
+                       help="--json arrays as nested lists of numbers (default) or as base64 of their "
+                       "little-endian bytes (exact, about 2.2 times smaller, much faster to write)")
     return parser
 
 
@@ -80,6 +104,43 @@ def _check_options(args: argparse.Namespace) -> None:
     if given:
         what = "the configurable layer (leave out --model)" if args.model else "pretrained models (add --model)"
         raise CliError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to {what}")
+    if not args.model:
+        for name, top in LIMITS.items():
+            value = getattr(args, name)
+            if value is not None and value > top:
+                hint = " (leave it out for d_out = d_model)" if name == "d_out" else ""
+                raise CliError(f"--{name.replace('_', '-')} must be at most {top}, the app's limit{hint}; got {value}")
+
+
+def _check_outputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """The (option, path) pairs to write, checked before any work: distinct paths, existing folders,
+    no symbolic links, nothing overwritten without --force, and only regular files with it."""
+    outputs = [(f"--{name}", getattr(args, name)) for name in OUTPUTS if getattr(args, name) is not None]
+    seen: dict[str, str] = {}
+    for option, path in outputs:
+        key = os.path.normcase(os.path.join(os.path.realpath(path.parent), path.name))
+        if key in seen:
+            raise CliError(f"{seen[key]} and {option} name the same file {path}: give each output its own path")
+        seen[key] = option
+    for option, path in outputs:
+        if not path.name or path.name in (".", ".."):
+            raise CliError(f"{option} {path} is not a file name")
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            if not path.parent.is_dir():
+                raise CliError(f"could not write {path}: no folder {path.parent}", code=1) from None
+            continue
+        except OSError as err:
+            raise CliError(f"could not write {path}: {err.strerror or err}", code=1) from None
+        if stat.S_ISLNK(mode):
+            raise CliError(f"{option} {path} is a symbolic link; outputs are never written through links: "
+                           "give the path of a new or regular file")
+        if not args.force:
+            raise CliError(f"{option} {path} exists; add --force to overwrite")
+        if not stat.S_ISREG(mode):
+            raise CliError(f"{option} {path} exists and is not a regular file; --force replaces regular files only")
+    return outputs
 
 
 def configurable_trace(args: argparse.Namespace) -> tuple[AttentionTrace, str, dict[str, Any]]:
@@ -128,7 +189,7 @@ def pretrained_trace(args: argparse.Namespace) -> tuple[AttentionTrace, str, dic
     except ImportError:
         pass
     try:
-        model = load_model(name)
+        model = load_model(name, max_tokens=MAX_TOKENS)
     except (ModelLoadError, ValueError, OSError) as err:
         raise CliError(f"could not load the model {args.model!r}: {err}", code=1) from None
     if args.context is not None and model.kind != "encoder-decoder":
@@ -157,39 +218,84 @@ def pretrained_trace(args: argparse.Namespace) -> tuple[AttentionTrace, str, dic
     return trace, title, notes
 
 
-def _write(path: Path, data: str | bytes) -> None:
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _write(path: Path, write: Callable[[IO[bytes]], None], *, force: bool) -> None:
+    """write(file) into a new temporary file next to path, then move it into place.
+
+    Without force a hard link (it fails if path exists, even as a link) or, where the file system
+    has none, an exclusive create followed by os.replace; with force os.replace, which replaces a
+    link itself and never writes through it. The temporary file is removed on any failure.
+    """
     try:
-        if isinstance(data, str):
-            path.write_text(data, encoding="utf-8")
-        else:
-            path.write_bytes(data)
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     except OSError as err:
         raise CliError(f"could not write {path}: {err.strerror or err}", code=1) from None
+    try:
+        with os.fdopen(fd, "wb") as file:
+            os.fchmod(file.fileno(), 0o666 & ~_umask())  # as an ordinary new file (mkstemp makes it 0600)
+            write(file)
+        if force:
+            os.replace(temp, path)
+        else:
+            _link_new(temp, path)
+    except FileExistsError:
+        raise CliError(f"{path} exists (created while this ran); add --force to overwrite") from None
+    except OSError as err:
+        raise CliError(f"could not write {path}: {err.strerror or err}", code=1) from None
+    finally:
+        if os.path.lexists(temp):
+            os.unlink(temp)
+
+
+def _link_new(temp: str, path: Path) -> None:
+    """Give temp's file the new name path; FileExistsError if path exists (file, folder or link)."""
+    try:
+        os.link(temp, path)
+    except OSError as err:
+        if err.errno not in _NO_HARD_LINKS:
+            raise
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
+        os.replace(temp, path)  # over the empty file just created
 
 
 def report(args: argparse.Namespace, argv: list[str]) -> None:
     _check_options(args)
+    outputs = _check_outputs(args)
     trace, title, notes = pretrained_trace(args) if args.model else configurable_trace(args)
     notes["command"] = shlex.join(["python", "-m", "mha_viz", *argv])
-    written = []
-    if args.npz is not None:
-        from .export import trace_to_npz
+    dtype = "float16" if args.float16 else None
+    from .export import write_json, write_npz
 
-        _write(args.npz, trace_to_npz(trace))
-        written.append(args.npz)
-    if args.json is not None:
-        from .export import trace_to_json
-
-        _write(args.json, trace_to_json(trace))
-        written.append(args.json)
-    if args.out is not None:
-        from .report import html_report
-
-        _write(args.out, html_report(trace, title=args.title or title, notes=notes, filename=args.out.stem))
-        written.append(args.out)
+    writers = {
+        "--npz": lambda file: write_npz(trace, file, dtype=dtype),
+        "--json": lambda file: write_json(trace, file, array_format=args.json_arrays, dtype=dtype),
+        "--out": lambda file: file.write(_html(trace, args.title or title, notes, args.out.stem).encode("utf-8")),
+    }
+    for option, path in outputs:
+        try:
+            _write(path, writers[option], force=args.force)
+        except ValueError as err:  # a value beyond float16's range
+            raise CliError(f"could not write {path}: {err}", code=1) from None
     H, T, S = trace.weights.shape
-    for path in written:
+    for _, path in outputs:
         print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB): {H} heads, {T} query x {S} key tokens")
+
+
+def _html(trace: AttentionTrace, title: str, notes: dict[str, Any], stem: str) -> str:
+    from .report import html_report
+
+    return html_report(trace, title=title, notes=notes, filename=stem)
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """A MemoryError, or torch's RuntimeError when an allocation fails."""
+    text = str(err).lower()
+    return isinstance(err, MemoryError) or any(s in text for s in ("not enough memory", "can't allocate", "out of memory"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,6 +310,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
         return 130
+    except (MemoryError, RuntimeError) as err:
+        message = ("out of memory: try fewer heads, a smaller d_model or a shorter text" if _out_of_memory(err)
+                   else _one_line(err))
+        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - a bug, reported in one line like every other error
+        print(f"{PROG} {args.command}: error: unexpected {type(err).__name__}: {_one_line(err)}", file=sys.stderr)
+        return 1
     return 0
 
 

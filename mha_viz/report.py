@@ -9,6 +9,8 @@ the figures (by default the heads grid and, when the trace has the intermediates
 concat -> W_O path and the per-head contributions), the tokens, every array's shape, the two
 W_O identities' errors and any notes. All text from the trace (tokens, meta, notes, title) is
 HTML-escaped; the figures' JSON escapes <, > and / (no "</script>" inside a script element).
+The figures share a budget (MAX_FIGURE_BYTES): one that would pass it is left out, with a note
+in its place, so a report stays under ~21 MB whatever the trace (plotly.js is 4.6 MB of that).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ CSP = (
     "img-src data: blob:; font-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'"
 )
 PLOTLY_WINDOW_CONFIG = "window.PlotlyConfig = {MathJaxConfig: 'local'};"
+MAX_FIGURE_BYTES = 16_000_000  # all figures of one report together (h = 16, d_model = 768, 512 tokens: 11 MB)
 _URL = re.compile(r"https?://[^\s\"'<>]+")
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto; max-width: 1200px;
@@ -127,6 +130,12 @@ def _figure_html(fig: go.Figure, index: int, filename: str) -> str:
                        div_id=f"figure-{index}", default_width="100%")
 
 
+def _figure_title(fig: go.Figure) -> str:
+    title = fig.layout.title.text
+    names = [a.text for a in fig.layout.annotations if a.text] if not title else []  # subplot titles
+    return title or "; ".join(names[:3]) or "untitled"
+
+
 def _version() -> str:
     try:
         return version("mha-viz")
@@ -142,6 +151,7 @@ def html_report(
     notes: Mapping[str, Any] | None = None,
     filename: str | None = None,
     captions: Sequence[str] | None = None,
+    max_figure_bytes: int = MAX_FIGURE_BYTES,
 ) -> str:
     """The report as one HTML page (a str; write it with encoding="utf-8").
 
@@ -149,7 +159,8 @@ def html_report(
     captions: one line under each of them (e.g. which view it came from).
     notes: extra key -> value rows (how the trace was made, a link back to the live view, ...);
     a value that is an http(s) address becomes a link. filename: stem for the figures' PNG
-    downloads (default: from the title).
+    downloads (default: from the title). max_figure_bytes: the figures' budget, in order; a figure
+    that would pass it is left out and a note says so (the trace's .npz holds every array).
     """
     figures = default_figures(trace) if figures is None else list(figures)
     stem = safe_filename(filename or title)
@@ -168,9 +179,18 @@ def html_report(
     if trace.cross or tuple(trace.key_tokens) != tuple(trace.query_tokens):
         parts.append(f"<h2>Key tokens ({S})</h2>" + _tokens(trace.key_tokens))
 
+    budget = max_figure_bytes
     for i, fig in enumerate(figures):
         caption = f"<figcaption>{_esc(captions[i])}</figcaption>" if captions is not None and i < len(captions) else ""
-        parts.append(f"<figure>{_figure_html(fig, i, f'{stem}-figure{i + 1}')}{caption}</figure>")
+        div = _figure_html(fig, i, f"{stem}-figure{i + 1}")
+        size = len(div.encode("utf-8"))
+        if size > budget:
+            div = (f"<p>Figure {i + 1} ({_esc(_figure_title(fig))}) is left out: it would add {size / 1e6:.1f} MB, "
+                   f"more than the {budget / 1e6:.1f} MB left of this report's {max_figure_bytes / 1e6:.0f} MB for "
+                   "figures. Its numbers are in the trace's .npz export.</p>")
+        else:
+            budget -= size
+        parts.append(f"<figure>{div}{caption}</figure>")
 
     rows = [
         [f"<td><code>{_esc(name)}</code></td>", f"<td>{_esc(' × '.join(map(str, a.shape)))}</td>",

@@ -1,7 +1,9 @@
-"""Export and share: NPZ / JSON round trips, the offline HTML report, the CLI and the Streamlit controls."""
+"""Export and share: NPZ / JSON round trips, streaming, sizes, the export slot, the offline HTML report, the CLI
+and the Streamlit controls."""
 
 from __future__ import annotations
 
+import base64
 import doctest
 import html
 import io
@@ -9,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -27,13 +31,21 @@ import mha_viz.export
 from mha_viz.analysis import without_tokens
 from mha_viz.export import (
     ARRAY_FIELDS,
+    ARRAY_FORMATS,
     FORMAT,
+    SIZE_SAMPLE,
+    ExportBusy,
+    export_bytes,
+    export_size,
+    iter_json,
     safe_filename,
     share_url,
     trace_from_json,
     trace_from_npz,
     trace_to_json,
     trace_to_npz,
+    write_json,
+    write_npz,
 )
 from mha_viz.report import html_report
 from mha_viz.trace import AttentionTrace
@@ -183,6 +195,194 @@ def test_any_text_round_trips_through_npz_and_json(text: str) -> None:
     assert_same_trace(trace, trace_from_json(json_text))
 
 
+# ------------------------------------------------------------------- streaming, stated dtypes, base64
+
+
+def long_trace(n: int = 300, *, causal: bool = True, cross: bool = False) -> AttentionTrace:
+    """n tokens a side: arrays larger than SIZE_SAMPLE and than one JSON chunk."""
+    tokens = tuple(f"w{i}" for i in range(n))
+    return configurable(tokens, tokens[::-1] if cross else None, causal=causal)
+
+
+def test_json_is_written_in_bounded_chunks_and_equals_the_string() -> None:
+    trace = long_trace()
+    chunks = list(iter_json(trace))
+    document = b"".join(chunks)
+    assert document == trace_to_json(trace).encode("utf-8")
+    buffer = io.BytesIO()
+    write_json(trace, buffer)
+    assert buffer.getvalue() == document
+    assert len(document) > 5_000_000 and max(map(len, chunks)) < 1_000_000  # memory: one chunk, not the document
+    assert_same_trace(trace, trace_from_json(document))
+
+
+@pytest.mark.parametrize("make", TRACES.values(), ids=TRACES.keys())
+def test_base64_json_is_exact_and_plain_numpy_reads_it(make) -> None:
+    trace = make()
+    text = trace_to_json(trace, array_format="base64")
+    doc = strict_loads(text)
+    assert doc["array_format"] == "base64"
+    assert_same_trace(trace, trace_from_json(text))
+    for name, array in mha_viz.export.trace_arrays(trace).items():  # the recipe of the module docstring
+        little = np.dtype(doc["dtypes"][name]).newbyteorder("<")
+        read = np.frombuffer(base64.b64decode(doc["arrays"][name]), little).reshape(doc["shapes"][name])
+        np.testing.assert_array_equal(read, array)
+
+
+def test_base64_json_is_less_than_half_of_lists_for_long_inputs() -> None:
+    trace = long_trace(cross=True, causal=False)
+    lists, packed = export_bytes(trace, "json"), export_bytes(trace, "json", array_format="base64")
+    numbers = sum(a.size for a in mha_viz.export.trace_arrays(trace).values())
+    assert len(packed) < 5.4 * numbers < 0.5 * len(lists)
+
+
+@pytest.mark.parametrize("make", TRACES.values(), ids=TRACES.keys())
+def test_a_stated_float16_is_what_both_files_hold(make) -> None:
+    trace = make()
+    half = trace_from_npz(trace_to_npz(trace, dtype="float16"))
+    for name, array in mha_viz.export.trace_arrays(trace).items():
+        assert getattr(half, name).dtype == np.float16
+        np.testing.assert_array_equal(getattr(half, name), array.astype(np.float16))  # -inf stays -inf
+    for array_format in ARRAY_FORMATS:
+        text = trace_to_json(trace, dtype="float16", array_format=array_format)
+        assert set(strict_loads(text)["dtypes"].values()) == {"float16"}
+        assert_same_trace(half, trace_from_json(text))
+    saved = sum(a.nbytes - 2 * a.size for a in mha_viz.export.trace_arrays(trace).values())  # 2 bytes a number
+    assert len(trace_to_npz(trace, compress=False)) - len(trace_to_npz(trace, dtype="float16", compress=False)) == saved
+
+
+def test_float16_lists_read_back_every_float16_exactly() -> None:
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(1, 256, 256)  # all bit patterns
+    trace = AttentionTrace(query_tokens=("a",) * 256, key_tokens=("b",) * 256, weights=every)
+    back = trace_from_json(trace_to_json(trace)).weights
+    assert back.dtype == np.float16
+    finite_or_inf = ~np.isnan(every)
+    np.testing.assert_array_equal(back[finite_or_inf].view(np.uint16), every[finite_or_inf].view(np.uint16))  # -0.0
+    assert np.isnan(back[~finite_or_inf]).all()
+
+
+def test_a_value_beyond_float16_is_refused_not_made_infinite() -> None:
+    trace = configurable()
+    big = AttentionTrace(**{**{f: getattr(trace, f) for f in ("query_tokens", "key_tokens", "weights", "causal")},
+                            "scores": np.where(np.isfinite(trace.scores), 1e5, trace.scores).astype(np.float32)})
+    for build in (lambda: trace_to_npz(big, dtype="float16"), lambda: list(iter_json(big, dtype="float16")),
+                  lambda: export_size(big, "npz", dtype="float16") and write_npz(big, io.BytesIO(), dtype="float16")):
+        with pytest.raises(ValueError, match="scores has values beyond float16's range"):
+            build()
+    assert trace_from_npz(trace_to_npz(big, dtype="float32")).scores.max() == 1e5
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [(lambda t: trace_to_json(t, array_format="csv"), "array_format must be one of lists, base64"),
+     (lambda t: trace_to_npz(t, dtype="int8"), "dtype must be None"),
+     (lambda t: export_size(t, "html"), "fmt must be 'npz' or 'json'")],
+)
+def test_unknown_export_options_are_refused(call, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        call(configurable())
+
+
+def test_json_without_array_format_is_read_as_lists() -> None:
+    """Files written before base64 existed have no array_format key."""
+    trace = configurable()
+    doc = json.loads(trace_to_json(trace))
+    del doc["array_format"]
+    assert_same_trace(trace, trace_from_json(json.dumps(doc)))
+
+
+def test_npz_streams_to_a_file_that_cannot_seek() -> None:
+    class Pipe(io.RawIOBase):
+        def __init__(self) -> None:
+            self.data = bytearray()
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b) -> int:
+            self.data += bytes(b)
+            return len(b)
+
+    trace = configurable()
+    pipe = Pipe()
+    write_npz(trace, pipe)
+    assert_same_trace(trace, trace_from_npz(bytes(pipe.data)))
+
+
+# ---------------------------------------------------------------------------------------- sizes
+
+
+@pytest.mark.parametrize("dtype", [None, "float32", "float16"])
+@pytest.mark.parametrize("make", TRACES.values(), ids=TRACES.keys())
+def test_export_size_is_exact_before_building(make, dtype) -> None:
+    trace = make()
+    npz = export_size(trace, "npz", dtype=dtype)
+    assert npz == len(trace_to_npz(trace, compress=False, dtype=dtype))
+    with tempfile.TemporaryFile() as file:  # a real (seekable) file: the same bytes
+        write_npz(trace, file, compress=False, dtype=dtype)
+        assert file.tell() == npz
+    assert len(trace_to_npz(trace, dtype=dtype)) <= npz * 1.001
+    for array_format in ARRAY_FORMATS:  # lists: exact while no array has more than SIZE_SAMPLE numbers
+        assert export_size(trace, "json", array_format=array_format, dtype=dtype) == len(
+            export_bytes(trace, "json", array_format=array_format, dtype=dtype))
+
+
+@pytest.mark.parametrize(("causal", "cross"), [(True, False), (False, True)])
+def test_json_lists_size_of_a_long_input_is_estimated_within_one_percent(causal: bool, cross: bool) -> None:
+    trace = long_trace(causal=causal, cross=cross)
+    assert trace.weights.size > SIZE_SAMPLE
+    actual = len(export_bytes(trace, "json"))
+    assert abs(export_size(trace, "json") - actual) < 0.01 * actual
+    assert export_size(trace, "json", array_format="base64") == len(export_bytes(trace, "json", array_format="base64"))
+
+
+# ------------------------------------------------------------------------------ one large export at a time
+
+
+def test_large_exports_are_built_one_at_a_time(monkeypatch) -> None:
+    trace = configurable()
+    small = weights_only()
+    monkeypatch.setattr(mha_viz.export, "LARGE_EXPORT_BYTES", export_size(small, "npz") + 1)  # trace counts as large
+    entered, go_on = threading.Semaphore(0), threading.Event()
+    inside, most, count = [0], [0], threading.Lock()
+    write = mha_viz.export.write_json
+
+    def watched_write(*args, **kwargs):
+        with count:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        entered.release()
+        go_on.wait(60)
+        write(*args, **kwargs)
+        with count:
+            inside[0] -= 1
+
+    monkeypatch.setattr(mha_viz.export, "write_json", watched_write)
+    results: list[bytes] = []
+    first = threading.Thread(target=lambda: results.append(export_bytes(trace, "json")))
+    first.start()
+    assert entered.acquire(timeout=60)  # the first export is being built
+    second = threading.Thread(target=lambda: results.append(export_bytes(trace, "json", timeout=None)))
+    second.start()
+    assert not entered.acquire(timeout=0.5)  # the second waits for the slot
+    with pytest.raises(ExportBusy, match="another large export is being built"):
+        export_bytes(trace, "npz", timeout=0)
+    assert_same_trace(small, trace_from_npz(export_bytes(small, "npz", timeout=0)))  # small ones never wait
+    go_on.set()
+    first.join(60)
+    second.join(60)
+    assert most[0] == 1 and len(results) == 2 and results[0] == results[1]
+    assert_same_trace(trace, trace_from_json(results[0]))
+
+
+def test_a_failed_export_frees_the_slot(monkeypatch) -> None:
+    monkeypatch.setattr(mha_viz.export, "LARGE_EXPORT_BYTES", 1)
+    huge = AttentionTrace(query_tokens=("a",), key_tokens=("b",), weights=np.full((1, 1, 1), 1e6, np.float32))
+    with pytest.raises(ValueError, match="beyond float16"):
+        export_bytes(huge, "json", dtype="float16")
+    assert trace_from_json(export_bytes(huge, "json", timeout=0)).weights[0, 0, 0] == 1e6
+
+
 def test_export_module_docstring_examples() -> None:
     result = doctest.testmod(mha_viz.export)
     assert result.attempted > 0 and result.failed == 0
@@ -306,12 +506,39 @@ def test_report_figure_json_escapes_script_end_tags() -> None:
     assert [tag for tag, _ in tags.tags].count("img") == 0
 
 
+def test_report_leaves_out_figures_beyond_its_budget_and_says_so() -> None:
+    trace = configurable()
+    page = html_report(trace, title="t", max_figure_bytes=1)
+    assert_self_contained(page, 0)
+    visible = "".join(parse(page).text)
+    assert visible.count("is left out: it would add") == 3 and "Figure 2 (concat(head_0" in visible
+    assert "Its numbers are in the trace's .npz export." in visible
+
+
+def test_report_of_the_largest_layer_within_the_cli_limits_stays_small() -> None:
+    """h = 16, d_model = 768, d_k = d_v = 256 (d_out = d_model), 512 tokens a side: the concat -> W_O figure
+    alone would be ~39 MB; it is left out and the report stays within its budget."""
+    from mha_viz.config import MHAConfig
+    from mha_viz.report import MAX_FIGURE_BYTES
+    from mha_viz.sources import configurable_trace
+
+    text = " ".join(f"w{i}" for i in range(512))
+    trace = configurable_trace(text, MHAConfig(768, 16, d_k=256, d_v=256), context=text)
+    page = html_report(trace, title="largest")
+    assert_self_contained(page, 2)  # the heads grid and the contributions
+    assert len(page.encode("utf-8")) < MAX_FIGURE_BYTES + len(get_plotlyjs()) + 1_000_000
+    assert "Figure 2 (concat(head_0 … head_15)  [512×4096]" in html.unescape(page)
+
+
 # ------------------------------------------------------------------------------------------------ CLI
 
 
 def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The CLI of this checkout (first on PYTHONPATH: an editable install may point at another one)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     return subprocess.run([sys.executable, "-m", "mha_viz", *args], check=False, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+                          text=True, timeout=timeout,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": path, **(env or {})})
 
 
 def test_cli_configurable_report_npz_and_json(tmp_path: Path) -> None:
