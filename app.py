@@ -21,7 +21,7 @@ from mha_viz.cache import ByteBudgetCache
 from mha_viz.hosting import Budget, allowed_models, budget, cache_bytes, check_allowed, is_public, within_budget
 from mha_viz.params import MODES
 from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel, load_model
-from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource, configurable_trace
+from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, fair, pages, pretrained, state, style, views
 from mha_viz.ui.text import plain
@@ -183,9 +183,9 @@ for cut in cuts:
 st.header("Multi-head attention, visible")
 max_tokens = MAX_TOKENS if limits is None else limits.max_tokens
 if mode == "Configurable":
-    pages.configurable_page(s, lambda **kw: CachedConfigurable(**kw, max_tokens=max_tokens))
+    pages.configurable_page(s, lambda **kw: CachedConfigurable(**kw, max_tokens=max_tokens), limits)
 elif mode == "Train":
-    pages.train_page(s)
+    pages.train_page(s, limits)
 elif model is not None:
     decoder_text = s.context if model.kind == "encoder-decoder" else None
     source = CachedModel(model, s.text, s.part, decoder_text, key=model_key(s.model.strip(), limits))

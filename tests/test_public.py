@@ -45,7 +45,7 @@ def test_the_budget_cuts_training_and_generation_and_says_so():
 
 def test_the_cache_is_bounded_in_bytes_least_recently_used_first():
     cache = ByteBudgetCache(max_bytes=3000)
-    block = lambda n: np.zeros(n, dtype=np.uint8)  # noqa: E731
+    block = lambda n: np.zeros(n, dtype=np.uint8)
     cache.get("a", lambda: block(1000))
     cache.get("b", lambda: block(1000))
     cache.get("a", lambda: pytest.fail("a is cached"))  # a is now the most recently used

@@ -8,10 +8,20 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from ..export import safe_filename, share_url, trace_to_json, trace_to_npz
+from ..export import export_bytes, export_size, safe_filename, share_url
 from ..figures import heads_figure
+from ..hosting import FULL_SIZE
 from ..trace import AttentionTrace
 from .views import figures_shown
+
+JSON_LISTS_MB = 20  # a JSON export of more than this with nested lists writes its arrays as base64 instead
+
+
+def human(nbytes: int) -> str:
+    """A file size as people read it: 850 B, 12 kB, 3.4 MB."""
+    if nbytes < 1000:
+        return f"{nbytes} B"
+    return f"{nbytes / 1e3:.0f} kB" if nbytes < 1e6 else f"{nbytes / 1e6:.1f} MB"
 
 
 def export_section(trace: AttentionTrace, **kwargs: Any) -> None:
@@ -35,6 +45,7 @@ def export_controls(
     title: str | None = None,
     notes: Mapping[str, Any] | None = None,
     key: str = "export",
+    max_mb: int | None = None,
 ) -> None:
     """Three download buttons (trace .npz, trace .json, report .html) and the link to this view.
 
@@ -42,8 +53,10 @@ def export_controls(
     all-MiniLM-L6-v2-layer-2.npz, ...). figures: the report's figures (None: every figure on the
     page in this run, after the heads grid when the page does not show it). share_query: the view's URL parameters
     (mha_viz.params.to_query); the link is the app's address (st.context.url) plus them.
-    Files are built only when a button is clicked (a callable as data) and a download does not
-    rerun the app (on_click="ignore").
+    Files are built only when a button is clicked (a callable as data), one large file at a time per
+    server (export.export_bytes), and a download does not rerun the app (on_click="ignore"). Each button
+    says the file's size beforehand; JSON arrays past JSON_LISTS_MB are base64 (exact, far smaller).
+    max_mb: a public demo's cap; a larger file is not offered (the page says so).
     """
     stem = safe_filename(name)
     link = share_url(st.context.url, share_query or {})
@@ -63,18 +76,27 @@ def export_controls(
 
         return html_report(trace, title=title, figures=figures, notes=report_notes, filename=stem, captions=captions)
 
+    npz_size = export_size(trace, "npz")  # uncompressed: the file is at most this
+    array_format = "lists" if export_size(trace, "json") <= JSON_LISTS_MB * 1e6 else "base64"
+    json_size = export_size(trace, "json", array_format=array_format)
     npz_col, json_col, html_col = st.columns(3)
+    too_big = [f"{what} ({human(size)})" for what, size in (("NPZ", npz_size), ("JSON", json_size))
+               if max_mb is not None and size > max_mb * 1e6]
     npz_col.download_button(
-        "Trace (.npz)", data=lambda: trace_to_npz(trace), file_name=f"{stem}.npz", mime="application/octet-stream",
-        key=f"{key}_npz", on_click="ignore", icon=":material/download:", width="stretch",
+        f"Trace (.npz, ≤ {human(npz_size)})", data=lambda: export_bytes(trace, "npz"), file_name=f"{stem}.npz",
+        mime="application/octet-stream", key=f"{key}_npz", on_click="ignore", icon=":material/download:",
+        width="stretch", disabled=max_mb is not None and npz_size > max_mb * 1e6,
         help="Every array of this layer (weights, Q, K, V, scores, head outputs, concat, W_O, output) "
         "in its own dtype, with the tokens: `np.load(file)`.",
     )
     json_col.download_button(
-        "Trace (.json)", data=lambda: trace_to_json(trace), file_name=f"{stem}.json", mime="application/json",
-        key=f"{key}_json", on_click="ignore", icon=":material/data_object:", width="stretch",
-        help='Tokens, shapes and every array as nested lists; masked scores are the string "-inf". '
-        "Large for long inputs.",
+        f"Trace (.json, {human(json_size)})", data=lambda: export_bytes(trace, "json", array_format=array_format),
+        file_name=f"{stem}.json", mime="application/json", key=f"{key}_json", on_click="ignore",
+        icon=":material/data_object:", width="stretch", disabled=max_mb is not None and json_size > max_mb * 1e6,
+        help=('Tokens, shapes and every array as nested lists; masked scores are the string "-inf".'
+              if array_format == "lists" else
+              f"Tokens, shapes and every array, base64-encoded little-endian (past {JSON_LISTS_MB} MB of lists): "
+              "exact and far smaller; the header says how to read them."),
     )
     html_col.download_button(
         "Report (.html)", data=report, file_name=f"{stem}-report.html", mime="text/html",
@@ -82,6 +104,9 @@ def export_controls(
         help="One self-contained page with the figures on this page (and every head), the tokens, shapes and the "
         "W_O check; opens offline.",
     )
+    if too_big:
+        st.caption(f"This public demo builds downloads of at most {max_mb} MB: {' and '.join(too_big)} "
+                   f"{'is' if len(too_big) == 1 else 'are'} too large here; to {FULL_SIZE}.")
     if not link:
         st.caption("This is the app's default view: share the app's address as it is.")
     else:

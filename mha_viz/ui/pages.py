@@ -12,8 +12,8 @@ import streamlit as st
 
 from ..analysis import without_tokens
 from ..config import MHAConfig
-from ..hosting import FULL_SIZE, Budget
 from ..export import safe_filename
+from ..hosting import FULL_SIZE, Budget
 from ..params import MAX_TOKENS, ViewState, to_query
 from ..pretrained import PretrainedModel
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
@@ -38,6 +38,10 @@ UNKNOWN_SHARE = 0.2  # warn when this share of a text's tokens is [UNK] to the m
 CHARACTER_SHARE = 0.5  # ... or read one character at a time
 
 
+def _max_mb(limits: Budget | None) -> int | None:
+    return None if limits is None else limits.max_export_mb
+
+
 def view_picker(options: tuple[str, ...]) -> str:
     if st.session_state.get("view") not in options:
         st.session_state["view"] = options[0]
@@ -48,10 +52,14 @@ def _set(key: str, value: object) -> None:
     st.session_state[key] = value
 
 
-def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSource]) -> None:
-    """The configurable layer: random, seeded weights (random_source builds the cached source), or trained ones."""
+def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSource], limits: Budget | None = None
+                      ) -> None:
+    """The configurable layer: random, seeded weights (random_source builds the cached source), or trained ones.
+
+    limits: a public demo's Budget (the source reads at most its max_tokens; it caps downloads).
+    """
     if s.weights == "trained":
-        _trained_weights_page(s)
+        _trained_weights_page(s, limits)
         return
     if s.d_model % s.h and (s.d_k is None or s.d_v is None):
         explain_invalid_heads(s.h, s.d_model)
@@ -78,14 +86,14 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
     name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}")
     _layer_views(trace, source, name, cfg)
     export_section(
-        trace, name=name, share_query=to_query(s),
+        trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model} (random weights)",
         notes={"weights": f"random (Xavier, seed {s.seed})", "text": s.text, "causal": s.causal,
                "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {})},
     )
 
 
-def _trained_weights_page(s: ViewState) -> None:
+def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     """The configurable views on a layer trained for this h and d_model, beside the accuracy of every h."""
     if s.d_model % s.h:
         explain_invalid_heads(s.h, s.d_model, advanced=False)
@@ -119,7 +127,7 @@ def _trained_weights_page(s: ViewState) -> None:
     name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
     _layer_views(trace, source, name, cfg, accuracy=lambda: accuracy_by_heads(layer, name))
     export_section(
-        trace, name=name, share_query=to_query(s),
+        trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"A layer trained on {spec.title}: h = {s.h}, d_model = {s.d_model}",
         notes={"weights": f"trained for {s.steps} steps on {spec.title} (seed {s.seed})",
                "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}"},
@@ -201,12 +209,12 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     else:
         TRACE_VIEWS[view](shown, name)
     export_section(
-        trace, name=name, share_query=to_query(s), title=f"{model.name}: {s.part} layer {s.layer}",
+        trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits), title=f"{model.name}: {s.part} layer {s.layer}",
         notes={"model": model.name, "text": s.text, **({"decoder text": source.decoder_text} if source.decoder_text else {})},
     )
 
 
-def train_page(s: ViewState) -> None:
+def train_page(s: ViewState, limits: Budget | None = None) -> None:
     """Train mode: h heads and one head trained side by side, then the trained layer in every view."""
     view = view_picker(TRAIN_VIEWS)
     name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
@@ -230,7 +238,7 @@ def train_page(s: ViewState) -> None:
             TRACE_VIEWS[view](trace, name)
     if trace is not None:
         export_section(
-            trace, name=name, share_query=to_query(s),
+            trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
             title=f"Train mode: {TASKS[s.task].title}, h = {s.h} vs h = 1, d_model = {s.d_model}",
             notes={"task": TASKS[s.task].title, "steps": s.steps, "seed": s.seed,
                    "trace": "the trained h-head layer on the task's probe sequence"},

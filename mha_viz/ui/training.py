@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import numpy as np
 import streamlit as st
-
-from typing import TypeVar
 
 from ..params import MAX_SEED, MAX_STEPS
 from ..trace import AttentionTrace
