@@ -17,6 +17,7 @@ import transformers as tf
 from transformers import AutoModel, AutoTokenizer
 
 from mha_viz.analysis import score_terms, without_tokens
+from mha_viz.figures.steps import score_parts_figure
 from mha_viz.pretrained import ModelLoadError, PretrainedModel, bundled_model_dir, load_model
 from mha_viz.pretrained import generic as generic_module
 from mha_viz.pretrained.adapter import HeadMasks, Recorder
@@ -492,3 +493,15 @@ def test_a_multimodal_model_is_refused(tokenizer):
                                           "intermediate_size": 64, "image_size": 32, "patch_size": 8})
     with pytest.raises(ModelLoadError, match="'clip' is a multimodal model \\(its config has vision_config\\)"):
         PretrainedModel(AutoModel.from_config(config, attn_implementation="eager"), tokenizer)
+
+
+@pytest.mark.parametrize("name", ["deberta-v2", "bloom", "t5"])
+def test_the_score_parts_figure_adds_up_to_the_scores(traced, name):
+    for text, part, layer, t, _ in traced(name):
+        if text != TEXTS[0] or part == "cross":
+            continue
+        fig = score_parts_figure(t, 2, 4)
+        bars = [np.asarray(trace.y, dtype=float) for trace in fig.data if trace.type == "bar"]
+        assert len(bars) == 1 + len(t.score_bias)  # the content term and each named term
+        visible = np.isfinite(t.scores[2, 4])
+        np.testing.assert_allclose(sum(bars)[visible], t.scores[2, 4][visible], atol=1e-4)

@@ -22,9 +22,12 @@ def scale_text(trace: AttentionTrace) -> str:
 
 
 def scores_formula(trace: AttentionTrace) -> str:
-    """The scores of this trace as a formula: "Q Kᵀ/√16", "Q Kᵀ/√8 + ALiBi", "c·tanh(Q Kᵀ·0.0625 / c), c = 50"."""
-    logit = f"Q Kᵀ{scale_text(trace)}" + "".join(f" + {name}" for name in trace.score_bias)
-    return logit if trace.softcap is None else f"c·tanh(({logit}) / c), c = {trace.softcap:g}"
+    """The scores of this trace as a short formula: "Q Kᵀ/√16", "Q Kᵀ/√8 + ALiBi", "Q Kᵀ·0.2041 + 2 terms",
+    "c·tanh(Q Kᵀ·0.3536 / c)" (soft-capping)."""
+    names = " + ".join(trace.score_bias)
+    added = "" if not names else f" + {names}" if len(names) <= 16 else f" + {len(trace.score_bias)} terms"
+    logit = f"Q Kᵀ{scale_text(trace)}{added}"
+    return logit if trace.softcap is None else f"c·tanh(({logit}) / c)"
 
 
 def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False) -> go.Figure:
@@ -176,9 +179,9 @@ def score_parts_figure(trace: AttentionTrace, head: int, query: int) -> go.Figur
     q_tok = token_label(trace.query_tokens[query], 20)
     capped = "" if trace.softcap is None else f", soft-capped: c·tanh(sum / c), c = {trace.softcap:g}"
     fig.update_layout(
-        barmode="relative", height=360, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        barmode="relative", height=400, margin={"l": 10, "r": 10, "t": 50, "b": 10},
         title={"text": f"The parts of query {query} ({q_tok})'s scores: score = sum of the bars{capped}"},
         xaxis=token_axis(trace.key_tokens), yaxis={"title": {"text": "score part"}},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0},
     )
     return fig
