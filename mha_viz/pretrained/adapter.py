@@ -196,11 +196,6 @@ def per_head(W: Tensor, n: int) -> Tensor:
     return W.unflatten(-1, (n, -1)).movedim(-2, 0)
 
 
-def split_heads(x: Tensor, n: int) -> Tensor:
-    """(T, n*d) -> (n, T, d): head h is the column block h*d:(h+1)*d."""
-    return per_head(x, n)
-
-
 def loaded(*modules: nn.Module) -> contextlib.AbstractContextManager:
     """While open, the modules' weights are real tensors even where accelerate offloads them (device_map)."""
     stack = contextlib.ExitStack()
@@ -277,7 +272,7 @@ class Adapter:
             xq, xk, xv = self.qkv_columns(site, rec.first(site.q))  # (T, H*d), (S, KV*d), (S, KV*d)
         else:
             xq, xk, xv = rec.first(site.q), rec.first(site.k), rec.first(site.v)
-        return split_heads(xq, site.num_heads), split_heads(xk, site.num_kv_heads), split_heads(xv, site.num_kv_heads)
+        return per_head(xq, site.num_heads), per_head(xk, site.num_kv_heads), per_head(xv, site.num_kv_heads)
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         """The arguments of attend() for this layer; q (H, T, d_k), k (KV, S, d_k) as split into heads.
