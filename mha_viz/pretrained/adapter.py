@@ -207,6 +207,12 @@ def loaded(*modules: nn.Module) -> contextlib.AbstractContextManager:
     return stack
 
 
+def rotary_of(rec: Recorder) -> tuple[Tensor, Tensor]:
+    """The rotary (cos, sin) the attention module received as position_embeddings, each (T, r), batch dropped."""
+    cos, sin = rec.arguments["position_embeddings"]  # (1, T, r) each
+    return cos[0], sin[0]
+
+
 def model_mask(mask: Tensor | None, *, keep: bool = False) -> Tensor | None:
     """The model's attention mask as True where a key is hidden, batch dim dropped: (1 or H, T or 1, S).
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from torch import Tensor, nn
 
-from .adapter import Adapter, Recorder, Site, Variations
+from .adapter import Adapter, Recorder, Site, Variations, rotary_of
 from .neox import interleaved
 
 
@@ -75,8 +75,7 @@ class FalconAdapter(Adapter):
         variations = super().variations(part, site, rec, q, k)
         alibi = rec.arguments.get("alibi")
         if alibi is None:
-            cos, sin = (t[0] for t in rec.arguments["position_embeddings"])  # (T, d) each
-            return replace(variations, rotary=(cos, sin))
+            return replace(variations, rotary=rotary_of(rec))
         alibi = alibi.view(-1, site.num_heads, 1, q.shape[-2])[0]  # (H, 1, S)
         mask = rec.arguments["attention_mask"][0]  # (H, T, S): ALiBi / sqrt(d_k), the dtype's minimum where hidden
         again = mask.masked_fill(variations.mask, 0.0)  # (H, T, S)

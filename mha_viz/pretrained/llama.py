@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from torch import Tensor, nn
 
-from .adapter import Adapter, Recorder, Site, Variations
+from .adapter import Adapter, Recorder, Site, Variations, rotary_of
 
 
 class LlamaAdapter(Adapter):
@@ -23,15 +23,15 @@ class LlamaAdapter(Adapter):
 
     architectures = ("llama", "mistral", "qwen2")
     kind = "decoder"
+    projections = ("q_proj", "k_proj", "v_proj", "o_proj")  # names of q, k, v and W_O in self_attn
 
     def site(self, part: str, layer: int) -> Site:
         a = self.base.layers[layer].self_attn
         H, KV = self.model.config.num_attention_heads, self.model.config.num_key_value_heads
-        return Site(a, a.q_proj, a.k_proj, a.v_proj, a.o_proj, H, KV, a.head_dim)
+        return Site(a, *(getattr(a, name) for name in self.projections), H, KV, a.head_dim)
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
-        cos, sin = (t[0] for t in rec.arguments["position_embeddings"])  # (T, r) each
-        return replace(super().variations(part, site, rec, q, k), rotary=(cos, sin), window=self.window(site))
+        return replace(super().variations(part, site, rec, q, k), rotary=rotary_of(rec), window=self.window(site))
 
     def window(self, site: Site) -> int | None:
         """The sliding window of this layer: the module's own (None on global layers), else the config's (Mistral)."""
@@ -78,11 +78,7 @@ class PhiAdapter(LlamaAdapter):
     optional LayerNorms on the query and key heads (qk_layernorm); attention and MLP in parallel."""
 
     architectures = ("phi",)
-
-    def site(self, part: str, layer: int) -> Site:
-        a = self.base.layers[layer].self_attn
-        H, KV = self.model.config.num_attention_heads, self.model.config.num_key_value_heads
-        return Site(a, a.q_proj, a.k_proj, a.v_proj, a.dense, H, KV, a.head_dim)
+    projections = ("q_proj", "k_proj", "v_proj", "dense")
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         variations = super().variations(part, site, rec, q, k)
@@ -97,8 +93,4 @@ class Phi3Adapter(LlamaAdapter):
     """Phi-3: one fused qkv_proj, [Q | K | V] side by side (the default split), and o_proj."""
 
     architectures = ("phi3",)
-
-    def site(self, part: str, layer: int) -> Site:
-        a = self.base.layers[layer].self_attn
-        H, KV = self.model.config.num_attention_heads, self.model.config.num_key_value_heads
-        return Site(a, a.qkv_proj, a.qkv_proj, a.qkv_proj, a.o_proj, H, KV, a.head_dim)
+    projections = ("qkv_proj", "qkv_proj", "qkv_proj", "o_proj")

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from torch import Tensor
 
-from .adapter import Adapter, Recorder, Site, Variations
+from .adapter import Adapter, Recorder, Site, Variations, rotary_of
 
 
 class ModernBertAdapter(Adapter):
@@ -29,6 +29,6 @@ class ModernBertAdapter(Adapter):
         return site.head_dim**-0.5
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
-        cos, sin = (t[0] for t in rec.arguments["position_embeddings"])  # (T, d) each
         # the module's sliding_window is local_attention / 2 + 1: keys |i - j| >= it are hidden
-        return replace(super().variations(part, site, rec, q, k), rotary=(cos, sin), window=site.attention.sliding_window)
+        variations = super().variations(part, site, rec, q, k)
+        return replace(variations, rotary=rotary_of(rec), window=site.attention.sliding_window)

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from torch import Tensor, nn
 
-from .adapter import Adapter, Recorder, Site, Variations
+from .adapter import Adapter, Recorder, Site, Variations, rotary_of
 
 
 def interleaved(x: Tensor, heads: int, d: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -37,8 +37,7 @@ class GPTNeoXAdapter(Adapter):
         return interleaved(x, site.num_heads, site.head_dim)
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
-        cos, sin = (t[0] for t in rec.arguments["position_embeddings"])  # (T, r) each, r = rotary dims
-        return replace(super().variations(part, site, rec, q, k), rotary=(cos, sin))
+        return replace(super().variations(part, site, rec, q, k), rotary=rotary_of(rec))  # partial: r < d_k dims
 
     def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
         return self.base.layers, self.base.final_layer_norm
