@@ -26,7 +26,6 @@ from typing import Any, Self
 import numpy as np
 import torch
 from torch import Tensor, nn
-from transformers.pytorch_utils import Conv1D
 
 from ..attention import attend, scale_heads
 from ..trace import AttentionTrace
@@ -187,6 +186,8 @@ class HeadMasks:
 def in_out(module: nn.Module) -> tuple[Tensor, Tensor | None]:
     """A projection's weight as (d_in, n_out), x W + b, and its bias (n_out,): nn.Linear stores (n_out, d_in),
     GPT-2's Conv1D (d_in, n_out)."""
+    from transformers.pytorch_utils import Conv1D  # here: importing mha_viz.pretrained stays free of transformers
+
     W = module.weight if isinstance(module, Conv1D) else module.weight.T  # (d_in, n_out)
     return W, module.bias
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from transformers.pytorch_utils import Conv1D
 
 from ..trace import AttentionTrace
 from .adapter import PARTS, Adapter, Recorder, Site, in_out, loaded, max_abs_diff, per_head, to_numpy
@@ -40,6 +39,8 @@ def probe_kind(adapter: Adapter) -> str:
 
 
 def _is_projection(module: nn.Module) -> bool:
+    from transformers.pytorch_utils import Conv1D
+
     return isinstance(module, (nn.Linear, Conv1D))
 
 
