@@ -123,7 +123,11 @@ class Recorder:
         if not self._active:
             return
         signature = inspect.signature(module.forward)
-        arguments = signature.bind(*args, **kwargs).arguments
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+        except TypeError:  # a forward whose signature does not say what it takes: keep the keyword arguments
+            self.arguments = dict(kwargs)
+            return
         for p in signature.parameters.values():
             if p.kind is p.VAR_KEYWORD:  # **kwargs: flatten, so every argument is found by its name
                 arguments.update(arguments.pop(p.name, {}))
