@@ -3,6 +3,10 @@
     head_h = softmax(Q_h K_h^T / sqrt(d_k)) V_h,   Q_h = x W_Q[h] + b_Q[h],  K_h, V_h from context
     MultiHead(x) = Concat(head_0, ..., head_{H-1}) W_O^T + b_O      heads numbered from 0
 
+attend() is the one attention core: this module's configurable layer and every pretrained
+architecture's adapter (mha_viz.pretrained) call it, each with the variations its model uses
+(scale, per-head q/k norms, rotary positions, an additive bias, soft-capping, masks, head masks).
+
 Parameters are stored per head, TransformerLens style:
     W_Q [H, d_model, d_k]   W_K [H, d_context, d_k]   W_V [H, d_context, d_v]   W_O [d_out, H*d_v]
 """
@@ -10,7 +14,7 @@ Parameters are stored per head, TransformerLens style:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -33,9 +37,119 @@ class AttentionTensors(NamedTuple):
     output: Tensor  # (..., T, d_out)
 
 
+class Attended(NamedTuple):
+    """What attend() computes from per-head q, k, v; leading batch dims allowed."""
+
+    queries: Tensor  # (..., H, T, d_k) as the scores use them: after q_norm and rotary positions
+    keys: Tensor  # (..., H, S, d_k) likewise
+    scores: Tensor  # (..., H, T, S) masked entries -inf
+    weights: Tensor  # (..., H, T, S)
+    head_outputs: Tensor  # (..., H, T, d_v) after head_mask
+    concat: Tensor  # (..., T, H*d_v) after head_mask: what W_O receives
+
+
 def causal_mask(T: int, S: int, device: torch.device | None = None) -> Tensor:
     """True where query i may not see key j (j > i)."""
     return torch.ones(T, S, dtype=torch.bool, device=device).triu(1)  # (T, S)
+
+
+def window_mask(T: int, S: int, window: int, device: torch.device | None = None) -> Tensor:
+    """True where key j is `window` or more positions away from query i: |i - j| >= window.
+
+    With causal_mask this is a causal sliding window (Mistral, GPT-Neo's and Gemma2's local layers:
+    the query and the window - 1 keys before it); alone it is ModernBERT's bidirectional window.
+    """
+    i = torch.arange(T, device=device)[:, None]  # (T, 1)
+    j = torch.arange(S, device=device)[None, :]  # (1, S)
+    return (i - j).abs() >= window  # (T, S)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """[x1, x2] -> [-x2, x1] on the last dim: the 90-degree turn of each (x_i, x_{i+d/2}) pair."""
+    x1, x2 = x.chunk(2, dim=-1)  # (..., d/2) each
+    return torch.cat((-x2, x1), dim=-1)  # (..., d)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary positions on the first r = cos.shape[-1] dims of x (all of them, or a part: GPT-NeoX, Phi).
+
+        x_rot' = x_rot * cos + rotate_half(x_rot) * sin,   the other d - r dims pass unchanged
+    x (..., H, T, d); cos, sin (T, r) or broadcastable to (..., H, T, r).
+    """
+    r = cos.shape[-1]
+    rot, rest = x[..., :r], x[..., r:]  # (..., H, T, r), (..., H, T, d - r)
+    return torch.cat((rot * cos + rotate_half(rot) * sin, rest), dim=-1)  # (..., H, T, d)
+
+
+def scale_heads(concat: Tensor, head_mask: Tensor) -> Tensor:
+    """concat (..., T, H*d_v) with head h's column block scaled by head_mask[h] (0 switches the head off).
+
+    The one head-mask function: attend(), the pretrained Recorder and knockout (HeadMasks) all use it.
+    """
+    H = head_mask.shape[0]
+    if head_mask.dim() != 1 or concat.shape[-1] % H:
+        raise ValueError(f"head_mask needs one value per head: shape ({H},) for a concat of width {concat.shape[-1]}")
+    d_v = concat.shape[-1] // H
+    return concat * head_mask.to(concat).repeat_interleave(d_v)  # (..., T, H*d_v)
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scale: float,
+    q_norm: Callable[[Tensor], Tensor] | None = None,
+    k_norm: Callable[[Tensor], Tensor] | None = None,
+    rotary: tuple[Tensor, Tensor] | None = None,
+    bias: Tensor | None = None,
+    softcap: float | None = None,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    window: int | None = None,
+    head_mask: Tensor | None = None,
+) -> Attended:
+    """Scaled dot-product attention of every head at once, with the variations real models use.
+
+    q (..., H, T, d_k), k (..., H, S, d_k), v (..., H, S, d_v): one K/V per query head (repeat
+    grouped-query K/V heads first). In this order:
+        q, k    = q_norm(q), k_norm(k)                  per-head norms over d_k (Qwen3, Phi)
+        q, k    = apply_rotary(q | k, cos, sin)         rotary positions, rotary = (cos, sin)
+        scores  = scale * q k^T + bias                  bias (..., H, T, S): ALiBi, relative positions
+        scores  = softcap * tanh(scores / softcap)      logit soft-capping (Gemma2)
+        scores  = scores + mask                         mask: True (or -inf) where a key is hidden
+        scores  = -inf where j > i (causal) or |i - j| >= window
+        weights = softmax(scores)                       over keys
+        head_h  = weights_h v_h;  concat = [head_0 | ... | head_{H-1}] scaled by head_mask (H,)
+    """
+    if q_norm is not None:
+        q = q_norm(q)  # (..., H, T, d_k)
+    if k_norm is not None:
+        k = k_norm(k)  # (..., H, S, d_k)
+    if rotary is not None:
+        cos, sin = rotary  # (T, r) each
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (..., H, T, d_k), (..., H, S, d_k)
+    scores = (q * scale) @ k.transpose(-1, -2)  # (..., H, T, S)  scale * Q K^T
+    if bias is not None:
+        scores = scores + bias  # (..., H, T, S)
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)  # (..., H, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    T, S = scores.shape[-2:]
+    if causal:
+        scores = scores.masked_fill(causal_mask(T, S, scores.device), float("-inf"))  # (..., H, T, S)
+    if window is not None:
+        scores = scores.masked_fill(window_mask(T, S, window, scores.device), float("-inf"))  # (..., H, T, S)
+    weights = scores.softmax(dim=-1)  # (..., H, T, S)
+    head_outputs = weights @ v  # (..., H, T, d_v)
+    concat = head_outputs.transpose(-3, -2).flatten(-2)  # (..., T, H*d_v)
+    if head_mask is not None:
+        if head_mask.shape != (q.shape[-3],):
+            raise ValueError(f"head_mask needs one value per head: shape ({q.shape[-3]},), got {tuple(head_mask.shape)}")
+        concat = scale_heads(concat, head_mask)  # (..., T, H*d_v)
+        head_outputs = concat.unflatten(-1, (q.shape[-3], -1)).transpose(-3, -2)  # (..., H, T, d_v)
+    return Attended(q, k, scores, weights, head_outputs, concat)
 
 
 class MultiHeadAttention(nn.Module):
@@ -147,20 +261,11 @@ class MultiHeadAttention(nn.Module):
         q = self._project(x, self.W_Q, self.b_Q)  # (..., H, T, d_k)
         k = self._project(c, self.W_K, self.b_K)  # (..., H, S, d_k)
         v = self._project(c, self.W_V, self.b_V)  # (..., H, S, d_v)
-        scores = (q * (1.0 / math.sqrt(cfg.d_k))) @ k.transpose(-1, -2)  # (..., H, T, S)  Q K^T / sqrt(d_k)
-        if causal:
-            scores = scores.masked_fill(causal_mask(q.shape[-2], k.shape[-2], x.device), float("-inf"))
-        weights = scores.softmax(dim=-1)  # (..., H, T, S)
-        head_out = weights @ v  # (..., H, T, d_v)
-        if head_mask is not None:
-            if head_mask.shape != (cfg.num_heads,):
-                raise ValueError(f"head_mask needs one value per head: shape ({cfg.num_heads},), got {tuple(head_mask.shape)}")
-            head_out = head_out * head_mask.to(head_out.dtype)[:, None, None]  # (..., H, T, d_v)
-        concat = head_out.transpose(-3, -2).flatten(-2)  # (..., T, H*d_v)
-        output = concat @ self.W_O.T  # (..., T, d_out)
+        a = attend(q, k, v, scale=1.0 / math.sqrt(cfg.d_k), causal=causal, head_mask=head_mask)
+        output = a.concat @ self.W_O.T  # (..., T, d_out)
         if self.b_O is not None:
             output = output + self.b_O
-        return AttentionTensors(q, k, v, scores, weights, head_out, concat, output)
+        return AttentionTensors(q, k, v, a.scores, a.weights, a.head_outputs, a.concat, output)
 
     @torch.no_grad()
     def forward(

@@ -2,7 +2,7 @@
 
 Layout: attention is [head, query, key]; per-head tensors are [head, position, dim].
     queries      [H, T, d_k]      keys     [H, S, d_k]      values [H, S, d_v]
-    scores       [H, T, S]        Q K^T / sqrt(d_k), masked entries -inf
+    scores       [H, T, S]        scale * Q K^T (+ score_bias terms, soft-capped), masked entries -inf
     weights      [H, T, S]        softmax(scores) over keys; each row sums to 1
     head_outputs [H, T, d_v]      weights @ values
     concat       [T, H*d_v]       head outputs side by side, *before* W_O
@@ -11,6 +11,10 @@ Layout: attention is [head, query, key]; per-head tensors are [head, position, d
     W_Q [H, d_model, d_k]  W_K [H, d_context, d_k]  W_V [H, d_context, d_v]   the projections of head h
     b_Q [H, d_k]  b_K [H, d_k]  b_V [H, d_v]  b_O [d_out]                      biases (None: none)
     scale        the factor on Q K^T in scores (1/sqrt(d_k) unless the model says otherwise)
+    score_bias   {name: [H, T, S]}  what the model adds to scale * Q K^T: a relative position bias (T5),
+                 ALiBi (Bloom), DeBERTa's content->position and position->content terms; empty: none
+    softcap      c of logit soft-capping (Gemma2), None: none.  In all:
+                 scores = c * tanh((scale * Q K^T + sum(score_bias)) / c) + mask
 T counts query tokens, S key tokens (S = T for self-attention). Heads are numbered from 0.
 """
 
@@ -45,6 +49,8 @@ class AttentionTrace:
     b_K: np.ndarray | None = None
     b_V: np.ndarray | None = None
     scale: float | None = None
+    score_bias: dict[str, np.ndarray] = field(default_factory=dict)
+    softcap: float | None = None
     causal: bool = False
     cross: bool = False
     # kv_heads[h] is the key/value head that query head h reads (grouped-query attention);
@@ -55,7 +61,7 @@ class AttentionTrace:
     def __post_init__(self) -> None:
         H, T, S = self.weights.shape
         d_k = None if self.queries is None else self.queries.shape[-1]
-        d_v = None if self.values is None else self.values.shape[-1]
+        d_v = next((a.shape[-1] for a in (self.values, self.head_outputs) if a is not None), None)
         d_out = None if self.W_O is None else self.W_O.shape[0]
         expected = {
             "queries": (H, T, d_k),
@@ -77,6 +83,9 @@ class AttentionTrace:
             array = getattr(self, name)
             if array is not None and any(e is not None and a != e for a, e in zip(array.shape, shape, strict=True)):
                 raise ValueError(f"{name} has shape {array.shape}, expected {shape}")
+        for name, array in self.score_bias.items():
+            if array.shape != (H, T, S):
+                raise ValueError(f"score_bias[{name!r}] has shape {array.shape}, expected {(H, T, S)}")
         if len(self.query_tokens) != T or len(self.key_tokens) != S:
             raise ValueError(
                 f"{len(self.query_tokens)} query / {len(self.key_tokens)} key tokens "
@@ -99,7 +108,8 @@ class AttentionTrace:
 
     @property
     def d_v(self) -> int:
-        return self.require("values").shape[-1]
+        """The head width of values and head outputs (a trace without values still has its head outputs)."""
+        return (self.values if self.values is not None else self.require("head_outputs")).shape[-1]
 
     @property
     def d_out(self) -> int:
@@ -112,8 +122,7 @@ class AttentionTrace:
 
     def read_only(self) -> AttentionTrace:
         """This trace with every array made read-only (safe to share between threads and sessions)."""
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for value in [getattr(self, f.name) for f in fields(self)] + list(self.score_bias.values()):
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
         return self

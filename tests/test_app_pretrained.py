@@ -92,9 +92,9 @@ def test_unloadable_model_gives_a_message() -> None:
 
 @pytest.fixture(scope="module")
 def model_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Tiny random BART (encoder-decoder), LLaMA (grouped-query) and ALBERT (not adapted) saved as local folders."""
+    """Tiny random BART (encoder-decoder), LLaMA (grouped-query) and MPNet (not adapted) saved as local folders."""
     import torch
-    from transformers import AlbertConfig, AlbertModel, AutoTokenizer, BartConfig, BartModel, LlamaConfig, LlamaModel
+    from transformers import AutoTokenizer, BartConfig, BartModel, LlamaConfig, LlamaModel, MPNetConfig, MPNetModel
 
     from mha_viz.pretrained import bundled_model_dir
 
@@ -106,7 +106,7 @@ def model_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
                                        decoder_ffn_dim=64, max_position_embeddings=64, bos_token_id=101,
                                        decoder_start_token_id=102)),
         "llama": (LlamaModel, LlamaConfig(vocab_size=30522, num_key_value_heads=2, max_position_embeddings=64, **small)),
-        "albert": (AlbertModel, AlbertConfig(vocab_size=30522, embedding_size=16, max_position_embeddings=64, **small)),
+        "mpnet": (MPNetModel, MPNetConfig(vocab_size=30522, max_position_embeddings=64, **small)),
     }
     folders = {}
     for name, (cls, config) in configs.items():
@@ -146,7 +146,7 @@ def test_grouped_query_heads_are_labelled_with_their_kv_head(model_folders: dict
 
 def test_unadapted_architecture_shows_weights_and_says_what_is_unavailable(model_folders: dict[str, str]) -> None:
     at = pretrained_app()
-    at.text_input(key="model").set_value(model_folders["albert"]).run()
+    at.text_input(key="model").set_value(model_folders["mpnet"]).run()
     assert not at.exception and not at.error
     assert len(heatmaps(figure(at))) == 4
     assert any("Only the attention weights are available" in i.value for i in at.info)

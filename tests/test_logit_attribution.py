@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModel, AutoTokenizer, BertConfig, OPTConfig, OPTForCausalLM
+from transformers import AutoModel, AutoTokenizer, BertConfig, GPTJConfig, GPTJForCausalLM
 
 from mha_viz.pretrained import PretrainedModel, bundled_model_dir
 from tests.tiny_causal import NAMES, build_lm, tiny_causal
@@ -166,8 +166,8 @@ def test_models_without_a_known_residual_stream_are_refused():
     encoder = PretrainedModel(AutoModel.from_config(bert, attn_implementation="eager"), tokenizer)
     with pytest.raises(ValueError, match="logit attribution is unavailable: .*encoder model"):
         encoder.logit_attribution(TEXT)
-    opt = OPTConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, ffn_dim=64, num_attention_heads=4,
-                    word_embed_proj_dim=32, max_position_embeddings=64)
-    decoder = PretrainedModel(OPTForCausalLM(opt), tokenizer)
-    with pytest.raises(ValueError, match="'opt' model; it needs a GPT-2 or LLaMA-family decoder"):
+    gptj = GPTJConfig(vocab_size=30522, n_embd=32, n_layer=1, n_head=4, rotary_dim=4, n_positions=64,
+                      bos_token_id=101, eos_token_id=102)
+    decoder = PretrainedModel(GPTJForCausalLM(gptj), tokenizer)
+    with pytest.raises(ValueError, match="'gptj' model; it needs a decoder whose residual stream mha-viz knows: .*gpt2"):
         decoder.logit_attribution(TEXT)

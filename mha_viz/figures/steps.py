@@ -1,5 +1,6 @@
 """One head, step by step: Q and K, scaled scores with the mask, softmax, V, head output; its
-projection matrices W_Q, W_K, W_V; and why one score has its value (q ⊙ k per dimension)."""
+projection matrices W_Q, W_K, W_V; why one score has its value (q ⊙ k per dimension); and, where the
+model adds to its scores (position bias, ALiBi, DeBERTa's position terms), each part of one query's scores."""
 
 from __future__ import annotations
 
@@ -20,6 +21,15 @@ def scale_text(trace: AttentionTrace) -> str:
     return "" if scale == 1.0 else f"·{scale:.4g}"
 
 
+def scores_formula(trace: AttentionTrace) -> str:
+    """The scores of this trace as a short formula: "Q Kᵀ/√16", "Q Kᵀ/√8 + ALiBi", "Q Kᵀ·0.2041 + 2 terms",
+    "c·tanh(Q Kᵀ·0.3536 / c)" (soft-capping)."""
+    names = " + ".join(trace.score_bias)
+    added = "" if not names else f" + {names}" if len(names) <= 16 else f" + {len(trace.score_bias)} terms"
+    logit = f"Q Kᵀ{scale_text(trace)}{added}"
+    return logit if trace.softcap is None else f"c·tanh(({logit}) / c)"
+
+
 def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False) -> go.Figure:
     """Six panels for head h: Q [T,d_k], K [S,d_k], scores [T,S], weights [T,S], V [S,d_v], output [T,d_v].
 
@@ -38,7 +48,7 @@ def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False
     titles = (
         f"Q = X W_Q  [{T}×{trace.d_k}]",
         f"K = {c} W_K  [{S}×{trace.d_k}]",
-        f"scores = Q Kᵀ{scale_text(trace)}  [{T}×{S}]" + ("  (masked: blank)" if trace.causal else ""),
+        f"scores = {scores_formula(trace)}  [{T}×{S}]" + ("  (masked: blank)" if trace.causal else ""),
         f"weights = softmax(scores)  [{T}×{S}]",
         f"V = {c} W_V  [{S}×{trace.d_v}]",
         f"head output = weights · V  [{T}×{trace.d_v}]",
@@ -146,4 +156,32 @@ def score_terms_figure(trace: AttentionTrace, head: int, query: int, key: int) -
     fig.update_xaxes(title={"text": "dimension d"}, row=2, col=1)
     fig.update_layout(barmode="group", height=460, margin={"l": 10, "r": 10, "t": 50, "b": 10},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.08, "xanchor": "right", "x": 1})
+    return fig
+
+
+def score_parts_figure(trace: AttentionTrace, head: int, query: int) -> go.Figure:
+    """One query's scores over every key, split into their parts: the content term scale · q·k and each of the
+    trace's score_bias terms (stacked bars), and the score itself (after soft-capping; masked keys left out)."""
+    if not trace.score_bias and trace.softcap is None:
+        raise ValueError("this trace's scores are scale · q·k alone: there are no other parts to show")
+    q = trace.require("queries")[head, query].astype(np.float64)  # (d_k,)
+    content = trace.score_scale * (trace.require("keys")[head].astype(np.float64) @ q)  # (S,)
+    scores = trace.require("scores")[head, query]  # (S,)
+    S = len(scores)
+    fig = go.Figure()
+    parts = {"content: scale · q·k": content, **{name: b[head, query] for name, b in trace.score_bias.items()}}
+    for name, values in parts.items():
+        fig.add_trace(go.Bar(x=np.arange(S), y=f32(values), name=name,
+                             hovertemplate=f"key %{{x}}: {name} %{{y:.3f}}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=np.arange(S), y=f32(scores), mode="markers", name="score",
+                             marker={"color": "black", "symbol": "diamond", "size": 9},
+                             hovertemplate="key %{x}: score %{y:.3f}<extra></extra>"))
+    q_tok = token_label(trace.query_tokens[query], 20)
+    capped = "" if trace.softcap is None else f", soft-capped: c·tanh(sum / c), c = {trace.softcap:g}"
+    fig.update_layout(
+        barmode="relative", height=400, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        title={"text": f"The parts of query {query} ({q_tok})'s scores: score = sum of the bars{capped}"},
+        xaxis=token_axis(trace.key_tokens), yaxis={"title": {"text": "score part"}},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0},
+    )
     return fig

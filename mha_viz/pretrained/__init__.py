@@ -9,8 +9,12 @@
     >>> causal.generate("red fox blue sky red", 3).tokens   # its layer-1 heads copy what followed "red"
     ('fox', 'blue', 'sky')
 
-Adapted: BERT, RoBERTa, XLM-R, DistilBERT, MiniLM; GPT-2; LLaMA, Mistral, Qwen2; T5, BART.
-Any other architecture gives weights-only traces (from output_attentions).
+Adapted (full traces): BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, ALBERT, DeBERTa-v2, ModernBERT, GPT-2,
+GPT-Neo, GPT-NeoX, OPT, Bloom, Falcon, LLaMA, Mistral, Qwen2, Qwen3, Gemma, Gemma2, Phi, Phi-3, T5, BART
+(mha_viz.pretrained.architectures.ADAPTERS). Any other text architecture gives the model's weights plus
+the concat, head outputs, W_O and output of its located output projection (generic.py), or the weights
+alone; vision, audio and multimodal models are refused (ModelLoadError). load_model(dtype=, device_map=)
+opens models larger than one device.
 """
 
 from .attribution import LogitAttribution

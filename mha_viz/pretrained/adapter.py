@@ -1,13 +1,15 @@
-"""Adapter: where one architecture keeps its attention, plus the tracing all architectures share.
+"""Adapter: where one architecture keeps its attention and which variations it uses; the tracing is shared.
 
-An adapter says where the modules of one attention layer live (a Site), how their outputs split
-into heads and how positions enter. The rest is shared, for one layer and one input:
+An adapter says where the modules of one attention layer live (a Site), how a fused projection's
+output splits into q, k and v, and which variations of attention the layer uses (Variations). The
+rest is the same for every architecture, for one layer and one input:
 
-    q, k, v    = outputs of the q/k/v projections, split into heads        forward hooks
-    q, k, bias = positions applied: rotary (LLaMA) or relative bias (T5)   adapter
-    scores     = q k^T * scaling + bias + mask                              masked entries -inf
-    weights    = softmax(scores)                   checked against the model's output_attentions
-    concat     = input of the output projection    forward pre-hook; head_mask zeroes blocks here
+    q, k, v    = outputs of the q/k/v projections, split into heads          forward hooks
+    variations = scale, q/k norms, rotary cos/sin, bias, soft-capping,        adapter, from the
+                 the model's mask, causal, sliding window                     module's own arguments
+    weights, head outputs, concat = mha_viz.attention.attend(q, k, v, **variations)
+                                                checked against the model's output_attentions
+    concat     = input of the output projection    forward pre-hook; head_mask scales blocks here
     output     = concat W_O^T + b_O                forward hook; checked against concat W_O^T + b_O
 """
 
@@ -15,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Sequence
-from dataclasses import dataclass
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Self
 
@@ -24,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..attention import causal_mask
+from ..attention import attend, scale_heads
 from ..trace import AttentionTrace
 from .errors import ModelLoadError
 
@@ -35,35 +38,69 @@ PARTS = {"encoder": ("encoder",), "decoder": ("decoder",), "encoder-decoder": ("
 class Site:
     """The modules of one attention layer, and its head layout."""
 
-    attention: nn.Module  # receives the mask and position arguments; has .scaling
-    q: nn.Module  # output (1, T, H*d_k); GPT-2's fused c_attn is q, k and v at once
-    k: nn.Module  # output (1, S, KV*d_k)
-    v: nn.Module  # output (1, S, KV*d_v)
+    attention: nn.Module  # receives the mask and position arguments
+    q: nn.Module | None  # output (1, T, H*d_k); a fused projection (GPT-2's c_attn) is q, k and v at once
+    k: nn.Module | None  # output (1, S, KV*d_k); None where the architecture is not adapted (generic path)
+    v: nn.Module | None  # output (1, S, KV*d_v)
     out: nn.Module  # the output projection W_O: input is the concat, (1, T, H*d_v)
     num_heads: int  # H query heads
     num_kv_heads: int  # KV key/value heads; KV < H is grouped-query attention
     head_dim: int
+    call: int = 0  # which call of `attention` in one forward pass is this layer (ALBERT runs one layer L times)
+
+    @property
+    def fused(self) -> bool:
+        """One module projects q, k and v at once."""
+        return self.q is self.k
+
+    @property
+    def kv_heads(self) -> tuple[int, ...]:
+        """kv_heads[h]: the K/V head that query head h reads (h // (H / KV))."""
+        return tuple(h // (self.num_heads // self.num_kv_heads) for h in range(self.num_heads))
+
+
+@dataclass(frozen=True)
+class Variations:
+    """How one layer's attention differs from softmax(Q K^T / sqrt(d_k)) V: the arguments of attend()."""
+
+    scale: float
+    q_norm: Callable[[Tensor], Tensor] | None = None  # per-head norm over d_k, before rotary (Qwen3, Phi)
+    k_norm: Callable[[Tensor], Tensor] | None = None
+    rotary: tuple[Tensor, Tensor] | None = None  # (cos, sin), each (T, r): r < d_k rotates part of each head
+    bias: dict[str, Tensor] = field(default_factory=dict)  # named terms added to the scores, each (H or 1, T or 1, S)
+    softcap: float | None = None  # scores -> softcap * tanh(scores / softcap)
+    mask: Tensor | None = None  # the model's own mask: True (or -inf) where a key is hidden
+    causal: bool = False
+    window: int | None = None  # keys |i - j| >= window are hidden (with causal: the window - 1 keys before i)
 
 
 class Recorder:
-    """Forward hooks on one Site during one forward pass; head_mask (H,) scales the concat blocks."""
+    """Forward hooks on one Site during one forward pass; head_mask (H,) scales the concat blocks.
+
+    Only the site.call-th call of the attention module is recorded (and masked): from its start to
+    the end of the output projection that follows it.
+    """
 
     def __init__(self, site: Site, head_mask: Tensor | None = None) -> None:
         self.site = site
         self.head_mask = head_mask
         self.arguments: dict[str, Any] = {}  # the attention module's call, by parameter name
         self.result: Any = None  # what the attention module returned
-        self.projected: dict[nn.Module, Tensor] = {}  # projection module -> its output, batch dropped
+        self.projected: dict[nn.Module, list[Tensor]] = {}  # projection module -> its outputs in the call, batch dropped
         self.concat: Tensor | None = None  # (T, H*d_v), after head_mask: what W_O really received
         self.output: Tensor | None = None  # (T, d_out)
+        self._calls = 0
+        self._active = False  # from the recorded call's start to the end of the output projection after it
+        self._in_call = False  # from the recorded call's start to its return
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
     def __enter__(self) -> Self:
         s = self.site
+        projections = dict.fromkeys(m for m in (s.q, s.k, s.v) if m is not None)
         self._handles += [
             s.attention.register_forward_pre_hook(self._on_call, with_kwargs=True),
             s.attention.register_forward_hook(self._on_result),
-            *(m.register_forward_hook(self._on_projection) for m in dict.fromkeys((s.q, s.k, s.v))),
+            *(m.register_forward_hook(self._on_projection) for m in projections),
             s.out.register_forward_pre_hook(self._on_concat),
             s.out.register_forward_hook(self._on_output),
         ]
@@ -74,50 +111,68 @@ class Recorder:
             handle.remove()
         self._handles.clear()
 
+    def first(self, module: nn.Module) -> Tensor:
+        """The first output (T, n*d) of a projection module during the recorded call."""
+        if not self.projected.get(module):
+            raise RuntimeError(f"{type(module).__name__} did not run during the traced attention call")
+        return self.projected[module][0]
+
     def _on_call(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self._active = self._in_call = self._calls == self.site.call
+        self._calls += 1
+        if not self._active:
+            return
         signature = inspect.signature(module.forward)
-        arguments = signature.bind(*args, **kwargs).arguments
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+        except TypeError:  # a forward whose signature does not say what it takes: keep the keyword arguments
+            self.arguments = dict(kwargs)
+            return
         for p in signature.parameters.values():
             if p.kind is p.VAR_KEYWORD:  # **kwargs: flatten, so every argument is found by its name
                 arguments.update(arguments.pop(p.name, {}))
         self.arguments = dict(arguments)
 
     def _on_result(self, module: nn.Module, args: tuple, result: Any) -> None:
-        self.result = result
+        if self._in_call:
+            self.result = result
+            self._in_call = False
 
     def _on_projection(self, module: nn.Module, args: tuple, output: Tensor) -> None:
-        if module in self.projected:
-            raise RuntimeError(f"{type(module).__name__} ran twice in one forward pass; cannot tell which to trace")
-        self.projected[module] = output.detach()[0]  # (T, n*d)
+        if self._active:
+            self.projected.setdefault(module, []).append(output.detach()[0])
 
     def _on_concat(self, module: nn.Module, args: tuple) -> tuple | None:
+        if not self._active:
+            return None
         concat = args[0]  # (1, T, H*d_v)
         if self.head_mask is not None:
-            d_v = concat.shape[-1] // len(self.head_mask)
-            concat = concat * self.head_mask.to(concat).repeat_interleave(d_v)  # (1, T, H*d_v)
+            concat = scale_heads(concat, self.head_mask)  # (1, T, H*d_v)
         self.concat = concat.detach()[0]
         return None if self.head_mask is None else (concat, *args[1:])
 
     def _on_output(self, module: nn.Module, args: tuple, output: Tensor) -> None:
-        self.output = output.detach()[0]
-
-
-def scale_concat(head_mask: Tensor, module: nn.Module, args: tuple) -> tuple:
-    """Forward pre-hook of an output projection: scale head h's block of its input (the concat) by head_mask[h]."""
-    concat = args[0]  # (1, T, H*d_v)
-    d_v = concat.shape[-1] // len(head_mask)
-    return (concat * head_mask.to(concat).repeat_interleave(d_v), *args[1:])  # (1, T, H*d_v)
+        if self._active:
+            self.output = output.detach()[0]
+            self._active = False
 
 
 class HeadMasks:
-    """Head knockout in several layers at once, for one forward pass: (site, head_mask (H,)) pairs."""
+    """Head knockout in several layers at once, for one forward pass: (site, head_mask (H,)) pairs.
+
+    A pre-hook on each site's output projection scales the concat blocks (scale_heads) on the
+    site.call-th call only, so one shared layer (ALBERT) is masked where it runs as that layer.
+    """
 
     def __init__(self, masks: Sequence[tuple[Site, Tensor]] = ()) -> None:
         self.masks = list(masks)
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
     def __enter__(self) -> Self:
-        self._handles += [site.out.register_forward_pre_hook(partial(scale_concat, mask)) for site, mask in self.masks]
+        self._handles += [
+            site.out.register_forward_pre_hook(partial(self._scale, site.call, mask, itertools.count()))
+            for site, mask in self.masks
+        ]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -125,52 +180,82 @@ class HeadMasks:
             handle.remove()
         self._handles.clear()
 
-
-def split_linear(module: nn.Module, n: int) -> tuple[Tensor, Tensor | None]:
-    """A Linear projection's weight (n*d, d_in) as per-head W [n, d_in, d] and its bias as [n, d] (views)."""
-    W = module.weight.unflatten(0, (n, -1)).transpose(1, 2)  # (n, d_in, d)
-    b = None if module.bias is None else module.bias.unflatten(0, (n, -1))  # (n, d)
-    return W, b
-
-
-def split_heads(x: Tensor, n: int) -> Tensor:
-    """(T, n*d) -> (n, T, d): head h is the column block h*d:(h+1)*d."""
-    return x.view(x.shape[0], n, -1).transpose(0, 1)
+    @staticmethod
+    def _scale(call: int, mask: Tensor, calls: Iterator[int], module: nn.Module, args: tuple) -> tuple | None:
+        if next(calls) != call:
+            return None
+        return (scale_heads(args[0], mask), *args[1:])  # (1, T, H*d_v)
 
 
-def additive_mask(mask: Tensor | None) -> Tensor | float:
-    """The model's attention mask as 0 (attend) / -inf (masked), to add to scores (H, T, S).
+def in_out(module: nn.Module) -> tuple[Tensor, Tensor | None]:
+    """A projection's weight as (d_in, n_out), x W + b, and its bias (n_out,): nn.Linear stores (n_out, d_in),
+    GPT-2's Conv1D (d_in, n_out)."""
+    from transformers.pytorch_utils import Conv1D  # here: importing mha_viz.pretrained stays free of transformers
 
-    Eager masks are either boolean (True = attend) or additive floats with the dtype's minimum for
-    masked entries; both become -inf so the scores show what is masked. Batch dim dropped.
+    W = module.weight if isinstance(module, Conv1D) else module.weight.T  # (d_in, n_out)
+    return W, module.bias
+
+
+def per_head(W: Tensor, n: int) -> Tensor:
+    """Columns (..., n*d) -> (n, ..., d): head h is the column block h*d:(h+1)*d (weights (d_in, n*d) or outputs (T, n*d))."""
+    return W.unflatten(-1, (n, -1)).movedim(-2, 0)
+
+
+def loaded(*modules: nn.Module) -> contextlib.AbstractContextManager:
+    """While open, the modules' weights are real tensors even where accelerate offloads them (device_map)."""
+    stack = contextlib.ExitStack()
+    for module in modules:
+        if hasattr(module, "_hf_hook"):
+            from accelerate.utils import align_module_device
+
+            stack.enter_context(align_module_device(module))
+    return stack
+
+
+def rotary_of(rec: Recorder) -> tuple[Tensor, Tensor]:
+    """The rotary (cos, sin) the attention module received as position_embeddings, each (T, r), batch dropped."""
+    cos, sin = rec.arguments["position_embeddings"]  # (1, T, r) each
+    return cos[0], sin[0]
+
+
+def model_mask(mask: Tensor | None, *, keep: bool = False) -> Tensor | None:
+    """The model's attention mask as True where a key is hidden, batch dim dropped: (1 or H, T or 1, S).
+
+    Eager masks are booleans (True = attend), additive floats with the dtype's minimum (or -inf) for
+    hidden keys, or with keep=True 0/1 floats (1 = attend, DeBERTa).
     """
     if mask is None:
-        return 0.0
+        return None
     m = mask[0]  # (1 or H, T or 1, S)
-    if m.dtype == torch.bool:
-        return torch.zeros(m.shape, device=m.device).masked_fill(~m, float("-inf"))
-    return m.masked_fill(m <= torch.finfo(m.dtype).min / 2, float("-inf"))
+    if m.dtype == torch.bool or keep:
+        return ~m.bool()
+    return m <= torch.finfo(m.dtype).min / 2
 
 
 def max_abs_diff(a: Tensor, b: Tensor) -> float:
-    return float((a - b).detach().abs().max())
+    return float((a.float() - b.float()).detach().abs().max())
 
 
 def to_numpy(x: Tensor) -> np.ndarray:
-    return x.detach().cpu().numpy()
+    """A float tensor as float32 numpy on the CPU (half precision models are traced in float32)."""
+    x = x.detach()
+    return (x.float() if x.is_floating_point() else x).cpu().numpy()
 
 
 class Adapter:
     """Base for one family of architectures; subclasses name their Site for each part and layer.
 
     Subclasses set `architectures` (config.model_type values) and `kind`, implement site(), and
-    override heads() / positions() / out_weights() where their attention differs.
+    override qkv_columns() (fused projections) and variations() where their attention differs.
     """
 
     architectures: tuple[str, ...] = ()
     kind: str = "encoder"
-    unavailable: str | None = None  # why traces hold only weights; None when the layer is opened up
+    unavailable: str | None = None  # why traces lack intermediates; None when the layer is opened up
+    knockout = True  # heads can be switched off (their concat blocks scaled before W_O)
     mask_argument = "attention_mask"  # name of the attention module's mask parameter
+    attribution_unavailable: str | None = None  # why direct logit attribution cannot split this model's logits
+    norm_weight_offset = 0.0  # the final norm multiplies by (offset + weight): 1 for Gemma's RMSNorm
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -183,29 +268,56 @@ class Adapter:
     def site(self, part: str, layer: int) -> Site:
         raise NotImplementedError
 
+    def qkv_columns(self, site: Site, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """A fused projection's output columns x (..., n_out) -> q (..., H*d), k (..., KV*d), v (..., KV*d).
+
+        Applied to the projection's output (T, n_out) and to its weight (d_in, n_out) and bias (n_out,) alike.
+        Default: [Q | K | V] side by side (GPT-2's c_attn, ModernBERT's Wqkv, Phi-3's qkv_proj).
+        """
+        H, KV, d = site.num_heads, site.num_kv_heads, site.head_dim
+        return tuple(x.split([H * d, KV * d, KV * d], dim=-1))  # type: ignore[return-value]
+
     def heads(self, site: Site, rec: Recorder) -> tuple[Tensor, Tensor, Tensor]:
         """Per-head q (H, T, d_k), k (KV, S, d_k), v (KV, S, d_v) from the projections' outputs."""
-        q = split_heads(rec.projected[site.q], site.num_heads)  # (H, T, d_k)
-        k = split_heads(rec.projected[site.k], site.num_kv_heads)  # (KV, S, d_k)
-        v = split_heads(rec.projected[site.v], site.num_kv_heads)  # (KV, S, d_v)
-        return q, k, v
+        if site.fused:
+            xq, xk, xv = self.qkv_columns(site, rec.first(site.q))  # (T, H*d), (S, KV*d), (S, KV*d)
+        else:
+            xq, xk, xv = rec.first(site.q), rec.first(site.k), rec.first(site.v)
+        return per_head(xq, site.num_heads), per_head(xk, site.num_kv_heads), per_head(xv, site.num_kv_heads)
 
-    def positions(self, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        """q, k as the scores use them, and a bias (H, T, S) added to the scores; default: unchanged."""
-        return q, k, None
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        """The arguments of attend() for this layer; q (H, T, d_k), k (KV, S, d_k) as split into heads.
+
+        Default: scale(site), the mask the module received, causal in a decoder.
+        """
+        return Variations(
+            scale=self.scale(site),
+            mask=model_mask(rec.arguments.get(self.mask_argument)),
+            causal=self.causal(part),
+        )
+
+    def scale(self, site: Site) -> float:
+        """The factor on Q K^T: the attention module's own `scaling` (1/sqrt(d_k) in most models)."""
+        return float(site.attention.scaling)
 
     def projection_weights(self, site: Site) -> dict[str, Tensor | None]:
-        """W_Q [H, d_model, d_k], W_K [KV, d_context, d_k], W_V [KV, d_context, d_v] and biases [., d] or None.
-
-        Default: q, k and v are Linear layers whose output rows h*d:(h+1)*d belong to head h.
-        """
-        (W_Q, b_Q), (W_K, b_K), (W_V, b_V) = (split_linear(m, n) for m, n in (
-            (site.q, site.num_heads), (site.k, site.num_kv_heads), (site.v, site.num_kv_heads)))
-        return {"W_Q": W_Q, "b_Q": b_Q, "W_K": W_K, "b_K": b_K, "W_V": W_V, "b_V": b_V}
+        """W_Q [H, d_model, d_k], W_K [KV, d_context, d_k], W_V [KV, d_context, d_v] and biases [., d] or None."""
+        if site.fused:
+            W, b = in_out(site.q)  # (d_in, n_out), (n_out,)
+            Ws = self.qkv_columns(site, W)  # (d_in, H*d), (d_in, KV*d), (d_in, KV*d)
+            bs = (None,) * 3 if b is None else self.qkv_columns(site, b)  # (H*d,), (KV*d,), (KV*d,)
+        else:
+            Ws, bs = zip(*(in_out(m) for m in (site.q, site.k, site.v)), strict=True)
+        out: dict[str, Tensor | None] = {}
+        for name, W, b, n in zip("QKV", Ws, bs, (site.num_heads, site.num_kv_heads, site.num_kv_heads), strict=True):
+            out[f"W_{name}"] = per_head(W, n)  # (n, d_in, d)
+            out[f"b_{name}"] = None if b is None else per_head(b, n)  # (n, d)
+        return out
 
     def out_weights(self, site: Site) -> tuple[Tensor, Tensor | None]:
         """W_O (d_out, H*d_v) in torch Linear layout, and b_O (d_out,) or None."""
-        return site.out.weight, site.out.bias
+        W, b = in_out(site.out)  # (H*d_v, d_out), (d_out,)
+        return W.T, b
 
     def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module] | None:
         """A decoder-only model's blocks, in order, and the norm between the last block and the LM head
@@ -220,9 +332,15 @@ class Adapter:
     def causal(self, part: str) -> bool:
         return part == "decoder"
 
+    def device(self) -> torch.device:
+        """Where input ids go: the CPU for a model dispatched by accelerate (its hooks move them), else its device."""
+        if getattr(self.model, "hf_device_map", None):
+            return torch.device("cpu")
+        return next(self.base.parameters()).device
+
     def forward(self, ids: Sequence[int], decoder_ids: Sequence[int] | None = None) -> Any:
         """One forward pass of the base model (batch of one) with output_attentions, no cache."""
-        device = next(self.base.parameters()).device
+        device = self.device()
         kwargs: dict[str, Any] = {"output_attentions": True}
         if "use_cache" in inspect.signature(self.base.forward).parameters:
             kwargs["use_cache"] = False
@@ -235,7 +353,7 @@ class Adapter:
         """The model's own attention weights for `part`: one (1, H, T, S) tensor per layer."""
         field = "attentions" if self.kind != "encoder-decoder" else f"{part}_attentions"
         attentions = getattr(outputs, field, None)
-        if not attentions:
+        if not attentions or any(a is None for a in attentions):
             raise ModelLoadError(f"the '{self.model.config.model_type}' model returned no {field} (output_attentions)")
         return attentions
 
@@ -277,7 +395,8 @@ class Adapter:
     ) -> list[AttentionTrace]:
         """One forward pass with hooks on every layer in `layers` of part; each layer's trace, in that order.
 
-        head_mask, if given, scales the head blocks of every one of those layers.
+        head_mask, if given, scales the head blocks of every one of those layers. Only these layers are
+        hooked: no other layer's q, k, v is kept.
         """
         recorders = [Recorder(self.site(part, layer), head_mask) for layer in layers]
         with contextlib.ExitStack() as hooks:
@@ -300,53 +419,60 @@ class Adapter:
         head_mask: Tensor | None,
         meta: dict[str, Any],
     ) -> AttentionTrace:
-        """Every intermediate of one layer from what its Recorder captured; reference: the model's (H, T, S)."""
+        """Every intermediate of one layer from what its Recorder captured; reference: the model's (H, T, S).
+
+        Computed in float32 whatever the model's dtype.
+        """
         site = rec.site
-        H, KV = site.num_heads, site.num_kv_heads
-        q, k, v = self.heads(site, rec)  # (H, T, d_k), (KV, S, d_k), (KV, S, d_v)
-        q, k, bias = self.positions(site, rec, q, k)
-        kv_heads = tuple(h // (H // KV) for h in range(H))  # query head h reads K/V head h // (H/KV)
-        k, v = k[list(kv_heads)], v[list(kv_heads)]  # (H, S, d_k), (H, S, d_v)
-        scores = q @ k.transpose(-1, -2) * float(site.attention.scaling)  # (H, T, S)
-        if bias is not None:
-            scores = scores + bias  # (H, T, S)
-        scores = scores + additive_mask(rec.arguments.get(self.mask_argument))  # (H, T, S)
-        if self.causal(part):
-            scores = scores.masked_fill(causal_mask(*scores.shape[-2:], scores.device), float("-inf"))  # (H, T, S)
-        weights = scores.softmax(dim=-1)  # (H, T, S)
-        head_outputs = weights @ v  # (H, T, d_v)
-        if head_mask is not None:
-            head_outputs = head_outputs * head_mask.to(head_outputs)[:, None, None]  # (H, T, d_v)
-        W_O, b_O = self.out_weights(site)  # (d_out, H*d_v), (d_out,)
-        projections = {  # K/V weights of grouped-query heads repeated like k and v: head h's own W_K[h]
-            name: None if W is None else to_numpy(W if name[-1] == "Q" else W[list(kv_heads)])
-            for name, W in self.projection_weights(site).items()
-        }  # W_Q (H, d_model, d_k), W_K (H, d_context, d_k), W_V (H, d_context, d_v), biases (H, d)
-        merged = head_outputs.transpose(0, 1).flatten(1)  # (T, H*d_v)
-        check = {
-            "weights vs output_attentions": max_abs_diff(weights, reference),
-            "head outputs vs concat": max_abs_diff(merged, rec.concat),
-            "concat @ W_O^T + b vs output": max_abs_diff(
-                rec.concat @ W_O.T + (0.0 if b_O is None else b_O), rec.output
-            ),
-        }
+        if rec.concat is None or rec.output is None:
+            raise RuntimeError(f"the output projection of {part} layer {meta['layer']} did not run")
+        q, k, v = (x.float() for x in self.heads(site, rec))  # (H, T, d_k), (KV, S, d_k), (KV, S, d_v)
+        var = self.variations(part, site, rec, q, k)
+        kv_heads = site.kv_heads
+        k, v = k[list(kv_heads)], v[list(kv_heads)]  # (H, S, d_k), (H, S, d_v): query head h reads K/V head kv_heads[h]
+        H, T, S = reference.shape
+        bias = {name: b.float().expand(H, T, S).contiguous() for name, b in var.bias.items()}  # each (H, T, S)
+        a = attend(
+            q, k, v,
+            scale=var.scale, q_norm=var.q_norm, k_norm=var.k_norm,
+            rotary=None if var.rotary is None else tuple(t.float() for t in var.rotary),
+            bias=sum(bias.values()) if bias else None, softcap=var.softcap,
+            mask=var.mask, causal=var.causal, window=var.window,
+            head_mask=head_mask,
+        )  # fmt: skip
+        with loaded(*(m for m in (site.q, site.k, site.v, site.out) if m is not None)):
+            W_O, b_O = (None if w is None else w.float() for w in self.out_weights(site))  # (d_out, H*d_v), (d_out,)
+            projections = {  # K/V weights of grouped-query heads repeated like k and v: head h's own W_K[h]
+                name: None if W is None else to_numpy(W if name[-1] == "Q" else W[list(kv_heads)])
+                for name, W in self.projection_weights(site).items()
+            }  # W_Q (H, d_model, d_k), W_K (H, d_context, d_k), W_V (H, d_context, d_v), biases (H, d)
+            concat, output = rec.concat.float(), rec.output.float()  # (T, H*d_v), (T, d_out)
+            check = {
+                "weights vs output_attentions": max_abs_diff(a.weights, reference),
+                "head outputs vs concat": max_abs_diff(a.concat, concat),
+                "concat @ W_O^T + b vs output": max_abs_diff(concat @ W_O.T + (0.0 if b_O is None else b_O), output),
+            }
+            W_O_np, b_O_np = to_numpy(W_O), None if b_O is None else to_numpy(b_O)
+        extra = {"window": var.window} if var.window is not None else {}
         return AttentionTrace(
             query_tokens=tuple(query_tokens),
             key_tokens=tuple(key_tokens),
-            weights=to_numpy(weights),
-            queries=to_numpy(q),
-            keys=to_numpy(k),
+            weights=to_numpy(a.weights),
+            queries=to_numpy(a.queries),
+            keys=to_numpy(a.keys),
             values=to_numpy(v),
-            scores=to_numpy(scores),
-            head_outputs=to_numpy(head_outputs),
-            concat=to_numpy(rec.concat),
-            output=to_numpy(rec.output),
-            W_O=to_numpy(W_O),
-            b_O=None if b_O is None else to_numpy(b_O),
+            scores=to_numpy(a.scores),
+            head_outputs=to_numpy(a.head_outputs),
+            concat=to_numpy(concat),
+            output=to_numpy(output),
+            W_O=W_O_np,
+            b_O=b_O_np,
             **projections,
-            scale=float(site.attention.scaling),
+            scale=var.scale,
+            score_bias={name: to_numpy(b) for name, b in bias.items()},
+            softcap=var.softcap,
             causal=self.causal(part),
             cross=part == "cross",
-            kv_heads=kv_heads if KV != H else None,
-            meta={**meta, "check": check},
+            kv_heads=kv_heads if site.num_kv_heads != site.num_heads else None,
+            meta={**meta, **extra, "model_dtype": str(reference.dtype).removeprefix("torch."), "check": check},
         )

@@ -1,16 +1,18 @@
-"""Direct logit attribution: which heads wrote a token's logit, term by term (pre-norm decoders: GPT-2, LLaMA).
+"""Direct logit attribution: which heads wrote a token's logit, term by term (pre-norm decoder-only models).
 
 At position p the residual stream that enters the final norm is a sum of parts,
     x = embeddings + sum_l (attention_l + mlp_l),   attention_l = sum_h c_lh W_O^(l,h)T + b_O^(l)
 with c_lh head h's block of layer l's concat (the output projection's input, captured by a pre-hook)
-and mlp_l whatever else block l added: mlp_l = block output - block input - attention_l.
+and mlp_l whatever else block l added: mlp_l = block output - block input - attention_l (also where attention
+and MLP run in parallel: GPT-NeoX, Phi, Falcon; embeddings are whatever enters block 0, Gemma's scaled ones too).
 The final norm is linear in x once its scale s is frozen at the value measured on the real x:
     LayerNorm  norm(x) = gamma * (x - mean(x)) / s + beta,   s = sqrt(var(x) + eps)
-    RMSNorm    norm(x) = gamma * x / s,                      s = sqrt(mean(x^2) + eps)
+    RMSNorm    norm(x) = gamma * x / s,                      s = sqrt(mean(x^2) + eps)   (Gemma: gamma = 1 + weight)
 so with u = W_U[token] the model's logit splits exactly into one term per part:
     logit = sum_parts u . (gamma * centre(part) / s) + u . beta + b_U[token]
 centre(part) = part - mean(part) for LayerNorm (the mean of a sum is the sum of the means), part for RMSNorm.
-The terms are computed in float64 from the model's float32 tensors.
+The terms are computed in float64 from the model's tensors. Models whose attention outputs pass through
+another norm before the residual stream (Gemma2) or whose norms follow each block (OPT-350m) are refused.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .adapter import Adapter, loaded
 from .encoded import Encoded
 
 if TYPE_CHECKING:
@@ -90,7 +93,7 @@ class _Capture:
         self._handles.clear()
 
     def _at(self, x: Tensor) -> Tensor:
-        return x.detach()[0, self.position].double()  # (1, T, n) -> (n,)
+        return x.detach()[0, self.position].double().cpu()  # (1, T, n) -> (n,)
 
     @staticmethod
     def _first(args: tuple, kwargs: dict) -> Tensor:
@@ -115,19 +118,30 @@ class _Capture:
         return hook
 
 
-def _frozen_norm(norm: nn.Module, x: Tensor) -> tuple[str, float, Callable[[Tensor], Tensor], Tensor, Tensor | None]:
-    """(kind, s, centre, gamma (d,), beta (d,) or None) of the final norm, its scale s measured on x (d,)."""
+def _frozen_norm(
+    norm: nn.Module, x: Tensor, offset: float = 0.0
+) -> tuple[str, float, Callable[[Tensor], Tensor], Tensor, Tensor | None]:
+    """(kind, s, centre, gamma (d,), beta (d,) or None) of the final norm, its scale s measured on x (d,);
+    gamma = offset + weight (offset 1 for Gemma's RMSNorm)."""
     d = x.shape[-1]
     weight = getattr(norm, "weight", None)
-    gamma = torch.ones(d, dtype=torch.float64) if weight is None else weight.detach().double()  # (d,)
+    gamma = torch.ones(d, dtype=torch.float64) if weight is None else offset + weight.detach().double().cpu()  # (d,)
     if isinstance(norm, nn.LayerNorm):
         s = float(torch.sqrt(x.var(unbiased=False) + norm.eps))  # sqrt(var(x) + eps)
-        beta = None if norm.bias is None else norm.bias.detach().double()  # (d,)
+        beta = None if norm.bias is None else norm.bias.detach().double().cpu()  # (d,)
         return "LayerNorm", s, lambda part: part - part.mean(-1, keepdim=True), gamma, beta
-    if hasattr(norm, "variance_epsilon"):  # LlamaRMSNorm and its copies (Mistral, Qwen2)
-        s = float(torch.sqrt(x.pow(2).mean() + norm.variance_epsilon))  # sqrt(mean(x^2) + eps)
+    if type(norm).__name__.endswith("RMSNorm"):  # LlamaRMSNorm and its copies (Mistral, Qwen, Phi-3, Gemma)
+        eps = getattr(norm, "variance_epsilon", None) or norm.eps
+        s = float(torch.sqrt(x.pow(2).mean() + eps))  # sqrt(mean(x^2) + eps)
         return "RMSNorm", s, lambda part: part, gamma, None
     raise ValueError(f"logit attribution does not know the final norm {type(norm).__name__}")
+
+
+def supported_architectures() -> list[str]:
+    """The model types whose adapter knows the residual stream (decoder-only models)."""
+    from .architectures import ADAPTERS
+
+    return sorted(t for t, cls in ADAPTERS.items() if cls.residual_stream is not Adapter.residual_stream)
 
 
 def _token_id(model: PretrainedModel, token: int | str, vocab_size: int) -> int:
@@ -153,11 +167,13 @@ def logit_attribution(
     """Split the logit of token (None: the model's top prediction there) after position of text into each head's
     direct contribution and named terms (embeddings, attention biases, MLPs, final norm bias, unembedding bias);
     see the module docstring. ids: token ids to read instead of text, exactly as given (e.g. a prompt and the
-    tokens generated after it). ValueError for models other than GPT-2 and LLaMA-family causal LMs."""
-    reason = model.next_token_unavailable
+    tokens generated after it). ValueError for models whose residual stream mha-viz does not know (see
+    supported_architectures()), or whose logits do not split into per-head terms (Gemma2)."""
+    reason = model.next_token_unavailable or model.adapter.attribution_unavailable
     layout = model.adapter.residual_stream()
     if reason is None and layout is None:
-        reason = f"{model.name} is a '{model.architecture}' model; it needs a GPT-2 or LLaMA-family decoder"
+        reason = (f"{model.name} is a '{model.architecture}' model; it needs a decoder whose residual stream "
+                  f"mha-viz knows: {', '.join(supported_architectures())}")
     if reason is not None:
         raise ValueError(f"logit attribution is unavailable: {reason}")
     blocks, norm = layout
@@ -175,39 +191,40 @@ def logit_attribution(
         raise ValueError(f"position must be an integer in {-T} ... {T - 1} for {T} tokens, got {position!r}")
     position = int(position) % T
     sites = [model.adapter.site("decoder", layer) for layer in range(len(blocks))]
-    device = next(model.model.parameters()).device
     with _Capture(list(blocks), [site.out for site in sites], norm, position) as capture:
-        ids = torch.tensor([list(enc.ids)], device=device)  # (1, T)
+        ids = torch.tensor([list(enc.ids)], device=model.adapter.device())  # (1, T)
         logits = model.model(input_ids=ids, use_cache=False).logits[0, position]  # (V,)
     token_id = int(logits.argmax()) if token is None else _token_id(model, token, len(logits))
 
-    # the parts of the residual stream x at position (each (d,)), in the order they are added
-    parts: dict[str, Tensor] = {"embeddings": capture.embeddings}
-    head_parts = []  # per layer: (H, d)
-    previous = capture.embeddings  # (d,) the input of block l
-    for layer, site in enumerate(sites):
-        W_O, b_O = model.adapter.out_weights(site)  # (d, H*d_v), (d,)
-        H = site.num_heads
-        concat_blocks = capture.concat[layer].view(H, -1)  # (H, d_v): c_lh
-        W_h = W_O.detach().double().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d): W_O^(l,h)T
-        head_parts.append(torch.einsum("hv,hvd->hd", concat_blocks, W_h))  # (H, d): c_lh W_O^(l,h)T
-        if b_O is not None:
-            parts[f"layer {layer} attention bias"] = b_O.detach().double()  # (d,)
-        parts[f"layer {layer} MLP"] = capture.block_out[layer] - previous - capture.attention[layer]  # (d,)
-        previous = capture.block_out[layer]
-    heads = torch.stack(head_parts)  # (L, H, d)
-    x = capture.final  # (d,)
-    residual_error = float((sum(parts.values()) + heads.sum((0, 1)) - x).abs().max())
-
-    kind, s, centre, gamma, beta = _frozen_norm(norm, x)
+    logits = logits.double().cpu()  # (V,)
     unembedding = model.model.get_output_embeddings()
-    u = unembedding.weight[token_id].detach().double()  # (d,) W_U[token]
-    direction = u * gamma / s  # (d,): term = direction . centre(part)
-    terms = {name: float(direction @ centre(part)) for name, part in parts.items()}
-    if beta is not None:
-        terms["final norm bias"] = float(u @ beta)  # u . beta
-    if getattr(unembedding, "bias", None) is not None:
-        terms["unembedding bias"] = float(unembedding.bias[token_id])  # b_U[token]
+    with loaded(*(site.out for site in sites), norm, unembedding):  # real weights even where accelerate offloads
+        # the parts of the residual stream x at position (each (d,)), in the order they are added
+        parts: dict[str, Tensor] = {"embeddings": capture.embeddings}
+        head_parts = []  # per layer: (H, d)
+        previous = capture.embeddings  # (d,) the input of block l
+        for layer, site in enumerate(sites):
+            W_O, b_O = model.adapter.out_weights(site)  # (d, H*d_v), (d,)
+            H = site.num_heads
+            concat_blocks = capture.concat[layer].view(H, -1)  # (H, d_v): c_lh
+            W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d): W_O^(l,h)T
+            head_parts.append(torch.einsum("hv,hvd->hd", concat_blocks, W_h))  # (H, d): c_lh W_O^(l,h)T
+            if b_O is not None:
+                parts[f"layer {layer} attention bias"] = b_O.detach().double().cpu()  # (d,)
+            parts[f"layer {layer} MLP"] = capture.block_out[layer] - previous - capture.attention[layer]  # (d,)
+            previous = capture.block_out[layer]
+        heads = torch.stack(head_parts)  # (L, H, d)
+        x = capture.final  # (d,)
+        residual_error = float((sum(parts.values()) + heads.sum((0, 1)) - x).abs().max())
+
+        kind, s, centre, gamma, beta = _frozen_norm(norm, x, model.adapter.norm_weight_offset)
+        u = unembedding.weight[token_id].detach().double().cpu()  # (d,) W_U[token]
+        direction = u * gamma / s  # (d,): term = direction . centre(part)
+        terms = {name: float(direction @ centre(part)) for name, part in parts.items()}
+        if beta is not None:
+            terms["final norm bias"] = float(u @ beta)  # u . beta
+        if getattr(unembedding, "bias", None) is not None:
+            terms["unembedding bias"] = float(unembedding.bias[token_id])  # b_U[token]
     return LogitAttribution(
         tokens=enc.tokens,
         position=position,

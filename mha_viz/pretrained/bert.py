@@ -1,6 +1,7 @@
-"""BERT family (BERT, MiniLM, RoBERTa, XLM-R, DistilBERT): bidirectional self-attention.
+"""BERT family (BERT, MiniLM, RoBERTa, XLM-R, ELECTRA, DistilBERT, ALBERT): bidirectional self-attention.
 
     scores = Q K^T / sqrt(d_k) + mask      separate query / key / value Linear layers per layer
+ALBERT shares one layer's weights among all layers: layer l is the l-th call of that one module.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from .adapter import Adapter, Site
 class BertAdapter(Adapter):
     """encoder.layer[i].attention.self.{query,key,value}; W_O is attention.output.dense."""
 
-    architectures = ("bert",)
+    architectures = ("bert", "electra")
     kind = "encoder"
 
     def site(self, part: str, layer: int) -> Site:
@@ -40,3 +41,24 @@ class DistilBertAdapter(Adapter):
     def site(self, part: str, layer: int) -> Site:
         a = self.base.transformer.layer[layer].attention
         return Site(a, a.q_lin, a.k_lin, a.v_lin, a.out_lin, a.n_heads, a.n_heads, a.attention_head_size)
+
+
+class AlbertAdapter(Adapter):
+    """encoder.albert_layer_groups[g].albert_layers[j].attention.{query,key,value,dense}, shared across layers.
+
+    Layer l = i * inner_group_num + j runs albert_layers[j] of group g(i) = i * groups // layers; it is
+    that module's n-th call, n = how many earlier i use the same group.
+    """
+
+    architectures = ("albert",)
+    kind = "encoder"
+
+    def site(self, part: str, layer: int) -> Site:
+        cfg = self.model.config
+        L, G, inner = cfg.num_hidden_layers, cfg.num_hidden_groups, cfg.inner_group_num
+        i, j = divmod(layer, inner)
+        group = int(i / (L / G))  # the model's own rule (AlbertTransformer.forward)
+        call = sum(int(earlier / (L / G)) == group for earlier in range(i))
+        a = self.base.encoder.albert_layer_groups[group].albert_layers[j].attention
+        H = a.num_attention_heads
+        return Site(a, a.query, a.key, a.value, a.dense, H, H, a.attention_head_size, call=call)

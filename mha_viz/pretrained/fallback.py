@@ -1,4 +1,4 @@
-"""Architectures without an adapter: only the weights the model itself reports (output_attentions)."""
+"""Text architectures without an adapter whose output projection cannot be found: the model's own weights only."""
 
 from __future__ import annotations
 
@@ -9,26 +9,22 @@ from torch import Tensor, nn
 
 from ..trace import AttentionTrace
 from .adapter import Adapter, to_numpy
+from .generic import probe_kind
 
 
 class FallbackAdapter(Adapter):
-    """Weights-only traces; the kind is read off the config, or else off the weights themselves."""
+    """Weights-only traces (output_attentions); the kind is read off the config, or else off the weights themselves."""
 
-    def __init__(self, model: nn.Module) -> None:
+    knockout = False
+
+    def __init__(self, model: nn.Module, reason: str) -> None:
         super().__init__(model)
         self.unavailable = (
-            f"mha-viz has no adapter for the '{model.config.model_type}' architecture, so it shows only the "
-            "attention weights the model reports itself; queries, keys, values, scores, head outputs, the "
+            f"mha-viz has no adapter for the '{model.config.model_type}' architecture and {reason}, so it shows only "
+            "the attention weights the model reports itself; queries, keys, values, scores, head outputs, the "
             "concat and W_O need an adapter that knows where this architecture keeps its projections."
         )
-        self.kind = "encoder-decoder" if model.config.is_encoder_decoder else self._probe_kind()
-
-    def _probe_kind(self) -> str:
-        """'decoder' if no token ever attends to a later one (a causal model), else 'encoder'."""
-        self.kind = "encoder"  # run the probe as a single stack
-        attentions = self.model_attentions(self.forward(range(1, 6)), "encoder")
-        causal = all(bool((a[0].triu(1) == 0).all()) for a in attentions)
-        return "decoder" if causal else "encoder"
+        self.kind = probe_kind(self)
 
     def traces(
         self,

@@ -153,7 +153,7 @@ def generate(
             f"the prompt has {len(prompt_ids)} tokens and {model.name} reads at most {model.max_tokens}: "
             + (f"at most {room} new tokens fit, not {max_new_tokens}" if room > 0 else "no room for new tokens")
         )
-    device = next(lm.parameters()).device
+    device = model.adapter.device()
     generator = torch.Generator(device=device).manual_seed(int(seed))
     cache_argument = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
     eos = eos_token_ids(lm)

@@ -1,23 +1,21 @@
-"""LLaMA, Mistral, Qwen2: causal self-attention with rotary positions and grouped-query attention.
+"""Rotary decoders: LLaMA, Mistral, Qwen2, Qwen3, Gemma, Gemma2, Phi, Phi-3.
 
     Q = x W_Q (H heads), K = x W_K, V = x W_V (KV heads; KV < H shares each K/V head among H/KV)
-    RoPE: x' = x * cos + rotate_half(x) * sin,   rotate_half([x1, x2]) = [-x2, x1]   on Q and K
-    scores = Q' K'^T / sqrt(d_k) + mask   (causal, and a sliding window where the model uses one)
+    Qwen3, Phi (qk_layernorm): q, k = norm(q), norm(k) per head, before the rotation
+    RoPE: x' = x * cos + rotate_half(x) * sin on the first r dims of Q and K (Phi: r < d_k, partial)
+    scores = scale * Q' K'^T + mask     causal; a sliding window on Mistral's, Qwen's and Gemma2's local layers
+    Gemma2: scale = query_pre_attn_scalar^-1/2, scores soft-capped: c * tanh(scores / c) before the mask
+    Phi-3: one fused qkv_proj, [Q | K | V] side by side
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-import torch
 from torch import Tensor, nn
 
-from .adapter import Adapter, Recorder, Site
-
-
-def rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)  # (..., d/2) each
-    return torch.cat((-x2, x1), dim=-1)  # (..., d)
+from .adapter import Adapter, Recorder, Site, Variations, rotary_of
 
 
 class LlamaAdapter(Adapter):
@@ -25,15 +23,74 @@ class LlamaAdapter(Adapter):
 
     architectures = ("llama", "mistral", "qwen2")
     kind = "decoder"
+    projections = ("q_proj", "k_proj", "v_proj", "o_proj")  # names of q, k, v and W_O in self_attn
 
     def site(self, part: str, layer: int) -> Site:
         a = self.base.layers[layer].self_attn
         H, KV = self.model.config.num_attention_heads, self.model.config.num_key_value_heads
-        return Site(a, a.q_proj, a.k_proj, a.v_proj, a.o_proj, H, KV, a.head_dim)
+        return Site(a, *(getattr(a, name) for name in self.projections), H, KV, a.head_dim)
 
-    def positions(self, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, None]:
-        cos, sin = (t[0] for t in rec.arguments["position_embeddings"])  # (T, d) each
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, None  # (H, T, d), (KV, T, d)
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        return replace(super().variations(part, site, rec, q, k), rotary=rotary_of(rec), window=self.window(site))
+
+    def window(self, site: Site) -> int | None:
+        """The sliding window of this layer: the module's own (None on global layers), else the config's (Mistral)."""
+        if hasattr(site.attention, "sliding_window"):
+            return site.attention.sliding_window
+        return getattr(self.model.config, "sliding_window", None)
 
     def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
         return self.base.layers, self.base.norm
+
+
+class Qwen3Adapter(LlamaAdapter):
+    """LLaMA's layout with an RMSNorm on each query and key head (q_norm, k_norm) before the rotation."""
+
+    architectures = ("qwen3",)
+
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        a = site.attention
+        return replace(super().variations(part, site, rec, q, k), q_norm=a.q_norm, k_norm=a.k_norm)
+
+
+class GemmaAdapter(LlamaAdapter):
+    """LLaMA's attention; the embeddings are scaled by sqrt(d_model) and RMSNorms multiply by (1 + weight)."""
+
+    architectures = ("gemma",)
+    norm_weight_offset = 1.0
+
+
+class Gemma2Adapter(LlamaAdapter):
+    """Gemma2: soft-capped scores, sliding windows on alternate layers, norms after attention and MLP."""
+
+    architectures = ("gemma2",)
+    attribution_unavailable = (
+        "Gemma2 normalises each attention output (post_attention_layernorm) before adding it to the residual "
+        "stream and soft-caps the final logits, so its logits do not split into one term per head"
+    )
+
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        return replace(super().variations(part, site, rec, q, k), softcap=site.attention.attn_logit_softcapping)
+
+
+class PhiAdapter(LlamaAdapter):
+    """Phi: partial rotary (the first partial_rotary_factor * d_k dims of each head), W_O is self_attn.dense,
+    optional LayerNorms on the query and key heads (qk_layernorm); attention and MLP in parallel."""
+
+    architectures = ("phi",)
+    projections = ("q_proj", "k_proj", "v_proj", "dense")
+
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        variations = super().variations(part, site, rec, q, k)
+        a = site.attention
+        return replace(variations, q_norm=a.q_layernorm, k_norm=a.k_layernorm) if a.qk_layernorm else variations
+
+    def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
+        return self.base.layers, self.base.final_layernorm
+
+
+class Phi3Adapter(LlamaAdapter):
+    """Phi-3: one fused qkv_proj, [Q | K | V] side by side (the default split), and o_proj."""
+
+    architectures = ("phi3",)
+    projections = ("qkv_proj", "qkv_proj", "qkv_proj", "o_proj")

@@ -1,8 +1,11 @@
 """load_model: the bundled all-MiniLM-L6-v2, the bundled mha-viz/induction-2l, a local model folder, or a hub id.
 
-Every model loads with eager attention, in float32 and eval mode, and never with remote code.
-A hub id is looked up in the local cache first; otherwise the hub is asked once, with a short
-timeout, before anything is downloaded, so an offline machine fails in seconds, not minutes.
+Every model loads with eager attention, in eval mode, and never with remote code: in float32 unless
+dtype says otherwise, on one device unless device_map spreads it over GPUs, the CPU and the disk
+(accelerate's big-model loading, for models larger than one device's memory). Vision, audio and
+multimodal models are refused from their config, before any weight is read. A hub id is looked up in
+the local cache first; otherwise the hub is asked once, with a short timeout, before anything is
+downloaded, so an offline machine fails in seconds, not minutes.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import importlib.util
 import os
 import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ from .errors import (
     ModelLoadError,
     ModelNotInstalledError,
 )
+from .modality import non_text_reason
 from .model import PretrainedModel
 
 BUNDLED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -35,12 +40,43 @@ HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]  # con
 _HUB_ID = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*")  # "gpt2" or "org/name"
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where and in which precision the weights go (arguments of from_pretrained)."""
+
+    dtype: Any = None  # torch dtype or its name ("float16", "bfloat16"); None: float32
+    device_map: str | dict | None = None  # "auto": accelerate fills the GPUs, then the CPU, then offload_folder
+    max_memory: dict | None = None  # {0: "20GiB", "cpu": "60GiB"}: how much of each device device_map may use
+    offload_folder: str | os.PathLike | None = None  # where weights that fit nowhere else go (disk offload)
+
+    def kwargs(self) -> dict[str, Any]:
+        import torch
+
+        dtype = self.dtype if self.dtype is not None else torch.float32
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype, None)
+            if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+                raise ValueError(f"dtype must be a floating point torch dtype or its name, got {self.dtype!r}")
+        if self.device_map is None:
+            if self.max_memory is not None or self.offload_folder is not None:
+                raise ValueError("max_memory and offload_folder need a device_map (e.g. device_map='auto')")
+            return {"dtype": dtype}
+        if importlib.util.find_spec("accelerate") is None:
+            raise ModelLoadError("device_map needs the accelerate package: pip install accelerate")
+        return {"dtype": dtype, "device_map": self.device_map, "max_memory": self.max_memory,
+                "offload_folder": None if self.offload_folder is None else str(self.offload_folder)}
+
+
 def load_model(
     name_or_path: str | os.PathLike | None = None,
     *,
     sha256: str | None = None,
     max_tokens: int | None = None,
     folders: bool = True,
+    dtype: Any = None,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+    offload_folder: str | os.PathLike | None = None,
 ) -> PretrainedModel:
     """Load a model to trace.
 
@@ -50,12 +86,18 @@ def load_model(
     A hub id ("gpt2", "org/name"): from the local Hugging Face cache, else downloaded from the hub.
     folders=False: a name is only ever a hub id, never a folder on this machine (for names that come
     from a link or a stranger: they must not read, or probe, the server's folders).
-    Raises ModelLoadError (or a subclass) when the model cannot be loaded, e.g. for weights that are not
-    all finite numbers.
+    dtype: torch.float16 / torch.bfloat16 (or "float16", "bfloat16") halves the memory; default float32.
+    Traces are float32 numpy whatever the dtype; their checks then show half precision's rounding.
+    device_map="auto" (needs accelerate) spreads a model too large for one device over the GPUs, the CPU
+    and, with offload_folder, the disk; max_memory limits each device ({0: "20GiB", "cpu": "30GiB"}).
+    Raises ModelLoadError (or a subclass) when the model cannot be loaded, e.g. a vision or audio model,
+    or weights that are not all finite numbers.
     """
+    placement = Placement(dtype, device_map, max_memory, offload_folder)
+    placement.kwargs()  # bad arguments fail before anything is read
     if name_or_path is None:
         folder = bundled_model_dir()
-        return _load_folder(folder, BUNDLED_MODEL, sha256 or BUNDLED_SHA256, max_tokens)
+        return _load_folder(folder, BUNDLED_MODEL, sha256 or BUNDLED_SHA256, max_tokens, placement)
     if str(name_or_path) == INDUCTION_MODEL:  # before folders and the hub: the name always means the shipped model
         folder = induction_model_dir()
         if not (folder / "config.json").is_file():
@@ -63,13 +105,13 @@ def load_model(
                 f"The bundled model {INDUCTION_MODEL} is missing from {folder}: reinstall mha-viz, "
                 "or retrain it with scripts/train_induction_model.py"
             )
-        return _load_folder(folder, INDUCTION_MODEL, sha256 or INDUCTION_SHA256, max_tokens)
+        return _load_folder(folder, INDUCTION_MODEL, sha256 or INDUCTION_SHA256, max_tokens, placement)
     if folders and str(name_or_path) and Path(name_or_path).is_dir():
-        return _load_folder(Path(name_or_path), str(name_or_path), sha256, max_tokens)
+        return _load_folder(Path(name_or_path), str(name_or_path), sha256, max_tokens, placement)
     repo_id = validate_hub_id(str(name_or_path))
     if sha256 is not None:
         raise ValueError("sha256 is checked for local model folders only")
-    return _load_hub(repo_id, max_tokens)
+    return _load_hub(repo_id, max_tokens, placement)
 
 
 def bundled_model_dir() -> Path:
@@ -111,7 +153,9 @@ def validate_hub_id(name: str) -> str:
     return name
 
 
-def _load_folder(folder: Path, name: str, sha256: str | None, max_tokens: int | None) -> PretrainedModel:
+def _load_folder(
+    folder: Path, name: str, sha256: str | None, max_tokens: int | None, placement: Placement
+) -> PretrainedModel:
     if not (folder / "config.json").is_file():
         raise ModelLoadError(f"{folder} is not a model folder: it has no config.json")
     if sha256 is not None:
@@ -125,7 +169,7 @@ def _load_folder(folder: Path, name: str, sha256: str | None, max_tokens: int | 
                 "the file is corrupted or not the expected model. Reinstall it."
             )
     try:
-        return _from_pretrained(str(folder), name, max_tokens, local_files_only=True)
+        return _from_pretrained(str(folder), name, max_tokens, placement, local_files_only=True)
     except ModelLoadError:
         raise
     except Exception as e:
@@ -143,14 +187,16 @@ def _hub_snapshot(repo_id: str, *, local_files_only: bool) -> str:
     return snapshot_download(repo_id, local_files_only=local_files_only, allow_patterns=HUB_FILES)
 
 
-def _load_hub(repo_id: str, max_tokens: int | None) -> PretrainedModel:
+def _load_hub(repo_id: str, max_tokens: int | None, placement: Placement) -> PretrainedModel:
     try:
         cached = _hub_snapshot(repo_id, local_files_only=True)
     except Exception:  # noqa: BLE001 - not in the local cache (huggingface_hub's errors vary by version)
         cached = None
     if cached is not None:
         try:
-            return _from_pretrained(cached, repo_id, max_tokens, local_files_only=True)
+            return _from_pretrained(cached, repo_id, max_tokens, placement, local_files_only=True)
+        except ModelLoadError:
+            raise
         except OSError:
             pass  # not completely in the local cache
         except Exception as e:
@@ -166,25 +212,32 @@ def _load_hub(repo_id: str, max_tokens: int | None) -> PretrainedModel:
     if problem is not None:
         raise ModelDownloadError(f"{cannot}: {problem}. {hint}")
     try:
-        return _from_pretrained(_hub_snapshot(repo_id, local_files_only=False), repo_id, max_tokens,
+        return _from_pretrained(_hub_snapshot(repo_id, local_files_only=False), repo_id, max_tokens, placement,
                                 local_files_only=True)
+    except ModelLoadError:
+        raise
     except Exception as e:
         raise ModelDownloadError(f"{cannot}: {e}. {hint}") from e
 
 
-def _from_pretrained(source: str, name: str, max_tokens: int | None, *, local_files_only: bool) -> PretrainedModel:
-    import torch
+def _from_pretrained(
+    source: str, name: str, max_tokens: int | None, placement: Placement, *, local_files_only: bool
+) -> PretrainedModel:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
     common: dict[str, Any] = {"trust_remote_code": False, "local_files_only": local_files_only}
     config = AutoConfig.from_pretrained(source, **common)
+    reason = non_text_reason(config)
+    if reason is not None:
+        raise ModelLoadError(f"Cannot open {name}: {reason}.")
     # A checkpoint saved with a language-model head keeps it, so knockout can show next-token changes.
     has_lm_head = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in config.architectures or ())
     auto = AutoModelForCausalLM if has_lm_head else AutoModel
-    model = auto.from_pretrained(source, config=config, attn_implementation="eager", dtype=torch.float32, **common)
+    where = placement.kwargs()
+    model = auto.from_pretrained(source, config=config, attn_implementation="eager", **where, **common)
     tokenizer = AutoTokenizer.from_pretrained(source, **common)
     check_finite(model, name)
-    return PretrainedModel(model, tokenizer, name=name, max_tokens=max_tokens)
+    return PretrainedModel(model, tokenizer, name=name, max_tokens=max_tokens, dtype=where["dtype"])
 
 
 def check_finite(model: Any, name: str) -> None:
@@ -192,6 +245,8 @@ def check_finite(model: Any, name: str) -> None:
     import torch
 
     for param_name, param in model.named_parameters():
+        if param.device.type == "meta":  # offloaded to disk (device_map): not in memory to check
+            continue
         if not torch.isfinite(param).all():
             bad = int((~torch.isfinite(param)).sum())
             raise ModelLoadError(f"Refusing to load {name}: {param_name} holds {bad} values that are not finite "

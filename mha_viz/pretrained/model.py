@@ -24,6 +24,7 @@ from . import attribution, generation
 from .adapter import HeadMasks, to_numpy
 from .architectures import adapter_for
 from .encoded import Coverage, Encoded
+from .modality import refuse_non_text
 
 _NO_LIMIT = 1_000_000  # tokenizers without a length limit report a huge model_max_length
 CHARS_PER_TOKEN = 64  # read at most this many characters a token: longer texts are cut before tokenising
@@ -32,15 +33,27 @@ CHARS_PER_TOKEN = 64  # read at most this many characters a token: longer texts 
 class PretrainedModel:
     """A pretrained transformer opened up for attention tracing.
 
-    The model is switched, in place, to eval mode, float32 and eager attention (the only
-    implementation that returns attention weights). max_tokens: longer inputs are truncated;
-    at most (and by default) the model's own limit.
+    The model is switched, in place, to eval mode, eager attention (the only implementation that
+    returns attention weights) and dtype: float32 by default; None keeps the model's own dtype (half
+    precision; a model dispatched by accelerate's device_map is never cast). Traces are float32 numpy
+    whatever the model's dtype. max_tokens: longer inputs are truncated; at most (and by default) the
+    model's own limit. ModelLoadError for a model that does not read text (vision, audio, multimodal).
     """
 
-    def __init__(self, model: nn.Module, tokenizer: Any, *, name: str | None = None, max_tokens: int | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        name: str | None = None,
+        max_tokens: int | None = None,
+        dtype: torch.dtype | None = torch.float32,
+    ):
+        refuse_non_text(model)
         if model.config._attn_implementation != "eager":
             model.set_attn_implementation("eager")
-        self.model = model.eval().float()
+        dispatched = bool(getattr(model, "hf_device_map", None))
+        self.model = model.eval() if dtype is None or dispatched else model.eval().to(dtype)
         self.tokenizer = tokenizer
         self.name = name or model.config.name_or_path or model.config.model_type
         self.architecture: str = model.config.model_type
@@ -187,11 +200,11 @@ class PretrainedModel:
         if reason is not None:
             raise ValueError(f"next-token probabilities are unavailable: {reason}")
         enc = self._encode(text)
-        device = next(self.model.parameters()).device
         masks = self._head_masks("decoder", head_masks)
         with self._lock, masks, torch.no_grad():
-            logits = self.model(input_ids=torch.tensor([list(enc.ids)], device=device), use_cache=False).logits
-        return to_numpy(logits[0, -1].softmax(-1))  # (vocab,)
+            ids = torch.tensor([list(enc.ids)], device=self.adapter.device())  # (1, T)
+            logits = self.model(input_ids=ids, use_cache=False).logits  # (1, T, vocab)
+        return to_numpy(logits[0, -1].float().softmax(-1))  # (vocab,)
 
     def generate(
         self,
@@ -233,7 +246,7 @@ class PretrainedModel:
 
     def _head_masks(self, part: str, head_masks: dict[int, Sequence[float]] | None) -> HeadMasks:
         """Knockout hooks for {layer: head_mask} of part, checked: layers in range, one finite value per head."""
-        if head_masks and self.unavailable is not None:
+        if head_masks and not self.adapter.knockout:
             raise ValueError(f"heads cannot be switched off: {self.unavailable}")
         sites = []
         for layer, values in (head_masks or {}).items():

@@ -2,14 +2,16 @@
 
     scores = Q K^T + position_bias + mask        position_bias (H, T, S) from bucketed distances j - i,
                                                  computed by layer 0 and shared by all layers
-Cross-attention: Q from the decoder, K and V from the encoder output; its bias is zero.
+Cross-attention: Q from the decoder, K and V from the encoder output; it has no position bias.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from torch import Tensor
 
-from .adapter import Adapter, Recorder, Site
+from .adapter import Adapter, Recorder, Site, Variations
 
 
 class T5Adapter(Adapter):
@@ -25,5 +27,9 @@ class T5Adapter(Adapter):
         a = block.layer[1].EncDecAttention if part == "cross" else block.layer[0].SelfAttention
         return Site(a, a.q, a.k, a.v, a.o, a.n_heads, a.n_heads, a.key_value_proj_dim)
 
-    def positions(self, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return q, k, rec.result[1][0]  # the module returns the position bias it used: (H, T, S)
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        variations = super().variations(part, site, rec, q, k)
+        if part == "cross":
+            return variations
+        bias = rec.result[1][0]  # the module returns the position bias it used: (H, T, S)
+        return replace(variations, bias={"relative position bias": bias})

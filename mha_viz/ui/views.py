@@ -25,6 +25,7 @@ from ..figures.common import token_label, with_automargin
 from ..figures.heads import MAX_CELLS_PER_SIDE
 from ..figures.lines import MAX_LINE_TOKENS, picked_token
 from ..figures.overview import picked_head
+from ..figures.steps import score_parts_figure
 from ..formulas import formulas
 from ..trace import AttentionTrace
 from .style import is_phone
@@ -202,12 +203,21 @@ def _why_one_score(trace: AttentionTrace, head: int, name: str) -> None:
     t = score_terms(trace, head, query, key)
     q_tok, k_tok = token_label(trace.query_tokens[query], 24), token_label(trace.key_tokens[key], 24)
     steps = [f"q·k = Σ_d q_d k_d = **{t.dot:.4g}**", f"× {t.scale:.4g} = {t.scale * t.dot:.4g}"]
+    steps += [f"{value:+.4g} ({term})" for term, value in t.terms.items()]
+    if t.softcap is not None:
+        steps.append(f"soft-capped: {t.softcap:g}·tanh({t.logit:.4g} / {t.softcap:g}) = {t.capped:.4g}")
+    known = t.capped - t.scale * t.dot  # what the named terms and soft-capping explain of `other`
     if np.isinf(t.other):
-        steps.append("masked: the key comes after the query (causal mask), score −∞")
-    elif abs(t.other) > 1e-4 * max(1.0, abs(t.score)):
-        steps.append(f"{t.other:+.4g} (position bias or mask the model adds)")
+        steps.append("masked: the model hides this key from this query (causal mask or window), score −∞")
+    elif abs(t.other - known) > 1e-4 * max(1.0, abs(t.score)):
+        steps.append(f"{t.other - known:+.4g} (position bias or mask the model adds)")
     steps.append(f"score **{t.score:.4g}**; after the softmax over the row: weight **{t.weight:.3f}**")
     st.markdown(f"Head {head}, query {query} (**{q_tok}**) and key {key} (**{k_tok}**): " + " → ".join(steps))
+    if trace.score_bias or trace.softcap is not None:
+        st.caption("Every key's score for this query, part by part: the content term scale · q·k (what Q and K "
+                   "alone give) and what the model adds to it (" + (", ".join(trace.score_bias) or "soft-capping")
+                   + "); the diamonds are the scores.")
+        chart(score_parts_figure(trace, head, query), "score_parts", f"{name}-head{head}-q{query}-parts")
     chart(score_terms_figure(trace, head, query, key), "score_terms", f"{name}-head{head}-q{query}-k{key}")
 
 

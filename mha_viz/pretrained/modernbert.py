@@ -1,0 +1,34 @@
+"""ModernBERT: a bidirectional encoder with rotary positions, one fused Wqkv, global and local layers.
+
+    [Q | K | V] = x Wqkv                   side by side (the default split)
+    RoPE on Q and K (its own theta on global and on local layers)
+    scores = Q' K'^T / sqrt(d_k) + mask    local layers: only keys with |i - j| <= local_attention / 2
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from torch import Tensor
+
+from .adapter import Adapter, Recorder, Site, Variations, rotary_of
+
+
+class ModernBertAdapter(Adapter):
+    """layers[i].attn.{Wqkv,Wo}; layer_types[i] is "full_attention" or "sliding_attention"."""
+
+    architectures = ("modernbert",)
+    kind = "encoder"
+
+    def site(self, part: str, layer: int) -> Site:
+        a = self.base.layers[layer].attn
+        H = self.model.config.num_attention_heads
+        return Site(a, a.Wqkv, a.Wqkv, a.Wqkv, a.Wo, H, H, a.head_dim)
+
+    def scale(self, site: Site) -> float:
+        return site.head_dim**-0.5
+
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        # the module's sliding_window is local_attention / 2 + 1: keys |i - j| >= it are hidden
+        variations = super().variations(part, site, rec, q, k)
+        return replace(variations, rotary=rotary_of(rec), window=site.attention.sliding_window)
