@@ -15,6 +15,8 @@ NPZ (trace_to_npz / write_npz / trace_from_npz), read with ``np.load(path)`` (no
     weights, queries, keys, values, scores, head_outputs, concat, output, W_O, b_O, W_Q, W_K, W_V, b_Q, b_K, b_V
                      every array the trace holds (absent ones are left out)
     scale            0-d float64: the factor on Q K^T (absent when the trace does not say)
+    score_bias:<name>  each named term the model adds to the scores [H, T, S] (T5 bias, ALiBi, DeBERTa ...)
+    softcap          0-d float64: the logit soft-capping constant (absent: none)
     query_tokens, key_tokens   unicode arrays [T], [S]
     causal, cross    0-d bool arrays         kv_heads   int64 [H], only for grouped-query attention
     meta             0-d unicode array: trace.meta as a JSON string
@@ -76,13 +78,23 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _FILENAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+BIAS = "score_bias:"  # stored name prefix of the named terms a model adds to the scores
+
+
 class ExportBusy(RuntimeError):
     """Another large export is being built in this process and the wait ran out; try again shortly."""
 
 
 def trace_arrays(trace: AttentionTrace) -> dict[str, np.ndarray]:
-    """The arrays the trace holds, by field name (weights first; absent intermediates left out)."""
-    return {name: np.asarray(getattr(trace, name)) for name in ARRAY_FIELDS if getattr(trace, name) is not None}
+    """The arrays the trace holds, by field name (weights first; absent intermediates left out), then each
+    named score_bias term as "score_bias:<name>"."""
+    arrays = {name: np.asarray(getattr(trace, name)) for name in ARRAY_FIELDS if getattr(trace, name) is not None}
+    return arrays | {f"{BIAS}{name}": np.asarray(a) for name, a in trace.score_bias.items()}
+
+
+def _score_bias(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The score_bias terms among stored arrays (keys "score_bias:<name>")."""
+    return {name.removeprefix(BIAS): a for name, a in arrays.items() if name.startswith(BIAS)}
 
 
 def jsonable(value: Any) -> Any:
@@ -193,6 +205,8 @@ def _npz_extras(trace: AttentionTrace) -> dict[str, np.ndarray]:
         extras["kv_heads"] = np.array(trace.kv_heads, dtype=np.int64)
     if trace.scale is not None:
         extras["scale"] = np.array(float(trace.scale))
+    if trace.softcap is not None:
+        extras["softcap"] = np.array(float(trace.softcap))
     extras["meta"] = np.array(json.dumps(jsonable(trace.meta), ensure_ascii=False, allow_nan=False))
     extras["format"] = np.array(FORMAT)
     return extras
@@ -293,6 +307,8 @@ def trace_from_npz(data: bytes | io.IOBase) -> AttentionTrace:
         cross=bool(stored["cross"]),
         kv_heads=tuple(int(h) for h in stored["kv_heads"]) if "kv_heads" in stored else None,
         scale=float(stored["scale"]) if "scale" in stored else None,
+        score_bias=_score_bias(stored),
+        softcap=float(stored["softcap"]) if "softcap" in stored else None,
         meta=json.loads(str(stored["meta"])),
     )
 
@@ -360,6 +376,7 @@ def trace_header(trace: AttentionTrace, *, array_format: str = "lists", dtype: s
         "cross": bool(trace.cross),
         "kv_heads": None if trace.kv_heads is None else [int(h) for h in trace.kv_heads],
         "scale": None if trace.scale is None else float(trace.scale),
+        "softcap": None if trace.softcap is None else float(trace.softcap),
         "shapes": {name: [int(n) for n in a.shape] for name, a in arrays.items()},
         "dtypes": {name: str(_stored_dtype(a, dtype)) for name, a in arrays.items()},
         "array_format": array_format,
@@ -444,6 +461,8 @@ def trace_from_json(text: str | bytes) -> AttentionTrace:
         cross=bool(doc["cross"]),
         kv_heads=None if doc["kv_heads"] is None else tuple(doc["kv_heads"]),
         scale=doc.get("scale"),
+        score_bias=_score_bias(arrays),
+        softcap=doc.get("softcap"),
         meta=doc["meta"],
     )
 

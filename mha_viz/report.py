@@ -74,6 +74,13 @@ code { font-family: ui-monospace, Menlo, Consolas, monospace; }
 """
 
 
+def meaning(name: str) -> str:
+    """What a stored array is, for the report's table of shapes."""
+    if name.startswith("score_bias:"):
+        return f"what the model adds to scale · Q Kᵀ: {name.removeprefix('score_bias:')}"
+    return MEANINGS[name]
+
+
 def default_figures(trace: AttentionTrace) -> list[go.Figure]:
     """The heads grid, and the concat -> W_O path and per-head contributions when the trace has them."""
     figures = [heads_figure(trace, title="Attention weights: every head (row = query token, column = key token)")]
@@ -194,7 +201,7 @@ def html_report(
 
     rows = [
         [f"<td><code>{_esc(name)}</code></td>", f"<td>{_esc(' × '.join(map(str, a.shape)))}</td>",
-         f"<td>{_esc(a.dtype)}</td>", f"<td>{_esc(MEANINGS[name])}</td>"]
+         f"<td>{_esc(a.dtype)}</td>", f"<td>{_esc(meaning(name))}</td>"]
         for name, a in trace_arrays(trace).items()
     ]
     rows += [[f"<td><code>{_esc(name)}</code></td>", "<td>—</td>", "<td>—</td>", "<td>not available</td>"]

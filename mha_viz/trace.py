@@ -98,6 +98,10 @@ class AttentionTrace:
         names = ("queries", "keys", "values", "scores", "head_outputs", "concat", "output", "W_O")
         return tuple(n for n in names if getattr(self, n) is None)
 
+    def lacks(self, *names: str) -> tuple[str, ...]:
+        """Which of the named arrays this trace does not hold (empty: a view needing them can be drawn)."""
+        return tuple(n for n in names if getattr(self, n) is None)
+
     @property
     def num_heads(self) -> int:
         return self.weights.shape[0]

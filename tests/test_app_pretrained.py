@@ -144,15 +144,22 @@ def test_grouped_query_heads_are_labelled_with_their_kv_head(model_folders: dict
     assert titles == ["head 0 (K/V head 0)", "head 1 (K/V head 0)", "head 2 (K/V head 1)", "head 3 (K/V head 1)"]
 
 
-def test_unadapted_architecture_shows_weights_and_says_what_is_unavailable(model_folders: dict[str, str]) -> None:
+def test_unadapted_architecture_shows_what_the_generic_path_holds(model_folders: dict[str, str]) -> None:
+    """MPNet has no adapter: the generic path gives weights, head outputs, concat, W_O and output, not Q, K, V."""
     at = pretrained_app()
     at.text_input(key="model").set_value(model_folders["mpnet"]).run()
     assert not at.exception and not at.error
     assert len(heatmaps(figure(at))) == 4
-    assert any("Only the attention weights are available" in i.value for i in at.info)
+    assert any("holds the attention weights, head outputs, concat, W_O and output" in i.value for i in at.info)
     at.button_group(key="view").set_value("Concat → W_O").run()
+    assert not at.exception and at.get("plotly_chart")  # drawn from the captured concat and W_O
+    assert [m.value for m in at.metric] == ["equal ✓", "equal ✓"]
+    at.button_group(key="view").set_value("One head").run()
     assert not at.exception and not at.get("plotly_chart")
-    assert any("needs queries, keys, values" in i.value for i in at.info)
+    assert any("needs queries, keys, values, scores" in i.value for i in at.info)
+    at.button_group(key="view").set_value("Analysis").run()
+    at.button_group(key="section").set_value("Knockout").run()
+    assert not at.exception and not at.error and at.get("plotly_chart")  # knockout works on the generic path
 
 
 def test_every_analysis_section_renders_for_the_bundled_model() -> None:

@@ -123,7 +123,7 @@ def test_clicking_an_overview_thumbnail_opens_that_head(server: str, browser) ->
         page.mouse.click(x, y)
         wait_for_query(page, r"layer=3.*compare=5|compare=5.*layer=3")
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 2", timeout=60_000)
-        assert page.locator(".gtitle, .g-gtitle").filter(has_text="layer 3").count() >= 1
+        page.locator(".gtitle").filter(has_text="layer 3").first.wait_for(timeout=60_000)  # the head, opened below
         page.screenshot(path=str(ASSETS / "overview-click.png"))
     finally:
         assert page.errors == []

@@ -81,8 +81,10 @@ def grouped_query() -> AttentionTrace:
 
 def assert_same_trace(a: AttentionTrace, b: AttentionTrace) -> None:
     assert b.query_tokens == a.query_tokens and b.key_tokens == a.key_tokens
-    assert (b.causal, b.cross, b.kv_heads, b.scale) == (a.causal, a.cross, a.kv_heads, a.scale)
-    assert b.missing == a.missing
+    assert (b.causal, b.cross, b.kv_heads, b.scale, b.softcap) == (a.causal, a.cross, a.kv_heads, a.scale, a.softcap)
+    assert b.missing == a.missing and list(b.score_bias) == list(a.score_bias)
+    for name, x in a.score_bias.items():
+        np.testing.assert_array_equal(b.score_bias[name], x, err_msg=name)
     for name in ARRAY_FIELDS:
         x, y = getattr(a, name), getattr(b, name)
         assert (x is None) == (y is None), name
@@ -91,8 +93,19 @@ def assert_same_trace(a: AttentionTrace, b: AttentionTrace) -> None:
             np.testing.assert_array_equal(y, x, err_msg=name)  # exact, -inf included
 
 
+def biased_softcapped() -> AttentionTrace:
+    """A trace with named score terms (as T5, Bloom or DeBERTa give) and soft-capping (as Gemma2 gives)."""
+    from dataclasses import replace
+
+    full = configurable(causal=False)
+    H, T, S = full.weights.shape
+    bias = np.linspace(-1, 1, H * T * S, dtype=np.float32).reshape(H, T, S)
+    return replace(full, score_bias={"ALiBi": bias, "content→position (c2p)": -bias}, softcap=50.0)
+
+
 TRACES = {
     "self-causal": lambda: configurable(),
+    "score-bias-softcap": biased_softcapped,
     "cross": lambda: configurable(TOKENS[:4], ("Le", "chat", "<b>", "noir", "!"), causal=False),
     "weights-only": weights_only,
     "grouped-query-no-bias-float64": grouped_query,
@@ -240,9 +253,10 @@ def test_base64_json_is_less_than_half_of_lists_for_long_inputs() -> None:
 def test_a_stated_float16_is_what_both_files_hold(make) -> None:
     trace = make()
     half = trace_from_npz(trace_to_npz(trace, dtype="float16"))
+    stored = mha_viz.export.trace_arrays(half)
     for name, array in mha_viz.export.trace_arrays(trace).items():
-        assert getattr(half, name).dtype == np.float16
-        np.testing.assert_array_equal(getattr(half, name), array.astype(np.float16))  # -inf stays -inf
+        assert stored[name].dtype == np.float16
+        np.testing.assert_array_equal(stored[name], array.astype(np.float16))  # -inf stays -inf
     for array_format in ARRAY_FORMATS:
         text = trace_to_json(trace, dtype="float16", array_format=array_format)
         assert set(strict_loads(text)["dtypes"].values()) == {"float16"}

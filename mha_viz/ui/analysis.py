@@ -52,7 +52,8 @@ from .views import chart
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
 
-NEEDS_FULL_TRACE = ("Contribution", "Knockout", "Concat vs sum")
+SECTION_NEEDS = {"Contribution": ("head_outputs", "W_O"), "Knockout": ("head_outputs", "W_O", "output"),
+                 "Concat vs sum": ("head_outputs", "W_O", "output", "concat")}  # the arrays each section uses
 STAT_HELP = {
     "entropy": "Entropy of each row / log(number of keys the row may see): 1 = uniform, 0 = one key. "
     "Rows that see a single key (the first row under a causal mask) are skipped.",
@@ -98,9 +99,10 @@ def analysis_view(
     model = source.model
     if special is None:
         special = model.tokenizer.all_special_tokens if model is not None else ()
-    if section in NEEDS_FULL_TRACE and trace.missing:
+    lacking = trace.lacks(*SECTION_NEEDS.get(section, ()))
+    if lacking:
         reason = trace.meta.get("unavailable", "the trace holds only attention weights")
-        st.info(f"{section} needs the values, head outputs and W_O of this layer: {reason}")
+        st.info(f"{section} needs the {', '.join(lacking)} of this layer: {reason}")
         return
     try:
         _section(section, trace, source, layer, name, special, other_model, max_passes)
@@ -179,8 +181,11 @@ def _redundancy(trace: AttentionTrace, name: str) -> None:
 
 def _contribution(trace: AttentionTrace, name: str) -> None:
     norm = st.toggle("Norm-based attention ‖w_ij · f_h(x_j)‖ instead of raw weights", key="norm",
+                     disabled=trace.values is None,
                      help="Kobayashi et al. 2020: f_h(x_j) = v_j W_O^(h)ᵀ is what key j would add through head "
-                     "h's block of W_O; a large weight on a short vector moves the output little.")
+                     "h's block of W_O; a large weight on a short vector moves the output little."
+                     + (" Needs the values, which this model's trace does not hold." if trace.values is None else ""))
+    norm = norm and trace.values is not None
     if norm:
         st.caption("Each cell: weight × length of the key's value vector after W_O, ‖w_ij · v_j W_O^(h)ᵀ‖.")
         chart(heads_figure(trace, matrices=norm_attention(trace), value_name="‖w·f(x)‖"), "analysis_norm_heads",

@@ -33,7 +33,8 @@ CAUSAL_VIEWS = ("Generate", *PRETRAINED_VIEWS)  # a decoder-only model can also 
 TRAIN_VIEWS = ("Training", "Lines", "One head", "Concat → W_O", "Analysis")
 TRACE_VIEWS = {"Heads": views.heads_view, "Lines": views.lines_view, "One head": views.head_view,
                "Concat → W_O": views.output_path_view}  # the views of one trace, the same in every mode
-FULL_TRACE_VIEWS = ("One head", "Concat → W_O")  # they need queries, keys, values and W_O
+VIEW_NEEDS = {"One head": ("queries", "keys", "values", "scores", "head_outputs"),
+              "Concat → W_O": ("concat", "W_O", "output", "head_outputs")}  # the arrays each view draws
 UNKNOWN_SHARE = 0.2  # warn when this share of a text's tokens is [UNK] to the model
 CHARACTER_SHARE = 0.5  # ... or read one character at a time
 
@@ -189,7 +190,8 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
                    + (f" This public demo reads at most {limits.max_tokens}; to {FULL_SIZE}." if limits else ""))
     _coverage_warning(model, s.text)
     if trace.missing:
-        st.info(f"Only the attention weights are available for this model: {trace.meta.get('unavailable')}")
+        held = "only the attention weights" if trace.concat is None else "the attention weights, head outputs, concat, W_O and output"
+        st.info(f"For this model mha-viz holds {held}: {trace.meta.get('unavailable')}")
     shown = trace
     if not s.special:
         try:
@@ -204,8 +206,9 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     elif view == "Analysis":
         analysis_view(trace, source, layer=s.layer, name=name, other_model=other_model,
                       max_passes=None if limits is None else limits.max_passes)
-    elif view in FULL_TRACE_VIEWS and trace.missing:
-        st.info(f"The {view} view needs queries, keys, values and the output projection: {trace.meta.get('unavailable')}")
+    elif trace.lacks(*VIEW_NEEDS.get(view, ())):
+        st.info(f"The {view} view needs {', '.join(trace.lacks(*VIEW_NEEDS[view]))} of this layer: "
+                f"{trace.meta.get('unavailable')}")
     else:
         TRACE_VIEWS[view](shown, name)
     export_section(
