@@ -20,7 +20,14 @@ from mha_viz.analysis import detect_heads
 from mha_viz.cache import ByteBudgetCache
 from mha_viz.hosting import Budget, allowed_models, budget, cache_bytes, check_allowed, is_public, within_budget
 from mha_viz.params import MODES
-from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel, load_model
+from mha_viz.pretrained import (
+    Generation,
+    InvalidModelNameError,
+    ModelDownloadError,
+    ModelLoadError,
+    PretrainedModel,
+    load_model,
+)
 from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, fair, pages, pretrained, state, style, views
@@ -71,11 +78,12 @@ def get_model(name: str, folders: bool, max_tokens: int | None) -> PretrainedMod
 
 
 @st.cache_data(ttl=300, max_entries=32, show_spinner=False)
-def load_error(name: str, folders: bool, max_tokens: int | None) -> str | None:
-    """Why name cannot be loaded, or None; failures are remembered for 5 minutes, not retried per rerun."""
+def download_error(name: str, folders: bool, max_tokens: int | None) -> str | None:
+    """Why name cannot be found or downloaded, or None: remembered for 5 minutes, not asked of the hub again
+    on every rerun. Other failures are raised, never remembered: the next try may work."""
     try:
         get_model(name, folders, max_tokens)
-    except (ModelLoadError, ValueError, OSError) as err:
+    except (ModelDownloadError, InvalidModelNameError) as err:
         return str(err)
     return None
 
@@ -135,10 +143,13 @@ def model_loader(limits: Budget | None) -> Callable[[str], PretrainedModel]:
     def load(name: str) -> PretrainedModel:
         check_allowed(name, allowed_models(secret=secret("allowed_models")))
         key = model_key(name, limits)
-        error = load_error(*key)
-        if error:
-            raise ValueError(error)
-        return get_model(*key)
+        try:
+            error = download_error(*key)  # a remembered download failure: not asked again
+            if error:
+                raise ValueError(error)
+            return get_model(*key)
+        except (ModelLoadError, OSError) as err:
+            raise ValueError(str(err)) from err
 
     return load
 

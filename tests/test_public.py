@@ -186,3 +186,24 @@ def test_heavy_work_runs_one_request_at_a_time_and_nests() -> None:
     for t in threads:
         t.join(10)
     assert done == [1, 1, 1, 1] and peak[0] == 1
+
+
+def test_two_models_loading_at_once_both_load() -> None:
+    """Two sessions opening the two bundled models at the same moment on a cold process (transformers' lazy
+    imports must not race): both load; load_model takes one model at a time."""
+    from mha_viz.pretrained import INDUCTION_MODEL
+
+    results: dict[str, object] = {}
+
+    def load(name: str | None) -> None:
+        try:
+            results[str(name)] = load_model(name)
+        except Exception as err:  # noqa: BLE001 - recorded and asserted below
+            results[str(name)] = err
+
+    threads = [threading.Thread(target=load, args=(name,)) for name in (None, INDUCTION_MODEL)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(not isinstance(v, Exception) for v in results.values()), results

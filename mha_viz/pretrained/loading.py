@@ -36,6 +36,7 @@ WEIGHTS_FILE = "model.safetensors"
 INDUCTION_MODEL = "mha-viz/induction-2l"  # trained by this project, shipped in mha_viz/models/
 INDUCTION_SHA256 = "a78d4bf1164d72046330889600bd720d1ee7108f143651f0cfb55caa9f1b5913"
 HUB_TIMEOUT = 5.0  # seconds to wait for the hub's answer before giving up
+_LOADING = threading.Lock()  # one model load at a time in this process
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]  # config, weights, tokenizer
 _HUB_ID = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*")  # "gpt2" or "org/name"
 
@@ -91,10 +92,19 @@ def load_model(
     device_map="auto" (needs accelerate) spreads a model too large for one device over the GPUs, the CPU
     and, with offload_folder, the disk; max_memory limits each device ({0: "20GiB", "cpu": "30GiB"}).
     Raises ModelLoadError (or a subclass) when the model cannot be loaded, e.g. a vision or audio model,
-    or weights that are not all finite numbers.
+    or weights that are not all finite numbers. One model loads at a time in a process: two threads that
+    import transformers' lazy modules at once can fail, and two loads at once double the memory peak.
     """
     placement = Placement(dtype, device_map, max_memory, offload_folder)
     placement.kwargs()  # bad arguments fail before anything is read
+    with _LOADING:
+        return _load(name_or_path, sha256, max_tokens, folders, placement)
+
+
+def _load(
+    name_or_path: str | os.PathLike | None, sha256: str | None, max_tokens: int | None, folders: bool,
+    placement: Placement,
+) -> PretrainedModel:
     if name_or_path is None:
         folder = bundled_model_dir()
         return _load_folder(folder, BUNDLED_MODEL, sha256 or BUNDLED_SHA256, max_tokens, placement)
