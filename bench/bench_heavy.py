@@ -99,7 +99,7 @@ async def heavy_session(browser, url: str, name: str, path: str, out: dict) -> N
         expander = page.get_by_text("Export and share")
         if await expander.count():
             await expander.first.click()
-            button = page.get_by_role("button", name="Trace (.json)")
+            button = page.get_by_role("button", name="Trace (.json")
             try:
                 await button.wait_for(timeout=60_000)
                 if await button.is_enabled():
@@ -153,6 +153,7 @@ async def main(rounds: int) -> None:
                 results, heavy_out, rss_peak = await phase(server, browser, normals, heavy, rounds)
                 print(f"\n## {label}   (load average {loadavg()})")
                 print(f"simple page open -> painted: {percentiles(results['latency'])}")
+                print("  in order: " + " ".join(f"{t:.2f}" for t in results["latency"]))
                 print(f"pages correct: {results['correct']} of {results['pages']};  page errors: {len(results['errors'])}")
                 print(f"server RSS peak during the phase: {rss_peak:.0f} MB")
                 for name, (seconds, budget, exceptions, export) in heavy_out.items():
