@@ -10,7 +10,7 @@ hidden state (and, for a causal language model, on the next-token distribution).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -105,20 +105,28 @@ def model_knockout(
 
 
 def model_knockout_ranking(
-    model: PretrainedModel, text: str, layer: int, *, part: str | None = None, decoder_text: str | None = None
+    model: PretrainedModel,
+    text: str,
+    layer: int,
+    *,
+    part: str | None = None,
+    decoder_text: str | None = None,
+    on_pass: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """[H]: relative change of the final hidden state when each head of (part, layer) alone is off.
 
-    One forward pass per head, plus one without knockout.
+    One forward pass per head, plus one without knockout; on_pass(done, total) after each.
     """
     part = part or model.parts[0]
     H = model.num_heads[part]
     hidden = model.final_hidden(text, part=part, decoder_text=decoder_text)
-    return np.array([
-        relative_change(hidden, model.final_hidden(text, part=part, decoder_text=decoder_text,
-                                                    head_masks={layer: head_mask(H, [h])}))
-        for h in range(H)
-    ])
+    changes = []
+    for h in range(H):
+        knocked = model.final_hidden(text, part=part, decoder_text=decoder_text, head_masks={layer: head_mask(H, [h])})
+        changes.append(relative_change(hidden, knocked))
+        if on_pass is not None:
+            on_pass(h + 1, H)
+    return np.array(changes)
 
 
 def next_token_knockout(model: PretrainedModel, text: str, layer: int, off: Collection[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -225,8 +225,11 @@ def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int,
                     f"runs at most {max_passes} at a time. To {FULL_SIZE}.")
         else:
             with heavy("Ranking every head through the model"):
-                effects["final hidden state"] = model_knockout_ranking(whole.model, whole.text, layer, part=whole.part,
-                                                                       decoder_text=whole.decoder_text)
+                bar = st.progress(0.0, text="Switching off one head at a time…")
+                effects["final hidden state"] = model_knockout_ranking(
+                    whole.model, whole.text, layer, part=whole.part, decoder_text=whole.decoder_text,
+                    on_pass=lambda done, total: bar.progress(done / total, text=f"Head {done} of {total} switched off"))
+                bar.empty()
     chart(ranking_figure(effects), "analysis_ranking", f"{name}-ranking")
     if whole is None:
         return
