@@ -32,7 +32,7 @@ from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, fair, pages, pretrained, state, style, views
 from mha_viz.ui.text import plain
-from mha_viz.ui.training import training_controls
+from mha_viz.ui.training import train_in_child_processes, training_controls
 
 st.set_page_config(page_title="mha-viz: multi-head attention, visible", layout="wide")
 T = TypeVar("T")
@@ -162,6 +162,9 @@ views.start_run()
 style.page_style()
 notices = state.seed_from_url()
 limits = budget(secret=secret) if is_public(secret=secret) else None
+if limits is not None:
+    fair.leave_a_core_free()
+    train_in_child_processes()
 load = model_loader(limits)
 load_failure = None
 with st.sidebar:

@@ -235,3 +235,35 @@ def test_view_explains_a_head_count_that_does_not_divide_d_model() -> None:
     assert not at.exception
     assert "does not divide d_model = 16" in at.error[0].value
     assert not at.get("plotly_chart") and at.session_state["returned"] is None
+
+
+def test_training_in_a_child_process_gives_the_same_run_and_reports_progress() -> None:
+    from mha_viz.training.isolated import train_isolated
+
+    steps_seen: list[int] = []
+    here = train("prev-first", 2, 16, 40, 3)
+    there = train_isolated("prev-first", 2, 16, 40, 3, on_step=steps_seen.append)
+    assert steps_seen and steps_seen[-1] == 40 and steps_seen == sorted(steps_seen)
+    np.testing.assert_array_equal(there.train_loss, here.train_loss)
+    for name, a in here.final_state.items():
+        np.testing.assert_array_equal(there.final_state[name], a)
+
+
+def test_a_failed_child_training_raises_here_and_a_stopped_one_ends_the_child() -> None:
+    from mha_viz.training.isolated import train_isolated
+
+    with pytest.raises(ValueError, match="unknown task"):
+        train_isolated("no-such-task", 2, 16, 10, 0)
+
+    class Stop(Exception):
+        pass
+
+    def stop(step: int) -> None:
+        raise Stop
+
+    from mha_viz.training import isolated
+
+    with pytest.raises(Stop):
+        train_isolated("prev-first", 2, 16, 2000, 0, on_step=stop)
+    assert isolated._worker is None  # the stopped worker was killed, not left training
+    assert train_isolated("prev-first", 1, 16, 5, 0).num_heads == 1  # and the next job starts a new one

@@ -47,3 +47,12 @@ def heavy(what: str) -> Iterator[None]:
         _held.turn = False
         if acquired:
             _HEAVY.release()
+
+
+def leave_a_core_free() -> None:
+    """On a public demo, torch computes on one thread: heavy work then takes one core, not all of them, and
+    the other stays free for every other session's light pages (small matrices gain little from more)."""
+    import torch
+
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)

@@ -12,6 +12,7 @@ import streamlit as st
 from ..params import MAX_SEED, MAX_STEPS
 from ..trace import AttentionTrace
 from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
+from ..training.isolated import train_isolated
 from ..training.figures import (
     accuracy_by_heads_figure,
     curves_figure,
@@ -67,11 +68,26 @@ def stoppable(key: tuple, train: Callable[[], T]) -> T | None:
         slot.empty()
 
 
+_isolated = False  # train in child processes (a public demo: app.py calls train_in_child_processes())
+
+
+def train_in_child_processes() -> None:
+    """From now on, this server trains in child processes (mha_viz.training.isolated): a training run then
+    never holds the interpreter that every other session's page needs."""
+    global _isolated
+    _isolated = True
+
+
+def _train(task: str, h: int, d_model: int, steps: int, seed: int, on_step: Callable[[int], None]) -> TrainingRun:
+    run = train_isolated if _isolated else train
+    return run(task, h, d_model, steps, seed, on_step=on_step)
+
+
 @st.cache_data(max_entries=16, show_spinner=False)
 def trained_run(task: str, h: int, d_model: int, steps: int, seed: int) -> TrainingRun:
     """One training run, cached on its plain arguments; shows a progress bar while it trains."""
     with progress_bar(f"h = {h}", steps) as on_step:
-        return train(task, h, d_model, steps, seed, on_step=on_step)
+        return _train(task, h, d_model, steps, seed, on_step)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -80,7 +96,7 @@ def cached_trained_layer(task: str, h: int, d_model: int, steps: int, seed: int)
     if precomputed_layer(task, h, d_model, seed, steps) is not None:
         return trained_layer(task, h, d_model, seed, steps)
     with progress_bar(f"h = {h}, d_model = {d_model} on {TASKS[task].title}", steps) as on_step:
-        return trained_layer(task, h, d_model, seed, steps, on_step=on_step)
+        return _train(task, h, d_model, steps, seed, on_step).layer
 
 
 def who_takes_what(scores: np.ndarray, relations: tuple[str, ...]) -> str:
