@@ -12,13 +12,13 @@ import streamlit as st
 from ..params import MAX_SEED, MAX_STEPS
 from ..trace import AttentionTrace
 from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
-from ..training.isolated import train_isolated
 from ..training.figures import (
     accuracy_by_heads_figure,
     curves_figure,
     heads_through_training_figure,
     relation_scores_figure,
 )
+from ..training.isolated import train_isolated
 from ..training.precomputed import precomputed_layer
 from .controls import TRAINED_D_MODELS, _keep_heads_valid, explain_invalid_heads, head_choices, heads_slider
 from .fair import heavy
