@@ -16,15 +16,19 @@ from .common import f32, index_axis, symmetric_range, token_axis
 HEAD_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
-def _mark_head_blocks(fig: go.Figure, H: int, d_v: int, n_rows: int, row: int, col: int) -> None:
-    """Dashed separators between head blocks and a coloured "h" label above each block."""
+def _head_block_shapes(H: int, d_v: int, n_rows: int, axis: str) -> list[dict]:
+    """Dashed separators between head blocks and a coloured band above each block, on subplot axes x<axis>/y<axis>
+    (plain dicts, set once: add_shape per block re-validates the layout and took ~0.6 s at 16 heads)."""
+    shapes = []
     for h in range(H):
         if h:
-            fig.add_vline(x=h * d_v - 0.5, line={"color": "black", "width": 1, "dash": "dot"}, row=row, col=col)
-        fig.add_shape(
-            type="rect", x0=h * d_v - 0.5, x1=(h + 1) * d_v - 0.5, y0=-0.5 - n_rows * 0.06, y1=-0.5,
-            fillcolor=HEAD_COLOURS[h % len(HEAD_COLOURS)], line={"width": 0}, row=row, col=col,
-        )
+            shapes.append({"type": "line", "x0": h * d_v - 0.5, "x1": h * d_v - 0.5, "xref": f"x{axis}",
+                           "y0": 0, "y1": 1, "yref": f"y{axis} domain",
+                           "line": {"color": "black", "width": 1, "dash": "dot"}})
+        shapes.append({"type": "rect", "x0": h * d_v - 0.5, "x1": (h + 1) * d_v - 0.5, "xref": f"x{axis}",
+                       "y0": -0.5 - n_rows * 0.06, "y1": -0.5, "yref": f"y{axis}",
+                       "fillcolor": HEAD_COLOURS[h % len(HEAD_COLOURS)], "line": {"width": 0}})
+    return shapes
 
 
 def output_path_figure(trace: AttentionTrace) -> go.Figure:
@@ -58,8 +62,7 @@ def output_path_figure(trace: AttentionTrace) -> go.Figure:
                    hovertemplate="token %{y}, out dim %{x}<br>%{z:.3f}<extra>output</extra>"),
         row=1, col=3,
     )
-    _mark_head_blocks(fig, H, d_v, T, 1, 1)
-    _mark_head_blocks(fig, H, d_v, trace.d_out, 1, 2)
+    fig.update_layout(shapes=_head_block_shapes(H, d_v, T, "") + _head_block_shapes(H, d_v, trace.d_out, "2"))
     fig.update_yaxes(token_axis(trace.query_tokens), autorange="reversed", row=1, col=1)
     fig.update_yaxes(index_axis(trace.d_out, "output dim"), autorange="reversed", row=1, col=2)
     fig.update_yaxes(token_axis(trace.query_tokens), autorange="reversed", row=1, col=3)
