@@ -131,6 +131,9 @@ class CachedModel(ModelSource):
         return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed),
                       "Running the head detectors on repeated random tokens…", heavy=True)
 
+    def memo(self, what: Hashable, compute: Callable[[], T]) -> T:
+        return cached((what, self.key, self.text, self.part, self.decoder_text), compute)
+
 
 def model_key(name: str, limits: Budget | None) -> tuple[str, bool, int | None]:
     """How a model is loaded: its name, whether it may be a local folder (only if this session typed it, and

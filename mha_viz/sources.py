@@ -9,8 +9,9 @@ Sources are frozen dataclasses: equal arguments, equal sources (an app can cache
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import torch
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from .training import TrainedLayer
 
 MAX_TOKENS = 512  # the configurable model's longest input
+T = TypeVar("T")
 
 
 def text_tokens(text: str, what: str = "text", max_tokens: int = MAX_TOKENS) -> tuple[tuple[str, ...], int]:
@@ -156,6 +158,10 @@ class ModelSource:
         from .analysis import detect_heads
 
         return detect_heads(self.model, seed=seed)
+
+    def memo(self, what: Hashable, compute: Callable[[], T]) -> T:
+        """compute(), something derived from this source named by `what`: a hook where an app keeps a cache."""
+        return compute()
 
 
 TraceSource = ConfigurableSource | TrainedSource | ModelSource

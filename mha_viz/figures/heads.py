@@ -20,6 +20,20 @@ def label_step(n: int, side_px: float) -> int:
     return max(1, -(-n * LABEL_PX // max(1, int(side_px))))
 
 
+def head_label(trace: AttentionTrace, head: int) -> str:
+    """A heatmap's title: "head 3", with its shared key/value head under grouped-query attention."""
+    return f"head {head}" + (f" (K/V head {trace.kv_heads[head]})" if trace.kv_heads else "")
+
+
+def layer_stack(traces: Sequence[AttentionTrace]) -> np.ndarray:
+    """[L, H, t, s] float32: what heads_figure(trace) draws of each layer's trace (every head, max-pooled
+    to at most MAX_CELLS_PER_SIDE a side, non-finite values as NaN), so a browser can switch between layers."""
+    shapes = {t.weights.shape for t in traces}
+    if len(shapes) != 1:
+        raise ValueError(f"the layers' attention shapes differ: {sorted(shapes)}")
+    return np.stack([max_pool(f32(t.weights), MAX_CELLS_PER_SIDE)[0] for t in traces])  # (L, H, t, s)
+
+
 def heads_figure(
     trace: AttentionTrace,
     heads: Sequence[int] | None = None,
@@ -60,7 +74,7 @@ def heads_figure(
     T, S = data.shape[1:]
     cols = min(cols or min(len(heads), 4), (1 if max(T, S) > 20 else 2) if compact else len(heads))
     rows = -(-len(heads) // cols)
-    labels = [f"head {h}" + (f" (K/V head {trace.kv_heads[h]})" if trace.kv_heads else "") for h in heads]
+    labels = [head_label(trace, h) for h in heads]
     per_cell = cell_px or (22 if max(T, S) <= 16 else 12 if max(T, S) <= 48 else 4 if max(T, S) <= 160 else 1)
     longest_y = max((len(t) for t in q_tokens), default=1)
     left_px = 12 + 7 * min(16, longest_y)

@@ -13,13 +13,14 @@ import streamlit as st
 from ..analysis import without_tokens
 from ..config import MHAConfig
 from ..export import safe_filename
+from ..figures.heads import head_label, layer_stack
 from ..hosting import FULL_SIZE, Budget
 from ..params import MAX_TOKENS, ViewState, to_query
 from ..pretrained import PretrainedModel
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
 from ..training import TASKS
-from . import views
+from . import layer_switch, views
 from .analysis import ModelLoader, analysis_view
 from .controls import explain_invalid_heads, random_weights_banner
 from .export import export_section
@@ -169,6 +170,33 @@ def _coverage_warning(model: PretrainedModel, text: str) -> None:
                 "vocabulary has few words of this language or script, so the tokens are single characters.")
 
 
+def _hide(trace: AttentionTrace, hidden: frozenset[str]) -> AttentionTrace | None:
+    """The trace without the hidden tokens (analysis.without_tokens), or None if nothing would be left."""
+    if not hidden:
+        return trace
+    try:
+        return without_tokens(trace, hidden)
+    except ValueError:
+        return None
+
+
+def _set_layer(layer: int) -> None:
+    st.session_state["layer"] = layer
+
+
+def _layer_payload(source: ModelSource, hidden: frozenset[str]) -> bytes | None:
+    """Every layer of the Heads chart (what heads_figure draws: pooled, the hidden tokens removed) for the
+    browser to switch between, or None when that is more than layer_switch.MAX_BYTES."""
+    def pack() -> bytes | None:
+        traces = [_hide(t, hidden) or t for t in (source.trace(i) for i in range(source.num_layers))]
+        stack = layer_stack(traces)  # (L, H, t, s)
+        if not layer_switch.fits(stack.shape):
+            return None
+        return layer_switch.pack(stack, [head_label(traces[0], h) for h in range(stack.shape[1])])
+
+    return source.memo(("layer payload", hidden), pack)
+
+
 def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader, limits: Budget | None = None) -> None:
     """A pretrained model's layer; source is the app's cached ModelSource for s.text, s.part and the decoder text.
 
@@ -192,17 +220,19 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     if trace.missing:
         held = "only the attention weights" if trace.concat is None else "the attention weights, head outputs, concat, W_O and output"
         st.info(f"For this model mha-viz holds {held}: {trace.meta.get('unavailable')}")
-    shown = trace
-    if not s.special:
-        try:
-            shown = without_tokens(trace, set(model.tokenizer.all_special_tokens))
-        except ValueError as err:
-            st.info(f"{err}; showing all tokens.")
+    hidden = frozenset() if s.special else frozenset(model.tokenizer.all_special_tokens)
+    shown = _hide(trace, hidden)
+    if shown is None:
+        st.info("Hiding the special tokens would leave nothing to show; showing all tokens.")
+        shown = trace
     view = view_picker(CAUSAL_VIEWS if model.kind == "decoder" else PRETRAINED_VIEWS)
     if view == "Generate":
         generate_view(source, name, limits)
     elif view == "Overview":
         views.overview_view(source.attentions(), shown, s.layer, name)
+        payload = _layer_payload(source, hidden)
+        if payload is not None:
+            layer_switch.open_on_click(payload, chart="opened_heads", thumbnails="overview", key="open_on_click")
     elif view == "Analysis":
         analysis_view(trace, source, layer=s.layer, name=name, other_model=other_model,
                       max_passes=None if limits is None else limits.max_passes)
@@ -210,6 +240,12 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
         st.info(f"The {view} view needs {', '.join(trace.lacks(*VIEW_NEEDS[view]))} of this layer: "
                 f"{trace.meta.get('unavailable')}")
     else:
+        payload = _layer_payload(source, hidden) if view == "Heads" and source.num_layers > 1 else None
+        if payload is not None:
+            layer_switch.layer_buttons(payload, s.layer, chart="heads", key="layer_switch", on_change=_set_layer)
+        elif view == "Heads" and source.num_layers > 1:
+            st.caption("Layers switch through the sidebar's slider: every layer of this model at once is more "
+                       "than this page should hold.")
         TRACE_VIEWS[view](shown, name)
     export_section(
         trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits), title=f"{model.name}: {s.part} layer {s.layer}",

@@ -1,0 +1,154 @@
+// Switch a heads chart between layers (or open another head) in the browser, from every layer's
+// weights sent once.
+//
+// data: bytes = [uint32 n, little-endian][n bytes of JSON header][uint16 values, little-endian]
+//   header: {layers, heads, rows, cols, lo, hi, labels, active, chart, param, thumbnails}
+//   values: [layers, heads, rows, cols]; 65535 is NaN, else lo + v / 65534 * (hi - lo)
+// The chart is the Plotly chart whose element has the Streamlit key `chart`.
+// - Layer buttons (no `thumbnails`): a click repaints every heatmap of the chart (trace i = head i)
+//   and writes `param` into the URL at once; the server is told (trigger "layer") once the clicks
+//   pause for SETTLE_MS, and its rerun redraws the page at that layer (stepping through layers
+//   costs one rerun, not one per step). Without the chart or Plotly, the server is told at once.
+// - `thumbnails` (the key of an overview chart whose points carry [layer, head]): a click on a
+//   thumbnail repaints the chart if it shows one head; the overview's own click event tells the
+//   server, whose rerun redraws the page with that head open.
+const NAN = 65535;
+const SETTLE_MS = 400;
+
+function decode(bytes) {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const n = view.getUint32(0, true);
+  const meta = JSON.parse(new TextDecoder().decode(bytes.subarray(4, 4 + n)));
+  const count = meta.layers * meta.heads * meta.rows * meta.cols;
+  const copy = bytes.slice(4 + n, 4 + n + 2 * count); // a fresh, aligned buffer
+  return { meta, values: new Uint16Array(copy.buffer) };
+}
+
+function layerMatrices(meta, values, layer) {
+  // z of every head of one layer (rows of Float32Array) and each head's largest finite value.
+  const { heads, rows, cols, lo, hi } = meta;
+  const step = (hi - lo) / 65534;
+  const zs = [];
+  const tops = [];
+  for (let h = 0; h < heads; h++) {
+    const z = [];
+    let top = 0;
+    for (let r = 0; r < rows; r++) {
+      const start = ((layer * heads + h) * rows + r) * cols;
+      const row = new Float32Array(cols);
+      for (let c = 0; c < cols; c++) {
+        const v = values[start + c];
+        row[c] = v === NAN ? NaN : lo + v * step;
+        if (v !== NAN && row[c] > top) top = row[c];
+      }
+      z.push(row);
+    }
+    zs.push(z);
+    tops.push(top);
+  }
+  return { zs, tops };
+}
+
+const chartOf = (key) => document.querySelector(`.st-key-${key} .js-plotly-plot`);
+
+export default function ({ data, parentElement, setTriggerValue }) {
+  const root = parentElement.querySelector(".layer-switch");
+  if (!root || !data) return;
+  const { meta, values } = decode(data instanceof Uint8Array ? data : new Uint8Array(data));
+  const cache = new Map();
+  const matrices = (layer) => {
+    if (!cache.has(layer)) cache.set(layer, layerMatrices(meta, values, layer));
+    return cache.get(layer);
+  };
+  // Decode every layer while the page is idle, so that a click only repaints.
+  const idle = window.requestIdleCallback || ((f) => setTimeout(f, 50));
+  for (let layer = 0; layer < meta.layers; layer++) idle(() => matrices(layer));
+  root.replaceChildren();
+  return meta.thumbnails ? openOnClick(meta, matrices) : layerButtons(meta, matrices, root, setTriggerValue);
+}
+
+function openOnClick(meta, matrices) {
+  // Repaint the one-head chart when a thumbnail of the overview is clicked.
+  function open(event) {
+    const point = event && event.points && event.points[0];
+    const target = point && point.customdata;
+    const gd = chartOf(meta.chart);
+    if (!Array.isArray(target) || !gd || !window.Plotly || gd.data.length !== 1) return;
+    const [layer, head] = target.map(Number);
+    const { zs, tops } = matrices(layer);
+    window.Plotly.update(gd, { z: [zs[head]] }, {
+      "coloraxis.cmax": Math.max(tops[head], 1e-9), "title.text": `layer ${layer}`, "annotations[0].text": meta.labels[head],
+    }, [0]);
+  }
+  // The overview chart is redrawn (a new element) after every rerun: listen on whichever is there
+  // when a pointer goes down on it, before its click.
+  function attach(event) {
+    const gd = event.target.closest && event.target.closest(`.st-key-${meta.thumbnails} .js-plotly-plot`);
+    if (gd && gd.on && !gd.mhaVizOpens) {
+      gd.on("plotly_click", open);
+      gd.mhaVizOpens = true;
+    }
+  }
+  document.addEventListener("pointerdown", attach, true);
+  return () => document.removeEventListener("pointerdown", attach, true);
+}
+
+function layerButtons(meta, matrices, root, setTriggerValue) {
+  let active = meta.active;
+  let pending = null; // [timer, layer] of a layer the server has not been told yet
+  const label = document.createElement("span");
+  label.className = "label";
+  label.textContent = "Layer";
+  root.appendChild(label);
+  const buttons = [];
+  for (let layer = 0; layer < meta.layers; layer++) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = String(layer);
+    b.title = `Show layer ${layer}`;
+    b.setAttribute("aria-pressed", String(layer === active));
+    b.addEventListener("click", () => show(layer));
+    b.addEventListener("keydown", (e) => {
+      const next = e.key === "ArrowRight" ? layer + 1 : e.key === "ArrowLeft" ? layer - 1 : null;
+      if (next !== null && next >= 0 && next < meta.layers) {
+        e.preventDefault();
+        buttons[next].focus();
+        show(next);
+      }
+    });
+    buttons.push(b);
+    root.appendChild(b);
+  }
+  const note = document.createElement("span");
+  note.className = "note";
+  note.textContent = "switches in your browser";
+  root.appendChild(note);
+
+  function tell() {
+    if (pending === null) return;
+    clearTimeout(pending[0]);
+    const layer = pending[1];
+    pending = null;
+    setTriggerValue("layer", layer);
+  }
+
+  function show(layer) {
+    if (layer === active) return;
+    active = layer;
+    buttons.forEach((b, i) => b.setAttribute("aria-pressed", String(i === layer)));
+    const gd = chartOf(meta.chart);
+    const here = gd !== null && window.Plotly !== undefined;
+    if (here) {
+      const { zs, tops } = matrices(layer);
+      const top = Math.max(...tops, 1e-9);
+      window.Plotly.update(gd, { z: zs }, { "coloraxis.cmax": top }, zs.map((_, i) => i));
+    }
+    const url = new URL(window.location.href);
+    url.searchParams.set(meta.param, String(layer));
+    window.history.replaceState(window.history.state, "", url);
+    if (pending !== null) clearTimeout(pending[0]);
+    pending = [setTimeout(tell, here ? SETTLE_MS : 0), layer];
+  }
+
+  return tell; // unmounted or redrawn with new data: a layer not yet told is told now
+}

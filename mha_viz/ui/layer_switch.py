@@ -1,0 +1,85 @@
+"""Layer buttons that switch a heads chart between layers in the browser, without waiting for the server.
+
+Every layer's weights go to the page once, as uint16 (2 bytes a cell; the decoded value is within
+(hi - lo) / 131068 of the float32 one, e.g. 7.6e-6 for weights in [0, 1], below the 3 decimals of
+the hover). A click repaints the chart from them and writes the layer into the URL; then the server is told,
+and its rerun redraws the page at that layer (the sidebar, captions and other views follow).
+The same bytes let a click on an overview thumbnail open that head at once.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+
+MAX_BYTES = 8 * 2**20  # larger stacks (e.g. 32 layers x 32 heads at 128 tokens) switch through the server
+NAN = 65535
+
+_component = st.components.v2.component(
+    "mha_viz.layer_switch",
+    html='<div class="layer-switch" role="group" aria-label="Layer"></div>',
+    css="""
+.layer-switch { display: flex; flex-wrap: wrap; align-items: center; gap: 0.25rem; font-family: inherit; }
+.label { margin-right: 0.4rem; font-size: 0.9rem; }
+button { min-width: 2.2rem; padding: 0.2rem 0.5rem; border-radius: 0.5rem; cursor: pointer; font: inherit;
+         border: 1px solid var(--st-border-color, #d5dae5); background: var(--st-background-color, #fff);
+         color: var(--st-text-color, #31333f); }
+button:hover { border-color: var(--st-primary-color, #ff4b4b); color: var(--st-primary-color, #ff4b4b); }
+button[aria-pressed="true"] { background: var(--st-primary-color, #ff4b4b); border-color: var(--st-primary-color, #ff4b4b);
+                              color: #fff; }
+.note { margin-left: 0.5rem; font-size: 0.8rem; opacity: 0.6; }
+""",
+    js=(Path(__file__).with_name("layer_switch.js")).read_text(encoding="utf-8"),
+)
+
+
+def pack(stack: np.ndarray, labels: list[str]) -> bytes:
+    """stack [L, H, t, s] (float, NaN allowed) and the heads' titles as the component's bytes: a JSON header,
+    then uint16 cells. with_header() then says which chart they go to."""
+    L, H, t, s = stack.shape
+    finite = np.isfinite(stack)
+    lo = min(float(stack[finite].min()), 0.0) if finite.any() else 0.0
+    hi = max(float(stack[finite].max()), lo + 1e-12) if finite.any() else 1.0
+    q = np.full(stack.shape, NAN, dtype="<u2")  # (L, H, t, s)
+    q[finite] = np.rint((stack[finite] - lo) / (hi - lo) * (NAN - 1)).astype("<u2")
+    return _with_json({"layers": L, "heads": H, "rows": t, "cols": s, "lo": lo, "hi": hi, "labels": labels},
+                      q.tobytes())
+
+
+def _with_json(header: dict, values: bytes) -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<I", len(raw)) + raw + values
+
+
+def with_header(payload: bytes, **fields: object) -> bytes:
+    """The same payload with these header fields set (active layer, chart, param, thumbnails)."""
+    (n,) = struct.unpack_from("<I", payload)
+    return _with_json({**json.loads(payload[4:4 + n]), **fields}, payload[4 + n:])
+
+
+def fits(stack_shape: tuple[int, ...]) -> bool:
+    """Whether a stack of this shape is small enough to send whole."""
+    return 2 * int(np.prod(stack_shape)) <= MAX_BYTES
+
+
+def layer_buttons(payload: bytes, layer: int, chart: str, key: str, on_change: Callable[[int], None]) -> None:
+    """Layer buttons above the chart with key `chart` (its heatmaps: every head of the layer shown);
+    on_change(layer) runs on the server once the clicks pause."""
+    def changed() -> None:
+        picked = st.session_state[key].get("layer")
+        if picked is not None:
+            on_change(int(picked))
+
+    _component(data=with_header(payload, active=layer, chart=chart, param="layer", thumbnails=None), key=key,
+               on_layer_change=changed)
+
+
+def open_on_click(payload: bytes, chart: str, thumbnails: str, key: str) -> None:
+    """A click on a thumbnail of the chart with key `thumbnails` (points with customdata [layer, head]) repaints
+    the one-head chart with key `chart` at once; the thumbnails' own click event tells the server."""
+    _component(data=with_header(payload, chart=chart, thumbnails=thumbnails), key=key, height=0)

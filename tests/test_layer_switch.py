@@ -1,0 +1,155 @@
+"""Layers switched in the browser: the bytes sent to the page decode to what heads_figure draws, and in
+Chromium a click repaints the heads (or opens an overview thumbnail's head) before the server hears of it,
+with the numbers the server then draws itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mha_viz import load_model
+from mha_viz.figures.heads import MAX_CELLS_PER_SIDE, heads_figure, layer_stack
+from mha_viz.ui import layer_switch
+from tests.browser import CHROMIUM, wait_for_heatmaps, wait_for_query
+
+SENTENCE = "The animal didn't cross the street because it was too tired"
+
+
+def decode(payload: bytes) -> tuple[dict, np.ndarray]:
+    """What layer_switch.js decodes: the header and the [L, H, t, s] values (NaN where 65535)."""
+    (n,) = struct.unpack_from("<I", payload)
+    meta = json.loads(payload[4:4 + n])
+    q = np.frombuffer(payload[4 + n:], dtype="<u2").reshape(meta["layers"], meta["heads"], meta["rows"], meta["cols"])
+    values = meta["lo"] + q.astype(np.float64) * (meta["hi"] - meta["lo"]) / 65534
+    return meta, np.where(q == 65535, np.nan, values)
+
+
+@pytest.fixture(scope="module")
+def minilm_traces():
+    model = load_model()
+    return [model.trace(SENTENCE, layer) for layer in range(model.num_layers["encoder"])]
+
+
+def test_the_stack_is_what_heads_figure_draws_of_every_layer(minilm_traces) -> None:
+    stack = layer_stack(minilm_traces)  # (L, H, t, s)
+    assert stack.shape == (6, 12, 15, 15) and stack.dtype == np.float32
+    for layer, trace in enumerate(minilm_traces):
+        fig = heads_figure(trace)
+        for head, heatmap in enumerate(fig.data):
+            np.testing.assert_array_equal(stack[layer, head], np.asarray(heatmap.z))
+
+
+def test_a_long_input_is_stacked_max_pooled_like_the_figure() -> None:
+    model = load_model()
+    text = " ".join(f"word{i}" for i in range(200))
+    traces = [model.trace(text, layer) for layer in (0, 5)]
+    stack = layer_stack(traces)
+    assert max(stack.shape[2:]) <= MAX_CELLS_PER_SIDE < len(traces[0].query_tokens)
+    np.testing.assert_array_equal(stack[1, 7], np.asarray(heads_figure(traces[1]).data[7].z))
+
+
+def test_the_bytes_decode_to_the_stack_within_uint16_rounding(minilm_traces) -> None:
+    stack = layer_stack(minilm_traces).copy()
+    stack[0, 0, 0, :3] = np.nan  # NaN (a masked or hidden cell) survives
+    payload = layer_switch.with_header(layer_switch.pack(stack, [f"head {h}" for h in range(12)]), active=2, chart="heads")
+    meta, values = decode(payload)
+    assert meta["active"] == 2 and meta["chart"] == "heads" and meta["labels"][11] == "head 11"
+    assert np.array_equal(np.isnan(values), np.isnan(stack))
+    step = (meta["hi"] - meta["lo"]) / 65534
+    assert np.nanmax(np.abs(values - stack)) <= step / 2 + 1e-7
+    assert len(payload) < 2 * stack.size + 1024  # 2 bytes a cell, a small header
+
+
+def test_the_stack_refuses_layers_of_different_shapes(minilm_traces) -> None:
+    short = load_model().trace("a short one", 1)
+    with pytest.raises(ValueError, match="shapes differ"):
+        layer_stack([minilm_traces[0], short])
+
+
+def test_a_stack_past_the_byte_limit_is_not_sent() -> None:
+    assert layer_switch.fits((6, 12, 128, 128))
+    assert not layer_switch.fits((32, 32, 128, 128))
+
+
+needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+                                    reason=f"{CHROMIUM} not installed")
+Z_JS = "(key) => document.querySelector(`.st-key-${key} .js-plotly-plot`).calcdata.map(c => c[0].z.map(r => Array.from(r)))"
+SWITCH_JS = """(layer) => {
+    const host = [...document.querySelector('.st-key-layer_switch').querySelectorAll('*')].find(e => e.shadowRoot);
+    host.shadowRoot.querySelectorAll('button')[layer].click();
+}"""
+
+
+def frames_sent(page) -> list[int]:
+    """A list that grows by one for every websocket message the page sends to the server."""
+    sent: list[int] = []
+    page.on("websocket", lambda ws: ws.on("framesent", lambda _: sent.append(1)))
+    return sent
+
+
+@needs_chromium
+def test_a_layer_button_repaints_before_the_server_hears_and_the_server_agrees(server: str, browser) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    sent = frames_sent(page)
+    try:
+        page.goto(f"{server}/?mode=Pretrained")
+        wait_for_heatmaps(page, 12, timeout=180)
+        page.get_by_role("button", name="3", exact=True).wait_for()  # the layer buttons (Playwright sees the shadow root)
+        page.wait_for_timeout(1000)
+        old = page.evaluate(Z_JS, "heads")
+        before = len(sent)
+        page.evaluate(SWITCH_JS, 3)  # synchronous: the chart is repainted when this returns
+        client = page.evaluate(Z_JS, "heads")
+        assert len(sent) == before  # nothing went to the server yet
+        assert not np.allclose(np.array(client), np.array(old))
+        wait_for_query(page, r"layer=3")  # the URL follows at once
+        page.wait_for_function("() => document.querySelector('[data-testid=\"stSliderThumbValue\"]').innerText === '3'",
+                               timeout=60_000)  # then the server reran at layer 3 (the sidebar follows)
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+        assert len(sent) > before
+        server_z = np.array(page.evaluate(Z_JS, "heads"))
+        assert np.abs(np.array(client) - server_z).max() <= 1e-4  # the browser drew the server's numbers
+        assert page.get_by_text("encoder layer 3 of 6").count() == 1
+        # Three quick steps cost one rerun, at the last layer.
+        for layer in (4, 5, 4):
+            page.evaluate(SWITCH_JS, layer)
+        wait_for_query(page, r"layer=4")
+        page.wait_for_function("() => document.querySelector('[data-testid=\"stSliderThumbValue\"]').innerText === '4'",
+                               timeout=60_000)
+    finally:
+        page.close()
+    assert errors == []
+
+
+@needs_chromium
+def test_an_overview_thumbnail_opens_its_head_before_the_server_answers(server: str, browser) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    try:
+        page.goto(f"{server}/?mode=Pretrained&view=Overview&compare=2")
+        page.wait_for_selector(".st-key-opened_heads .js-plotly-plot", timeout=180_000)
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+        x, y = page.evaluate("""() => {
+            const gd = document.querySelector('.st-key-overview .js-plotly-plot'), L = gd._fullLayout;
+            const xa = L['xaxis' + (3 * 12 + 5 + 1)], ya = L['yaxis' + (3 * 12 + 5 + 1)], box = gd.getBoundingClientRect();
+            return [box.left + xa._offset + xa._length / 2, box.top + ya._offset + ya._length / 2];
+        }""")  # the centre of the thumbnail of layer 3, head 5
+        page.mouse.click(x, y)
+        client = page.evaluate(Z_JS, "opened_heads")
+        title = page.evaluate("() => document.querySelector('.st-key-opened_heads .js-plotly-plot').layout.title.text")
+        assert title == "layer 3"  # opened in the browser, before any rerun could have drawn it
+        wait_for_query(page, r"layer=3.*compare=5|compare=5.*layer=3")
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+        page.wait_for_timeout(500)
+        assert np.abs(np.array(client) - np.array(page.evaluate(Z_JS, "opened_heads"))).max() <= 1e-4
+    finally:
+        page.close()
+    assert errors == []
