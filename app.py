@@ -19,7 +19,8 @@ from streamlit.errors import StreamlitSecretNotFoundError
 from mha_viz.analysis import detect_heads
 from mha_viz.cache import ByteBudgetCache
 from mha_viz.hosting import Budget, allowed_models, budget, cache_bytes, check_allowed, is_public, within_budget
-from mha_viz.params import MODES
+from mha_viz.long import LongTrace
+from mha_viz.params import MAX_LONG_TOKENS, MODES
 from mha_viz.pretrained import (
     Generation,
     InvalidModelNameError,
@@ -96,6 +97,9 @@ class CachedConfigurable(ConfigurableSource):
             return super().trace(layer)  # raises IndexError
         return cached(("configurable", self), lambda: super(CachedConfigurable, self).trace(0).read_only(),
                       heavy=long_text(self.text) and self.cfg.d_model * self.cfg.num_heads > 1024)
+
+    def long_trace(self) -> LongTrace:
+        return cached(("long", self), super().long_trace, spinner="Computing attention over a long input…", heavy=True)
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,7 +204,8 @@ for cut in cuts:
 st.header("Multi-head attention, visible")
 max_tokens = MAX_TOKENS if limits is None else limits.max_tokens
 if mode == "Configurable":
-    pages.configurable_page(s, lambda **kw: CachedConfigurable(**kw, max_tokens=max_tokens), limits)
+    pages.configurable_page(s, lambda **kw: CachedConfigurable(
+        **kw, max_tokens=max_tokens, long_tokens=MAX_LONG_TOKENS if limits is None else max_tokens), limits)
 elif mode == "Train":
     pages.train_page(s, limits)
 elif model is not None:

@@ -18,7 +18,10 @@ Sections (in the order they run):
   toggle       h=12, T=512, causal toggle -> 12 heads repainted
   first-paint  `streamlit run app.py` on a fresh server each time: process start -> /_stcore/health, and
                page.goto -> the first chart's heatmaps painted, for the default page and ?mode=Pretrained
-  long-inputs  placeholder (4096-token support is being added)
+  long-inputs  4096 tokens, h = 12, d_model = 768: the overview figure's bytes; on a fresh server, the page
+               opened, the overview repainted for new weights (a new seed) and for cached ones, the zoom window
+               moved (12 full-resolution heads), the tab's memory; then --sessions sessions (default 10)
+               open at 4096 tokens with their own seeds, and the server's RSS
 The switch, slider and toggle sections share one server (its peak RSS is reported after the switch section,
 with the bundled model loaded, and at the end). The load average is printed at the start and end of the
 run and of every section. Every row with a target says "met" or "NOT met"; a summary repeats them at the end.
@@ -63,7 +66,7 @@ from tests.browser import (
 )
 
 SECTIONS = ("compute", "payload", "switch", "slider", "toggle", "first-paint", "long-inputs")
-BROWSER_SECTIONS = {"switch", "slider", "toggle", "first-paint"}
+BROWSER_SECTIONS = {"switch", "slider", "toggle", "first-paint", "long-inputs"}
 WORDS = (  # each one MiniLM token
     "the", "cat", "dog", "sat", "on", "mat", "and", "saw", "a", "bird", "which", "flew", "over", "old",
     "red", "house", "while", "children", "played", "in", "garden", "near", "river", "bank", "because", "it",
@@ -693,9 +696,118 @@ def first_paint(browser, repeats: int) -> None:
 # ------------------------------------------------------------------------------------------------ long inputs
 
 
-def long_inputs() -> None:
-    """PLACEHOLDER: 4096-token inputs (being added by another engineer, who fills this in)."""
-    print("long inputs: not measured yet", flush=True)
+def chart_images(page, index: int) -> list[str]:
+    """The painted heatmap images of the page's index-th Plotly chart."""
+    return page.evaluate("""(i) => { const c = document.querySelectorAll('[data-testid="stPlotlyChart"]')[i];
+        return c ? [...c.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href')) : []; }""", index)
+
+
+def wait_chart(page, index: int, count: int, old: list[str], timeout: float = 120.0) -> float:
+    """Seconds until the index-th chart shows `count` heatmaps, none of them one of `old` (rAF polling)."""
+    start = time.perf_counter()
+    page.wait_for_function(
+        """([i, n, old]) => { const c = document.querySelectorAll('[data-testid="stPlotlyChart"]')[i];
+            const imgs = c ? [...c.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href')) : [];
+            return imgs.length === n && imgs.every(h => h && !old.includes(h)); }""",
+        arg=[index, count, old], polling="raf", timeout=timeout * 1000)
+    return time.perf_counter() - start
+
+
+def renderer_rss_mb() -> float:
+    """The largest RSS of a Chromium renderer process (a tab) on this machine, in MB."""
+    largest = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"chromium" not in cmd or b"--type=renderer" not in cmd:
+                continue
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        rss = next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0.0)
+        largest = max(largest, rss)
+    return largest
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def long_inputs(browser, sessions: int) -> None:
+    """4096 tokens, h = 12, d_model = 768 (configurable mode): the overview's size and repaint, the zoom, the
+    tab's memory, and the server's RSS with `sessions` sessions open at 4096 tokens, each with its own weights."""
+    from mha_viz.config import MHAConfig
+    from mha_viz.figures import long_heads_figure
+    from mha_viz.params import EXAMPLES, MAX_LONG_TOKENS
+    from mha_viz.sources import long_configurable_trace
+    from mha_viz.text import repeat_to_tokens
+
+    text = repeat_to_tokens(" . ".join(EXAMPLES.values()) + " .", MAX_LONG_TOKENS)
+    start = time.perf_counter()
+    long = long_configurable_trace(text, MHAConfig(768, 12))
+    computed = time.perf_counter() - start
+    size = len(long_heads_figure(long, mark=(0, 0)).to_json().encode())
+    report("long: overview figure, 12 heads x 4096 tokens", f"{size / 1e6:.2f} MB", "<= 5 MB", size <= 5e6,
+           f"trace computed in {computed:.2f} s, {long.nbytes / 1e6:.0f} MB kept (full [H,T,T] float32: "
+           f"{12 * 4096 * 4096 * 4 / 1e6:.0f} MB a tensor)")
+    query = {"h": "12", "d_model": "768", "text": text}
+    with streamlit() as server:
+        context = browser.new_context(viewport=VIEWPORT)
+        page = context.new_page()
+        try:
+            start = time.perf_counter()
+            page.goto(f"{server.url}/?{urllib.parse.urlencode(query)}", timeout=120_000)
+            wait_for_heatmaps(page, 12, timeout=180)
+            wait_chart(page, 1, 12, [])
+            report("long: open 4096 tokens -> overview and zoom painted (fresh server)",
+                   f"{time.perf_counter() - start:.2f} s", note="imports, the trace, both charts")
+            new, again = [], []
+            seed_box = open_seed_box(page)
+            for seed in range(1, 5):  # a new seed: new weights, the whole trace computed again
+                old = chart_images(page, 0)
+                time.sleep(PAUSE)
+                start = time.perf_counter()
+                type_seed(seed_box, seed)
+                new.append(time.perf_counter() - start + wait_chart(page, 0, 12, old))
+            for seed in (3, 4, 3, 4):  # seeds seen before: the trace comes from the cache
+                old = chart_images(page, 0)
+                time.sleep(PAUSE)
+                start = time.perf_counter()
+                type_seed(seed_box, seed)
+                again.append(time.perf_counter() - start + wait_chart(page, 0, 12, old))
+            close_advanced(page, seed_box)
+            report_target("long: overview repainted, new weights (seed)", median(new), 1.5, spread(new))
+            report_target("long: overview repainted, cached weights", median(again), 1.5, spread(again))
+            zoom = []
+            thumb = slider(page, "Zoom: first query")
+            for i in range(8):  # each key press moves the zoom window one position: a new block, computed now
+                thumb.focus()
+                old = chart_images(page, 1)
+                time.sleep(PAUSE)
+                start = time.perf_counter()
+                thumb.press("PageDown" if i % 2 else "PageUp")
+                zoom.append(time.perf_counter() - start + wait_chart(page, 1, 12, old))
+            report_target("long: zoom window moved -> 12 full-resolution heads repainted", median(zoom), 0.5,
+                          spread(zoom))
+            report("long: the browser tab's memory (largest renderer RSS)", f"{renderer_rss_mb():.0f} MB", "<= 1 GB",
+                   renderer_rss_mb() <= 1024)
+        finally:
+            context.close()
+        pages = []
+        try:
+            for i in range(sessions):  # every session its own weights: nothing shared in the cache
+                context = browser.new_context(viewport=VIEWPORT)
+                page = context.new_page()
+                pages.append(context)
+                page.goto(f"{server.url}/?{urllib.parse.urlencode({**query, 'seed': str(100 + i)})}", timeout=120_000)
+                wait_for_heatmaps(page, 12, timeout=180)
+            report(f"long: server RSS with {sessions} sessions open at 4096 tokens (now / peak)",
+                   f"{rss_mb(server.proc.pid):.0f} / {peak_rss_mb(server.proc.pid):.0f} MB", "<= 2048 MB",
+                   peak_rss_mb(server.proc.pid) <= 2048, "each session h=12, d_model=768, its own seed")
+        finally:
+            for context in pages:
+                context.close()
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -720,7 +832,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--changes", type=int, default=12, help="layer changes / thumbnail clicks per measurement (>= 10)")
     ap.add_argument("--repeats", type=int, default=3, help="fresh servers per first-paint measurement")
     ap.add_argument("--load-worker", metavar="URL", help=argparse.SUPPRESS)
-    ap.add_argument("--sessions", type=int, default=4, help=argparse.SUPPRESS)
+    ap.add_argument("--sessions", type=int, default=10, help="sessions open at once at 4096 tokens (long-inputs)")
     ap.add_argument("--status", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--stop", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -769,8 +881,8 @@ def main() -> None:
                     report(f"server: peak RSS at the end ({', '.join(shared)})", f"{peak_rss_mb(server.proc.pid):.0f} MB")
             if "first-paint" in wanted:
                 section("first-paint", lambda: first_paint(browser, args.repeats))
-    if "long-inputs" in wanted:
-        section("long-inputs", long_inputs)
+            if "long-inputs" in wanted:
+                section("long-inputs", lambda: long_inputs(browser, args.sessions))
 
     print(f"\nload average at end: {loadavg()}   (run took {time.perf_counter() - started:.0f} s)")
     targets = [r for r in rows if r[3]]

@@ -11,6 +11,7 @@
 from .attention import AttentionTensors, MultiHeadAttention
 from .config import MHAConfig, nearest_valid_heads, valid_head_counts
 from .cost import LayerCost, full_width_head, layer_cost
+from .long import LongTrace, long_trace
 from .text import embed_text, embed_tokens, positional_encoding, tokenize
 from .trace import AttentionTrace
 
@@ -19,6 +20,7 @@ __all__ = [
     "AttentionTensors",
     "AttentionTrace",
     "LayerCost",
+    "LongTrace",
     "MHAConfig",
     "MultiHeadAttention",
     "PretrainedModel",
@@ -27,6 +29,7 @@ __all__ = [
     "full_width_head",
     "layer_cost",
     "load_model",
+    "long_trace",
     "nearest_valid_heads",
     "positional_encoding",
     "tokenize",

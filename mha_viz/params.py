@@ -24,8 +24,9 @@ DEFAULT_CONTEXT = "L'animal n'a pas traversé la rue parce qu'il était trop fat
 D_MODEL_CHOICES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768)
 MAX_HEADS = 16
 MAX_HEAD_WIDTH = 256
-MAX_TEXT_CHARS = 5000
-MAX_TOKENS = 512
+MAX_TEXT_CHARS = 32_000  # room for MAX_LONG_TOKENS tokens of English (about 6 characters a token)
+MAX_TOKENS = 512  # the longest input every view draws in full
+MAX_LONG_TOKENS = 4096  # configurable mode's longest input: the Heads view as an overview and a zoom
 MAX_SEED = 2**31 - 1
 VIEWS = ("Heads", "Lines", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas", "Overview", "Training",
          "Generate")
@@ -70,7 +71,8 @@ class ViewState:
     cross: bool = False
     context: str = DEFAULT_CONTEXT
     compare: tuple[int, ...] = ()  # heads opened larger (Heads) or below the thumbnails (Overview)
-    zoom: int = 0  # Heads, long inputs: first position of the full-resolution window
+    zoom: int = 0  # Heads, long inputs: first (query) position of the full-resolution window
+    zoom_k: int = 0  # Heads, inputs past MAX_TOKENS: first key position of the full-resolution window
     head: int = 0  # One head, Lines (one at a time)
     lines_all: bool = True  # Lines: every head overlaid, else only `head`
     pick: str = ""  # Lines: "q3" keeps query 3's lines, "k5" key 5's; "" all lines
@@ -232,7 +234,8 @@ PARSERS = {
     "view": (_one_of(VIEWS), "one of " + ", ".join(VIEWS)),
     "weights": (_one_of(WEIGHTS), "one of " + ", ".join(WEIGHTS)),
     "sequence": (_sequence, f"task tokens separated by spaces, at most {MAX_SEQUENCE_CHARS} characters"),
-    "zoom": (lambda r: _int(r, 0, MAX_TOKENS - 1), f"a position from 0 to {MAX_TOKENS - 1}"),
+    "zoom": (lambda r: _int(r, 0, MAX_LONG_TOKENS - 1), f"a position from 0 to {MAX_LONG_TOKENS - 1}"),
+    "zoom_k": (lambda r: _int(r, 0, MAX_LONG_TOKENS - 1), f"a position from 0 to {MAX_LONG_TOKENS - 1}"),
     "lines_all": (_bool, "true or false"),
     "pick": (_pick, "q or k and a position, e.g. q3"),
     "q_pos": (lambda r: _int(r, 0, MAX_TOKENS - 1), f"a position from 0 to {MAX_TOKENS - 1}"),

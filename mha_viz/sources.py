@@ -18,6 +18,8 @@ import torch
 
 from .attention import MultiHeadAttention
 from .config import MHAConfig
+from .long import LongTrace, long_trace
+from .params import MAX_LONG_TOKENS
 from .text import embed_tokens, tokenize
 from .trace import AttentionTrace
 
@@ -42,6 +44,18 @@ def text_tokens(text: str, what: str = "text", max_tokens: int = MAX_TOKENS) -> 
     return tuple(tokens[:max_tokens]), max(0, len(tokens) - max_tokens)
 
 
+def _configurable_inputs(
+    text: str, cfg: MHAConfig, seed: int, positional: bool, context: str | None, max_tokens: int
+) -> tuple[MultiHeadAttention, torch.Tensor, torch.Tensor | None, tuple[str, ...], tuple[str, ...] | None, int]:
+    """The configurable layer and its inputs: (mha, x, context vectors or None, query tokens, key tokens, tokens cut)."""
+    q_tokens, q_cut = text_tokens(text, "text", max_tokens)
+    k_tokens, k_cut = text_tokens(context, "second sentence", max_tokens) if context is not None else (None, 0)
+    mha = MultiHeadAttention(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out, seed=seed)
+    x = embed_tokens(list(q_tokens), cfg.d_model, seed=seed, positional=positional)  # (T, d_model)
+    c = None if k_tokens is None else embed_tokens(list(k_tokens), cfg.d_model, seed=seed, positional=positional)  # (S, d_model)
+    return mha, x, c, q_tokens, k_tokens, q_cut + k_cut
+
+
 def configurable_trace(
     text: str,
     cfg: MHAConfig,
@@ -57,14 +71,26 @@ def configurable_trace(
     Texts longer than max_tokens are cut; meta["truncated"] says how many tokens were dropped.
     The same function serves the app and `python -m mha_viz report`.
     """
-    q_tokens, q_cut = text_tokens(text, "text", max_tokens)
-    k_tokens, k_cut = text_tokens(context, "second sentence", max_tokens) if context is not None else (None, 0)
-    mha = MultiHeadAttention(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out, seed=seed)
-    x = embed_tokens(list(q_tokens), cfg.d_model, seed=seed, positional=positional)  # (T, d_model)
-    c = None if k_tokens is None else embed_tokens(list(k_tokens), cfg.d_model, seed=seed, positional=positional)  # (S, d_model)
+    mha, x, c, q_tokens, k_tokens, cut = _configurable_inputs(text, cfg, seed, positional, context, max_tokens)
     with torch.inference_mode():
         trace = mha(x, c, causal=causal, query_tokens=q_tokens, key_tokens=k_tokens)
-    return replace(trace, meta={**trace.meta, "weights": "random", "seed": seed, "truncated": q_cut + k_cut})
+    return replace(trace, meta={**trace.meta, "weights": "random", "seed": seed, "truncated": cut})
+
+
+def long_configurable_trace(
+    text: str,
+    cfg: MHAConfig,
+    *,
+    seed: int = 0,
+    causal: bool = False,
+    positional: bool = True,
+    context: str | None = None,
+    max_tokens: int = MAX_LONG_TOKENS,
+) -> LongTrace:
+    """configurable_trace for inputs of thousands of tokens: a LongTrace (an overview, and exact blocks on demand)."""
+    mha, x, c, q_tokens, k_tokens, cut = _configurable_inputs(text, cfg, seed, positional, context, max_tokens)
+    trace = long_trace(mha, x, c, causal=causal, query_tokens=q_tokens, key_tokens=k_tokens)
+    return replace(trace, meta={**trace.meta, "weights": "random", "seed": seed, "truncated": cut})
 
 
 @dataclass(frozen=True)
@@ -78,6 +104,7 @@ class ConfigurableSource:
     positional: bool = True
     context: str | None = None
     max_tokens: int = MAX_TOKENS
+    long_tokens: int = MAX_LONG_TOKENS  # the longest input long_trace() reads
     num_layers: int = field(default=1, init=False)
     model: None = field(default=None, init=False)
 
@@ -85,6 +112,18 @@ class ConfigurableSource:
         _single_layer(layer)
         return configurable_trace(self.text, self.cfg, seed=self.seed, causal=self.causal, positional=self.positional,
                                   context=self.context, max_tokens=self.max_tokens)
+
+    def is_long(self) -> bool:
+        """Whether the text (or the second sentence) has more than max_tokens tokens and long_trace() reads more."""
+        if self.long_tokens <= self.max_tokens:
+            return False
+        texts = (self.text,) if self.context is None else (self.text, self.context)
+        return any(len(tokenize(t, self.max_tokens + 1)) > self.max_tokens for t in texts)
+
+    def long_trace(self) -> LongTrace:
+        """The layer on up to long_tokens tokens: an overview of every head and exact blocks (mha_viz.long)."""
+        return long_configurable_trace(self.text, self.cfg, seed=self.seed, causal=self.causal,
+                                       positional=self.positional, context=self.context, max_tokens=self.long_tokens)
 
     def with_text(self, text: str) -> ConfigurableSource:
         return replace(self, text=text)

@@ -76,6 +76,14 @@ def tokenize(text: str, max_tokens: int | None = None) -> list[str]:
     return tokens if max_tokens is None else tokens[:max_tokens]
 
 
+def repeat_to_tokens(text: str, n: int) -> str:
+    """text repeated until it has exactly n tokens (tokenize), as tokens separated by spaces."""
+    tokens = tokenize(text)
+    if not tokens:
+        raise ValueError("the text has no tokens")
+    return " ".join((tokens * -(-n // len(tokens)))[:n])
+
+
 def _flush(tokens: list[str], current: str) -> str:
     if current:
         tokens.append(current)

@@ -3,8 +3,11 @@ never folders on the server, damaged weights refused, numerical failures shown a
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,6 +72,41 @@ def test_the_cache_computes_a_key_once_however_many_sessions_ask():
     for t in threads:
         t.join()
     assert calls == [1]
+
+
+RSS_PROBE = """
+import sys
+from mha_viz.cache import ByteBudgetCache, sizeof
+from mha_viz.config import MHAConfig
+from mha_viz.sources import configurable_trace
+import mha_viz.cache
+
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
+
+if sys.argv[1] == "off":
+    mha_viz.cache._TRIM = None
+text = " ".join(f"w{i}" for i in range(512))
+configurable_trace(text, MHAConfig(768, 12))  # warm: torch's own first-use allocations
+cache = ByteBudgetCache(1 << 30)
+before = rss()
+kept = sum(sizeof(cache.get(seed, lambda seed=seed: configurable_trace(text, MHAConfig(768, 12), seed=seed)))
+           for seed in range(6))
+print((rss() - before) / kept)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmRSS from /proc")
+def test_the_cache_hands_freed_memory_back_so_rss_follows_what_it_keeps() -> None:
+    """Six 44 MB traces through the cache: RSS grows by about what the cache holds, not ~1.4x as without trimming."""
+    def growth(trim: str) -> float:
+        out = subprocess.run([sys.executable, "-c", RSS_PROBE, trim], capture_output=True, text=True, check=True)
+        return float(out.stdout.strip())
+
+    with_trim, without = growth("on"), growth("off")
+    assert with_trim < 1.15, with_trim
+    assert with_trim < without, (with_trim, without)
 
 
 def test_sizeof_counts_every_array_of_a_trace_once():

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 
 from ..trace import AttentionTrace
+
+if TYPE_CHECKING:
+    from ..long import LongTrace
 from .common import axis_key, f32, max_pool, pair_labels, subplot_grid, token_axis
 
 MAX_CELLS_PER_SIDE = 128  # a longer matrix is drawn max-pooled; `window` shows a region at full resolution
@@ -71,16 +75,42 @@ def heads_figure(
     bad = [h for h in heads if not 0 <= h < data.shape[0]]
     if bad:
         raise ValueError(f"no head {bad[0]}: this layer has heads 0..{data.shape[0] - 1}")
-    T, S = data.shape[1:]
-    cols = min(cols or min(len(heads), 4), (1 if max(T, S) > 20 else 2) if compact else len(heads))
-    rows = -(-len(heads) // cols)
-    labels = [head_label(trace, h) for h in heads]
+    shown, bt, bs = max_pool(f32(data[heads]), MAX_CELLS_PER_SIDE)  # (n, T/bt, S/bs)
+    return heads_grid(shown, (bt, bs), q_tokens, k_tokens, [head_label(trace, h) for h in heads], offset=(q0, k0),
+                      cols=cols, value_name=value_name, title=title, cell_px=cell_px, compact=compact)
+
+
+def heads_grid(
+    shown: np.ndarray,
+    blocks: tuple[int, int],
+    q_tokens: Sequence[str],
+    k_tokens: Sequence[str],
+    labels: Sequence[str],
+    *,
+    offset: tuple[int, int] = (0, 0),
+    cols: int | None = None,
+    value_name: str = "weight",
+    title: str | None = None,
+    cell_px: int | None = None,
+    compact: bool = False,
+    square: bool = False,
+) -> go.Figure:
+    """The heatmap grid of heads_figure: shown [n, t, s] float32 cells, each the maximum over a block of
+    blocks = (rows, cols) positions ((1, 1): one token pair a cell); q_tokens, k_tokens: the positions shown,
+    the first at offset = (query, key) position; labels: one title a heatmap; square: no panel taller than wide."""
+    bt, bs = blocks
+    q0, k0 = offset
+    T, S = len(q_tokens), len(k_tokens)
+    if shown.shape[1:] != (-(-T // bt), -(-S // bs)) or len(labels) != shown.shape[0]:
+        raise ValueError(f"{shown.shape} cells do not match {T}x{S} positions in {bt}x{bs} blocks and {len(labels)} labels")
+    cols = min(cols or min(len(labels), 4), (1 if max(T, S) > 20 else 2) if compact else len(labels))
+    rows = -(-len(labels) // cols)
     per_cell = cell_px or (22 if max(T, S) <= 16 else 12 if max(T, S) <= 48 else 4 if max(T, S) <= 160 else 1)
     longest_y = max((len(t) for t in q_tokens), default=1)
     left_px = 12 + 7 * min(16, longest_y)
     width = (COMPACT_PX if compact else WIDE_PX) - left_px - (0 if compact else 90)  # the colour bar's 90 px
     across = width / cols * (0.9 if cols > 1 else 1.0)  # px across one heatmap
-    panel = min(420, max(140 if compact else 180, per_cell * max(T, S) + 60), int(across) if compact else 420)
+    panel = min(420, max(140 if compact else 180, per_cell * max(T, S) + 60), int(across) if compact or square else 420)
     side = min(panel, across)  # heatmaps are square (constrain="domain"): the shorter side wins
     step = max(label_step(T, side), label_step(S, side))
     # Fixed margins instead of Plotly's automargin, which measures every tick label and then draws
@@ -94,8 +124,7 @@ def heads_figure(
     v_gap = gap_px / (height - top_px - bottom_px)
     layout, refs = subplot_grid(rows, cols, titles=labels, h_gap=0.1 / cols if cols > 1 else 0, v_gap=v_gap)
 
-    shown, bt, bs = max_pool(f32(data[heads]), MAX_CELLS_PER_SIDE)  # (n, T/bt, S/bs)
-    customdata = pair_labels(q_tokens, k_tokens, copies=len(heads)) if bt == bs == 1 else None
+    customdata = pair_labels(q_tokens, k_tokens, copies=len(labels)) if bt == bs == 1 else None
     if customdata is not None:
         hover = "query %{y}: <b>%{customdata[0]}</b><br>key %{x}: <b>%{customdata[1]}</b><br>" + value_name
     elif bt == bs == 1:
@@ -104,16 +133,18 @@ def heads_figure(
         hover = f"queries %{{y:.0f}}±{bt // 2} → keys %{{x:.0f}}±{bs // 2}<br>max {value_name} in this {bt}×{bs} block"
     hover += " %{z:.3f}<extra>%{fullData.name}</extra>"
     traces = []
-    for i, (h, z) in enumerate(zip(heads, shown, strict=True)):
+    for i, (label, z) in enumerate(zip(labels, shown, strict=True)):
         xref, yref = refs[i]
         traces.append(
             {"type": "heatmap", "z": z, "x0": k0 + (bs - 1) / 2, "dx": bs, "y0": q0 + (bt - 1) / 2, "dy": bt,
-             "customdata": customdata, "hovertemplate": hover, "name": f"head {h}", "coloraxis": "coloraxis",
+             "customdata": customdata, "hovertemplate": hover, "name": label.split(" (")[0], "coloraxis": "coloraxis",
              "xaxis": xref, "yaxis": yref}
         )
-        bottom_of_column = i + cols >= len(heads)
+        bottom_of_column = i + cols >= len(labels)
         layout[axis_key(xref)].update(x_axis if bottom_of_column else {**x_axis, "showticklabels": False})
         layout[axis_key(yref)].update(y_axis if i % cols == 0 else {**y_axis, "showticklabels": False})
+        if square:
+            layout[axis_key(yref)]["scaleanchor"] = xref  # one position as tall as wide, whatever the page width
     top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
     colorbar = {"title": {"text": value_name}}
     if compact:  # a horizontal bar above the heads, not a column beside them
@@ -128,3 +159,49 @@ def heads_figure(
         meta={"label_step": step},
     )
     return go.Figure({"data": traces, "layout": layout})
+
+
+def zoom_window(trace: LongTrace, query_start: int, key_start: int) -> tuple[slice, slice]:
+    """The (queries, keys) slices of the full-resolution block: MAX_CELLS_PER_SIDE positions a side (fewer if the
+    input is shorter), moved inside the input when a start is too close to its end."""
+    _, T, S = trace.shape
+    q0 = min(max(0, query_start), max(0, T - MAX_CELLS_PER_SIDE))
+    k0 = min(max(0, key_start), max(0, S - MAX_CELLS_PER_SIDE))
+    return slice(q0, min(T, q0 + MAX_CELLS_PER_SIDE)), slice(k0, min(S, k0 + MAX_CELLS_PER_SIDE))
+
+
+def long_heads_figure(
+    trace: LongTrace,
+    heads: Sequence[int] | None = None,
+    *,
+    zoom: tuple[int, int] | None = None,
+    mark: tuple[int, int] | None = None,
+    cols: int | None = None,
+    cell_px: int | None = None,
+    compact: bool = False,
+) -> go.Figure:
+    """The heads of a LongTrace (mha_viz.long), on one shared colour axis.
+
+    zoom None: the overview, each cell the largest weight in a block of positions (trace.overview);
+    mark=(query start, key start) outlines the zoom window on it. zoom=(query start, key start): the
+    block of zoom_window() at full resolution, each cell one token pair, exact weights computed now.
+    """
+    H = trace.num_heads
+    heads = list(range(H)) if heads is None else list(heads)
+    if not heads or any(not 0 <= h < H for h in heads):
+        raise ValueError(f"pick heads from 0 to {H - 1}")
+    labels = [f"head {h}" for h in heads]
+    if zoom is None:
+        fig = heads_grid(trace.overview[heads], (trace.block_rows, trace.block_cols), trace.query_tokens,
+                         trace.key_tokens, labels, cols=cols, cell_px=cell_px, compact=compact, square=True)
+        if mark is not None:
+            rows, keys = zoom_window(trace, *mark)
+            box = {"type": "rect", "x0": keys.start - 0.5, "x1": keys.stop - 0.5, "y0": rows.start - 0.5,
+                   "y1": rows.stop - 0.5, "line": {"color": "#d62728", "width": 1.5}}
+            fig.layout.shapes = [{**box, "xref": t.xaxis, "yref": t.yaxis} for t in fig.data]
+        fig.layout.dragmode = "select"  # a drag draws a box (where to zoom), not Plotly's own zoom
+        return fig
+    rows, keys = zoom_window(trace, *zoom)
+    block = trace.weights(rows, keys)[heads]  # (n, r, c)
+    return heads_grid(block, (1, 1), trace.query_tokens[rows], trace.key_tokens[keys], labels,
+                      offset=(rows.start, keys.start), cols=cols, cell_px=cell_px, compact=compact, square=True)

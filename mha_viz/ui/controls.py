@@ -5,7 +5,17 @@ from __future__ import annotations
 import streamlit as st
 
 from ..config import nearest_valid_heads, valid_head_counts
-from ..params import D_MODEL_CHOICES, EXAMPLES, MAX_HEAD_WIDTH, MAX_HEADS, MAX_SEED, MAX_SEQUENCE_CHARS, MAX_TEXT_CHARS
+from ..params import (
+    D_MODEL_CHOICES,
+    EXAMPLES,
+    MAX_HEAD_WIDTH,
+    MAX_HEADS,
+    MAX_LONG_TOKENS,
+    MAX_SEED,
+    MAX_SEQUENCE_CHARS,
+    MAX_TEXT_CHARS,
+)
+from ..text import repeat_to_tokens
 from ..training import TASKS
 
 ADVANCED_OPEN = "advanced_open"  # session key of the Advanced expander's state
@@ -55,10 +65,15 @@ def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -
         st.caption(notice)
 
 
+LONG_EXAMPLE = f"A long text ({MAX_LONG_TOKENS} tokens)"
+
+
 def _use_example() -> None:
     choice = st.session_state.get("example")
     if choice in EXAMPLES:
         st.session_state["text"] = EXAMPLES[choice]
+    elif choice == LONG_EXAMPLE:
+        st.session_state["text"] = repeat_to_tokens(" . ".join(EXAMPLES.values()) + " .", MAX_LONG_TOKENS)
     st.session_state["example"] = None
 
 
@@ -97,7 +112,7 @@ def configurable_controls() -> None:
     else:
         st.text_area("Sentence", key="text", max_chars=MAX_TEXT_CHARS, height=90,
                      help="Words and punctuation become tokens.")
-        st.selectbox("Example sentences", list(EXAMPLES), index=None, key="example", on_change=_use_example,
+        st.selectbox("Example sentences", [*EXAMPLES, LONG_EXAMPLE], index=None, key="example", on_change=_use_example,
                      placeholder="Load an example…")
     d_models = TRAINED_D_MODELS if trained else D_MODEL_CHOICES
     state = st.session_state

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -24,8 +24,9 @@ def human(nbytes: int) -> str:
     return f"{nbytes / 1e3:.0f} kB" if nbytes < 1e6 else f"{nbytes / 1e6:.1f} MB"
 
 
-def export_section(trace: AttentionTrace, **kwargs: Any) -> None:
-    """An "Export and share" expander whose contents (export_controls) are built only while it is open.
+def export_section(trace: AttentionTrace | Callable[[], AttentionTrace], **kwargs: Any) -> None:
+    """An "Export and share" expander whose contents (export_controls) are built only while it is open
+    (trace: or a function that computes it, called only then).
 
     A closed expander still sends its contents to the browser on every rerun; these ~8 elements
     are ~20 ms of each slider step there.
@@ -33,7 +34,7 @@ def export_section(trace: AttentionTrace, **kwargs: Any) -> None:
     section = st.expander("Export and share", key="export_open", on_change="rerun")
     if section.open:
         with section:
-            export_controls(trace, **kwargs)
+            export_controls(trace if isinstance(trace, AttentionTrace) else trace(), **kwargs)
 
 
 def export_controls(

@@ -15,6 +15,7 @@ from ..config import MHAConfig
 from ..export import safe_filename
 from ..figures.heads import head_label, layer_stack
 from ..hosting import FULL_SIZE, Budget
+from ..long import LongTrace
 from ..params import MAX_TOKENS, ViewState, to_query
 from ..pretrained import PretrainedModel
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
@@ -69,26 +70,35 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
     cfg = MHAConfig(s.d_model, s.h, d_k=s.d_k, d_v=s.d_v, d_out=s.d_out)
     source = random_source(text=s.text, cfg=cfg, seed=s.seed, causal=s.causal, positional=s.pe,
                            context=s.context if s.cross else None)
-    try:
-        trace = source.trace(0)
+    try:  # a long input: its first max_tokens only when a view other than Heads, or an export, asks for them
+        long = source.long_trace() if source.is_long() else None
+        trace = source.trace(0) if long is None else None
     except ValueError as err:  # a text without tokens
         what = "second sentence" if "second" in str(err) else "sentence"
         st.info(f"Type a {what} to see its attention (it has no visible characters yet).")
         return
-    if trace.meta.get("truncated"):
-        n = source.max_tokens
-        st.warning(f"The text is longer than {n} tokens; only the first {n} are shown."
-                   + ("" if n >= MAX_TOKENS else f" This public demo draws at most {n}; to {FULL_SIZE}."))
-    T, S = trace.weights.shape[1:]
+    if long is not None:
+        _, T, S = long.shape
+        cut = long.meta.get("truncated")
+        st.info(f"A long input: {T} tokens" + (f" (and {S} keys)" if s.cross else "")
+                + (f", the first {source.long_tokens} read" if cut else "")
+                + f". The Heads view shows all of them, as an overview and a full-resolution zoom; the other views "
+                f"and the exports hold the first {source.max_tokens}.", icon=":material/straighten:")
+    else:
+        T, S = trace.weights.shape[1:]
+        if trace.meta.get("truncated"):
+            n = source.max_tokens
+            st.warning(f"The text is longer than {n} tokens; only the first {n} are shown."
+                       + ("" if n >= MAX_TOKENS else f" This public demo draws at most {n}; to {FULL_SIZE}."))
     random_weights_banner(s.seed)
     st.caption(
         f"h = {cfg.num_heads} heads · d_model = {cfg.d_model} · d_k = {cfg.d_k} · d_v = {cfg.d_v} · d_out = {cfg.d_out}"
         f" · {T} query tokens" + (f" · {S} key tokens (cross-attention)" if s.cross else "") + (" · causal" if s.causal else "")
     )
     name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}")
-    _layer_views(trace, source, name, cfg)
+    _layer_views(trace, source, name, cfg, long=long)
     export_section(
-        trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+        trace or (lambda: source.trace(0)), name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model} (random weights)",
         notes={"weights": f"random (Xavier, seed {s.seed})", "text": s.text, "causal": s.causal,
                "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {})},
@@ -137,11 +147,21 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
 
 
 def _layer_views(
-    trace: AttentionTrace, source: TraceSource, name: str, cfg: MHAConfig, accuracy: Callable[[], None] | None = None
+    trace: AttentionTrace | None, source: TraceSource, name: str, cfg: MHAConfig,
+    accuracy: Callable[[], None] | None = None, long: LongTrace | None = None,
 ) -> None:
-    """The views of one configurable or trained layer; accuracy draws the accuracy per h beside the heads."""
-    T, S = trace.weights.shape[1:]
+    """The views of one configurable or trained layer; accuracy draws the accuracy per h beside the heads.
+
+    long: the whole of a long input: the Heads view draws it, the others source.trace(0), its first tokens
+    (trace None: not computed yet)."""
     view = view_picker(CONFIGURABLE_VIEWS)
+    if long is not None and view == "Heads":
+        views.long_heads_view(long, name)
+        return
+    trace = trace or source.trace(0)
+    T = trace.weights.shape[1]
+    if long is not None and view not in ("Shapes & cost", "Formulas"):
+        st.caption(f"This view draws the first {T} tokens of {long.shape[1]}; the Heads view draws all of them.")
     if view == "Heads" and accuracy is not None:
         left, right = st.columns([3, 1])
         with left:
@@ -153,9 +173,10 @@ def _layer_views(
     elif view == "Analysis":
         analysis_view(trace, source, name=name)
     elif view == "Shapes & cost":
-        views.cost_view(cfg, T, S, cross=trace.cross)
+        views.cost_view(cfg, *(trace.weights.shape[1:] if long is None else long.shape[1:]), cross=trace.cross)
     else:
-        views.formulas_view(cfg, T, S, trace.causal, cross=trace.cross)
+        views.formulas_view(cfg, *(trace.weights.shape[1:] if long is None else long.shape[1:]), trace.causal,
+                            cross=trace.cross)
 
 
 def _coverage_warning(model: PretrainedModel, text: str) -> None:

@@ -16,17 +16,19 @@ from ..figures import (
     head_steps_figure,
     heads_figure,
     lines_figure,
+    long_heads_figure,
     output_path_figure,
     overview_figure,
     projections_figure,
     score_terms_figure,
 )
 from ..figures.common import token_label, with_automargin
-from ..figures.heads import MAX_CELLS_PER_SIDE
+from ..figures.heads import MAX_CELLS_PER_SIDE, zoom_window
 from ..figures.lines import MAX_LINE_TOKENS, picked_token
 from ..figures.overview import picked_head
 from ..figures.steps import score_parts_figure
 from ..formulas import formulas
+from ..long import LongTrace
 from ..trace import AttentionTrace
 from .style import is_phone
 
@@ -45,8 +47,10 @@ def figures_shown() -> list[tuple[go.Figure, str]]:
     return list(st.session_state.get(SHOWN, []))
 
 
-def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], None] | None = None) -> None:
-    """Draw fig once in the browser, not twice; on_select: a callback for a click on a point.
+def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], None] | None = None,
+          selection_mode: str | tuple[str, ...] = "points") -> None:
+    """Draw fig once in the browser, not twice; on_select: a callback for a click on a point (or a box drawn,
+    with selection_mode ("points", "box")).
 
     Streamlit mounts a new chart for every new figure (the element id hashes the spec), draws it,
     then passes a JSON copy of it to Plotly.react. Plotly redraws everything if the figure has a
@@ -68,7 +72,7 @@ def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], No
         st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None)
     else:
         st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None, on_select=on_select,
-                        selection_mode="points")
+                        selection_mode=selection_mode)
 
 
 def _clamp_head_selection(num_heads: int) -> None:
@@ -113,6 +117,47 @@ def heads_view(trace: AttentionTrace, name: str) -> None:
             window = (start, start + MAX_CELLS_PER_SIDE)
         fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window, compact=is_phone())
         chart(fig, "compare_heads", f"{name}-compare")
+
+
+def _zoom_to_selection() -> None:
+    """A box drawn on the overview centres the zoom window on it (Plotly selects no points of a heatmap)."""
+    event = st.session_state.get("heads_long")
+    selection = event.selection if event is not None else None
+    if not selection:
+        return
+    boxes = [b for b in selection.get("box", []) if len(b.get("x", ())) == 2 and len(b.get("y", ())) == 2]
+    if not boxes:
+        return
+    x, y = sum(boxes[-1]["x"]) / 2, sum(boxes[-1]["y"]) / 2
+    half = MAX_CELLS_PER_SIDE // 2
+    st.session_state["zoom"], st.session_state["zoom_k"] = max(0, round(y) - half), max(0, round(x) - half)
+
+
+def long_heads_view(trace: LongTrace, name: str) -> None:
+    """Every head of a long input: a max-pooled overview, and a full-resolution zoom where the user points."""
+    H, T, S = trace.shape
+    side = MAX_CELLS_PER_SIDE
+    top_q, top_k = max(0, T - side), max(0, S - side)
+    st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top_q)
+    st.session_state["zoom_k"] = min(st.session_state.get("zoom_k", 0), top_k)
+    st.caption(
+        f"{H} heads (numbered from 0) of {T} query × {S} key tokens. Overview: each cell is the largest weight in a "
+        f"block of {trace.block_rows}×{trace.block_cols} positions, so a sharp peak stays visible. The red square is "
+        f"the zoom below: drag a box on any head to move it there, or use the sliders."
+    )
+    chart(long_heads_figure(trace, mark=(st.session_state["zoom"], st.session_state["zoom_k"]), compact=is_phone()),
+          "heads_long", f"{name}-overview", on_select=_zoom_to_selection, selection_mode="box")
+    _clamp_head_selection(H)
+    a, b, c = st.columns([2, 1, 1]) if not is_phone() else (st.container(), st.container(), st.container())
+    chosen = a.multiselect("Heads in the zoom (all when none is picked)", list(range(H)), key="compare",
+                           format_func=_head_format, placeholder="All heads")
+    q0 = b.slider("Zoom: first query", 0, top_q, key="zoom", disabled=top_q == 0)
+    k0 = c.slider("Zoom: first key", 0, top_k, key="zoom_k", disabled=top_k == 0)
+    rows, keys = zoom_window(trace, q0, k0)
+    st.caption(f"Zoom: queries {rows.start}–{rows.stop - 1} × keys {keys.start}–{keys.stop - 1}, one token pair a "
+               "cell; the exact softmax weights (each row normalised over all keys, so a row here sums to at most 1).")
+    chart(long_heads_figure(trace, chosen or None, zoom=(q0, k0), cols=min(len(chosen) or H, 4), compact=is_phone()),
+          "heads_zoom", f"{name}-zoom")
 
 
 def _pick() -> tuple[str, int] | None:
