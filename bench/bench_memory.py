@@ -10,7 +10,7 @@ the configurable model (random text of 4 to 61 words, d_model, h, seed, causal, 
 encoding, sometimes cross-attention with a second random sentence; the keys move the head slider)
 and the bundled pretrained model (random text of 3 to 41 words, random layer; the keys move the
 Layer slider). Nearly every rerun is a new cache key, so the app's caches fill up to their bounds
-(st.cache_data max_entries, read from app.py and printed) and must then stay there. The script
+(st.cache_data max_entries, read from page.py and mha_viz/ui/loaders.py, and printed) and must then stay there. The script
 counts the distinct keys it asked for, so it knows when the trace caches are full.
 
 VmRSS of the server process (/proc/<pid>/status) is printed every 25 reruns; the growth is
@@ -46,9 +46,11 @@ CHANGES_PER_BLOCK = 4  # reruns in a session after the URL that opened it
 
 
 def cache_bounds() -> dict[str, int | None]:
-    """max_entries of the app's cached functions, read from app.py (it changes; the bench should not)."""
+    """max_entries of the app's cached functions, read from page.py and mha_viz/ui/loaders.py (they change; the
+    bench should not)."""
     bounds = {}
-    for node in ast.walk(ast.parse((ROOT / "app.py").read_text())):
+    sources = ((ROOT / "page.py").read_text(), (ROOT / "mha_viz" / "ui" / "loaders.py").read_text())
+    for node in (n for source in sources for n in ast.walk(ast.parse(source))):
         if isinstance(node, ast.FunctionDef):
             for deco in node.decorator_list:
                 if isinstance(deco, ast.Call) and getattr(deco.func, "attr", "") in ("cache_data", "cache_resource"):
@@ -123,7 +125,7 @@ def main() -> None:
     rng = random.Random(20240611)
     print(f"machine: {os.cpu_count()} cores, loadavg {loadavg()} (other workers share this machine); "
           f"{args.reruns} reruns, RSS baseline after {args.warmup}")
-    print("app.py cache bounds (max_entries): " + ", ".join(f"{k} {v}" for k, v in BOUNDS.items()))
+    print("page.py and loaders.py cache bounds (max_entries): " + ", ".join(f"{k} {v}" for k, v in BOUNDS.items()))
 
     with logged_server() as server, chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})

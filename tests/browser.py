@@ -42,21 +42,26 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_tail=lamb
 
 
 @contextlib.contextmanager
-def streamlit_server(timeout: float = 90.0) -> Iterator[tuple[str, subprocess.Popen]]:
-    """Start `streamlit run app.py` on a free port; yield (base URL, process); stop it afterwards."""
+def streamlit_server(timeout: float = 90.0, log: Path | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Start `streamlit run app.py` on a free port; yield (base URL, process); stop it afterwards.
+
+    log: a file for the server's stdout and stderr (default: discarded)."""
     port = free_port()
     cmd = [
         sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
         "--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false",
     ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
+    out = subprocess.DEVNULL if log is None else open(log, "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, timeout)
         yield url, proc
     finally:
         stop(proc)
+        if log is not None:
+            out.close()
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -1,6 +1,6 @@
 """The app's three pages: the configurable layer (random or trained weights), a pretrained model, Train mode.
 
-Each page takes the ViewState and the sources app.py builds (with its caches), checks its input,
+Each page takes the ViewState and the sources page.py builds (with its caches), checks its input,
 and shows the chosen view of one AttentionTrace, then Export and share.
 """
 

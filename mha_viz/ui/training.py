@@ -68,7 +68,7 @@ def stoppable(key: tuple, train: Callable[[], T]) -> T | None:
         slot.empty()
 
 
-_isolated = False  # train in child processes (a public demo: app.py calls train_in_child_processes())
+_isolated = False  # train in child processes (a public demo: page.py calls train_in_child_processes())
 
 
 def train_in_child_processes() -> None:

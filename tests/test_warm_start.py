@@ -1,0 +1,55 @@
+"""app.py serves page.py (st.App) and warms the imports and both bundled models when the server starts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.browser import CHROMIUM, ROOT, streamlit_server, wait_for_heatmaps
+
+LOADING_LINE = "Loading weights:   0%"  # transformers' progress bar: one per model load
+
+
+def test_app_py_imports_only_streamlit_so_the_server_answers_at_once() -> None:
+    code = ("import sys; import app; print(type(app.app).__name__, 'torch' in sys.modules, "
+            "any(m.startswith('mha_viz') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["App", "False", "False"]
+
+
+def test_the_warm_up_fills_the_cache_page_py_loads_models_from(monkeypatch) -> None:
+    from mha_viz.pretrained import INDUCTION_MODEL
+    from mha_viz.ui import loaders
+
+    loaders.get_model.clear()
+    loaders.warm_up()
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("loaded again")
+
+    monkeypatch.setattr(loaders, "load_model", no_load)  # what page.py asks for next must come from the cache
+    models = [loaders.get_model("", False, None), loaders.get_model(INDUCTION_MODEL, False, None)]
+    assert [m.num_layers for m in models] == [{"encoder": 6}, {"decoder": 2}]
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"), reason=f"{CHROMIUM} not installed")
+def test_the_server_loads_both_bundled_models_at_start_and_pages_use_them(tmp_path, browser) -> None:
+    log = tmp_path / "server.log"
+    with streamlit_server(log=log) as (url, _):
+        deadline = time.monotonic() + 180
+        while log.read_text(errors="replace").count(LOADING_LINE) < 2:  # no page has been opened yet
+            assert time.monotonic() < deadline, log.read_text(errors="replace")[-2000:]
+            time.sleep(0.2)
+        page = browser.new_page()
+        try:
+            for query in ("mode=Pretrained", "mode=Pretrained&model=mha-viz/induction-2l&view=Heads"):
+                page.goto(f"{url}/?{query}")
+                wait_for_heatmaps(page, 12 if "induction" not in query else 4, timeout=120)
+        finally:
+            page.close()
+        assert log.read_text(errors="replace").count(LOADING_LINE) == 2  # the pages loaded nothing again
