@@ -1,22 +1,38 @@
 """mha-viz: multi-head attention made visible.  Run: streamlit run app.py
 
 This file is the server: Streamlit's st.App around page.py, the script each session runs (the sidebar,
-the caches, the dispatch to mha_viz/ui/pages.py). At server start a thread makes the imports the pages
-need (torch, plotly, every view) and loads both bundled models into the cache page.py loads them from
-(mha_viz.ui.loaders), so that the first page waits for neither. A page opened meanwhile waits only for
-what it needs: Python's import locks hand it modules the thread is importing once they are complete,
-and load_model's lock lets one model load at a time. Only the standard library and Streamlit are
-imported here, so the server answers at once.
+the caches, the dispatch to mha_viz/ui/pages.py). It makes a cold page paint sooner in two ways:
+- WarmUp: at server start a thread imports the pages' modules (torch, plotly, every view), then, once a
+  first page has been drawn (or after WAIT_FOR_A_PAGE seconds, or at once when a browser asks for a
+  pretrained page), loads both bundled models into the cache page.py loads them from (mha_viz.ui.loaders). A page opened meanwhile waits only for what it needs:
+  Python's import locks hand it modules the thread is importing once they are complete, and
+  load_model's lock lets one model load at a time.
+- PreloadElements: the frontend code of each kind of element (Plotly's is 4.7 MB) is a chunk a browser
+  would fetch only once the script sends the first such element, one after another from a server busy
+  drawing the page; the index page has the browser fetch and compile the first page's chunks at once
+  (page.py then runs Plotly's while the server is still busy: running it takes the browser ~0.7 s).
+Only the standard library, Streamlit and Starlette are imported here, so the server answers at once.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import streamlit as st
+from starlette.middleware import Middleware
+
+Message = MutableMapping[str, Any]
+STATIC_JS = Path(st.__file__).parent / "static" / "static" / "js"
+# The frontend chunks of the elements a first page shows (Plotly's is 4.7 MB); the rest load when used.
+FIRST_PAGE_ELEMENTS = ("PlotlyChart", "ButtonGroup", "Button", "TextArea", "TextInput", "Selectbox", "Slider",
+                       "Multiselect", "NumberInput", "Checkbox", "Html", "BidiComponent", "Spinner")
+WAIT_FOR_A_PAGE = 10.0  # seconds the model loads wait for a first page to finish drawing (they would slow it)
+MODELS_WANTED = threading.Event()  # set when a browser asks for a pretrained page: the loads start at once
 
 
 class WarmUp(threading.Thread):
@@ -30,7 +46,7 @@ class WarmUp(threading.Thread):
             import mha_viz.ui.pages  # noqa: F401 - torch, numpy, plotly and every view
             from mha_viz.ui.loaders import warm_up
 
-            warm_up()  # both bundled models, into the cache page.py loads them from
+            warm_up(wait=WAIT_FOR_A_PAGE, wanted=MODELS_WANTED)  # both bundled models, into page.py's cache
         except Exception:  # the pages load what they need themselves; say why the warm-up did not
             logging.getLogger("mha_viz").exception("the warm-up at server start failed")
 
@@ -41,4 +57,43 @@ async def warm_start(_app: st.App) -> AsyncIterator[None]:
     yield
 
 
-app = st.App("page.py", lifespan=warm_start)
+class PreloadElements:
+    """ASGI middleware: the index page preloads the first page's element chunks (FIRST_PAGE_ELEMENTS) at once."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+        chunks = [f"./static/js/{p.name}" for name in FIRST_PAGE_ELEMENTS for p in STATIC_JS.glob(f"{name}.*.js")]
+        self.link = "".join(f'<link rel="modulepreload" href="{c}">' for c in chunks).encode()
+
+    async def __call__(self, scope: Message, receive: Callable[[], Awaitable[Message]],
+                       send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] != "http" or scope.get("method") != "GET":
+            await self.app(scope, receive, send)
+            return
+        if b"mode=Pretrained" in scope.get("query_string", b""):  # its script will need a model in ~1 s
+            MODELS_WANTED.set()
+        start: Message | None = None
+        body: list[bytes] = []
+
+        async def send_with_link(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                headers = {k.lower(): v for k, v in message.get("headers", [])}
+                if headers.get(b"content-type", b"").startswith(b"text/html") and b"content-encoding" not in headers:
+                    start = message  # held until the whole page is here
+                    return
+            if start is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            body.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            page = b"".join(body).replace(b"<head>", b"<head>" + self.link, 1)
+            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+            await send({**start, "headers": [*headers, (b"content-length", str(len(page)).encode())]})
+            await send({"type": "http.response.body", "body": page})
+
+        await self.app(scope, receive, send_with_link)
+
+
+app = st.App("page.py", lifespan=warm_start, middleware=[Middleware(PreloadElements)])

@@ -39,7 +39,7 @@ from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel
 from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, fair, pages, pretrained, state, style, views
-from mha_viz.ui.loaders import download_error, get_model, secret
+from mha_viz.ui.loaders import download_error, get_model, page_drawn, secret
 from mha_viz.ui.text import plain
 from mha_viz.ui.training import train_in_child_processes, training_controls
 
@@ -197,3 +197,4 @@ else:
     st.error(load_failure)
     st.button("Open the bundled all-MiniLM-L6-v2 instead (works offline)", key="to_bundled", on_click=back_to_bundled,
               icon=":material/undo:")
+page_drawn.set()  # the warm-up's model loads may start (app.py)

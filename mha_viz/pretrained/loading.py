@@ -68,6 +68,16 @@ class Placement:
                 "offload_folder": None if self.offload_folder is None else str(self.offload_folder)}
 
 
+def import_model_code() -> None:
+    """Import the code a load of the bundled models runs (transformers' Auto classes, BERT, GPT-2, the tokenizer):
+    ~2 s, most of a first load. Under the load lock, like a load: a server calls it at start (app.py)."""
+    with _LOADING:
+        import transformers.models.bert.modeling_bert
+        import transformers.models.bert.tokenization_bert
+        import transformers.models.gpt2.modeling_gpt2  # noqa: F401
+        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
+
 def load_model(
     name_or_path: str | os.PathLike | None = None,
     *,

@@ -6,11 +6,15 @@ that a session that opens a bundled model finds it loaded. A public demo's model
 
 from __future__ import annotations
 
+import threading
+import time
+
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 
 from ..hosting import budget, is_public
 from ..pretrained import INDUCTION_MODEL, InvalidModelNameError, ModelDownloadError, PretrainedModel, load_model
+from ..pretrained.loading import import_model_code
 
 
 def secret(key: str) -> str | None:
@@ -39,8 +43,22 @@ def download_error(name: str, folders: bool, max_tokens: int | None) -> str | No
     return None
 
 
-def warm_up() -> None:
-    """Load both bundled models into get_model's cache, with the keys page.py will ask for (it runs at server start)."""
+BROWSER_PAINT = 1.5  # seconds a browser takes to paint a first page after its script has run (this machine: ~1 s)
+page_drawn = threading.Event()  # set by page.py at the end of each run: a first page has been drawn
+
+
+def warm_up(wait: float = 0.0, wanted: threading.Event | None = None) -> None:
+    """Load both bundled models into get_model's cache, with the keys page.py will ask for (it runs at server start).
+
+    wait: seconds to let a first page finish drawing first, and its browser BROWSER_PAINT seconds more to paint it
+    (the loads, ~2.5 s of imports mostly, would share the CPU with them), unless `wanted` is set meanwhile: a page
+    that needs a model is on its way."""
+    deadline = time.monotonic() + wait
+    while not page_drawn.is_set() and not (wanted is not None and wanted.is_set()) and time.monotonic() < deadline:
+        page_drawn.wait(0.05)
+    if page_drawn.is_set() and not (wanted is not None and wanted.is_set()):
+        time.sleep(min(wait, BROWSER_PAINT))  # the browser is still painting that page: leave it the CPU
+    import_model_code()
     max_tokens = budget(secret=secret).max_tokens if is_public(secret=secret) else None
     for name in ("", INDUCTION_MODEL):
         get_model(name, False, max_tokens)
