@@ -128,6 +128,50 @@ def test_a_layer_button_repaints_before_the_server_hears_and_the_server_agrees(s
     assert errors == []
 
 
+HREFS_JS = "(key) => [...document.querySelectorAll(`.st-key-${key} .heatmaplayer image`)].map(e => e.getAttribute('href'))"
+CELLS_JS = """async ([hrefs, rows, cols]) => {
+    // Heatmap images sampled at each cell's centre: [heads][rows * cols][r, g, b]
+    return Promise.all(hrefs.map(async (href) => {
+        const picture = new Image();
+        picture.src = href;
+        await picture.decode();
+        const canvas = document.createElement('canvas');
+        canvas.width = cols; canvas.height = rows;
+        const context = canvas.getContext('2d');
+        context.imageSmoothingEnabled = false;
+        context.drawImage(picture, 0, 0, cols, rows);
+        const data = context.getImageData(0, 0, cols, rows).data;
+        return Array.from({length: rows * cols}, (_, i) => [data[4 * i], data[4 * i + 1], data[4 * i + 2]]);
+    }));
+}"""
+
+
+@needs_chromium
+def test_the_fast_repaint_shows_the_colours_plotly_then_draws(server: str, browser) -> None:
+    """A layer button paints the heatmap images itself at once; Plotly's own redraw a frame later agrees."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{server}/?mode=Pretrained")
+        wait_for_heatmaps(page, 12, timeout=180)
+        page.get_by_role("button", name="2", exact=True).wait_for()
+        rows, cols = np.array(page.evaluate(Z_JS, "heads")[0]).shape
+        before = page.evaluate(HREFS_JS, "heads")
+        page.evaluate("() => document.querySelector('.st-key-heads .js-plotly-plot')"
+                      ".on('plotly_afterplot', () => { window.replotted = true; })")
+        fast_hrefs = page.evaluate(f"() => {{ ({SWITCH_JS})(2); return [window.replotted, ({HREFS_JS})('heads')]; }}")
+        assert fast_hrefs[0] is None  # captured right after the click, before Plotly's redraw
+        fast_hrefs = fast_hrefs[1]
+        assert all(f != b for f, b in zip(fast_hrefs, before, strict=True))  # every head repainted already
+        page.wait_for_function("() => window.replotted === true", timeout=10_000)  # then Plotly redrew the grid
+        fast = np.array(page.evaluate(CELLS_JS, [fast_hrefs, rows, cols]), dtype=int)  # (12, rows * cols, 3)
+        plotly = np.array(page.evaluate(CELLS_JS, [page.evaluate(HREFS_JS, "heads"), rows, cols]), dtype=int)
+        assert fast.shape == plotly.shape == (12, rows * cols, 3)
+        assert np.abs(fast - plotly).max() <= 3  # the same colour in every cell of every head
+        assert len(np.unique(fast.reshape(-1, 3), axis=0)) > 20  # not a blank or one-colour image
+    finally:
+        page.close()
+
+
 @needs_chromium
 def test_an_overview_thumbnail_opens_its_head_before_the_server_answers(server: str, browser) -> None:
     page = browser.new_page(viewport={"width": 1400, "height": 1000})

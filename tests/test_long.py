@@ -20,7 +20,7 @@ from mha_viz.figures.heads import MAX_CELLS_PER_SIDE, zoom_window
 from mha_viz.params import EXAMPLES, MAX_LONG_TOKENS, parse_query
 from mha_viz.sources import ConfigurableSource, long_configurable_trace
 from mha_viz.text import repeat_to_tokens, tokenize
-from tests.browser import CHROMIUM, wait_for_heatmaps, wait_for_query
+from tests.browser import CHROMIUM, ROOT, wait_for_heatmaps, wait_for_query
 from tests.test_app import heatmaps, new_app, z_matrix
 
 LONG_TEXT = repeat_to_tokens(" . ".join(EXAMPLES.values()) + " .", MAX_LONG_TOKENS)
@@ -170,6 +170,7 @@ def test_a_box_drawn_on_the_overview_moves_the_zoom_there(server: str, browser) 
                 const imgs = c ? [...c.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href')) : [];
                 return imgs.length === 12 && imgs.every(h => !old.includes(h)); }""",
             arg=old, polling="raf", timeout=60_000)
+        page.screenshot(path=str(ROOT / "assets" / "long-4096.png"))
         search = urllib.parse.parse_qs(page.evaluate("location.search")[1:])
         assert abs(int(search["zoom"][0]) + 64 - 2253) < 40 and abs(int(search["zoom_k"][0]) + 64 - 819) < 40
         assert errors == []

@@ -53,3 +53,42 @@ def test_the_server_loads_both_bundled_models_at_start_and_pages_use_them(tmp_pa
         finally:
             page.close()
         assert log.read_text(errors="replace").count(LOADING_LINE) == 2  # the pages loaded nothing again
+
+
+def serve(path_query: tuple[str, bytes], content_type: bytes, body: bytes) -> tuple[dict, bytes]:
+    """One GET through app.py's middleware in front of a fake app that answers body: (start message, body sent)."""
+    import asyncio
+
+    import app
+
+    async def fake(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body[:10], "more_body": True})
+        await send({"type": "http.response.body", "body": body[10:]})
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": path_query[0], "query_string": path_query[1]}
+    asyncio.run(app.PreloadElements(fake)(scope, None, send))
+    return sent[0], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_the_index_page_preloads_the_first_pages_frontend_chunks() -> None:
+    import app
+
+    page = b"<!doctype html><html><head><title>x</title></head><body></body></html>"
+    start, body = serve(("/", b""), b"text/html; charset=utf-8", page)
+    links = [part.split(b'"')[0].decode() for part in body.split(b'<link rel="modulepreload" href="')[1:]]
+    assert any("/PlotlyChart." in link for link in links) and len(links) >= len(app.FIRST_PAGE_ELEMENTS)
+    assert all((app.STATIC_JS / link.rsplit("/", 1)[1]).is_file() for link in links)  # files Streamlit serves
+    assert body.startswith(b"<!doctype html><html><head><link") and body.endswith(b"<title>x</title></head><body></body></html>")
+    assert dict(start["headers"])[b"content-length"] == str(len(body)).encode()
+    assert not app.MODELS_WANTED.is_set()
+    serve(("/", b"mode=Pretrained&layer=2"), b"text/html", page)
+    assert app.MODELS_WANTED.is_set()  # a pretrained page is coming: the warm-up loads the models at once
+    script = b"console.log(1)"
+    assert serve(("/static/js/x.js", b""), b"text/javascript", script)[1] == script  # other files pass untouched

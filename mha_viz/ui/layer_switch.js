@@ -141,7 +141,11 @@ function layerButtons(meta, matrices, root, setTriggerValue) {
     if (here) {
       const { zs, tops } = matrices(layer);
       const top = Math.max(...tops, 1e-9);
-      window.Plotly.update(gd, { z: zs }, { "coloraxis.cmax": top }, zs.map((_, i) => i));
+      const redraw = () => window.Plotly.update(gd, { z: zs }, { "coloraxis.cmax": top }, zs.map((_, i) => i));
+      // Plotly redraws the whole grid (axes, titles, colour bar: ~60-90 ms for 12 heads); the heatmap images
+      // alone take a few ms. Paint those now, and let Plotly bring the rest in line after this frame.
+      if (paintHeatmaps(gd, zs, top)) requestAnimationFrame(() => setTimeout(() => active === layer && redraw(), 0));
+      else redraw();
     }
     const url = new URL(window.location.href);
     url.searchParams.set(meta.param, String(layer));
@@ -151,4 +155,77 @@ function layerButtons(meta, matrices, root, setTriggerValue) {
   }
 
   return tell; // unmounted or redrawn with new data: a layer not yet told is told now
+}
+
+function colorAt(scale, t) {
+  // Plotly's colour for t in [0, 1] on a colour scale [[position, "rgb(r, g, b)"], ...]: linear in RGB.
+  let i = 1;
+  while (i < scale.length - 1 && scale[i][0] < t) i++;
+  const [p0, c0] = scale[i - 1];
+  const [p1, c1] = scale[i];
+  const f = p1 > p0 ? Math.min(1, Math.max(0, (t - p0) / (p1 - p0))) : 0;
+  return c0.map((v, k) => Math.round(v + f * (c1[k] - v)));
+}
+
+function rgb(color) {
+  // [r, g, b] of "rgb(r, g, b)", "rgba(...)", "#rrggbb" or "#rgb"; [] for anything else.
+  const text = String(color).trim();
+  const hex = text.match(/^#([0-9a-f]{3}|[0-9a-f]{6})$/i);
+  if (hex) {
+    const h = hex[1].length === 3 ? [...hex[1]].map((d) => d + d).join("") : hex[1];
+    return [0, 2, 4].map((i) => parseInt(h.slice(i, i + 2), 16));
+  }
+  return /^rgba?\(/.test(text) ? (text.match(/[\d.]+/g) || []).slice(0, 3).map(Number) : [];
+}
+
+function bmp(z, scale, top, downward, background) {
+  // A 24-bit BMP data URL of z, one pixel a cell (row 0 at the top when downward): no compression to wait for.
+  const rows = z.length;
+  const cols = z[0].length;
+  const stride = (3 * cols + 3) & ~3;
+  const bytes = new Uint8Array(54 + stride * rows);
+  const view = new DataView(bytes.buffer);
+  bytes[0] = 0x42; bytes[1] = 0x4d; // "BM"
+  view.setUint32(2, bytes.length, true);
+  view.setUint32(10, 54, true);
+  view.setUint32(14, 40, true);
+  view.setInt32(18, cols, true);
+  view.setInt32(22, -rows, true); // top-down
+  view.setUint16(26, 1, true);
+  view.setUint16(28, 24, true);
+  view.setUint32(34, stride * rows, true);
+  for (let r = 0; r < rows; r++) {
+    const row = z[downward ? r : rows - 1 - r];
+    let o = 54 + r * stride;
+    for (let c = 0; c < cols; c++, o += 3) {
+      const v = row[c];
+      const [red, green, blue] = Number.isNaN(v) ? background : colorAt(scale, v / top);
+      bytes[o] = blue; bytes[o + 1] = green; bytes[o + 2] = red;
+    }
+  }
+  let text = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) text += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  return "data:image/bmp;base64," + btoa(text);
+}
+
+function paintHeatmaps(gd, zs, top) {
+  // Draw each head's new z straight into the <image> Plotly drew for it (one pixel a cell, scaled without
+  // smoothing), with the colour axis's scale from 0 to top, and give Plotly's computed data the new z (what
+  // hover reads until Plotly's own redraw). False when the chart is not laid out as expected: then Plotly
+  // redraws it all.
+  const images = gd.querySelectorAll(".heatmaplayer image");
+  const layout = gd._fullLayout;
+  const axis = layout && layout.coloraxis;
+  if (images.length !== zs.length || !axis || !Array.isArray(axis.colorscale)) return false;
+  const scale = axis.colorscale.map(([p, c]) => [p, rgb(c)]);
+  const background = rgb(layout.plot_bgcolor);
+  if (scale.some(([, c]) => c.length !== 3) || background.length !== 3) return false;
+  zs.forEach((z, i) => {
+    const yaxis = layout[gd.data[i].yaxis.replace("y", "yaxis")];
+    const downward = yaxis && yaxis.range && yaxis.range[0] > yaxis.range[1]; // row 0 at the top
+    images[i].style.imageRendering = "pixelated";
+    images[i].setAttribute("href", bmp(z, scale, top, downward, background));
+    if (gd.calcdata && gd.calcdata[i] && gd.calcdata[i][0]) gd.calcdata[i][0].z = z; // what hover reads
+  });
+  return true;
 }
