@@ -284,7 +284,7 @@ PROBE_JS = """([key, eventType]) => {
             });
         };
         obs = new MutationObserver(check);
-        obs.observe(document.body, { subtree: true, childList: true, attributes: true, attributeFilter: ['href'] });
+        obs.observe(document.body, { subtree: true, childList: true, attributes: true });  // no attributeFilter: it drops namespaced (xlink) href changes
     });
     window.__probe = p;
     return true;

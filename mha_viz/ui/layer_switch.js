@@ -50,6 +50,7 @@ function layerMatrices(meta, values, layer) {
 }
 
 const chartOf = (key) => document.querySelector(`.st-key-${key} .js-plotly-plot`);
+const idle = window.requestIdleCallback ? (f, options) => window.requestIdleCallback(f, options) : (f) => setTimeout(f, 50);
 
 export default function ({ data, parentElement, setTriggerValue }) {
   const root = parentElement.querySelector(".layer-switch");
@@ -61,7 +62,6 @@ export default function ({ data, parentElement, setTriggerValue }) {
     return cache.get(layer);
   };
   // Decode every layer while the page is idle, so that a click only repaints.
-  const idle = window.requestIdleCallback || ((f) => setTimeout(f, 50));
   for (let layer = 0; layer < meta.layers; layer++) idle(() => matrices(layer));
   root.replaceChildren();
   return meta.thumbnails ? openOnClick(meta, matrices) : layerButtons(meta, matrices, root, setTriggerValue);
@@ -143,8 +143,8 @@ function layerButtons(meta, matrices, root, setTriggerValue) {
       const top = Math.max(...tops, 1e-9);
       const redraw = () => window.Plotly.update(gd, { z: zs }, { "coloraxis.cmax": top }, zs.map((_, i) => i));
       // Plotly redraws the whole grid (axes, titles, colour bar: ~60-90 ms for 12 heads); the heatmap images
-      // alone take a few ms. Paint those now, and let Plotly bring the rest in line after this frame.
-      if (paintHeatmaps(gd, zs, top)) requestAnimationFrame(() => setTimeout(() => active === layer && redraw(), 0));
+      // alone take a few ms. Paint those now, and let Plotly bring the rest in line once the browser is idle.
+      if (paintHeatmaps(gd, zs, top)) idle(() => active === layer && redraw(), { timeout: 250 });
       else redraw();
     }
     const url = new URL(window.location.href);
