@@ -76,11 +76,11 @@ class CachedConfigurable(ConfigurableSource):
     def trace(self, layer: int = 0) -> AttentionTrace:
         if layer != 0:
             return super().trace(layer)  # raises IndexError
-        return cached(("configurable", self), lambda: super(CachedConfigurable, self).trace(0).read_only(),
+        return cached(("configurable", self.key()), lambda: super(CachedConfigurable, self).trace(0).read_only(),
                       heavy=long_text(self.text) and self.cfg.d_model * self.cfg.num_heads > 1024)
 
     def long_trace(self) -> LongTrace:
-        return cached(("long", self), super().long_trace, spinner="Computing attention over a long input…", heavy=True)
+        return cached(("long", self.key()), super().long_trace, spinner="Computing attention over a long input…", heavy=True)
 
 
 @dataclass(frozen=True, eq=False)

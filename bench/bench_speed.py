@@ -742,6 +742,7 @@ def long_inputs(browser, sessions: int) -> None:
     from mha_viz.params import EXAMPLES, MAX_LONG_TOKENS
     from mha_viz.sources import long_configurable_trace
     from mha_viz.text import repeat_to_tokens
+    from mha_viz.ui.views import ZOOM_HEADS
 
     text = repeat_to_tokens(" . ".join(EXAMPLES.values()) + " .", MAX_LONG_TOKENS)
     start = time.perf_counter()
@@ -759,7 +760,7 @@ def long_inputs(browser, sessions: int) -> None:
             start = time.perf_counter()
             page.goto(f"{server.url}/?{urllib.parse.urlencode(query)}", timeout=120_000)
             wait_for_heatmaps(page, 12, timeout=180)
-            wait_chart(page, 1, 12, [])
+            wait_chart(page, 1, ZOOM_HEADS, [])
             report("long: open 4096 tokens -> overview and zoom painted (fresh server)",
                    f"{time.perf_counter() - start:.2f} s", note="imports, the trace, both charts")
             new, again = [], []
@@ -787,8 +788,8 @@ def long_inputs(browser, sessions: int) -> None:
                 time.sleep(PAUSE)
                 start = time.perf_counter()
                 thumb.press("PageDown" if i % 2 else "PageUp")
-                zoom.append(time.perf_counter() - start + wait_chart(page, 1, 12, old))
-            report_target("long: zoom window moved -> 12 full-resolution heads repainted", median(zoom), 0.5,
+                zoom.append(time.perf_counter() - start + wait_chart(page, 1, ZOOM_HEADS, old))  # the default heads
+            report_target(f"long: zoom window moved -> {ZOOM_HEADS} full-resolution heads repainted", median(zoom), 0.5,
                           spread(zoom))
             report("long: the browser tab's memory (largest renderer RSS)", f"{renderer_rss_mb():.0f} MB", "<= 1 GB",
                    renderer_rss_mb() <= 1024)

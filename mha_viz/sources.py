@@ -113,6 +113,12 @@ class ConfigurableSource:
         return configurable_trace(self.text, self.cfg, seed=self.seed, causal=self.causal, positional=self.positional,
                                   context=self.context, max_tokens=self.max_tokens)
 
+    def key(self) -> tuple:
+        """What the traces depend on, as a plain tuple: a cache key that a subclass redefined on every run of a
+        Streamlit script (a new class object each time, so its instances never compare equal) can use."""
+        return (self.text, self.cfg, self.seed, self.causal, self.positional, self.context, self.max_tokens,
+                self.long_tokens)
+
     def is_long(self) -> bool:
         """Whether the text (or the second sentence) has more than max_tokens tokens and long_trace() reads more."""
         if self.long_tokens <= self.max_tokens:

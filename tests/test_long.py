@@ -20,6 +20,7 @@ from mha_viz.figures.heads import MAX_CELLS_PER_SIDE, zoom_window
 from mha_viz.params import EXAMPLES, MAX_LONG_TOKENS, parse_query
 from mha_viz.sources import ConfigurableSource, long_configurable_trace
 from mha_viz.text import repeat_to_tokens, tokenize
+from mha_viz.ui.views import ZOOM_HEADS
 from tests.browser import CHROMIUM, ROOT, wait_for_heatmaps, wait_for_query
 from tests.test_app import heatmaps, new_app, z_matrix
 
@@ -132,7 +133,7 @@ def test_the_app_draws_a_long_text_as_overview_and_zoom() -> None:
     assert len(tokenize(at.text_area(key="text").value)) == MAX_LONG_TOKENS
     assert any("4096 tokens" in e.value for e in at.info)
     overview, zoom = chart(at, "heads_long"), chart(at, "heads_zoom")
-    assert len(heatmaps(overview)) == len(heatmaps(zoom)) == 12
+    assert len(heatmaps(overview)) == 12 and len(heatmaps(zoom)) == ZOOM_HEADS == 4  # the zoom: the first 4 heads
     assert z_matrix(heatmaps(overview)[0]).shape == (128, 128) and heatmaps(overview)[0]["dx"] == 32
     at.slider(key="zoom").set_value(2000).run()
     at.slider(key="zoom_k").set_value(1500).run()
@@ -141,13 +142,15 @@ def test_the_app_draws_a_long_text_as_overview_and_zoom() -> None:
     assert (first["y0"], first["x0"]) == (2000, 1500)
     rows = z_matrix(first)
     assert rows.shape == (128, 128) and 0 < rows.sum(-1).max() <= 1.0 + 1e-5  # a part of each softmax row
+    at.multiselect(key="compare").set_value([7, 11]).run()
+    assert [t["name"] for t in heatmaps(chart(at, "heads_zoom"))] == ["head 7", "head 11"]
     at.segmented_control(key="view").set_value("One head").run()
     assert not at.exception and any("first 512 tokens of 4096" in c.value for c in at.caption)
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"), reason=f"{CHROMIUM} not installed")
 def test_a_box_drawn_on_the_overview_moves_the_zoom_there(server: str, browser) -> None:
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport={"width": 1400, "height": 1900})  # the overview and the zoom in one screenshot
     errors: list[str] = []
     page.on("pageerror", lambda err: errors.append(str(err)))
     try:
@@ -168,7 +171,7 @@ def test_a_box_drawn_on_the_overview_moves_the_zoom_there(server: str, browser) 
         page.wait_for_function(
             """(old) => { const c = document.querySelectorAll('[data-testid="stPlotlyChart"]')[1];
                 const imgs = c ? [...c.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href')) : [];
-                return imgs.length === 12 && imgs.every(h => !old.includes(h)); }""",
+                return imgs.length === 4 && imgs.every(h => !old.includes(h)); }""",
             arg=old, polling="raf", timeout=60_000)
         page.screenshot(path=str(ROOT / "assets" / "long-4096.png"))
         search = urllib.parse.parse_qs(page.evaluate("location.search")[1:])

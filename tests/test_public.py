@@ -245,3 +245,16 @@ def test_two_models_loading_at_once_both_load() -> None:
     for t in threads:
         t.join(120)
     assert all(not isinstance(v, Exception) for v in results.values()), results
+
+
+def test_a_rerun_of_the_same_page_reads_its_trace_from_the_cache(monkeypatch) -> None:
+    """page.py defines its cached source class anew on every run: the cache key must not depend on that class."""
+    import mha_viz.sources
+
+    calls = []
+    real = mha_viz.sources.configurable_trace
+    monkeypatch.setattr(mha_viz.sources, "configurable_trace", lambda *a, **k: calls.append(1) or real(*a, **k))
+    params = {"seed": "424242", "text": "a page opened twice reads its trace once"}
+    new_app(**params).run()
+    new_app(**params).run()
+    assert len(calls) == 1

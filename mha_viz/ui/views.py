@@ -30,6 +30,7 @@ from ..figures.steps import score_parts_figure
 from ..formulas import formulas
 from ..long import LongTrace
 from ..trace import AttentionTrace
+from .state import current, write_url
 from .style import is_phone
 
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
@@ -147,17 +148,43 @@ def long_heads_view(trace: LongTrace, name: str) -> None:
     )
     chart(long_heads_figure(trace, mark=(st.session_state["zoom"], st.session_state["zoom_k"]), compact=is_phone()),
           "heads_long", f"{name}-overview", on_select=_zoom_to_selection, selection_mode="box")
+    _zoom_view(trace, name)
+
+
+ZOOM_HEADS = 4  # heads the zoom shows unless others are picked (each is 128 x 128 cells to send and draw)
+MOVE_MARK_JS = """<style>[data-testid="stLayoutWrapper"]:has(> .st-key-zoom_mark) {{display: none}}</style><script>{{
+    const gd = document.querySelector('.st-key-heads_long .js-plotly-plot');
+    if (gd && window.Plotly && gd.layout && Array.isArray(gd.layout.shapes)) {{
+        const update = {{}};
+        gd.layout.shapes.forEach((_, i) => Object.assign(update, {{[`shapes[${{i}}].x0`]: {x0}, [`shapes[${{i}}].x1`]: {x1},
+            [`shapes[${{i}}].y0`]: {y0}, [`shapes[${{i}}].y1`]: {y1}}}));
+        window.Plotly.relayout(gd, update);
+    }}
+}}</script>"""
+
+
+@st.fragment
+def _zoom_view(trace: LongTrace, name: str) -> None:
+    """The zoom of a long input. A fragment: moving it reruns this part only, not the overview above (12 heads of
+    128 x 128 cells and 4096 labels a side to send and draw again); the overview's red squares move in the browser."""
+    H, T, S = trace.shape
+    top_q, top_k = max(0, T - MAX_CELLS_PER_SIDE), max(0, S - MAX_CELLS_PER_SIDE)
     _clamp_head_selection(H)
     a, b, c = st.columns([2, 1, 1]) if not is_phone() else (st.container(), st.container(), st.container())
-    chosen = a.multiselect("Heads in the zoom (all when none is picked)", list(range(H)), key="compare",
-                           format_func=_head_format, placeholder="All heads")
+    chosen = a.multiselect(f"Heads in the zoom (the first {ZOOM_HEADS} when none is picked)", list(range(H)),
+                           key="compare", format_func=_head_format, placeholder=f"Heads 0–{min(H, ZOOM_HEADS) - 1}")
     q0 = b.slider("Zoom: first query", 0, top_q, key="zoom", disabled=top_q == 0)
     k0 = c.slider("Zoom: first key", 0, top_k, key="zoom_k", disabled=top_k == 0)
     rows, keys = zoom_window(trace, q0, k0)
     st.caption(f"Zoom: queries {rows.start}–{rows.stop - 1} × keys {keys.start}–{keys.stop - 1}, one token pair a "
                "cell; the exact softmax weights (each row normalised over all keys, so a row here sums to at most 1).")
-    chart(long_heads_figure(trace, chosen or None, zoom=(q0, k0), cols=min(len(chosen) or H, 4), compact=is_phone()),
+    heads = chosen or list(range(min(H, ZOOM_HEADS)))
+    chart(long_heads_figure(trace, heads, zoom=(q0, k0), cols=min(len(heads), 4), compact=is_phone()),
           "heads_zoom", f"{name}-zoom")
+    with st.container(key="zoom_mark"):  # hidden: moves the overview's red squares to this zoom
+        st.html(MOVE_MARK_JS.format(x0=keys.start - 0.5, x1=keys.stop - 0.5, y0=rows.start - 0.5, y1=rows.stop - 0.5),
+                unsafe_allow_javascript=True)
+    write_url(current())  # a fragment rerun skips the app's own URL update
 
 
 def _pick() -> tuple[str, int] | None:
