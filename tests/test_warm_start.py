@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -73,7 +74,10 @@ def serve(path_query: tuple[str, bytes], content_type: bytes, body: bytes) -> tu
         sent.append(message)
 
     scope = {"type": "http", "method": "GET", "path": path_query[0], "query_string": path_query[1]}
-    asyncio.run(app.PreloadElements(fake)(scope, None, send))
+    # in a thread of its own: Playwright's sync API (the browser fixture) keeps an event loop running in this one
+    worker = threading.Thread(target=asyncio.run, args=(app.PreloadElements(fake)(scope, None, send),))
+    worker.start()
+    worker.join()
     return sent[0], b"".join(m.get("body", b"") for m in sent[1:])
 
 
