@@ -663,18 +663,25 @@ def main() -> None:
     with logged_server() as server:
         quiet, stats = asyncio.run(phase(server, n, concurrent=False, refs=None, timeout=args.timeout))
         report("A", quiet, server, stats)
-    refs = {(s.index, j): imgs for s in quiet for j, imgs in s.images.items()}
-    missing = [(s.index, j) for s in quiet for j in range(len(s.steps)) if (s.index, j) not in refs]
-    if missing:
-        print(f"reference images missing for {missing}: those changes are checked by count, URL and caption only")
-        for key in missing:
-            refs[key] = None
+    refs = reference_images(quiet)
 
     print(f"\n== B. {n} sessions at the same time (images compared with phase A), fresh server")
     with logged_server() as server:
         loaded, stats = asyncio.run(phase(server, n, concurrent=True, refs=refs, timeout=args.timeout))
         report("B", loaded, server, stats)
 
+
+
+def reference_images(quiet: list) -> dict:
+    """Phase A's painted images of every (session, change); None where a change recorded none (then checked by
+    count, URL and caption only, and said so)."""
+    refs = {(s.index, j): imgs for s in quiet for j, imgs in s.images.items()}
+    missing = [(s.index, j) for s in quiet for j in range(len(s.steps)) if (s.index, j) not in refs]
+    if missing:
+        print(f"reference images missing for {missing}: those changes are checked by count, URL and caption only")
+        for key in missing:
+            refs[key] = None
+    return refs
 
 
 def front_main(args: argparse.Namespace, n: int) -> None:
@@ -685,12 +692,7 @@ def front_main(args: argparse.Namespace, n: int) -> None:
     print(f"\n== A. one session at a time (quiet; records the reference images), running server {where}")
     quiet, stats = asyncio.run(phase(front, n, concurrent=False, refs=None, timeout=args.timeout))
     report("A", quiet, front, stats)
-    refs = {(s.index, j): imgs for s in quiet for j, imgs in s.images.items()}
-    missing = [(s.index, j) for s in quiet for j in range(len(s.steps)) if (s.index, j) not in refs]
-    if missing:
-        print(f"reference images missing for {missing}: those changes are checked by count, URL and caption only")
-        for key in missing:
-            refs[key] = None
+    refs = reference_images(quiet)
     print(f"\n== B. {n} sessions at the same time (images compared with phase A), the same running server "
           "(the model is already loaded wherever phase A opened a pretrained page; counts below are totals of A and B)")
     loaded, stats = asyncio.run(phase(front, n, concurrent=True, refs=refs, timeout=args.timeout))

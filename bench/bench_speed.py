@@ -57,6 +57,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from tests.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    chromium,
     free_port,
     painted_heatmaps,
     slider,
@@ -159,18 +160,6 @@ def peak_rss_mb(pid: int) -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError("no VmHWM in /proc status")
-
-
-@contextlib.contextmanager
-def chromium_browser() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def tokens_text(n: int, seed: int = 0) -> str:
@@ -865,7 +854,7 @@ def main() -> None:
     if browser_wanted and not Path(CHROMIUM).exists():
         print(f"\nbrowser sections skipped ({', '.join(browser_wanted)}): {CHROMIUM} is not installed")
     elif browser_wanted:
-        with chromium_browser() as browser:
+        with chromium() as browser:
             shared = [s for s in ("switch", "slider", "toggle") if s in wanted]
             if shared:
                 with streamlit() as server:
