@@ -252,6 +252,8 @@ def test_watch_the_bundled_model_write_and_open_the_head_that_wrote_a_token(serv
         dla = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].findIndex("
                             "gd => gd._fullData.some(t => t.type === 'scatter' && t.customdata))")
         x, y = page.evaluate(POINT_JS, [dla, 1, 1 * 4 + 2])  # layer 1, head 2 of the attribution heatmap
+        page.mouse.move(x, y)
+        page.get_by_text("click to open this head").wait_for(timeout=30_000)  # the chart takes clicks now
         page.mouse.click(x, y)
         wait_for_query(page, r"layer=1.*head=2|head=2.*layer=1")
         page.wait_for_function("() => document.body.innerText.includes('Layer 1, head 2 (click a head')",
@@ -271,6 +273,8 @@ def test_head_detectors_screenshot_and_a_click_opens_the_head(server: str, brows
         settle(page)
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 2", timeout=60_000)
         x, y = page.evaluate(POINT_JS, [0, 1, 1 * 4 + 1])  # layer 1, head 1
+        page.mouse.move(x, y)
+        page.get_by_text("click to open this head").wait_for(timeout=30_000)  # the chart takes clicks now
         page.mouse.click(x, y)
         wait_for_query(page, r"layer=1.*head=1|head=1.*layer=1")
         page.locator(".gtitle").filter(has_text="layer 1, head 1").wait_for(timeout=60_000)
