@@ -186,6 +186,8 @@ def test_an_overview_thumbnail_opens_its_head_before_the_server_answers(server: 
             const xa = L['xaxis' + (3 * 12 + 5 + 1)], ya = L['yaxis' + (3 * 12 + 5 + 1)], box = gd.getBoundingClientRect();
             return [box.left + xa._offset + xa._length / 2, box.top + ya._offset + ya._length / 2];
         }""")  # the centre of the thumbnail of layer 3, head 5
+        page.mouse.move(x, y)
+        page.get_by_text("layer 3, head 5").first.wait_for(timeout=30_000)  # hovered: the chart takes clicks now
         page.mouse.click(x, y)
         client = page.evaluate(Z_JS, "opened_heads")
         title = page.evaluate("() => document.querySelector('.st-key-opened_heads .js-plotly-plot').layout.title.text")
