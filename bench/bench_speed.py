@@ -64,6 +64,7 @@ from tests.browser import (
     stop,
     wait_for_heatmaps,
     wait_for_query,
+    wait_healthy,
 )
 
 SECTIONS = ("compute", "payload", "switch", "slider", "toggle", "first-paint", "long-inputs")
@@ -131,20 +132,7 @@ def streamlit(timeout: float = 90.0) -> Iterator[Server]:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     server = Server(url, proc, log, float("nan"))
     try:
-        deadline = start + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError(f"streamlit exited with {proc.returncode} before it was healthy; log:\n    "
-                                   + server.log_tail())
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"streamlit not healthy on {url} after {timeout:.0f} s; log:\n    " + server.log_tail())
-            time.sleep(0.02)
+        wait_healthy(url, proc, timeout, lambda: ":\n    " + server.log_tail(), interval=0.02)  # 20 ms: to_health is close
         server.to_health = time.perf_counter() - start
         yield server
     finally:

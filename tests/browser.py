@@ -27,8 +27,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_tail=lambda: "") -> None:
-    """Poll url's /_stcore/health until it answers 200; raise if the process exits or time runs out."""
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_tail=lambda: "", interval: float = 0.3) -> None:
+    """Poll url's /_stcore/health every `interval` seconds until it answers 200; raise if the process exits or
+    time runs out."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -38,7 +39,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_tail=lamb
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"streamlit did not become healthy on {url}{log_tail()}") from None
-            time.sleep(0.3)
+            time.sleep(interval)
 
 
 @contextlib.contextmanager
