@@ -40,6 +40,7 @@ from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, fair, pages, pretrained, state, style, views
 from mha_viz.ui.loaders import download_error, get_model, page_drawn, secret
+from mha_viz.ui.pandas_guard import figures_allowed
 from mha_viz.ui.text import plain
 from mha_viz.ui.training import train_in_child_processes, training_controls
 
@@ -146,55 +147,61 @@ def back_to_bundled() -> None:
     st.session_state["model"] = ""
 
 
-views.start_run()
-style.page_style()
-notices = state.seed_from_url()
-limits = budget(secret=secret) if is_public(secret=secret) else None
-if limits is not None:
-    fair.leave_a_core_free()
-    train_in_child_processes()
-load = model_loader(limits)
-load_failure = None
-with st.sidebar:
-    st.title("mha-viz")
-    st.caption("Multi-head attention, head by head: Q, K, V, softmax, concat, W_O.")
-    mode = st.segmented_control("Model", MODES, key="mode", required=True)
-    model = None
-    if mode == "Configurable":
-        controls.configurable_controls()
-    elif mode == "Train":
-        training_controls()
-    else:
-        name = pretrained.model_field(allowed_models(secret=secret("allowed_models")))
-        try:
-            with st.spinner(f"Loading {name or 'the bundled model'}…"):
-                model = load(name)
-        except ValueError as err:
-            load_failure = f"Could not load the model {plain(name)}: {plain(str(err))}"
-            st.error(load_failure)
+def show_page() -> None:
+    """The sidebar, then the page it asks for."""
+    views.start_run()
+    style.page_style()
+    notices = state.seed_from_url()
+    limits = budget(secret=secret) if is_public(secret=secret) else None
+    if limits is not None:
+        fair.leave_a_core_free()
+        train_in_child_processes()
+    load = model_loader(limits)
+    load_failure = None
+    with st.sidebar:
+        st.title("mha-viz")
+        st.caption("Multi-head attention, head by head: Q, K, V, softmax, concat, W_O.")
+        mode = st.segmented_control("Model", MODES, key="mode", required=True)
+        model = None
+        if mode == "Configurable":
+            controls.configurable_controls()
+        elif mode == "Train":
+            training_controls()
         else:
-            notices = notices + pretrained.layer_controls(model)
-s = state.current()
-state.write_url(s)  # what was asked for: a link reproduces it in full wherever it is opened
-s, cuts = within_budget(s, limits)
-for notice in notices:
-    st.warning(plain(notice), icon="🔗")
-for cut in cuts:
-    st.info(plain(cut), icon=":material/speed:")
+            name = pretrained.model_field(allowed_models(secret=secret("allowed_models")))
+            try:
+                with st.spinner(f"Loading {name or 'the bundled model'}…"):
+                    model = load(name)
+            except ValueError as err:
+                load_failure = f"Could not load the model {plain(name)}: {plain(str(err))}"
+                st.error(load_failure)
+            else:
+                notices = notices + pretrained.layer_controls(model)
+    s = state.current()
+    state.write_url(s)  # what was asked for: a link reproduces it in full wherever it is opened
+    s, cuts = within_budget(s, limits)
+    for notice in notices:
+        st.warning(plain(notice), icon="🔗")
+    for cut in cuts:
+        st.info(plain(cut), icon=":material/speed:")
 
-st.header("Multi-head attention, visible")
-max_tokens = MAX_TOKENS if limits is None else limits.max_tokens
-if mode == "Configurable":
-    pages.configurable_page(s, lambda **kw: CachedConfigurable(
-        **kw, max_tokens=max_tokens, long_tokens=MAX_LONG_TOKENS if limits is None else max_tokens), limits)
-elif mode == "Train":
-    pages.train_page(s, limits)
-elif model is not None:
-    decoder_text = s.context if model.kind == "encoder-decoder" else None
-    source = CachedModel(model, s.text, s.part, decoder_text, key=model_key(s.model.strip(), limits))
-    pages.pretrained_page(s, source, load, limits)
-else:
-    st.error(load_failure)
-    st.button("Open the bundled all-MiniLM-L6-v2 instead (works offline)", key="to_bundled", on_click=back_to_bundled,
-              icon=":material/undo:")
+    st.header("Multi-head attention, visible")
+    max_tokens = MAX_TOKENS if limits is None else limits.max_tokens
+    if mode == "Configurable":
+        pages.configurable_page(s, lambda **kw: CachedConfigurable(
+            **kw, max_tokens=max_tokens, long_tokens=MAX_LONG_TOKENS if limits is None else max_tokens), limits)
+    elif mode == "Train":
+        pages.train_page(s, limits)
+    elif model is not None:
+        decoder_text = s.context if model.kind == "encoder-decoder" else None
+        source = CachedModel(model, s.text, s.part, decoder_text, key=model_key(s.model.strip(), limits))
+        pages.pretrained_page(s, source, load, limits)
+    else:
+        st.error(load_failure)
+        st.button("Open the bundled all-MiniLM-L6-v2 instead (works offline)", key="to_bundled", on_click=back_to_bundled,
+                  icon=":material/undo:")
+
+
+with figures_allowed():  # pandas in full, or nobody importing it beside this run (mha_viz/ui/pandas_guard.py)
+    show_page()
 page_drawn.set()  # the warm-up's model loads may start (app.py)

@@ -258,11 +258,3 @@ def test_a_rerun_of_the_same_page_reads_its_trace_from_the_cache(monkeypatch) ->
     new_app(**params).run()
     new_app(**params).run()
     assert len(calls) == 1
-
-
-def test_the_views_import_pandas_in_full_before_any_figure_is_built() -> None:
-    """Plotly reads pandas from sys.modules without the import lock: a half-imported pandas broke a figure."""
-    code = ("import sys; import mha_viz.ui; pd = sys.modules.get('pandas'); "
-            "print(pd is not None and hasattr(pd, 'Series') and hasattr(pd, 'Index'))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "True"

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 
 import streamlit as st
 
+from .pandas_guard import import_pandas
+
 _HEAVY = threading.Semaphore(1)  # one per server process: this module is imported once
 _waiting = 0  # heavy requests waiting now (for the message)
 _lock = threading.Lock()
@@ -25,6 +27,7 @@ def heavy(what: str) -> Iterator[None]:
     when Streamlit stops the run (the user changed something) while it waits or works.
     """
     global _waiting
+    import_pandas()  # a long run must not keep others from importing it (pandas_guard)
     if getattr(_held, "turn", False):
         yield
         return

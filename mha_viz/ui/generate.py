@@ -14,6 +14,7 @@ from ..params import MAX_NEW_TOKENS, MAX_SEED
 from ..pretrained.generation import Generation
 from ..sources import ModelSource
 from ..trace import AttentionTrace
+from .pandas_guard import guarded
 from .state import current, write_url
 from .text import plain
 from .views import chart
@@ -82,7 +83,7 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
     n = len(gen.steps)
     st.session_state["step"] = min(max(1, st.session_state.get("step", 1)), n)
     playing = st.session_state.get("gen_play", False)
-    fragment = st.fragment(_show_step, run_every=PLAY_SECONDS if playing else None)
+    fragment = st.fragment(guarded(_show_step), run_every=PLAY_SECONDS if playing else None)
     fragment(source, gen, name)
 
 

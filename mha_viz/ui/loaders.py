@@ -15,6 +15,7 @@ from streamlit.errors import StreamlitSecretNotFoundError
 from ..hosting import budget, is_public
 from ..pretrained import INDUCTION_MODEL, InvalidModelNameError, ModelDownloadError, PretrainedModel, load_model
 from ..pretrained.loading import import_model_code
+from .pandas_guard import import_pandas
 
 
 def secret(key: str) -> str | None:
@@ -62,3 +63,6 @@ def warm_up(wait: float = 0.0, wanted: threading.Event | None = None) -> None:
     max_tokens = budget(secret=secret).max_tokens if is_public(secret=secret) else None
     for name in ("", INDUCTION_MODEL):
         get_model(name, False, max_tokens)
+    if page_drawn.wait(wait):  # pandas (for tables; a first page goes without it, see pandas_guard) once the
+        time.sleep(min(wait, BROWSER_PAINT))  # first page is drawn and painted: its ~0.3 s would slow that page
+    import_pandas()

@@ -30,6 +30,7 @@ from ..figures.steps import score_parts_figure
 from ..formulas import formulas
 from ..long import LongTrace
 from ..trace import AttentionTrace
+from .pandas_guard import guarded
 from .state import current, write_url
 from .style import is_phone
 
@@ -164,6 +165,7 @@ MOVE_MARK_JS = """<style>[data-testid="stLayoutWrapper"]:has(> .st-key-zoom_mark
 
 
 @st.fragment
+@guarded
 def _zoom_view(trace: LongTrace, name: str) -> None:
     """The zoom of a long input. A fragment: moving it reruns this part only, not the overview above (12 heads of
     128 x 128 cells and 4096 labels a side to send and draw again); the overview's red squares move in the browser."""
