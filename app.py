@@ -11,6 +11,8 @@ the caches, the dispatch to mha_viz/ui/pages.py). It makes a cold page paint soo
   would fetch only once the script sends the first such element, one after another from a server busy
   drawing the page; the index page has the browser fetch and compile the first page's chunks at once
   (page.py then runs Plotly's while the server is still busy: running it takes the browser ~0.7 s).
+PlainDownloads: exports are sent as they are, not gzipped on every download by the server (CPU the other
+sessions need).
 Only the standard library, Streamlit and Starlette are imported here, so the server answers at once.
 """
 
@@ -96,4 +98,21 @@ class PreloadElements:
         await self.app(scope, receive, send_with_link)
 
 
-app = st.App("page.py", lifespan=warm_start, middleware=[Middleware(PreloadElements)])
+class PlainDownloads:
+    """ASGI middleware: downloads (Streamlit's /media/ route: the exports) are sent uncompressed. Streamlit gzips
+    them on every request (compression level 5, in the server's process); a trace's JSON is base64 arrays and its
+    NPZ float32 binary, which gzip shrinks little, and bench_heavy measured ~13 s of the server's CPU spent
+    compressing five exports, taken from every other session's pages."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Message, receive: Callable[[], Awaitable[Message]],
+                       send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] == "http" and "/media/" in scope.get("path", ""):
+            headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"accept-encoding"]
+            scope = {**scope, "headers": headers}
+        await self.app(scope, receive, send)
+
+
+app = st.App("page.py", lifespan=warm_start, middleware=[Middleware(PreloadElements), Middleware(PlainDownloads)])

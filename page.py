@@ -32,7 +32,17 @@ import numpy as np
 
 from mha_viz.analysis import detect_heads
 from mha_viz.cache import ByteBudgetCache
-from mha_viz.hosting import Budget, allowed_models, budget, cache_bytes, check_allowed, is_public, within_budget
+from mha_viz.hosting import (
+    Budget,
+    allowed_models,
+    budget,
+    cache_bytes,
+    check_allowed,
+    heavy_request,
+    is_public,
+    long_text,
+    within_budget,
+)
 from mha_viz.long import LongTrace
 from mha_viz.params import MAX_LONG_TOKENS, MODES
 from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel
@@ -64,11 +74,6 @@ def cached(key: tuple[Hashable, ...], compute: Callable[[], T], spinner: str | N
             return cache.get(key, compute)
         with st.spinner(spinner):
             return cache.get(key, compute)
-
-
-def long_text(text: str) -> bool:
-    """Texts past ~64 tokens make a model's forward pass (and its traces) heavy work."""
-    return len(text) > 300
 
 
 class CachedConfigurable(ConfigurableSource):
@@ -187,19 +192,21 @@ def show_page() -> None:
 
     st.header("Multi-head attention, visible")
     max_tokens = MAX_TOKENS if limits is None else limits.max_tokens
-    if mode == "Configurable":
-        pages.configurable_page(s, lambda **kw: CachedConfigurable(
-            **kw, max_tokens=max_tokens, long_tokens=MAX_LONG_TOKENS if limits is None else max_tokens), limits)
-    elif mode == "Train":
-        pages.train_page(s, limits)
-    elif model is not None:
-        decoder_text = s.context if model.kind == "encoder-decoder" else None
-        source = CachedModel(model, s.text, s.part, decoder_text, key=model_key(s.model.strip(), limits))
-        pages.pretrained_page(s, source, load, limits)
-    else:
-        st.error(load_failure)
-        st.button("Open the bundled all-MiniLM-L6-v2 instead (works offline)", key="to_bundled", on_click=back_to_bundled,
-                  icon=":material/undo:")
+    # A public demo draws heavy pages one at a time: a light page then shares the CPU with one of them at most.
+    with fair.heavy("This page") if limits is not None and heavy_request(s) else contextlib.nullcontext():
+        if mode == "Configurable":
+            pages.configurable_page(s, lambda **kw: CachedConfigurable(
+                **kw, max_tokens=max_tokens, long_tokens=MAX_LONG_TOKENS if limits is None else max_tokens), limits)
+        elif mode == "Train":
+            pages.train_page(s, limits)
+        elif model is not None:
+            decoder_text = s.context if model.kind == "encoder-decoder" else None
+            source = CachedModel(model, s.text, s.part, decoder_text, key=model_key(s.model.strip(), limits))
+            pages.pretrained_page(s, source, load, limits)
+        else:
+            st.error(load_failure)
+            st.button("Open the bundled all-MiniLM-L6-v2 instead (works offline)", key="to_bundled",
+                      on_click=back_to_bundled, icon=":material/undo:")
 
 
 with figures_allowed():  # pandas in full, or nobody importing it beside this run (mha_viz/ui/pandas_guard.py)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields, replace
 from .params import ViewState
 
 BUNDLED = "bundled"
+LIGHT_CHARS = 300  # a text up to this long (~64 tokens) keeps a page light
 TRUE = {"1", "true", "yes", "on"}
 DEFAULT_CACHE_MB = 1024
 
@@ -95,6 +96,22 @@ def cache_bytes(env: Mapping[str, str] = os.environ, secret: Secret | None = Non
     if not raw.isdigit():
         raise ValueError(f"MHA_VIZ_CACHE_MB must be a whole number of megabytes, got {raw!r}")
     return int(raw) << 20
+
+
+def long_text(text: str) -> bool:
+    """A text past LIGHT_CHARS: a model's forward pass over it (and its traces) is heavy work."""
+    return len(text) > LIGHT_CHARS
+
+
+def heavy_request(state: ViewState) -> bool:
+    """Whether a page asks for heavy work: training, writing, analysis through a pretrained model, or a text
+    past LIGHT_CHARS (the cross-attention context and a comparison's second sentence count too). A public demo
+    runs such pages one at a time (mha_viz/ui/fair.py), so that light pages stay quick beside them."""
+    texts = (state.text, state.context if state.cross or state.mode == "Pretrained" else "",
+             state.other_text if state.view == "Analysis" else "")
+    return (state.mode == "Train" or (state.mode == "Configurable" and state.weights == "trained")
+            or state.view == "Generate" or (state.view == "Analysis" and state.mode == "Pretrained")
+            or any(long_text(t) for t in texts))
 
 
 FULL_SIZE = ("run it at full size on your own machine: bash scripts/install.sh && ~/.venvs/mha-viz/bin/streamlit run "

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 import mha_viz
 from mha_viz.cache import ByteBudgetCache, sizeof
-from mha_viz.hosting import Budget, budget, cache_bytes, is_public, within_budget
+from mha_viz.hosting import Budget, budget, cache_bytes, heavy_request, is_public, within_budget
 from mha_viz.params import MAX_TEXT_CHARS, ViewState
 from mha_viz.pretrained import ModelLoadError, load_model
 from mha_viz.sources import configurable_trace
@@ -224,6 +224,46 @@ def test_heavy_work_runs_one_request_at_a_time_and_nests() -> None:
     for t in threads:
         t.join(10)
     assert done == [1, 1, 1, 1] and peak[0] == 1
+
+
+LONG = " ".join(["many words"] * 40)  # 439 characters
+
+
+@pytest.mark.parametrize(("state", "heavy"), [
+    (ViewState(), False),
+    (ViewState(h=8, text="a short sentence of a few words"), False),
+    (ViewState(mode="Pretrained", view="Overview"), False),
+    (ViewState(view="Analysis", section="Compare", other_text="short"), False),
+    (ViewState(other_text=LONG), False),  # a second sentence no view reads
+    (ViewState(text=LONG), True),
+    (ViewState(cross=True, context=LONG), True),
+    (ViewState(view="Analysis", section="Compare", other_text=LONG), True),
+    (ViewState(mode="Train"), True),
+    (ViewState(weights="trained"), True),
+    (ViewState(mode="Pretrained", view="Generate"), True),
+    (ViewState(mode="Pretrained", view="Analysis", section="Knockout"), True),
+])
+def test_heavy_requests_are_training_writing_model_analysis_and_long_texts(state, heavy) -> None:
+    assert heavy_request(state) is heavy
+
+
+def test_a_public_demo_draws_heavy_pages_one_at_a_time_and_light_pages_at_once(monkeypatch) -> None:
+    from mha_viz.ui import fair
+
+    monkeypatch.setenv("MHA_VIZ_PUBLIC", "1")
+    light, heavy = new_app(h="2", text="light page"), new_app(h="2", text=LONG)
+    drawn = threading.Event()
+    drawing = threading.Thread(target=lambda: heavy.run(timeout=120) and drawn.set())
+    assert fair._HEAVY.acquire(timeout=60)  # another session's heavy page is being drawn
+    try:
+        drawing.start()
+        light.run(timeout=60)
+        assert not light.exception and len(light.get("plotly_chart")) > 0  # drawn beside it
+        assert not drawn.wait(2)  # the heavy page waits for its turn
+    finally:
+        fair._HEAVY.release()
+    drawing.join(120)
+    assert drawn.is_set() and not heavy.exception and len(heavy.get("plotly_chart")) > 0
 
 
 def test_two_models_loading_at_once_both_load() -> None:

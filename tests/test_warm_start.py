@@ -96,3 +96,44 @@ def test_the_index_page_preloads_the_first_pages_frontend_chunks() -> None:
     assert app.MODELS_WANTED.is_set()  # a pretrained page is coming: the warm-up loads the models at once
     script = b"console.log(1)"
     assert serve(("/static/js/x.js", b""), b"text/javascript", script)[1] == script  # other files pass untouched
+
+
+def test_downloads_are_sent_uncompressed_and_other_responses_keep_gzip() -> None:
+    """Streamlit gzips its /media/ route (the exports) on every request: the server's CPU, for base64 and binary
+    arrays that barely shrink. app.PlainDownloads drops the browser's Accept-Encoding for that route only."""
+    import asyncio
+
+    from starlette.middleware.gzip import GZipMiddleware
+
+    import app
+
+    body = b'{"weights": "' + b"QUJD" * 20_000 + b'"}'
+
+    async def fake(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def get(path: str) -> tuple[dict, bytes]:
+        sent: list[dict] = []
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            return {"type": "http.disconnect"}
+
+        scope = {"type": "http", "method": "GET", "path": path, "query_string": b"",
+                 "headers": [(b"accept-encoding", b"gzip, deflate, br")]}
+        await app.PlainDownloads(GZipMiddleware(fake, minimum_size=1000, compresslevel=5))(scope, receive, send)
+        return dict(sent[0]["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
+
+    results: dict = {}
+    worker = threading.Thread(target=lambda: results.update(
+        download=asyncio.run(get("/media/0a1b2c.json")), other=asyncio.run(get("/_stcore/some-json"))))
+    worker.start()
+    worker.join()
+    headers, sent = results["download"]
+    assert b"content-encoding" not in headers and sent == body
+    headers, sent = results["other"]
+    assert headers[b"content-encoding"] == b"gzip" and len(sent) < len(body)

@@ -4,7 +4,7 @@ Training a tiny model is mostly Python between small torch operations, so in a s
 holds the interpreter lock most of the time and every other session's page waits for it. Here the run
 happens in one long-lived worker process (`python -m mha_viz.training.isolated`, started on first use:
 torch is imported once); jobs and their progress and results travel as pickles over its stdin and
-stdout, one job at a time. If the caller stops waiting (an exception in on_step, e.g. Streamlit
+stdout, one job at a time, at a lower CPU priority than the server (WORKER_NICE). If the caller stops waiting (an exception in on_step, e.g. Streamlit
 stopping a run), the worker is killed and the next job starts a new one.
 
 (multiprocessing's spawn and forkserver re-import the parent's __main__ module in the child, which in
@@ -24,6 +24,7 @@ from typing import IO, Any
 from .trainer import TrainingRun, train
 
 PROGRESS_UPDATES = 40  # progress messages per run at most
+WORKER_NICE = 10  # the worker's CPU priority below the server's: a core it shares goes to light pages first
 _worker: subprocess.Popen | None = None
 _lock = threading.Lock()  # one job at a time
 
@@ -36,6 +37,7 @@ def _send(stream: IO[bytes], message: Any) -> None:
 def _serve() -> None:
     """The worker: read (task, num_heads, d_model, steps, seed) jobs from stdin, write ("step", n) now and
     then, then ("done", run) or ("error", exception) to the original stdout (prints go to stderr)."""
+    os.nice(WORKER_NICE)
     jobs = os.fdopen(os.dup(0), "rb")
     results = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, not into the pickles

@@ -3,6 +3,8 @@ distribution the token came from, which heads wrote its logit, and where the pre
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import streamlit as st
 
@@ -14,6 +16,7 @@ from ..params import MAX_NEW_TOKENS, MAX_SEED
 from ..pretrained.generation import Generation
 from ..sources import ModelSource
 from ..trace import AttentionTrace
+from .fair import heavy
 from .pandas_guard import guarded
 from .state import current, write_url
 from .text import plain
@@ -84,11 +87,17 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
     st.session_state["step"] = min(max(1, st.session_state.get("step", 1)), n)
     playing = st.session_state.get("gen_play", False)
     fragment = st.fragment(guarded(_show_step), run_every=PLAY_SECONDS if playing else None)
-    fragment(source, gen, name)
+    fragment(source, gen, name, limits is not None)
 
 
-def _show_step(source: ModelSource, gen: Generation, name: str) -> None:
-    """One step of the generation; while playing, each run of this fragment moves on by one token."""
+def _show_step(source: ModelSource, gen: Generation, name: str, public: bool) -> None:
+    """One step of the generation; while playing, each run of this fragment moves on by one token. Its model passes
+    are heavy work: on a public demo a rerun of this fragment alone takes the heavy turn (fair.heavy) too."""
+    with heavy("Writing") if public else contextlib.nullcontext():
+        _draw_step(source, gen, name)
+
+
+def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
     model, n = source.model, len(gen.steps)
     state = st.session_state
     if state.pop("_rerun_app", False):
