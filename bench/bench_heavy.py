@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_load import WORDS, loadavg, logged_server, percentiles
-from tests.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, niced_chromium
 
 HEAVY_TEXT = " ".join(random.Random(0).choice(WORDS) for _ in range(900))[:5000]
 CAUSAL = "the red fox saw a big owl by the lake . the red fox saw a"
@@ -161,16 +161,6 @@ async def phase(server, browser, low, normals: int, heavy: bool, rounds: int, he
     stop.set()
     await sampler
     return results, heavy_out, max(rss)
-
-
-def niced_chromium(folder: Path) -> str:
-    """A wrapper that starts Debian's Chromium at nice 19 (for the heavy sessions' browser). Playwright starts a
-    browser in a session of its own, and with the kernel's autogroup scheduling (on here) a session is one group
-    that gets a fair share of the CPU whatever its processes' nice: so the group's own nice is set too."""
-    wrapper = folder / "chromium-nice"
-    wrapper.write_text(f'#!/bin/sh\necho 19 > /proc/self/autogroup 2>/dev/null\nexec nice -n 19 {CHROMIUM} "$@"\n')
-    wrapper.chmod(0o755)
-    return str(wrapper)
 
 
 async def main(rounds: int, phases: str, heavy_links: list[str]) -> None:

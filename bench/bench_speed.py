@@ -59,6 +59,7 @@ from tests.browser import (
     CHROMIUM_ARGS,
     chromium,
     free_port,
+    niced_chromium,
     painted_heatmaps,
     slider,
     stop,
@@ -564,7 +565,9 @@ def load_worker(url: str, sessions: int, status: Path, stop_file: Path) -> None:
     """Keep the server busy until stop_file exists: `sessions` browser contexts (one nice-19 Chromium), even
     ones loading h=12, d_model=768, 256-token pages with a new seed each time, odd ones the bundled MiniLM at
     a new layer with a new 60-200-token text each time; progress written to `status` (JSON)."""
-    os.nice(19)  # this driver and its Chromium: on a real server, other visitors' browsers are elsewhere
+    os.nice(19)  # this driver and its Chromium (tests.browser.niced_chromium): other visitors' browsers are elsewhere
+    with contextlib.suppress(OSError):
+        Path("/proc/self/autogroup").write_text("19")  # this process's session is a CPU group of its own
 
     async def main() -> None:
         from playwright.async_api import async_playwright
@@ -578,7 +581,8 @@ def load_worker(url: str, sessions: int, status: Path, stop_file: Path) -> None:
             tmp.replace(status)
 
         async with async_playwright() as p:
-            browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            browser = await p.chromium.launch(executable_path=niced_chromium(stop_file.parent), args=CHROMIUM_ARGS,
+                                              headless=True)
 
             async def session(i: int) -> None:
                 rng = random.Random(1000 + i)

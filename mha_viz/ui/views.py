@@ -138,16 +138,13 @@ def _zoom_to_selection() -> None:
 def long_heads_view(trace: LongTrace, name: str) -> None:
     """Every head of a long input: a max-pooled overview, and a full-resolution zoom where the user points."""
     H, T, S = trace.shape
-    side = MAX_CELLS_PER_SIDE
-    top_q, top_k = max(0, T - side), max(0, S - side)
-    st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top_q)
-    st.session_state["zoom_k"] = min(st.session_state.get("zoom_k", 0), top_k)
     st.caption(
         f"{H} heads (numbered from 0) of {T} query × {S} key tokens. Overview: each cell is the largest weight in a "
         f"block of {trace.block_rows}×{trace.block_cols} positions, so a sharp peak stays visible. The red square is "
         f"the zoom below: drag a box on any head to move it there, or use the sliders."
     )
-    chart(long_heads_figure(trace, mark=(st.session_state["zoom"], st.session_state["zoom_k"]), compact=is_phone()),
+    mark = (st.session_state.get("zoom", 0), st.session_state.get("zoom_k", 0))  # moved inside the input if need be
+    chart(long_heads_figure(trace, mark=mark, compact=is_phone()),
           "heads_long", f"{name}-overview", on_select=_zoom_to_selection, selection_mode="box")
     _zoom_view(trace, name)
 
@@ -171,6 +168,8 @@ def _zoom_view(trace: LongTrace, name: str) -> None:
     128 x 128 cells and 4096 labels a side to send and draw again); the overview's red squares move in the browser."""
     H, T, S = trace.shape
     top_q, top_k = max(0, T - MAX_CELLS_PER_SIDE), max(0, S - MAX_CELLS_PER_SIDE)
+    st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top_q)  # a link's start past the end
+    st.session_state["zoom_k"] = min(st.session_state.get("zoom_k", 0), top_k)
     _clamp_head_selection(H)
     a, b, c = st.columns([2, 1, 1]) if not is_phone() else (st.container(), st.container(), st.container())
     chosen = a.multiselect(f"Heads in the zoom (the first {ZOOM_HEADS} when none is picked)", list(range(H)),
