@@ -192,8 +192,8 @@ def show_page() -> None:
 
     st.header("Multi-head attention, visible")
     max_tokens = MAX_TOKENS if limits is None else limits.max_tokens
-    # A public demo draws heavy pages one at a time: a light page then shares the CPU with one of them at most.
-    with fair.heavy("This page") if limits is not None and heavy_request(s) else contextlib.nullcontext():
+    # Heavy pages are drawn one at a time: a light page then shares the CPU with one of them at most.
+    with fair.heavy("This page") if heavy_request(s) else contextlib.nullcontext():
         if mode == "Configurable":
             pages.configurable_page(s, lambda **kw: CachedConfigurable(
                 **kw, max_tokens=max_tokens, long_tokens=MAX_LONG_TOKENS if limits is None else max_tokens), limits)

@@ -105,8 +105,8 @@ def long_text(text: str) -> bool:
 
 def heavy_request(state: ViewState) -> bool:
     """Whether a page asks for heavy work: training, writing, analysis through a pretrained model, or a text
-    past LIGHT_CHARS (the cross-attention context and a comparison's second sentence count too). A public demo
-    runs such pages one at a time (mha_viz/ui/fair.py), so that light pages stay quick beside them."""
+    past LIGHT_CHARS (the cross-attention context and a comparison's second sentence count too). Such pages are
+    drawn one at a time (mha_viz/ui/fair.py), so that light pages stay quick beside them."""
     texts = (state.text, state.context if state.cross or state.mode == "Pretrained" else "",
              state.other_text if state.view == "Analysis" else "")
     return (state.mode == "Train" or (state.mode == "Configurable" and state.weights == "trained")

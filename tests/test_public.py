@@ -247,10 +247,9 @@ def test_heavy_requests_are_training_writing_model_analysis_and_long_texts(state
     assert heavy_request(state) is heavy
 
 
-def test_a_public_demo_draws_heavy_pages_one_at_a_time_and_light_pages_at_once(monkeypatch) -> None:
+def test_heavy_pages_are_drawn_one_at_a_time_and_light_pages_at_once() -> None:
     from mha_viz.ui import fair
 
-    monkeypatch.setenv("MHA_VIZ_PUBLIC", "1")
     light, heavy = new_app(h="2", text="light page"), new_app(h="2", text=LONG)
     drawn = threading.Event()
     drawing = threading.Thread(target=lambda: heavy.run(timeout=120) and drawn.set())

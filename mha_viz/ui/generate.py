@@ -3,8 +3,6 @@ distribution the token came from, which heads wrote its logit, and where the pre
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import streamlit as st
 
@@ -87,13 +85,13 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
     st.session_state["step"] = min(max(1, st.session_state.get("step", 1)), n)
     playing = st.session_state.get("gen_play", False)
     fragment = st.fragment(guarded(_show_step), run_every=PLAY_SECONDS if playing else None)
-    fragment(source, gen, name, limits is not None)
+    fragment(source, gen, name)
 
 
-def _show_step(source: ModelSource, gen: Generation, name: str, public: bool) -> None:
+def _show_step(source: ModelSource, gen: Generation, name: str) -> None:
     """One step of the generation; while playing, each run of this fragment moves on by one token. Its model passes
-    are heavy work: on a public demo a rerun of this fragment alone takes the heavy turn (fair.heavy) too."""
-    with heavy("Writing") if public else contextlib.nullcontext():
+    are heavy work: a rerun of this fragment alone takes the heavy turn (fair.heavy) as the whole page does."""
+    with heavy("Writing"):
         _draw_step(source, gen, name)
 
 
