@@ -4,8 +4,9 @@ Training a tiny model is mostly Python between small torch operations, so in a s
 holds the interpreter lock most of the time and every other session's page waits for it. Here the run
 happens in one long-lived worker process (`python -m mha_viz.training.isolated`, started on first use:
 torch is imported once); jobs and their progress and results travel as pickles over its stdin and
-stdout, one job at a time, at a lower CPU priority than the server (WORKER_NICE). If the caller stops waiting (an exception in on_step, e.g. Streamlit
-stopping a run), the worker is killed and the next job starts a new one.
+stdout, one job at a time, at a lower CPU priority than the server (WORKER_NICE). If the caller stops
+waiting (an exception in on_step, e.g. Streamlit stopping a run), the worker is killed and the next job
+starts a new one.
 
 (multiprocessing's spawn and forkserver re-import the parent's __main__ module in the child, which in
 a Streamlit server is the app script itself; a plain subprocess has no such surprise.)

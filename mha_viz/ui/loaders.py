@@ -57,12 +57,15 @@ def warm_up(wait: float = 0.0, wanted: threading.Event | None = None) -> None:
     deadline = time.monotonic() + wait
     while not page_drawn.is_set() and not (wanted is not None and wanted.is_set()) and time.monotonic() < deadline:
         page_drawn.wait(0.05)
-    if page_drawn.is_set() and not (wanted is not None and wanted.is_set()):
+    painted = page_drawn.is_set() and not (wanted is not None and wanted.is_set())
+    if painted:
         time.sleep(min(wait, BROWSER_PAINT))  # the browser is still painting that page: leave it the CPU
     import_model_code()
     max_tokens = budget(secret=secret).max_tokens if is_public(secret=secret) else None
     for name in ("", INDUCTION_MODEL):
         get_model(name, False, max_tokens)
-    if page_drawn.wait(wait):  # pandas (for tables; a first page goes without it, see pandas_guard) once the
-        time.sleep(min(wait, BROWSER_PAINT))  # first page is drawn and painted: its ~0.3 s would slow that page
+    # pandas (for tables; a first page goes without it, see pandas_guard) once that page is drawn and painted:
+    # its ~0.3 s of imports would slow it. A page already painted above needs no second wait.
+    if not painted and page_drawn.wait(wait):
+        time.sleep(min(wait, BROWSER_PAINT))
     import_pandas()
