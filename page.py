@@ -31,12 +31,10 @@ if PLOTLY_CHUNK and not st.session_state.get("_plotly_preloaded"):
 import numpy as np
 
 from mha_viz.analysis import detect_heads
-from mha_viz.cache import ByteBudgetCache
 from mha_viz.hosting import (
     Budget,
     allowed_models,
     budget,
-    cache_bytes,
     check_allowed,
     heavy_request,
     is_public,
@@ -49,31 +47,13 @@ from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel
 from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, fair, pages, pretrained, state, style, views
+from mha_viz.ui.cache import cached
 from mha_viz.ui.loaders import download_error, get_model, page_drawn, secret
 from mha_viz.ui.pandas_guard import figures_allowed
 from mha_viz.ui.text import plain
 from mha_viz.ui.training import train_in_child_processes, training_controls
 
 T = TypeVar("T")
-
-
-@st.cache_resource(show_spinner=False)
-def shared_cache() -> ByteBudgetCache:
-    """Every session's traces, generations and detector scores, together at most MHA_VIZ_CACHE_MB."""
-    return ByteBudgetCache(cache_bytes(secret=secret))
-
-
-def cached(key: tuple[Hashable, ...], compute: Callable[[], T], spinner: str | None = None, heavy: bool = False) -> T:
-    """The shared cache's value for key, computed when it holds none: under a spinner (if given), and as heavy
-    work (one request at a time across sessions, fair.heavy) when heavy."""
-    cache = shared_cache()
-    if key in cache:
-        return cache.get(key, compute)
-    with fair.heavy(spinner or "A long computation") if heavy else contextlib.nullcontext():
-        if spinner is None:
-            return cache.get(key, compute)
-        with st.spinner(spinner):
-            return cache.get(key, compute)
 
 
 class CachedConfigurable(ConfigurableSource):
@@ -121,6 +101,11 @@ class CachedModel(ModelSource):
     def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
         return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed),
                       "Running the head detectors on repeated random tokens…", heavy=True)
+
+    def trace_loader(self, layer: int) -> Callable[[], AttentionTrace]:
+        """trace(layer) as a function that holds the model's key, not the model: get_model finds it again."""
+        text, part, decoder_text, key = self.text, self.part, self.decoder_text, self.key
+        return lambda: CachedModel(get_model(*key), text, part, decoder_text, key=key).trace(layer)
 
     def memo(self, what: Hashable, compute: Callable[[], T]) -> T:
         return cached((what, self.key, self.text, self.part, self.decoder_text), compute)
@@ -210,5 +195,8 @@ def show_page() -> None:
 
 
 with figures_allowed():  # pandas in full, or nobody importing it beside this run (mha_viz/ui/pandas_guard.py)
-    show_page()
+    try:
+        show_page()
+    finally:
+        views.end_run()  # the session keeps no figure between runs
 page_drawn.set()  # the warm-up's model loads may start (app.py)

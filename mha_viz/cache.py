@@ -110,6 +110,23 @@ class ByteBudgetCache:
                 with self._lock:
                     self._computing.pop(key, None)
 
+    def peek(self, key: Hashable) -> Any | None:
+        """The value for key if the cache holds it (counting as a use), else None; never computes."""
+        with self._lock:
+            if key not in self._values:
+                return None
+            self._values.move_to_end(key)
+            return self._values[key][0]
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Keep value under key, replacing what key held (e.g. a session's latest figures for its report)."""
+        with self._lock:
+            if key in self._values:
+                _, size = self._values.pop(key)
+                self._total -= size
+        if self._put(key, value) >= TRIM_BYTES:
+            release_freed_memory()
+
     def _put(self, key: Hashable, value: Any) -> int:
         """Keep value (dropping the least recently used ones to make room); return its size plus what was dropped."""
         size = sizeof(value)

@@ -129,10 +129,13 @@ def _plotlyjs() -> str:
 
 
 def _figure_html(fig: go.Figure, index: int, filename: str) -> str:
-    """The figure as a div; axes get automargin (as in the app), so that no label is cut off."""
+    """The figure as a div; axes get automargin (as in the app), so that no label is cut off.
+
+    The copy is made from fig.to_dict(), which only reads fig: go.Figure(fig) briefly edits fig's traces, so
+    reports built at once from the same figures would see each other's edits."""
     config = {"displaylogo": False, "responsive": True,
               "toImageButtonOptions": {"format": "png", "scale": 2, "filename": safe_filename(filename)}}
-    fig = with_automargin(go.Figure(fig))
+    fig = with_automargin(go.Figure(fig.to_dict()))
     return fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False, config=config,
                        div_id=f"figure-{index}", default_width="100%")
 

@@ -174,6 +174,11 @@ class ModelSource:
     def trace(self, layer: int) -> AttentionTrace:
         return self.model.trace(self.text, layer, part=self.part, decoder_text=self.decoder_text)
 
+    def trace_loader(self, layer: int) -> Callable[[], AttentionTrace]:
+        """A function that returns trace(layer), for what outlives a run (a download's callable). This one holds
+        the model; a source whose models are cached by name (the app's) returns one that holds only the name."""
+        return lambda: self.trace(layer)
+
     def with_text(self, text: str) -> ModelSource:
         """Another text where the queries come from: the decoder text of an encoder-decoder's decoder, else the text."""
         if self.model.kind == "encoder-decoder" and self.part == "decoder":

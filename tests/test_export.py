@@ -661,7 +661,7 @@ def export_app(query: dict) -> None:
     tokens = ("The", "<script>alert(1)</script>", "cat")
     mha = mha_viz.MultiHeadAttention(16, 2, seed=0)
     trace = mha(mha_viz.embed_tokens(list(tokens), 16), query_tokens=tokens)
-    export_controls(trace, name="all-MiniLM-L6-v2 layer 2/<x>", share_query=query)
+    export_controls(lambda: trace, name="all-MiniLM-L6-v2 layer 2/<x>", share_query=query)
 
 
 @pytest.fixture
@@ -691,7 +691,7 @@ def big_export_app() -> None:
 
     words = " ".join(f"w{i}" for i in range(512))
     trace = configurable_trace(words, mha_viz.MHAConfig(768, 16), context=words)
-    export_controls(trace, name="big", max_mb=50)
+    export_controls(lambda: trace, name="big", max_mb=50)
 
 
 def test_a_public_demo_shows_sizes_and_refuses_downloads_past_its_cap() -> None:

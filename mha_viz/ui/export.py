@@ -1,8 +1,16 @@
-"""Export and share: download the trace (NPZ, JSON) or an offline HTML report, copy a link to the view."""
+"""Export and share: download the trace (NPZ, JSON) or an offline HTML report, copy a link to the view.
+
+Streamlit keeps a download button's callable for the session's life (until its tab has been closed for the
+disconnect timeout): the callables here hold a function that reads the trace again and a key into the shared
+cache (mha_viz/ui/cache.py) for the report's figures, never the trace or the figures themselves.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import copy
+import functools
+import uuid
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -12,9 +20,11 @@ from ..export import export_bytes, export_size, safe_filename, share_url
 from ..figures import heads_figure
 from ..hosting import FULL_SIZE
 from ..trace import AttentionTrace
+from .cache import shared_cache
 from .views import figures_shown
 
 JSON_LISTS_MB = 20  # a JSON export of more than this with nested lists writes its arrays as base64 instead
+REPORT_TOKEN = "_report_token"  # session key: a random name for this session's report figures in the shared cache
 
 
 def human(nbytes: int) -> str:
@@ -24,9 +34,9 @@ def human(nbytes: int) -> str:
     return f"{nbytes / 1e3:.0f} kB" if nbytes < 1e6 else f"{nbytes / 1e6:.1f} MB"
 
 
-def export_section(trace: AttentionTrace | Callable[[], AttentionTrace], **kwargs: Any) -> None:
+def export_section(load: Callable[[], AttentionTrace], **kwargs: Any) -> None:
     """An "Export and share" expander whose contents (export_controls) are built only while it is open
-    (trace: or a function that computes it, called only then).
+    (load: returns the trace, called only then; see export_controls).
 
     A closed expander still sends its contents to the browser on every rerun; these ~8 elements
     are ~20 ms of each slider step there.
@@ -34,11 +44,34 @@ def export_section(trace: AttentionTrace | Callable[[], AttentionTrace], **kwarg
     section = st.expander("Export and share", key="export_open", on_change="rerun")
     if section.open:
         with section:
-            export_controls(trace if isinstance(trace, AttentionTrace) else trace(), **kwargs)
+            export_controls(load, **kwargs)
+
+
+def _figures_key(key: str) -> tuple[Hashable, ...]:
+    """Where this session's report figures are in the shared cache (one entry per session and export section)."""
+    token = st.session_state.setdefault(REPORT_TOKEN, uuid.uuid4().hex)
+    return ("report figures", token, key)
+
+
+def report_html(load: Callable[[], AttentionTrace], figures_key: Hashable, *, title: str, notes: Mapping[str, Any],
+                stem: str) -> str:
+    """The report of the trace load() returns, with the figures stored under figures_key in the shared cache; the
+    default figures, drawn again from the trace, when the cache has let them go. Each call works on its own copy
+    of the figures, so simultaneous builds do not share Plotly objects (Plotly's constructor edits what it reads)."""
+    from ..report import html_report  # plotly.js (~5 MB) is read only when a report is asked for
+
+    trace = load()
+    stored = shared_cache().peek(figures_key)
+    if stored is None:
+        notes = {**notes, "figures": "the default figures: the page's own had left the server's memory"}
+        return html_report(trace, title=title, notes=notes, filename=stem)
+    specs, captions = stored
+    figures = [go.Figure(copy.deepcopy(spec)) for spec in specs]
+    return html_report(trace, title=title, figures=figures, notes=notes, filename=stem, captions=captions)
 
 
 def export_controls(
-    trace: AttentionTrace,
+    load: Callable[[], AttentionTrace],
     *,
     name: str,
     figures: Sequence[go.Figure] | None = None,
@@ -50,15 +83,19 @@ def export_controls(
 ) -> None:
     """Three download buttons (trace .npz, trace .json, report .html) and the link to this view.
 
+    load: returns the trace, cheaply (a read of the shared cache that computes it on a miss); it is called now
+    and again at each click, so that the session keeps this function, not the trace. It must not hold the trace.
     name: what the files are called, reduced to [A-Za-z0-9._-] ("all-MiniLM-L6-v2 layer 2" ->
     all-MiniLM-L6-v2-layer-2.npz, ...). figures: the report's figures (None: every figure on the
     page in this run, after the heads grid when the page does not show it). share_query: the view's URL parameters
     (mha_viz.params.to_query); the link is the app's address (st.context.url) plus them.
     Files are built only when a button is clicked (a callable as data), one large file at a time per
-    server (export.export_bytes), and a download does not rerun the app (on_click="ignore"). Each button
+    server (export.export_bytes), and a download does not rerun the app (on_click="ignore"). The report's figures
+    wait for the click in the shared cache, as plain dicts (dropped with the least recently used). Each button
     says the file's size beforehand; JSON arrays past JSON_LISTS_MB are base64 (exact, far smaller).
     max_mb: a public demo's cap; a larger file is not offered (the page says so).
     """
+    trace = load()
     stem = safe_filename(name)
     link = share_url(st.context.url, share_query or {})
     title = title or f"mha-viz: {name}"
@@ -71,11 +108,9 @@ def export_controls(
         figures, captions = [fig for fig, _ in shown], [filename for _, filename in shown]
     else:
         captions = None
-
-    def report() -> str:
-        from ..report import html_report  # plotly.js (~5 MB) is read only when a report is asked for
-
-        return html_report(trace, title=title, figures=figures, notes=report_notes, filename=stem, captions=captions)
+    figures_key = _figures_key(key)
+    shared_cache().put(figures_key, (tuple(fig.to_dict() for fig in figures), captions and tuple(captions)))
+    report = functools.partial(report_html, load, figures_key, title=title, notes=report_notes, stem=stem)
 
     npz_size = export_size(trace, "npz")  # uncompressed: the file is at most this
     array_format = "lists" if export_size(trace, "json") <= JSON_LISTS_MB * 1e6 else "base64"
@@ -84,14 +119,14 @@ def export_controls(
     too_big = [f"{what} ({human(size)})" for what, size in (("NPZ", npz_size), ("JSON", json_size))
                if max_mb is not None and size > max_mb * 1e6]
     npz_col.download_button(
-        f"Trace (.npz, ≤ {human(npz_size)})", data=lambda: export_bytes(trace, "npz"), file_name=f"{stem}.npz",
+        f"Trace (.npz, ≤ {human(npz_size)})", data=lambda: export_bytes(load(), "npz"), file_name=f"{stem}.npz",
         mime="application/octet-stream", key=f"{key}_npz", on_click="ignore", icon=":material/download:",
         width="stretch", disabled=max_mb is not None and npz_size > max_mb * 1e6,
         help="Every array of this layer (weights, Q, K, V, scores, head outputs, concat, W_O, output) "
         "in its own dtype, with the tokens: `np.load(file)`.",
     )
     json_col.download_button(
-        f"Trace (.json, {human(json_size)})", data=lambda: export_bytes(trace, "json", array_format=array_format),
+        f"Trace (.json, {human(json_size)})", data=lambda: export_bytes(load(), "json", array_format=array_format),
         file_name=f"{stem}.json", mime="application/json", key=f"{key}_json", on_click="ignore",
         icon=":material/data_object:", width="stretch", disabled=max_mb is not None and json_size > max_mb * 1e6,
         help=('Tokens, shapes and every array as nested lists; masked scores are the string "-inf".'

@@ -36,17 +36,23 @@ from .style import is_phone
 
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
 APP_FONT = {"family": '"Source Sans", sans-serif', "color": "#31333F"}  # Streamlit's own text font and colour
-SHOWN = "_figures_shown"  # session key: the (figure, file name) pairs drawn in this run, for the report
+SHOWN = "_figures_shown"  # session key: chart key -> (figure, file name) drawn in this run, for the report
 
 
 def start_run() -> None:
     """Forget the figures of the previous run (call once at the top of the script)."""
-    st.session_state[SHOWN] = []
+    st.session_state[SHOWN] = {}
+
+
+def end_run() -> None:
+    """Let go of this run's figures (call once at the end of the script): a session keeps no figure between runs
+    (the report keeps its own copies in the shared cache, mha_viz/ui/export.py)."""
+    st.session_state[SHOWN] = {}
 
 
 def figures_shown() -> list[tuple[go.Figure, str]]:
     """Every figure drawn in this run so far, with its file name, in page order."""
-    return list(st.session_state.get(SHOWN, []))
+    return list(st.session_state.get(SHOWN, {}).values())
 
 
 def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], None] | None = None,
@@ -69,7 +75,7 @@ def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], No
     fig.layout.template = None
     fig.update_layout(datarevision=key, font=APP_FONT)
     with_automargin(fig)
-    st.session_state.setdefault(SHOWN, []).append((fig, filename))
+    st.session_state.setdefault(SHOWN, {})[key] = (fig, filename)  # a fragment's rerun replaces its own
     if on_select is None:
         st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None)
     else:
@@ -135,8 +141,11 @@ def _zoom_to_selection() -> None:
     st.session_state["zoom"], st.session_state["zoom_k"] = max(0, round(y) - half), max(0, round(x) - half)
 
 
-def long_heads_view(trace: LongTrace, name: str) -> None:
-    """Every head of a long input: a max-pooled overview, and a full-resolution zoom where the user points."""
+def long_heads_view(trace: LongTrace, name: str, reload: Callable[[], LongTrace]) -> None:
+    """Every head of a long input: a max-pooled overview, and a full-resolution zoom where the user points.
+
+    reload: returns the same LongTrace from the shared cache (computing it on a miss); the zoom, a fragment that
+    Streamlit keeps for the session's life, holds this function, not the trace."""
     H, T, S = trace.shape
     st.caption(
         f"{H} heads (numbered from 0) of {T} query × {S} key tokens. Overview: each cell is the largest weight in a "
@@ -146,7 +155,7 @@ def long_heads_view(trace: LongTrace, name: str) -> None:
     mark = (st.session_state.get("zoom", 0), st.session_state.get("zoom_k", 0))  # moved inside the input if need be
     chart(long_heads_figure(trace, mark=mark, compact=is_phone()),
           "heads_long", f"{name}-overview", on_select=_zoom_to_selection, selection_mode="box")
-    _zoom_view(trace, name)
+    _zoom_view(reload, name)
 
 
 ZOOM_HEADS = 4  # heads the zoom shows unless others are picked (each is 128 x 128 cells to send and draw)
@@ -163,9 +172,11 @@ MOVE_MARK_JS = """<style>[data-testid="stLayoutWrapper"]:has(> .st-key-zoom_mark
 
 @st.fragment
 @guarded
-def _zoom_view(trace: LongTrace, name: str) -> None:
+def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
     """The zoom of a long input. A fragment: moving it reruns this part only, not the overview above (12 heads of
-    128 x 128 cells and 4096 labels a side to send and draw again); the overview's red squares move in the browser."""
+    128 x 128 cells and 4096 labels a side to send and draw again); the overview's red squares move in the browser.
+    Streamlit keeps a fragment's arguments for the session's life: reload reads the trace from the shared cache."""
+    trace = reload()
     H, T, S = trace.shape
     top_q, top_k = max(0, T - MAX_CELLS_PER_SIDE), max(0, S - MAX_CELLS_PER_SIDE)
     st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top_q)  # a link's start past the end
