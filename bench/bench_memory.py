@@ -1,6 +1,16 @@
-"""Server memory over many reruns with varied input. Prints a table; asserts nothing.
+"""Server memory over many reruns with varied input, and against open sessions. Prints tables; asserts nothing.
 
     python bench/bench_memory.py [--reruns 300] [--warmup 50]     (needs /usr/bin/chromium)
+    python bench/bench_memory.py --sessions 1,5,10 [--pages public,long] [--ttl 30]
+
+--sessions: instead of the reruns, server RSS against open sessions (issue 20: what a session keeps must be a key
+into the shared cache, so RSS follows MHA_VIZ_CACHE_MB whatever the number of sessions). For each page, a fresh
+server with MHA_VIZ_CACHE_MB=128 and one Chromium tab per session (a new session each, its own seed, so its own
+trace): "public" is a public demo (MHA_VIZ_PUBLIC=1, MHA_VIZ_MAX_TOKENS=300) at a 300-token cross-attention page
+(h 16, d_model 768, d_k = d_v = d_out = 256) with "Export and share" open (its three downloads offered);
+"long" is a local server at the same layer on 4096 tokens a side (the Heads view's overview and zoom). RSS is read
+once the sessions counted are open, then with every tab closed: 15 s after, and after the disconnect timeout
+(server.disconnectedSessionTTL, set to --ttl seconds), when Streamlit drops the closed sessions.
 
 One `streamlit run app.py` (bench_load.logged_server: the command line of tests/browser.py, log
 captured, HF_HUB_OFFLINE=1) and one headless Chromium page. The reruns come in blocks of five:
@@ -121,7 +131,16 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=25)
     parser.add_argument("--long", type=int, default=-1,
                         help="extra reruns with 512-token inputs (0: skip; default: the configurable cache bound + 8)")
+    parser.add_argument("--sessions", default="", help="e.g. 1,5,10: RSS against open sessions instead of reruns")
+    parser.add_argument("--pages", default="public,long", help="the pages of --sessions: public, long")
+    parser.add_argument("--ttl", type=int, default=30, help="--sessions: the server's disconnectedSessionTTL, s")
     args = parser.parse_args()
+    if args.sessions:
+        print(f"machine: {os.cpu_count()} cores, loadavg {loadavg()} (other workers share this machine); "
+              f"app at {ROOT}")
+        for which in args.pages.split(","):
+            sessions_rss(which, [int(n) for n in args.sessions.split(",")], args.ttl)
+        return
     rng = random.Random(20240611)
     print(f"machine: {os.cpu_count()} cores, loadavg {loadavg()} (other workers share this machine); "
           f"{args.reruns} reruns, RSS baseline after {args.warmup}")
@@ -219,6 +238,76 @@ def main() -> None:
         n_long = (CACHE_ENTRIES["configurable"] or 16) + 8 if args.long < 0 else args.long
         if n_long:
             long_inputs(page, server, rng, n_long)
+
+
+SESSION_LAYER = {"mode": "Configurable", "h": 16, "d_model": 768, "d_k": 256, "d_v": 256, "d_out": 256,
+                 "cross": "true"}
+SESSION_PAGES = {  # page -> (server environment, tokens a side, open "Export and share", heatmaps painted when ready)
+    "public": ({"MHA_VIZ_PUBLIC": "1", "MHA_VIZ_CACHE_MB": "128", "MHA_VIZ_MAX_TOKENS": "300"}, 300, True, 16),
+    "long": ({"MHA_VIZ_CACHE_MB": "128"}, 4096, False, 16),
+}
+
+
+def session_url(base: str, tokens: int, seed: int) -> str:
+    from mha_viz.params import EXAMPLES
+    from mha_viz.text import repeat_to_tokens
+
+    text = repeat_to_tokens(" . ".join(EXAMPLES.values()) + " .", tokens)
+    return base + "/?" + urllib.parse.urlencode({**SESSION_LAYER, "seed": seed, "text": text, "context": text})
+
+
+def open_session(browser, url: str, export: bool, heatmaps: int) -> object:
+    """A new tab at url, painted (and its "Export and share" open with its downloads offered)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    wait_for_heatmaps(page, heatmaps, timeout=600)
+    if export:
+        page.get_by_text("Export and share", exact=True).click()
+        page.get_by_role("button", name="Report (.html)").wait_for(timeout=300_000)
+    return page
+
+
+def sessions_rss(which: str, counts: list[int], ttl: int) -> None:
+    """RSS of a fresh server against open sessions (tabs) of one page, then with every tab closed."""
+    env, tokens, export, heatmaps = SESSION_PAGES[which]
+    saved = {k: os.environ.get(k) for k in (*env, "STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL")}
+    os.environ.update(env, STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL=str(ttl))
+    try:
+        with logged_server() as server, chromium() as browser:
+            print(f"\n{which}: {tokens} tokens a side, h 16, d_model 768, d_k = d_v = d_out = 256, cross-attention"
+                  f"{', Export and share open' if export else ', Heads view (overview and zoom)'}; "
+                  + " ".join(f"{k}={v}" for k, v in env.items()))
+            print(f"  server RSS at start: {server.rss_mb():.0f} MB")
+            print(f"  {'sessions':>8} {'VmRSS MB':>9} {'peak MB':>8} {'s to open':>9} {'failures':>8}  loadavg")
+            pages, failures, start = [], 0, time.perf_counter()
+            for count in counts:
+                while len(pages) < count:
+                    try:
+                        pages.append(open_session(browser, session_url(server.url, tokens, len(pages)), export,
+                                                  heatmaps))
+                    except Exception as e:  # noqa: BLE001 - counted and shown, the run goes on
+                        failures += 1
+                        pages.append(None)
+                        print(f"    session {len(pages)} failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                time.sleep(3)
+                print(f"  {count:>8} {server.rss_mb():>9.0f} {server.hwm_mb():>8.0f} "
+                      f"{time.perf_counter() - start:>9.0f} {failures:>8}  {loadavg()}", flush=True)
+            for page in pages:
+                if page is not None:
+                    page.close()
+            time.sleep(15)
+            print(f"  every tab closed, 15 s later: VmRSS {server.rss_mb():.0f} MB")
+            time.sleep(max(0, ttl + 20 - 15))
+            print(f"  after the disconnect timeout ({ttl} s) and 20 s: VmRSS {server.rss_mb():.0f} MB; "
+                  f"error lines in the server log: {len(server.errors())}", flush=True)
+            for e in server.errors()[:5]:
+                print(f"    {e[:200]}")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def long_inputs(page, server, rng: random.Random, n: int) -> None:

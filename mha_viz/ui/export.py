@@ -74,6 +74,7 @@ def export_controls(
     load: Callable[[], AttentionTrace],
     *,
     name: str,
+    trace: AttentionTrace | None = None,
     figures: Sequence[go.Figure] | None = None,
     share_query: Mapping[str, str] | None = None,
     title: str | None = None,
@@ -85,6 +86,7 @@ def export_controls(
 
     load: returns the trace, cheaply (a read of the shared cache that computes it on a miss); it is called now
     and again at each click, so that the session keeps this function, not the trace. It must not hold the trace.
+    trace: load()'s trace when the page has it at hand (not computed again for the sizes shown now).
     name: what the files are called, reduced to [A-Za-z0-9._-] ("all-MiniLM-L6-v2 layer 2" ->
     all-MiniLM-L6-v2-layer-2.npz, ...). figures: the report's figures (None: every figure on the
     page in this run, after the heads grid when the page does not show it). share_query: the view's URL parameters
@@ -95,7 +97,7 @@ def export_controls(
     says the file's size beforehand; JSON arrays past JSON_LISTS_MB are base64 (exact, far smaller).
     max_mb: a public demo's cap; a larger file is not offered (the page says so).
     """
-    trace = load()
+    trace = load() if trace is None else trace
     stem = safe_filename(name)
     link = share_url(st.context.url, share_query or {})
     title = title or f"mha-viz: {name}"

@@ -98,7 +98,7 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
     name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}")
     _layer_views(trace, source, name, cfg, long=long)
     export_section(
-        lambda: source.trace(0), name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+        lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model} (random weights)",
         notes={"weights": f"random (Xavier, seed {s.seed})", "text": s.text, "causal": s.causal,
                "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {})},
@@ -139,7 +139,7 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
     _layer_views(trace, source, name, cfg, accuracy=lambda: accuracy_by_heads(layer, name))
     export_section(
-        lambda: source.trace(0), name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+        lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"A layer trained on {spec.title}: h = {s.h}, d_model = {s.d_model}",
         notes={"weights": f"trained for {s.steps} steps on {spec.title} (seed {s.seed})",
                "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}"},
@@ -269,7 +269,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
                        "than this page should hold.")
         TRACE_VIEWS[view](shown, name)
     export_section(
-        source.trace_loader(s.layer), name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+        source.trace_loader(s.layer), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"{model.name}: {s.part} layer {s.layer}",
         notes={"model": model.name, "text": s.text, **({"decoder text": source.decoder_text} if source.decoder_text else {})},
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
@@ -155,7 +157,20 @@ def long_heads_view(trace: LongTrace, name: str, reload: Callable[[], LongTrace]
     mark = (st.session_state.get("zoom", 0), st.session_state.get("zoom_k", 0))  # moved inside the input if need be
     chart(long_heads_figure(trace, mark=mark, compact=is_phone()),
           "heads_long", f"{name}-overview", on_select=_zoom_to_selection, selection_mode="box")
-    _zoom_view(reload, name)
+    _zoom_view(_WhileHeld(weakref.ref(trace), reload), name)
+
+
+@dataclass(frozen=True)
+class _WhileHeld:
+    """The trace while something else holds it (this run's page), else reload()'s (a fragment's later reruns): a
+    fragment argument that neither keeps the trace alive nor computes it twice in one run."""
+
+    ref: weakref.ref
+    reload: Callable[[], LongTrace]
+
+    def __call__(self) -> LongTrace:
+        trace = self.ref()
+        return trace if trace is not None else self.reload()
 
 
 ZOOM_HEADS = 4  # heads the zoom shows unless others are picked (each is 128 x 128 cells to send and draw)
