@@ -6,6 +6,7 @@ back to its default and produces a notice that the app shows to the user.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -315,3 +316,35 @@ def to_query(state: ViewState) -> dict[str, str]:
             continue
         query[f.name] = text
     return query
+
+
+# Values a browser sends back (a layer button, a click on a heatmap, a box drawn, a picked table row) are
+# checked like URL values: a crafted client can send any JSON there (negative, NaN, huge, strings, lists).
+CLICKED_FIELDS = ("layer", "head", "compare", "pick", "zoom", "zoom_k")  # the fields such values write
+
+
+def client_int(value: object, lo: int, hi: int) -> int | None:
+    """value as a whole number from lo to hi, or None: booleans, strings, NaN, infinities, fractions and anything
+    out of range are refused (a float with no fraction, as JSON may carry, is accepted)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return None
+    return int(value) if lo <= value <= hi else None
+
+
+def client_number(value: object, lo: float, hi: float) -> float | None:
+    """value as a finite number from lo to hi, or None (booleans, strings, NaN and infinities are refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value) if lo <= value <= hi else None
+
+
+def checked_field(name: str, value: object) -> object:
+    """A session's value of the ViewState field name, checked as its URL parameter would be (parsed back from
+    its URL form); its default when invalid."""
+    try:
+        text = _format(tuple(value) if isinstance(value, list) else value)
+        return PARSERS[name][0](text)
+    except (ValueError, TypeError, OverflowError):
+        return getattr(DEFAULTS, name)
