@@ -531,3 +531,41 @@ def test_a_public_demo_too_busy_for_a_heavy_page_says_so_and_draws_the_rest(visi
     assert not at.exception and any("This demo is busy" in w.value for w in at.warning)
     at.run()  # once the other visitor's work is done, the page is drawn
     assert not at.exception and at.get("plotly_chart")
+
+
+def test_a_request_stopped_while_it_waits_gives_up_its_place(visitors, monkeypatch) -> None:
+    """Streamlit stops a waiting run at its next redraw when the visitor changes something: that request leaves
+    the line (and a stop just as it gets the turn gives the turn back), so nobody waits for it afterwards."""
+    fair = visitors
+
+    class Stopped(Exception):  # what Streamlit raises in a run it stops (StopException / RerunException)
+        pass
+
+    def stopped(*args) -> str:
+        raise Stopped
+
+    monkeypatch.setattr(fair, "waiting_message", stopped)
+    thread, release = hold_turn(fair, "tab1/alice")
+    errors = []
+
+    def wait_and_be_stopped() -> None:
+        try:
+            with fair.heavy("This page"):
+                errors.append("ran")
+        except Stopped:
+            errors.append("stopped")
+
+    waiter = threading.Thread(target=wait_and_be_stopped, name="tab2/bob")
+    waiter.start()
+    waiter.join(10)
+    assert errors == ["stopped"]
+    with fair._turn:
+        assert len(fair._queue) == 0 and len(fair._running) == 1  # only alice's request, still running
+    release.set()
+    thread.join(10)
+    with fair._turn:
+        assert fair._running == [] and fair._queue == []
+    done = threading.Event()
+    later = threading.Thread(target=lambda: run_heavy() or done.set(), name="tab3/carol")
+    later.start()
+    assert done.wait(10)  # the turn is free: no ticket of the stopped request holds it

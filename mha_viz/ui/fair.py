@@ -109,7 +109,8 @@ def _take_turn(what: str, ticket: Ticket) -> None:
     """Wait (with a message that says for whom) until ticket is first in line and the turn is free; take it.
 
     TooBusy when the request is refused rather than queued. The message is redrawn every POLL seconds: each
-    redraw is a point where Streamlit stops this run when the visitor has changed something meanwhile.
+    redraw is a point where Streamlit stops this run when the visitor has changed something meanwhile (the
+    caller then gives the ticket up: _release).
     """
     with _turn:
         if not _running and not _queue:
@@ -121,24 +122,27 @@ def _take_turn(what: str, ticket: Ticket) -> None:
             raise TooBusy(reason)
         _queue.append(ticket)
     slot = st.empty()
-    try:
-        while True:
-            with _turn:
-                if not _running and _queue[0] is ticket:
-                    _queue.pop(0)
-                    ticket.started = time.monotonic()
-                    _running.append(ticket)
-                    return
-                message = waiting_message(what, ticket, time.monotonic())
-            slot.info(message, icon=":material/hourglass_top:")
-            with _turn:
-                _turn.wait(POLL)
-    finally:
-        slot.empty()
+    while True:
         with _turn:
-            if ticket in _queue:  # stopped while waiting: out of the line
-                _queue.remove(ticket)
-                _turn.notify_all()
+            if not _running and _queue[0] is ticket:
+                _queue.pop(0)
+                ticket.started = time.monotonic()
+                _running.append(ticket)
+                break
+            message = waiting_message(what, ticket, time.monotonic())
+        slot.info(message, icon=":material/hourglass_top:")
+        with _turn:
+            _turn.wait(POLL)
+    slot.empty()
+
+
+def _release(ticket: Ticket) -> None:
+    """ticket out of the line or the turn, wherever it is; the next in line is woken."""
+    with _turn:
+        for place in (_queue, _running):
+            if ticket in place:
+                place.remove(ticket)
+        _turn.notify_all()
 
 
 @contextmanager
@@ -147,9 +151,9 @@ def heavy(what: str, seconds: float = DEFAULT_SECONDS) -> Iterator[None]:
     of it (with a message saying whose they are). seconds: the block's estimated CPU seconds (for the bound of
     limit_waiting and the messages).
 
-    Nested heavy blocks of one thread share its turn. The turn is released however the block ends, even
-    when Streamlit stops the run (the user changed something) while it waits or works. A request refused
-    under limit_waiting shows why and stops this run (st.stop), drawing nothing more.
+    Nested heavy blocks of one thread share its turn. The turn (or the place in line) is given up however the
+    block ends, even when Streamlit stops the run (the user changed something) while it waits or works. A request
+    refused under limit_waiting shows why and stops this run (st.stop), drawing nothing more.
     """
     import_pandas()  # a long run must not keep others from importing it (pandas_guard)
     if getattr(_held, "turn", False):
@@ -162,14 +166,15 @@ def heavy(what: str, seconds: float = DEFAULT_SECONDS) -> Iterator[None]:
         st.warning(str(err), icon=":material/hourglass_disabled:")
         st.stop()
         raise  # outside a Streamlit run st.stop does nothing: the caller gets TooBusy
+    except BaseException:
+        _release(ticket)
+        raise
     _held.turn = True
     try:
         yield
     finally:
         _held.turn = False
-        with _turn:
-            _running.remove(ticket)
-            _turn.notify_all()
+        _release(ticket)
 
 
 def leave_a_core_free() -> None:
