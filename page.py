@@ -50,7 +50,7 @@ from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel
 from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, fair, pages, pretrained, state, style, views
-from mha_viz.ui.loaders import download_error, get_model, model_bytes, page_drawn, secret
+from mha_viz.ui.loaders import download_error, get_model, model_size, page_drawn, secret
 from mha_viz.ui.pandas_guard import figures_allowed
 from mha_viz.ui.text import plain
 from mha_viz.ui.training import train_in_child_processes, training_controls
@@ -137,7 +137,7 @@ def model_loader(limits: Budget | None) -> Callable[[str], PretrainedModel]:
     """name -> the loaded model ("" is the bundled one), or a ValueError saying why not (the allow-list applies,
     and a public demo's size limit, checked before anything is downloaded: hosting.check_model)."""
     def load(name: str) -> PretrainedModel:
-        check_model(name, allowed_models(secret=secret("allowed_models")), limits, size=model_bytes)
+        check_model(name, allowed_models(secret=secret("allowed_models")), limits, size=model_size)
         key = model_key(name, limits)
         try:
             error = download_error(*key)  # a remembered download failure: not asked again

@@ -413,6 +413,13 @@ def test_a_public_demo_checks_a_models_size_before_loading_it(hub_cache, monkeyp
     monkeypatch.setenv("MHA_VIZ_MAX_MODEL_MB", "20")
     at = new_app(mode="Pretrained", model=name).run()
     assert not at.exception and not at.main.error and loaded == [name] and at.get("plotly_chart")
+    asked, real_size = [], loaders.hub_model_bytes
+    monkeypatch.setattr(loaders, "hub_model_bytes", lambda n: asked.append(n) or real_size(n))
+    at = new_app(mode="Pretrained", model="nobody/nothing").run()
+    at.run()  # a size that cannot be learnt is remembered too: the hub is not asked (or waited for) on every rerun
+    errors = " ".join(e.value for e in at.main.error).replace("\\", "")
+    assert not at.exception and "could not learn the size of nobody/nothing" in errors and asked == ["nobody/nothing"]
+    assert loaded == [name]
 
 
 # ------------------------------------------------------------------------------------------ waiting for the turn
