@@ -321,6 +321,7 @@ def to_query(state: ViewState) -> dict[str, str]:
 # Values a browser sends back (a layer button, a click on a heatmap, a box drawn, a picked table row) are
 # checked like URL values: a crafted client can send any JSON there (negative, NaN, huge, strings, lists).
 CLICKED_FIELDS = ("layer", "head", "compare", "pick", "zoom", "zoom_k")  # the fields such values write
+MAX_CLICKED_HEADS = 1024  # a click may open any head of a pretrained model (a link: MAX_HEADS); the views clamp
 
 
 def client_int(value: object, lo: int, hi: int) -> int | None:
@@ -341,10 +342,14 @@ def client_number(value: object, lo: float, hi: float) -> float | None:
 
 
 def checked_field(name: str, value: object) -> object:
-    """A session's value of the ViewState field name, checked as its URL parameter would be (parsed back from
-    its URL form); its default when invalid."""
-    try:
-        text = _format(tuple(value) if isinstance(value, list) else value)
-        return PARSERS[name][0](text)
-    except (ValueError, TypeError, OverflowError):
-        return getattr(DEFAULTS, name)
+    """A session's value of one of CLICKED_FIELDS, checked as its URL parameter is (heads up to
+    MAX_CLICKED_HEADS: pretrained models have more than a link names); its default when invalid, and for
+    compare the valid heads only."""
+    if name == "compare":
+        heads = (client_int(h, 0, MAX_CLICKED_HEADS - 1) for h in value) if isinstance(value, (list, tuple)) else ()
+        return tuple(dict.fromkeys(h for h in heads if h is not None))
+    if name == "pick":
+        return value if isinstance(value, str) and re.fullmatch(r"[qk]\d{1,4}", value) else ""
+    top = {"layer": MAX_LAYERS, "head": MAX_CLICKED_HEADS}.get(name, MAX_LONG_TOKENS)
+    checked = client_int(value, 0, top - 1)
+    return getattr(DEFAULTS, name) if checked is None else checked
