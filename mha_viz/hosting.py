@@ -6,8 +6,9 @@ Read from the environment (or, with the same names in lower case, from Streamlit
     MHA_VIZ_PUBLIC           1: a public demo (also implied by an allow-list). Its requests get a Budget,
                              model names never name folders on the server, big exports are refused.
     MHA_VIZ_CACHE_MB         the bytes all sessions' cached traces may hold together (default 1024).
-    MHA_VIZ_MAX_MODEL_MB     a public demo without an allow-list loads hub models whose weights are at most this
-                             many MB (checked before any download); unset, it loads only the bundled models.
+    MHA_VIZ_MAX_MODEL_MB     a public demo without an allow-list loads hub models whose files (weights, config,
+                             tokenizer) are at most this many MB, checked before any download (check_model);
+                             unset, it loads only the bundled models.
     MHA_VIZ_MAX_TOKENS, MHA_VIZ_MAX_TRAINING_SECONDS, MHA_VIZ_MAX_NEW_TOKENS, MHA_VIZ_MAX_PASSES,
     MHA_VIZ_MAX_EXPORT_MB, MHA_VIZ_MAX_WAIT_SECONDS
                              override one field of the public Budget (defaults below).
