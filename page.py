@@ -35,10 +35,11 @@ from mha_viz.hosting import (
     Budget,
     allowed_models,
     budget,
-    check_allowed,
+    check_model,
     heavy_request,
     is_public,
     long_text,
+    page_training_seconds,
     within_budget,
 )
 from mha_viz.long import LongTrace
@@ -48,7 +49,7 @@ from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import controls, fair, pages, pretrained, state, style, views
 from mha_viz.ui.cache import cached
-from mha_viz.ui.loaders import download_error, get_model, page_drawn, secret
+from mha_viz.ui.loaders import download_error, get_model, model_size, page_drawn, secret
 from mha_viz.ui.pandas_guard import figures_allowed
 from mha_viz.ui.text import plain
 from mha_viz.ui.training import train_in_child_processes, training_controls
@@ -118,9 +119,10 @@ def model_key(name: str, limits: Budget | None) -> tuple[str, bool, int | None]:
 
 
 def model_loader(limits: Budget | None) -> Callable[[str], PretrainedModel]:
-    """name -> the loaded model ("" is the bundled one), or a ValueError saying why not (the allow-list applies)."""
+    """name -> the loaded model ("" is the bundled one), or a ValueError saying why not (the allow-list applies,
+    and a public demo's size limit, checked before anything is downloaded: hosting.check_model)."""
     def load(name: str) -> PretrainedModel:
-        check_allowed(name, allowed_models(secret=secret("allowed_models")))
+        check_model(name, allowed_models(secret=secret("allowed_models")), limits, size=model_size)
         key = model_key(name, limits)
         try:
             error = download_error(*key)  # a remembered download failure: not asked again
@@ -146,6 +148,7 @@ def show_page() -> None:
     if limits is not None:
         fair.leave_a_core_free()
         train_in_child_processes()
+    fair.limit_waiting(None if limits is None else limits.max_wait_seconds)
     load = model_loader(limits)
     load_failure = None
     with st.sidebar:
@@ -178,7 +181,8 @@ def show_page() -> None:
     st.header("Multi-head attention, visible")
     max_tokens = MAX_TOKENS if limits is None else limits.max_tokens
     # Heavy pages are drawn one at a time: a light page then shares the CPU with one of them at most.
-    with fair.heavy("This page") if heavy_request(s) else contextlib.nullcontext():
+    seconds = max(fair.DEFAULT_SECONDS, page_training_seconds(s))
+    with fair.heavy("This page", seconds) if heavy_request(s) else contextlib.nullcontext():
         if mode == "Configurable":
             pages.configurable_page(s, lambda **kw: CachedConfigurable(
                 **kw, max_tokens=max_tokens, long_tokens=MAX_LONG_TOKENS if limits is None else max_tokens), limits)

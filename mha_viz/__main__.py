@@ -6,7 +6,7 @@
     python -m mha_viz report --model org/name --part decoder --layer 0 --text "..." --out report.html
 
 Outputs are never overwritten without --force, never written through a symbolic link (a link is
-refused, even with --force), and never half-written: each file is written to a temporary file
+refused, even with --force, as is a path through a linked folder), and never half-written: each file is written to a temporary file
 in its directory and then moved into place (a hard link that fails if the name exists, or
 os.replace with --force). The sizes have the app's limits (h, d_model, d_k, d_v, d_out; at most
 512 tokens a side, pretrained models included), checked before any work.
@@ -112,10 +112,23 @@ def _check_options(args: argparse.Namespace) -> None:
                 raise CliError(f"--{name.replace('_', '-')} must be at most {top}, the app's limit{hint}; got {value}")
 
 
+def _check_folders(option: str, path: Path) -> None:
+    """CliError if a folder of path (as given: for a relative path, the folders it names) is a symbolic link."""
+    for i in range(1, len(path.parts)):
+        folder = Path(*path.parts[:i])
+        if folder.is_symlink():
+            real = Path(os.path.realpath(path.parent)) / path.name
+            raise CliError(f"{option} {path} goes through the symbolic link {folder}; outputs are never written "
+                           f"through links: give the real path ({real})")
+
+
 def _check_outputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     """The (option, path) pairs to write, checked before any work: distinct paths, existing folders,
-    no symbolic links, nothing overwritten without --force, and only regular files with it."""
+    no symbolic links (neither the file nor a folder on its path), nothing overwritten without --force, and
+    only regular files with it."""
     outputs = [(f"--{name}", getattr(args, name)) for name in OUTPUTS if getattr(args, name) is not None]
+    for option, path in outputs:
+        _check_folders(option, path)
     seen: dict[str, str] = {}
     for option, path in outputs:
         key = os.path.normcase(os.path.join(os.path.realpath(path.parent), path.name))
@@ -277,6 +290,7 @@ def report(args: argparse.Namespace, argv: list[str]) -> None:
         "--out": lambda file: file.write(_html(trace, args.title or title, notes, args.out.stem).encode("utf-8")),
     }
     for option, path in outputs:
+        _check_folders(option, path)  # again: a folder may have been swapped for a link while the layer was traced
         try:
             _write(path, writers[option], force=args.force)
         except ValueError as err:  # a value beyond float16's range

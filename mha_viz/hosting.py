@@ -6,12 +6,18 @@ Read from the environment (or, with the same names in lower case, from Streamlit
     MHA_VIZ_PUBLIC           1: a public demo (also implied by an allow-list). Its requests get a Budget,
                              model names never name folders on the server, big exports are refused.
     MHA_VIZ_CACHE_MB         the bytes all sessions' cached traces may hold together (default 1024).
-    MHA_VIZ_MAX_TOKENS, MHA_VIZ_MAX_TRAINING, MHA_VIZ_MAX_NEW_TOKENS, MHA_VIZ_MAX_PASSES,
-    MHA_VIZ_MAX_EXPORT_MB    override one field of the public Budget (defaults below).
+    MHA_VIZ_MAX_MODEL_MB     a public demo without an allow-list loads hub models whose files (weights, config,
+                             tokenizer) are at most this many MB, checked before any download (check_model);
+                             unset, it loads only the bundled models.
+    MHA_VIZ_MAX_TOKENS, MHA_VIZ_MAX_TRAINING_SECONDS, MHA_VIZ_MAX_NEW_TOKENS, MHA_VIZ_MAX_PASSES,
+    MHA_VIZ_MAX_EXPORT_MB, MHA_VIZ_MAX_WAIT_SECONDS
+                             override one field of the public Budget (defaults below).
+A secret may also drop the prefix (max_model_mb), as allowed_models does.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
@@ -29,10 +35,12 @@ class Budget:
     """The most work one rerun of a public demo may do; checked before the work starts."""
 
     max_tokens: int = 256  # tokens a side of one trace (local: 512, or the model's own maximum)
-    max_training: int = 600 * 128  # optimiser steps x d_model of one training run (local: 5000 x 128)
+    max_training_seconds: int = 10  # estimated CPU seconds of one page's training (training_seconds; local: none)
     max_new_tokens: int = 32  # tokens one generation writes (local: 64)
     max_passes: int = 16  # forward passes of one knockout ranking through the whole model
     max_export_mb: int = 50  # the largest file built for a download
+    max_wait_seconds: int = 30  # a heavy page refused ("too busy") rather than queued behind more of others' work
+    max_model_mb: int | None = None  # without an allow-list: hub models up to this size (None: bundled ones only)
 
 
 ENV_FIELDS = {f"MHA_VIZ_{f.name.upper()}": f.name for f in fields(Budget)}
@@ -43,6 +51,8 @@ def _setting(name: str, env: Mapping[str, str], secret: Secret | None) -> str | 
     value = env.get(name)
     if value is None and secret is not None:
         value = secret(name.lower())
+        if value is None:
+            value = secret(name.lower().removeprefix("mha_viz_"))
     return None if value is None else str(value).strip()
 
 
@@ -63,6 +73,65 @@ def check_allowed(name: str, allowed: tuple[str, ...] | None) -> None:
     """ValueError unless the allow-list (None: no list) lets name ("" the bundled model) load."""
     if allowed is not None and name not in allowed:
         raise ValueError(f"this demo only loads {', '.join(m or 'the bundled model' for m in allowed)}")
+
+
+class ModelRefusedError(ValueError):
+    """A public demo refuses a model before reading it: off its allow-list, too large, or of a size it cannot learn."""
+
+
+SHIPPED = ("", "mha-viz/induction-2l")  # the bundled MiniLM and the bundled causal model: in the package, small
+MB = 1 << 20  # as MHA_VIZ_CACHE_MB
+
+
+def hub_model_bytes(repo_id: str) -> int:
+    """Bytes of the files load_model reads for the hub id repo_id (weights, config, tokenizer), without reading them:
+    the hub's file sizes (huggingface_hub's model_info) when online, the cached files' sizes when offline or when
+    the hub does not answer. ModelRefusedError when neither can tell (then loading could not work anyway)."""
+    from huggingface_hub import HfApi, snapshot_download
+
+    from .pretrained.loading import HUB_FILES, HUB_TIMEOUT, _offline, validate_hub_id
+
+    repo_id = validate_hub_id(repo_id)
+    wanted = lambda path: any(fnmatch.fnmatch(path, pattern) for pattern in HUB_FILES)
+    if not _offline():
+        try:
+            info = HfApi().model_info(repo_id, files_metadata=True, timeout=HUB_TIMEOUT)
+        except Exception:  # noqa: BLE001 - unknown, gated, no network: the cache may still tell
+            info = None
+        sizes = [f.size for f in (info.siblings or []) if wanted(f.rfilename)] if info is not None else []
+        if sizes and None not in sizes:
+            return sum(sizes)
+    try:
+        folder = snapshot_download(repo_id, local_files_only=True, allow_patterns=HUB_FILES)
+    except Exception:  # noqa: BLE001 - not in the cache (huggingface_hub's errors vary by version)
+        raise ModelRefusedError(f"could not learn the size of {repo_id} from the hub or the local cache, so this "
+                                "public demo does not load it") from None
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(folder) for f in files
+               if wanted(os.path.relpath(os.path.join(root, f), folder)))
+
+
+def check_model(name: str, allowed: tuple[str, ...] | None, limits: Budget | None,
+                size: Callable[[str], int] = hub_model_bytes) -> None:
+    """ModelRefusedError unless this deployment may load name ("" the bundled model), checked before any
+    download: an allow-list decides alone; without one a local install (limits None) loads anything, and a public
+    demo the bundled models and, if its Budget has max_model_mb, hub models whose files size(name) are at most
+    that big."""
+    if allowed is not None:
+        try:
+            check_allowed(name, allowed)
+        except ValueError as err:
+            raise ModelRefusedError(str(err)) from None
+        return
+    if limits is None or name in SHIPPED:
+        return
+    if limits.max_model_mb is None:
+        raise ModelRefusedError(
+            "this public demo loads only its bundled models (all-MiniLM-L6-v2 and mha-viz/induction-2l); its "
+            "operator can list others (MHA_VIZ_ALLOWED_MODELS) or allow hub models up to a size (MHA_VIZ_MAX_MODEL_MB)")
+    nbytes = size(name)
+    if nbytes > limits.max_model_mb * MB:
+        raise ModelRefusedError(f"{name} has {nbytes / MB:,.0f} MB of weights and files, more than the "
+                                f"{limits.max_model_mb:,} MB this public demo loads (MHA_VIZ_MAX_MODEL_MB)")
 
 
 def is_public(env: Mapping[str, str] = os.environ, secret: Secret | None = None) -> bool:
@@ -118,21 +187,51 @@ FULL_SIZE = ("run it at full size on your own machine: bash scripts/install.sh &
              "app.py (or python -m mha_viz report for one layer)")
 
 
+# What one training step costs, in CPU seconds on one torch thread (a public demo's setting): a fixed part (the
+# optimiser, autograd, the batch), a part per head and one growing with d_model squared (the projections), plus
+# the run's 31 evaluation snapshots. Least-squares fit of 24 points of bench/bench_training_cost.py (two runs, two
+# tasks, h 1 and 8, d_model 8, 32 and 128, 300 steps each) on the 2-core AMD EPYC of bench/RESULTS-training-cost.md,
+# rounded; every point within 30 % of it, most within 15 %. A step's tokens are the tasks' batch of 32 sequences of
+# 10 tokens, the same for every task and setting: they are in the fixed part.
+TRAIN_SECONDS_PER_STEP = {"fixed": 2.1e-3, "per_head": 0.3e-3, "per_d_model_squared": 1.7e-7}
+TRAIN_SECONDS_PER_RUN = 0.1
+
+
+def training_seconds(h: int, d_model: int, steps: int) -> float:
+    """Estimated CPU seconds of one training run of steps Adam steps with h heads at d_model (one torch thread)."""
+    c = TRAIN_SECONDS_PER_STEP
+    return TRAIN_SECONDS_PER_RUN + steps * (c["fixed"] + c["per_head"] * h + c["per_d_model_squared"] * d_model**2)
+
+
+def page_training_seconds(state: ViewState) -> float:
+    """Estimated CPU seconds of the training a page asks for: Train mode trains h heads and, to compare, one
+    head (h > 1); trained weights in configurable mode train h heads (or load shipped ones: then less)."""
+    if state.mode == "Train":
+        return training_seconds(state.h, state.d_model, state.steps) + (
+            training_seconds(1, state.d_model, state.steps) if state.h > 1 else 0.0)
+    if state.mode == "Configurable" and state.weights == "trained":
+        return training_seconds(state.h, state.d_model, state.steps)
+    return 0.0
+
+
 def within_budget(state: ViewState, limits: Budget | None) -> tuple[ViewState, list[str]]:
     """state with the work it asks for cut to the Budget (None: unchanged), and a notice for each cut.
 
     Tokens are cut where the text is read (the trace builders take limits.max_tokens); this cuts the
-    training steps and the tokens to generate.
+    training steps (to the most whose estimated cost fits max_training_seconds) and the tokens to generate.
     """
     if limits is None:
         return state, []
     changes, notices = {}, []
-    trains = state.mode == "Train" or (state.mode == "Configurable" and state.weights == "trained")
-    if trains and state.steps * state.d_model > limits.max_training:
-        steps = max(1, limits.max_training // state.d_model)
+    seconds = page_training_seconds(state)
+    if seconds > limits.max_training_seconds:
+        fixed = page_training_seconds(replace(state, steps=0))  # the cost is affine in steps
+        per_step = page_training_seconds(replace(state, steps=1)) - fixed
+        steps = max(1, int((limits.max_training_seconds - fixed) / per_step))
         changes["steps"] = steps
-        notices.append(f"This public demo trains at most {limits.max_training:,} steps × d_model: {state.steps} steps "
-                       f"at d_model = {state.d_model} became {steps} steps. To {FULL_SIZE}.")
+        notices.append(f"This public demo trains for about {limits.max_training_seconds} s of CPU a page: "
+                       f"{state.steps} steps at h = {state.h}, d_model = {state.d_model} (about {seconds:.0f} s) "
+                       f"became {steps} steps. To {FULL_SIZE}.")
     if state.new_tokens > limits.max_new_tokens:
         changes["new_tokens"] = limits.max_new_tokens
         notices.append(f"This public demo writes at most {limits.max_new_tokens} tokens at a time (you asked for "

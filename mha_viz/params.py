@@ -6,6 +6,7 @@ back to its default and produces a notice that the app shows to the user.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -315,3 +316,40 @@ def to_query(state: ViewState) -> dict[str, str]:
             continue
         query[f.name] = text
     return query
+
+
+# Values a browser sends back (a layer button, a click on a heatmap, a box drawn, a picked table row) are
+# checked like URL values: a crafted client can send any JSON there (negative, NaN, huge, strings, lists).
+CLICKED_FIELDS = ("layer", "head", "compare", "pick", "zoom", "zoom_k")  # the fields such values write
+MAX_CLICKED_HEADS = 1024  # a click may open any head of a pretrained model (a link: MAX_HEADS); the views clamp
+
+
+def client_int(value: object, lo: int, hi: int) -> int | None:
+    """value as a whole number from lo to hi, or None: booleans, strings, NaN, infinities, fractions and anything
+    out of range are refused (a float with no fraction, as JSON may carry, is accepted)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return None
+    return int(value) if lo <= value <= hi else None
+
+
+def client_number(value: object, lo: float, hi: float) -> float | None:
+    """value as a finite number from lo to hi, or None (booleans, strings, NaN and infinities are refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value) if lo <= value <= hi else None
+
+
+def checked_field(name: str, value: object) -> object:
+    """A session's value of one of CLICKED_FIELDS, checked as its URL parameter is (heads up to
+    MAX_CLICKED_HEADS: pretrained models have more than a link names); its default when invalid, and for
+    compare the valid heads only."""
+    if name == "compare":
+        heads = (client_int(h, 0, MAX_CLICKED_HEADS - 1) for h in value) if isinstance(value, (list, tuple)) else ()
+        return tuple(dict.fromkeys(h for h in heads if h is not None))
+    if name == "pick":
+        return value if isinstance(value, str) and re.fullmatch(r"[qk]\d{1,4}", value) else ""
+    top = {"layer": MAX_LAYERS, "head": MAX_CLICKED_HEADS}.get(name, MAX_LONG_TOKENS)
+    checked = client_int(value, 0, top - 1)
+    return getattr(DEFAULTS, name) if checked is None else checked

@@ -4,14 +4,18 @@
 # Starts N `streamlit run app.py` on 127.0.0.1 (ports REPLICA_PORTS, default PORT+1 .. PORT+N), waits
 # until each answers /_stcore/health, then runs Debian's nginx in the foreground with
 # deploy/nginx/mha-viz.conf (its upstream rewritten to these replicas) on ADDRESS:PORT, prints the URL
-# and stays until Ctrl-C, TERM, or one of them exits; then it stops them all. The system's nginx
+# and stays until Ctrl-C, TERM, or nginx exits; then it stops them all. A replica that exits (a crash, the
+# OOM killer) is started again on its port while nginx and the other replicas keep serving (nginx sends its
+# browsers to the others meanwhile); one that keeps exiting within 30 s of its start is restarted after a
+# delay that doubles each time, up to 60 s. The system's nginx
 # service and /etc/nginx are not touched: the generated config, pid file, temp folders and logs
 # (replica-<i>.log, access.log with the replica of every request) go to RUN_DIR.
 #   PORT        nginx's port (default 8500)            ADDRESS  nginx's address (default 127.0.0.1)
 #   RUN_DIR     kept afterwards if given; default a temporary folder, removed on exit
 #   MHA_VIZ_VENV (default ~/.venvs/mha-viz)   NGINX  the nginx binary (default nginx on PATH, else /usr/sbin/nginx)
 #   REPLICA_PORTS  the replicas' ports, space-separated (default PORT+1 .. PORT+N)
-# RUN_DIR/replicas lists one replica a line: index, port, pid, log (bench/bench_load.py --run-dir reads it).
+# RUN_DIR/replicas lists one replica a line: index, port, pid, log (bench/bench_load.py --run-dir reads it);
+# a restarted replica's line gets its new pid, and its log goes on in the same file.
 # Each replica runs in its own process group (setsid); stopping the script stops the groups.
 # The replicas inherit the environment (MHA_VIZ_PUBLIC, HF_HUB_OFFLINE, PYTHONPATH, ...).
 # `bash scripts/replicas.sh --print-config [N]` prints the nginx config it would run and exits.
@@ -96,16 +100,30 @@ trap stop_all EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-: > "$run_dir/replicas"
-for i in $(seq "$n"); do
-    p="${ports[$((i - 1))]}"
+start_replica() {  # start_replica i: replica i on its port; its pid goes to replica_pids and RUN_DIR/replicas
+    local i=$1 p="${ports[$(($1 - 1))]}" line
     # setsid: each replica leads its own process group, so stopping it also stops what it started
     # (a training run's worker process); nothing else shares the group.
     setsid "$venv/bin/python" -m streamlit run app.py --server.port "$p" --server.address 127.0.0.1 \
         --server.headless true --server.fileWatcherType none --browser.gatherUsageStats false \
-        > "$run_dir/replica-$i.log" 2>&1 &
-    replica_pids+=($!)
-    echo "$i $p $! $run_dir/replica-$i.log" >> "$run_dir/replicas"  # index, port, pid, log
+        >> "$run_dir/replica-$i.log" 2>&1 &
+    replica_pids[$((i - 1))]=$!
+    started[$((i - 1))]=$SECONDS
+    : > "$run_dir/replicas.new"
+    for line in $(seq "$n"); do
+        if [[ -n "${replica_pids[$((line - 1))]:-}" ]]; then  # index, port, pid, log
+            echo "$line ${ports[$((line - 1))]} ${replica_pids[$((line - 1))]} $run_dir/replica-$line.log" >> "$run_dir/replicas.new"
+        fi
+    done
+    mv "$run_dir/replicas.new" "$run_dir/replicas"
+}
+
+started=(); delays=()
+: > "$run_dir/replicas"
+for i in $(seq "$n"); do
+    : > "$run_dir/replica-$i.log"
+    start_replica "$i"
+    delays[$((i - 1))]=1
 done
 for i in $(seq "$n"); do
     p="${ports[$((i - 1))]}"
@@ -129,6 +147,23 @@ until "$venv/bin/python" -c 'import sys, urllib.request; urllib.request.urlopen(
 done
 echo "mha-viz: $n replica(s) behind nginx at http://$url_host:$port  (logs: $run_dir; Ctrl-C stops all)"
 
-wait -n
-echo "a replica or nginx exited; stopping the others" >&2
-exit 1
+# Supervise: wait for any child to exit; nginx exiting stops everything, a replica exiting is started again.
+while true; do
+    wait -n || true  # a child's exit status is not this script's
+    if ! kill -0 "$nginx_pid" 2>/dev/null; then
+        echo "nginx exited; stopping the replicas" >&2
+        exit 1
+    fi
+    for i in $(seq "$n"); do
+        pid="${replica_pids[$((i - 1))]}"
+        kill -0 "$pid" 2>/dev/null && continue
+        kill -KILL -- "-$pid" 2>/dev/null || true  # what it started (a training worker) goes with it
+        lived=$((SECONDS - started[$((i - 1))]))
+        if ((lived >= 30)); then delays[$((i - 1))]=1; fi
+        delay="${delays[$((i - 1))]}"
+        echo "replica $i (pid $pid) exited after $lived s; starting it again in $delay s (nginx serves from the others)" >&2
+        sleep "$delay" & wait $! || true  # a wait, not a sleep: Ctrl-C and TERM are handled at once
+        delays[$((i - 1))]=$((delay * 2 > 60 ? 60 : delay * 2))
+        start_replica "$i"
+    done
+done

@@ -137,22 +137,44 @@ def test_a_link_made_while_the_layer_is_traced_is_not_written_through(here: Path
 
 def test_two_outputs_with_one_path_are_refused(here: Path, capsys, no_work) -> None:
     (here / "real").mkdir()
-    (here / "via-link").symlink_to("real")  # a linked folder is fine for an output; the same file twice is not
     for args, message in [
         (("--out", "a", "--npz", "a"), "--npz and --out name the same file a"),
         (("--out", "a", "--json", "./a"), "--json and --out name the same file a"),
         (("--npz", "real/x", "--json", "real/../real/x"), "--npz and --json name the same file"),
-        (("--npz", "real/x", "--out", "via-link/x"), "--npz and --out name the same file"),
     ]:
         refused(capsys, (*SMALL, *args, "--force"), message)
-    assert sorted(p.name for p in here.iterdir()) == ["real", "via-link"] and not any((here / "real").iterdir())
+    assert sorted(p.name for p in here.iterdir()) == ["real"] and not any((here / "real").iterdir())
 
 
-def test_outputs_in_a_linked_folder_are_written(here: Path, capsys) -> None:
-    (here / "real").mkdir()
+@pytest.mark.parametrize("force", [False, True])
+def test_outputs_through_a_linked_folder_are_refused(here: Path, capsys, no_work, force: bool) -> None:
+    """Like a linked file: a folder on the output's path that is a link is refused, and the real path is named."""
+    (here / "real" / "sub").mkdir(parents=True)
     (here / "via-link").symlink_to("real")
-    assert main(["report", *SMALL, "--npz", "via-link/t.npz"]) == 0
-    assert (here / "real" / "t.npz").is_file()
+    for option, name in (("--npz", "via-link/t.npz"), ("--json", "via-link/sub/t.json"),
+                         ("--out", str(here / "via-link" / "r.html"))):
+        refused(capsys, (*SMALL, option, name, *(["--force"] if force else [])),
+                f"{option} {name} goes through the symbolic link")
+    assert main(["report", *SMALL, "--npz", "via-link/t.npz"]) == 2
+    assert f"give the real path ({here / 'real' / 't.npz'})" in capsys.readouterr().err
+    assert not any((here / "real").rglob("*.*"))  # nothing written in the real folder
+
+
+def test_a_folder_swapped_for_a_link_while_the_layer_is_traced_is_not_written_through(here: Path, capsys,
+                                                                                      monkeypatch) -> None:
+    (here / "out").mkdir()
+    (here / "elsewhere").mkdir()
+    trace_text = mha_viz.sources.configurable_trace
+
+    def trace_and_swap(*args, **kwargs):
+        (here / "out").rmdir()
+        (here / "out").symlink_to("elsewhere")
+        return trace_text(*args, **kwargs)
+
+    monkeypatch.setattr(mha_viz.sources, "configurable_trace", trace_and_swap)
+    assert main(["report", *SMALL, "--npz", "out/t.npz"]) == 2
+    assert "goes through the symbolic link out" in capsys.readouterr().err
+    assert list((here / "elsewhere").iterdir()) == []
 
 
 # ------------------------------------------------------------------------------------------ size limits

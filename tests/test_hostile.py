@@ -146,3 +146,88 @@ def test_any_text_traces_or_says_it_has_no_tokens(text: str, h: int, causal: boo
 def test_the_page_survives_random_text_and_params(text: str, h: str) -> None:
     at = run({"h": h, "text": text})
     assert not at.exception
+
+
+# ------------------------------------------------------------------------------------------ crafted clicks
+
+NAN, INF = float("nan"), float("inf")
+CRAFTED = [-1, -(10**12), 10**12, NAN, INF, -INF, 2.5, True, None, "3", "x", [1], {"a": 1}]
+
+
+def test_values_a_crafted_browser_sends_back_are_checked_like_url_values() -> None:
+    """The layer switch's value, a heatmap click's customdata, a box drawn and a picked row: anything but a
+    whole number in range is refused (None), as the URL's own values are."""
+    from mha_viz.figures.lines import picked_token
+    from mha_viz.figures.overview import picked_head
+    from mha_viz.params import MAX_LAYERS, client_int
+    from mha_viz.ui.layer_switch import picked_layer
+    from mha_viz.ui.views import box_centre
+
+    for bad in CRAFTED:
+        assert client_int(bad, 0, 15) is None
+        assert picked_layer({"layer": bad}) is None
+        assert picked_head([{"customdata": [bad, 0]}]) is None and picked_head([{"customdata": [0, bad]}]) is None
+        assert picked_token([{"customdata": ["query", bad]}]) is None
+        if bad not in (-1, 2.5):  # a box's corners are any positions, fractions and -1 (half a cell out) included
+            assert box_centre({"x": [0, bad], "y": [0, 4]}) is None and box_centre({"x": [0, 4], "y": [bad, 4]}) is None
+    for bad_shape in (None, "x", 3, [], [3], [1, 2, 3]):
+        assert picked_layer(bad_shape) is None and picked_head(bad_shape) is None and box_centre(bad_shape) is None
+    assert picked_token("points") is None and picked_head([None, "x", {"customdata": "ab"}]) is None
+    # what a real browser sends still works (JSON numbers may come as floats)
+    assert picked_layer({"layer": 3}) == 3 and picked_layer({"layer": 3.0}) == 3
+    assert picked_layer({"layer": MAX_LAYERS}) is None
+    assert picked_head([{"customdata": [2, 5]}]) == (2, 5) and picked_token([{"customdata": ["key", 7]}]) == ("key", 7)
+    assert picked_head([{"customdata": [1, 40]}]) == (1, 40)  # a pretrained model may have more heads than a link names
+    assert box_centre({"x": [0.5, 9.5], "y": [-0.5, 3.5]}) == (5.0, 1.5)
+
+
+INJECT = '''
+import runpy
+
+import streamlit as st
+
+crafted = st.session_state.pop("_crafted", None)
+if crafted is not None:
+    st.session_state.update(crafted)  # what a callback (layer switch, click, box, row) writes before the run
+runpy.run_path({page!r}, run_name="__main__")
+'''
+
+
+@pytest.mark.parametrize(("params", "crafted"), [
+    ({"mode": "Pretrained"}, [{"layer": -1}, {"layer": NAN}, {"layer": "x"}, {"layer": 10**9}, {"layer": 2.5}]),
+    ({"mode": "Pretrained", "view": "Overview"}, [{"compare": (-1,)}, {"compare": (99,)}, {"compare": ["a"]},
+                                                 {"compare": (1, NAN, 2)}, {"compare": "zz"},
+                                                 {"layer": -3, "compare": (NAN,)}]),
+    ({"view": "Lines"}, [{"pick": "q-1"}, {"pick": "qx"}, {"pick": 5}, {"head": -1}, {"head": NAN}]),
+    ({"text": " ".join(["many words"] * 200)}, [{"zoom": -8}, {"zoom": NAN}, {"zoom_k": 10**12}, {"zoom": "0"}]),
+])
+def test_crafted_values_written_by_clicks_leave_a_clean_page_and_later_reruns_fine(tmp_path, params, crafted) -> None:
+    """Each value is written into the session as the layer switch's, a click's or a box's callback would (before
+    the run, past the widgets' own checks): the page is drawn without an error, and so is the next rerun."""
+    from tests.test_app import APP
+
+    script = tmp_path / "crafted_page.py"
+    script.write_text(INJECT.format(page=str(APP)))
+    at = AppTest.from_file(str(script), default_timeout=180)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception
+    for values in crafted:
+        at.session_state["_crafted"] = values
+        at.run()
+        assert not at.exception, values
+        assert at.get("plotly_chart"), values
+        at.run()  # the next rerun too
+        assert not at.exception and at.get("plotly_chart"), values
+        for key in values:
+            assert clean(key, at.session_state[key]), (key, at.session_state[key])
+
+
+def clean(key: str, value: object) -> bool:
+    """A session value the views can use: whole numbers from 0, a tuple of them, or a token pick like q3."""
+    if key == "compare":
+        return isinstance(value, (tuple, list)) and all(clean("head", h) for h in value)
+    if key == "pick":
+        return value == "" or (isinstance(value, str) and value[0] in "qk" and value[1:].isdigit())
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

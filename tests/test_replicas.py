@@ -2,12 +2,14 @@
 
 One run of the script (module fixture, ~30 s): the page paints its heatmaps through nginx and the
 head slider works over the proxied websocket; one browser keeps one replica (its route cookie);
+a replica whose process group is killed is started again while nginx and the other replica serve;
 browsers with different cookies spread over both replicas, and nginx's access log shows every
 route on a single replica; stopping the script stops every process it started.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,6 +18,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -81,10 +84,9 @@ def alive(pids: set[int]) -> set[int]:
     return out
 
 
-@pytest.fixture(scope="module")
-def front(tmp_path_factory):
-    """bash scripts/replicas.sh 2 on free ports; yields (url, run_dir, proc, replica ports)."""
-    run_dir = tmp_path_factory.mktemp("replicas")
+@contextlib.contextmanager
+def replicas(run_dir: Path) -> Iterator[tuple[str, Path, subprocess.Popen, list[int]]]:
+    """bash scripts/replicas.sh 2 on free ports, logs in run_dir; yields (url, run_dir, proc, replica ports)."""
     port, *replica_ports = free_ports(3)
     env = {**os.environ, "PORT": str(port), "REPLICA_PORTS": " ".join(map(str, replica_ports)),
            "RUN_DIR": str(run_dir), "NGINX": NGINX, "HF_HUB_OFFLINE": "1"}
@@ -112,6 +114,13 @@ def front(tmp_path_factory):
         out.close()
 
 
+@pytest.fixture(scope="module")
+def front(tmp_path_factory):
+    """bash scripts/replicas.sh 2 on free ports; yields (url, run_dir, proc, replica ports)."""
+    with replicas(tmp_path_factory.mktemp("replicas")) as running:
+        yield running
+
+
 def access_log(run_dir: Path) -> list[dict[str, str]]:
     lines = (run_dir / "access.log").read_text().splitlines()
     rows = [m.groupdict() for m in map(LOG_LINE.search, lines) if m]
@@ -133,6 +142,18 @@ def open_page(browser, url: str, cookie: str | None = None):
 
 def route_of(context) -> str:
     return next(c["value"] for c in context.cookies() if c["name"] == "mha_viz_route")
+
+
+def replica_lines(run_dir: Path) -> dict[int, tuple[int, int]]:
+    """RUN_DIR/replicas: index -> (port, pid)."""
+    rows = [line.split() for line in (run_dir / "replicas").read_text().splitlines() if line.strip()]
+    return {int(i): (int(port), int(pid)) for i, port, pid, _ in rows}
+
+
+def answers(url: str, cookie: str | None = None) -> int:
+    request = urllib.request.Request(url, headers={"Cookie": f"mha_viz_route={cookie}"} if cookie else {})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return r.status
 
 
 def test_two_replicas_behind_nginx(front) -> None:
@@ -207,3 +228,48 @@ def test_two_replicas_behind_nginx(front) -> None:
     for p in [int(url.rsplit(":", 1)[1]), *replica_ports]:
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", p)) != 0, f"port {p} still answers"
+
+
+def test_a_replica_that_dies_is_started_again_while_nginx_and_the_other_keep_serving(tmp_path) -> None:
+    """Kill one replica's process group: the script stays, nginx answers every browser (its cookies hash to
+    both replicas) from the other replica, and the dead one is started again on its port and is healthy.
+    A run of its own: nginx's log of the failed-over requests names two upstreams a line."""
+    with replicas(tmp_path) as running:
+        kill_a_replica_and_see_it_back(*running)
+
+
+def kill_a_replica_and_see_it_back(url: str, run_dir: Path, proc: subprocess.Popen, replica_ports: list[int]) -> None:
+    (port, pid) = replica_lines(run_dir)[1]
+    assert port == replica_ports[0]
+    group = descendants(pid) | {pid}
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, f"replicas.sh exited:\n{(run_dir / 'script.out').read_text()}"
+        for i in range(8):  # browsers whose cookies hash to either replica: all served
+            assert answers(f"{url}/", f"{i:032x}") == 200
+        assert answers(f"{url}/_stcore/health") == 200
+        new_port, new_pid = replica_lines(run_dir)[1]
+        if new_pid != pid:
+            try:
+                if answers(f"http://127.0.0.1:{port}/_stcore/health") == 200:
+                    break
+            except OSError:
+                pass  # started, not listening yet
+        assert time.monotonic() < deadline, f"replica 1 not back in 120 s:\n{(run_dir / 'script.out').read_text()}"
+        time.sleep(0.5)
+    assert new_port == port and alive(group) == set()  # the old group is gone, the new one serves on the same port
+    assert replica_lines(run_dir)[2][1] in descendants(proc.pid)  # the other replica was never stopped
+    assert f"replica 1 (pid {pid}) exited" in (run_dir / "script.out").read_text()
+    # nginx sends browsers to the restarted replica again
+    served_by_it = re.compile(rf'"GET / HTTP/1.1" 200 .* upstream=127\.0\.0\.1:{port} route=')
+    deadline = time.monotonic() + 60
+    while True:
+        before = len((run_dir / "access.log").read_text().splitlines())
+        for i in range(32):
+            assert answers(f"{url}/", f"{i:032x}") == 200
+        time.sleep(0.5)
+        if any(map(served_by_it.search, (run_dir / "access.log").read_text().splitlines()[before:])):
+            break
+        assert time.monotonic() < deadline, "nginx never sent a request to the restarted replica"
+        time.sleep(1)

@@ -134,11 +134,16 @@ def lines_figure(
 
 
 def picked_token(points: Sequence[dict]) -> tuple[str, int] | None:
-    """The token a click on lines_figure picked, from a Plotly selection's points: ("query" | "key", position)."""
-    for point in points:
-        custom = point.get("customdata")
+    """The token a click on lines_figure picked, from a Plotly selection's points: ("query" | "key", position);
+    None for anything else a (crafted) browser sends: values are checked like URL values."""
+    from ..params import MAX_LONG_TOKENS, client_int
+
+    for point in points if isinstance(points, (list, tuple)) else ():
+        custom = point.get("customdata") if isinstance(point, dict) else None
         if isinstance(custom, (list, tuple)) and len(custom) == 2 and custom[0] in ("query", "key"):
-            return str(custom[0]), int(custom[1])
+            position = client_int(custom[1], 0, MAX_LONG_TOKENS - 1)
+            if position is not None:
+                return str(custom[0]), position
     return None
 
 

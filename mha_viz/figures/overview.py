@@ -52,10 +52,15 @@ def overview_figure(attentions: np.ndarray, *, selected: tuple[int, int] | None 
     return go.Figure({"data": traces, "layout": layout})
 
 
-def picked_head(points: list[dict]) -> tuple[int, int] | None:
-    """(layer, head) of the thumbnail a click on overview_figure landed on, from a Plotly selection's points."""
-    for point in points:
-        custom = point.get("customdata")
+def picked_head(points: object) -> tuple[int, int] | None:
+    """(layer, head) of the thumbnail a click on overview_figure landed on, from a Plotly selection's points;
+    None for anything else a (crafted) browser sends: values are checked like URL values."""
+    from ..params import MAX_CLICKED_HEADS, MAX_LAYERS, client_int
+
+    for point in points if isinstance(points, (list, tuple)) else ():
+        custom = point.get("customdata") if isinstance(point, dict) else None
         if isinstance(custom, (list, tuple)) and len(custom) == 2:
-            return int(custom[0]), int(custom[1])
+            layer, head = client_int(custom[0], 0, MAX_LAYERS - 1), client_int(custom[1], 0, MAX_CLICKED_HEADS - 1)
+            if layer is not None and head is not None:
+                return layer, head
     return None

@@ -40,7 +40,7 @@ from ..figures.analysis import (
 from ..figures.generation import head_scores_figure, logit_attribution_figure
 from ..figures.overview import picked_head
 from ..hosting import FULL_SIZE
-from ..params import COMPARE_WITH, DETECTORS, SECTIONS
+from ..params import COMPARE_WITH, DETECTORS, SECTIONS, client_int
 from ..pretrained.errors import ModelLoadError
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
@@ -154,8 +154,10 @@ def _head_statistics(trace: AttentionTrace, special: Collection[str | int], name
                   for column, text in STAT_HELP.items()}
         event = st.dataframe(stats.columns(), key="analysis_stats", on_select="rerun", selection_mode="single-row",
                              hide_index=True, column_config=config)
-    if event.selection.rows:  # a picked row opens its head (and a shared link remembers it as `head`)
-        st.session_state["head"] = min(event.selection.rows[0], trace.num_heads - 1)
+    rows = event.selection.rows
+    picked = client_int(rows[0], 0, trace.num_heads - 1) if isinstance(rows, list) and rows else None
+    if picked is not None:  # a picked row opens its head (and a shared link remembers it as `head`)
+        st.session_state["head"] = picked
     head = st.session_state.get("head", 0)
     with right:
         chart(heads_figure(trace, [head], cols=1, cell_px=22, title=f"head {head}"), "analysis_stats_head",

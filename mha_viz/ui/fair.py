@@ -1,55 +1,180 @@
 """Fair sharing of the server: heavy work (training, model passes over long texts, generation, knockout
 rankings, head detectors) runs one request at a time, so a light page of another session never competes
-with more than one heavy request for the CPU and the interpreter; the others wait their turn, and say so.
+with more than one heavy request for the CPU and the interpreter; the others wait their turn, in order of
+arrival, and say whose work they wait for.
+
+On a public demo (limit_waiting) a visitor has at most one heavy request waiting (besides one running), and a
+request that would wait behind more than the Budget's max_wait_seconds of others' estimated work is refused
+with a "too busy, try again" message instead of queueing: a visitor's heavy page never waits behind more
+than that much of other visitors' work.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from .pandas_guard import import_pandas
 
-_HEAVY = threading.Semaphore(1)  # one per server process: this module is imported once
-_waiting = 0  # heavy requests waiting now (for the message)
-_lock = threading.Lock()
+DEFAULT_SECONDS = 3.0  # estimated CPU seconds of a heavy request whose cost is not known (a generation, a knockout)
+POLL = 0.5  # seconds between two updates of a waiting request's message (each is a point where a rerun stops it)
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One heavy request: whose (session, visitor), its estimated seconds, and when it started running."""
+
+    session: str
+    visitor: str
+    seconds: float
+    started: float | None = None
+    arrived: float = field(default_factory=time.monotonic)
+
+    def left(self, now: float) -> float:
+        """Estimated seconds of work still to do."""
+        return self.seconds if self.started is None else max(0.0, self.seconds - (now - self.started))
+
+
+_turn = threading.Condition()  # guards _running and _queue; notified when the turn is released
+_running: list[Ticket] = []  # the one request holding the turn (empty: free)
+_queue: list[Ticket] = []  # requests waiting, first come first served
+_max_wait: list[float | None] = [None]  # limit_waiting's bound (None: every request waits its turn)
 _held = threading.local()  # this thread already holds the turn (heavy work inside heavy work)
 
 
-@contextmanager
-def heavy(what: str) -> Iterator[None]:
-    """Run the block as heavy work: at once if no other session's heavy work runs, else after it (with a message).
+class TooBusy(RuntimeError):
+    """A heavy request refused rather than queued (its message says why and what to do)."""
 
-    Nested heavy blocks of one thread share its turn. The turn is released however the block ends, even
-    when Streamlit stops the run (the user changed something) while it waits or works.
+
+def limit_waiting(max_wait_seconds: float | None) -> None:
+    """From now on refuse a heavy request that would wait behind more than max_wait_seconds of others' estimated
+    work, or that a visitor asks for while another of theirs already waits (None: no limit, a local install)."""
+    _max_wait[0] = max_wait_seconds
+
+
+def _whose() -> tuple[str, str]:
+    """(session id, visitor id) of the running script: the visitor is the browser (its Streamlit cookie), so a
+    second tab counts as the same visitor; without cookies (a crafted client, tests) the session."""
+    ctx = get_script_run_ctx()
+    session = ctx.session_id if ctx is not None else f"thread-{threading.get_ident()}"
+    cookie = None
+    if ctx is not None:
+        try:
+            cookie = st.context.cookies.get("_streamlit_xsrf") or st.context.cookies.get("mha_viz_route")
+        except Exception:  # noqa: BLE001 - no request behind this run (AppTest): the session stands for the visitor
+            cookie = None
+    visitor = hashlib.sha256(cookie.encode()).hexdigest()[:16] if isinstance(cookie, str) and cookie else session
+    return session, visitor
+
+
+def refusal(ticket: Ticket, now: float) -> str | None:
+    """Why ticket is refused rather than queued (under _turn), or None: it may wait."""
+    limit = _max_wait[0]
+    if limit is None:
+        return None
+    if any(t.visitor == ticket.visitor and t.session != ticket.session for t in _queue):
+        return ("You already have a heavy page waiting its turn (in another tab); this one was not queued, so that "
+                "others get their turn too. Try again once that page has been drawn.")
+    ahead = sum(t.left(now) for t in _running + _queue if t.visitor != ticket.visitor)
+    if ahead > limit:
+        return (f"This demo is busy: about {ahead:.0f} s of other visitors' heavy work is queued, more than the "
+                f"{limit:.0f} s a page may wait. Try again in a minute (or change a setting to retry now).")
+    return None
+
+
+def waiting_message(what: str, ticket: Ticket, now: float) -> str:
+    """What a waiting request shows (under _turn): whose work is ahead of it (this visitor's own earlier
+    requests, other visitors' requests), how much, and how long it has waited."""
+    ahead = _running + _queue[: _queue.index(ticket)]
+    own = sum(t.visitor == ticket.visitor for t in ahead)
+    others = len(ahead) - own
+    parts = []
+    if own:
+        parts.append("your own earlier request" if own == 1 else f"{own} of your own earlier requests")
+    if others:
+        parts.append("another visitor's heavy request" if others == 1 else f"{others} other visitors' heavy requests")
+    seconds = sum(t.left(now) for t in ahead)
+    return (f"{what}: waiting for {' and '.join(parts)} to finish (about {seconds:.0f} s of work ahead, waited "
+            f"{now - ticket.arrived:.0f} s; one heavy request runs at a time so that every page stays quick)…")
+
+
+def _take_turn(what: str, ticket: Ticket) -> None:
+    """Wait (with a message that says for whom) until ticket is first in line and the turn is free; take it.
+
+    TooBusy when the request is refused rather than queued. The message is redrawn every POLL seconds: each
+    redraw is a point where Streamlit stops this run when the visitor has changed something meanwhile (the
+    caller then gives the ticket up: _release).
     """
-    global _waiting
+    with _turn:
+        if not _running and not _queue:
+            ticket.started = time.monotonic()
+            _running.append(ticket)
+            return
+        reason = refusal(ticket, time.monotonic())
+        if reason is not None:
+            raise TooBusy(reason)
+        _queue.append(ticket)
+    slot = st.empty()
+    while True:
+        with _turn:
+            if not _running and _queue[0] is ticket:
+                _queue.pop(0)
+                ticket.started = time.monotonic()
+                _running.append(ticket)
+                break
+            message = waiting_message(what, ticket, time.monotonic())
+        slot.info(message, icon=":material/hourglass_top:")
+        with _turn:
+            _turn.wait(POLL)
+    slot.empty()
+
+
+def _release(ticket: Ticket) -> None:
+    """ticket out of the line or the turn, wherever it is; the next in line is woken."""
+    with _turn:
+        for place in (_queue, _running):
+            if ticket in place:
+                place.remove(ticket)
+        _turn.notify_all()
+
+
+@contextmanager
+def heavy(what: str, seconds: float = DEFAULT_SECONDS) -> Iterator[None]:
+    """Run the block as heavy work: at once if no other heavy work runs or waits, else after the requests ahead
+    of it (with a message saying whose they are). seconds: the block's estimated CPU seconds (for the bound of
+    limit_waiting and the messages).
+
+    Nested heavy blocks of one thread share its turn. The turn (or the place in line) is given up however the
+    block ends, even when Streamlit stops the run (the user changed something) while it waits or works. A request
+    refused under limit_waiting shows why and stops this run (st.stop), drawing nothing more.
+    """
     import_pandas()  # a long run must not keep others from importing it (pandas_guard)
     if getattr(_held, "turn", False):
         yield
         return
-    acquired = _HEAVY.acquire(blocking=False)
+    ticket = Ticket(*_whose(), seconds=seconds)
     try:
-        if not acquired:
-            with _lock:
-                _waiting += 1
-                ahead = _waiting
-            try:
-                with st.spinner(f"{what}: waiting for another session's heavy request to finish "
-                                f"({ahead} waiting, one runs at a time so that every page stays quick)…"):
-                    acquired = _HEAVY.acquire()
-            finally:
-                with _lock:
-                    _waiting -= 1
-        _held.turn = True
+        _take_turn(what, ticket)
+    except TooBusy as err:
+        st.warning(str(err), icon=":material/hourglass_disabled:")
+        st.stop()
+        raise  # outside a Streamlit run st.stop does nothing: the caller gets TooBusy
+    except BaseException:
+        _release(ticket)
+        raise
+    _held.turn = True
+    try:
         yield
     finally:
         _held.turn = False
-        if acquired:
-            _HEAVY.release()
+        _release(ticket)
 
 
 def leave_a_core_free() -> None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 import streamlit as st
+
+from ..params import MAX_LAYERS, client_int
 
 MAX_BYTES = 8 * 2**20  # larger stacks (e.g. 32 layers x 32 heads at 128 tokens) switch through the server
 NAN = 65535
@@ -67,13 +69,19 @@ def fits(stack_shape: tuple[int, ...]) -> bool:
     return 2 * int(np.prod(stack_shape)) <= MAX_BYTES
 
 
+def picked_layer(value: object) -> int | None:
+    """The layer the component's value names, or None for anything else a (crafted) browser sends (negative,
+    NaN, huge, a string, another type): checked like the URL's layer."""
+    return client_int(value.get("layer") if isinstance(value, Mapping) else None, 0, MAX_LAYERS - 1)
+
+
 def layer_buttons(payload: bytes, layer: int, chart: str, key: str, on_change: Callable[[int], None]) -> None:
     """Layer buttons above the chart with key `chart` (its heatmaps: every head of the layer shown);
     on_change(layer) runs on the server once the clicks pause."""
     def changed() -> None:
-        picked = st.session_state[key].get("layer")
+        picked = picked_layer(st.session_state.get(key))
         if picked is not None:
-            on_change(int(picked))
+            on_change(picked)
 
     _component(data=with_header(payload, active=layer, chart=chart, param="layer", thumbnails=None), key=key,
                on_layer_change=changed)

@@ -12,7 +12,7 @@ import time
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 
-from ..hosting import budget, is_public
+from ..hosting import ModelRefusedError, budget, hub_model_bytes, is_public
 from ..pretrained import INDUCTION_MODEL, InvalidModelNameError, ModelDownloadError, PretrainedModel, load_model
 from ..pretrained.loading import import_model_code
 from .pandas_guard import import_pandas
@@ -42,6 +42,24 @@ def download_error(name: str, folders: bool, max_tokens: int | None) -> str | No
     except (ModelDownloadError, InvalidModelNameError) as err:
         return str(err)
     return None
+
+
+@st.cache_data(ttl=300, max_entries=64, show_spinner=False)
+def model_bytes(name: str) -> int | str:
+    """hosting.hub_model_bytes(name), or why it cannot be learnt: remembered for 5 minutes, so that the hub is
+    not asked again on every rerun (nor waited for, when it does not answer)."""
+    try:
+        return hub_model_bytes(name)
+    except ValueError as err:  # ModelRefusedError, or a name that is no hub id
+        return str(err)
+
+
+def model_size(name: str) -> int:
+    """model_bytes(name); ModelRefusedError when its size cannot be learnt."""
+    size = model_bytes(name)
+    if isinstance(size, str):
+        raise ModelRefusedError(size)
+    return size
 
 
 BROWSER_PAINT = 1.5  # seconds a browser takes to paint a first page after its script has run (this machine: ~1 s)

@@ -6,7 +6,7 @@ from dataclasses import fields
 
 import streamlit as st
 
-from ..params import DEFAULTS, TEXT_CAPS, ViewState, parse_query, to_query
+from ..params import CLICKED_FIELDS, DEFAULTS, TEXT_CAPS, ViewState, checked_field, parse_query, to_query
 from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
 
 FIELDS = tuple(f.name for f in fields(ViewState))
@@ -24,6 +24,8 @@ def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
         for name in FIELDS:
             if name in st.session_state:
                 value = st.session_state[name]
+                if name in CLICKED_FIELDS:  # what a click wrote: checked like a URL value (a crafted client)
+                    value = checked_field(name, value)
                 st.session_state[name] = value[: TEXT_CAPS[name]] if name in TEXT_CAPS and isinstance(value, str) else value
     else:
         state, notices = parse_query(st.query_params.to_dict(), ignore=extra_keys)

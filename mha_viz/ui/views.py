@@ -31,6 +31,7 @@ from ..figures.overview import picked_head
 from ..figures.steps import score_parts_figure
 from ..formulas import formulas
 from ..long import LongTrace
+from ..params import MAX_LONG_TOKENS, client_number
 from ..trace import AttentionTrace
 from .pandas_guard import guarded
 from .state import current, write_url
@@ -135,12 +136,25 @@ def _zoom_to_selection() -> None:
     selection = event.selection if event is not None else None
     if not selection:
         return
-    boxes = [b for b in selection.get("box", []) if len(b.get("x", ())) == 2 and len(b.get("y", ())) == 2]
+    boxes = [box_centre(b) for b in selection.get("box", []) or ()] if isinstance(selection, dict) else []
+    boxes = [b for b in boxes if b is not None]
     if not boxes:
         return
-    x, y = sum(boxes[-1]["x"]) / 2, sum(boxes[-1]["y"]) / 2
+    x, y = boxes[-1]
     half = MAX_CELLS_PER_SIDE // 2
     st.session_state["zoom"], st.session_state["zoom_k"] = max(0, round(y) - half), max(0, round(x) - half)
+
+
+def box_centre(box: object) -> tuple[float, float] | None:
+    """(x, y) centre of a box drawn on a chart, from Plotly's selection; None for anything else a (crafted) browser
+    sends (values that are not finite numbers within the longest input's positions)."""
+    if not isinstance(box, dict):
+        return None
+    x, y = box.get("x"), box.get("y")
+    if not (isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)) and len(x) == len(y) == 2):
+        return None
+    ends = [client_number(v, -1.0, float(MAX_LONG_TOKENS)) for v in (*x, *y)]
+    return None if None in ends else ((ends[0] + ends[1]) / 2, (ends[2] + ends[3]) / 2)
 
 
 def long_heads_view(trace: LongTrace, name: str, reload: Callable[[], LongTrace]) -> None:
