@@ -118,7 +118,20 @@ def test_a_cache_holding_fewer_keys_than_a_known_window_is_refused_not_mislabell
     placed = placed_rows(rows, 9, (None, 4))
     assert placed.shape == (2, 2, 9) and not placed[1, :, :5].any()
     assert torch.equal(placed[1, :, 5:], rows[1][0, :, -1]) and torch.equal(placed[0], rows[0][0, :, -1])
-    with pytest.raises(RuntimeError, match="layer 1 returned 4 keys for 9 positions: the cache"):
+    with pytest.raises(ValueError, match="layer 1 returned 4 keys for 9 positions: the cache"):
         placed_rows(rows, 9, (None, None))  # no window known: the row's keys cannot be told
-    with pytest.raises(RuntimeError, match="layer 1 returned 4 keys for 9 positions with a sliding window of 6"):
+    with pytest.raises(ValueError, match="layer 1 returned 4 keys for 9 positions with a sliding window of 6"):
         placed_rows(rows, 9, (None, 6))  # fewer keys than the window
+
+
+@pytest.mark.parametrize("name", ["mistral", "qwen2", "qwen3", "phi3", "gpt_neo"])  # adapted: attribution available
+def test_the_logit_attribution_of_a_windowed_step_adds_up_to_the_models_logit(tokenizer, name):
+    lm = build(FAMILIES[name][0]())
+    m = PretrainedModel(lm, tokenizer)
+    g = m.generate(PROMPT, NEW)
+    ids = g.input_ids(NEW - 1)  # 14 tokens: the predicting query sees only the last 4 on windowed layers
+    dla = m.logit_attribution(ids=ids, token=g.steps[-1].token_id)
+    with torch.no_grad():
+        logit = lm(input_ids=torch.tensor([list(ids)]), use_cache=False).logits[0, -1, g.steps[-1].token_id]
+    assert abs(dla.logit - float(logit)) <= 1e-5 and abs(dla.total - dla.logit) <= 1e-5
+    assert g.steps[-1].token_id == int(np.argmax(g.steps[-1].probs))

@@ -162,7 +162,7 @@ def placed_rows(attentions: Sequence[Tensor], keys: int, windows: Sequence[int |
         if held != keys:
             window = windows[layer] if layer < len(windows) else None
             if window is None or held > keys or held < min(window, keys):
-                raise RuntimeError(
+                raise ValueError(
                     f"layer {layer} returned {held} keys for {keys} positions"
                     + ("" if window is None else f" with a sliding window of {window}")
                     + ": the cache does not hold what mha-viz expects, so the row cannot be labelled"
@@ -193,7 +193,8 @@ def generate(
     """Let model write up to max_new_tokens tokens after prompt; see the module docstring.
 
     ValueError for a model without a causal LM head, bad arguments, or when prompt + max_new_tokens
-    would not fit the model's positions (model.max_tokens); the prompt is never truncated.
+    would not fit the model's positions (model.max_tokens); the prompt is never truncated. ValueError too when
+    a layer's cache returns fewer keys than its sliding window explains (its row's keys could not be labelled).
     """
     reason = model.next_token_unavailable
     if reason is not None:
