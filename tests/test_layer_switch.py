@@ -167,6 +167,50 @@ def test_a_layer_button_repaints_before_the_server_hears_and_the_server_agrees(s
     assert errors == []
 
 
+FIXED_JS = """(key) => document.querySelector(`.st-key-${key} .js-plotly-plot`).calcdata.map(
+    c => c[0].z.map(r => Array.from(r, v => Number.isNaN(v) ? 'NaN' : v.toFixed(3))))"""
+HOVER_JS = """(head, row, col) => {
+    // Plotly's own hover label of one cell of the heads chart ("... weight 0.123 ...")
+    const gd = document.querySelector('.st-key-heads .js-plotly-plot'), trace = gd.data[head];
+    window.Plotly.Fx.hover(gd, {xval: col, yval: row}, trace.xaxis + trace.yaxis);
+    return gd.querySelector('.hoverlayer').textContent;
+}"""
+
+
+@needs_chromium
+def test_hover_after_a_layer_click_shows_the_servers_three_decimals(server: str, browser, minilm_traces) -> None:
+    """Before the server's rerun, every cell's hover value (%{z:.3f}, toFixed(3)) is the one the server's chart
+    then shows, also on the cells whose nearest uint16 code would decode to other digits."""
+    stack = layer_stack(minilm_traces)[3]  # (H, t, s): layer 3, as the server draws it
+    full = layer_stack(minilm_traces)
+    lo, hi = min(float(np.nanmin(full)), 0.0), float(np.nanmax(full))  # as pack() finds them
+    step = (hi - lo) / 65534
+    nearest = (lo + np.rint((stack.astype(np.float64) - lo) / step) * step).astype(np.float32)  # (H, t, s)
+    tricky = np.argwhere(to_fixed_3(nearest) != to_fixed_3(stack))  # the nearest code would show other digits
+    assert len(tricky) > 3
+    head, row, col = (int(i) for i in tricky[0])
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{server}/?mode=Pretrained")
+        wait_for_heatmaps(page, 12, timeout=180)
+        page.get_by_role("button", name="3", exact=True).wait_for()
+        page.wait_for_timeout(1000)
+        # one synchronous call: the click repaints, then the hover and the digits are read before any rerun
+        label, client = page.evaluate(f"""() => {{ ({SWITCH_JS})(3);
+            return [({HOVER_JS})({head}, {row}, {col}), ({FIXED_JS})('heads')]; }}""")
+        page.wait_for_function("() => document.querySelector('[data-testid=\"stSliderThumbValue\"]').innerText === '3'",
+                               timeout=60_000)  # the server reran at layer 3
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+        page.wait_for_timeout(500)
+        served = page.evaluate(FIXED_JS, "heads")
+        assert np.array_equal(np.array(served), to_fixed_3(stack))  # the server drew this stack
+        assert np.array_equal(np.array(client), np.array(served))  # every cell's 3 decimals, before the rerun
+        assert f"weight {to_fixed_3(stack)[head, row, col]}" in label  # Plotly's hover shows them
+        assert to_fixed_3(stack)[head, row, col] != to_fixed_3(nearest)[head, row, col]
+    finally:
+        page.close()
+
+
 HREFS_JS = "(key) => [...document.querySelectorAll(`.st-key-${key} .heatmaplayer image`)].map(e => e.getAttribute('href'))"
 CELLS_JS = """async ([hrefs, rows, cols]) => {
     // Heatmap images sampled at each cell's centre: [heads][rows * cols][r, g, b]
