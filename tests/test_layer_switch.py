@@ -101,7 +101,8 @@ def test_the_browsers_values_keep_the_stated_bound_and_the_hovers_three_decimals
         if name != "near half thousandths":  # elsewhere only cells within a step of a half thousandth move
             assert 0 < moved.mean() <= step / 0.001, name
         assert np.array_equal(to_fixed_3(values), to_fixed_3(stack)), name  # the hover shows the server's digits
-    assert layer_switch.hover_digits(np.float32([0.0005, 0.0015, 0.0024999, -0.0004, 1.0])).tolist() == [1, 2, 2, 0, 1000]
+    digits = layer_switch.hover_digits(np.float32([0.0005, 0.0015, 0.0024999, -0.0004, -0.0126, 1.0]))
+    assert digits.tolist() == [1, 2, 2, 0, -13, 1000]  # float32(0.0005) is just above a half thousandth
 
 
 def test_the_stack_refuses_layers_of_different_shapes(minilm_traces) -> None:

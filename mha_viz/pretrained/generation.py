@@ -9,9 +9,10 @@ distribution its token was drawn from and the attention of the query that predic
     attentions_t[l, h, j] = weight on key j of the query that produced logits_t (the last position), in layer l,
               head h; keys j: the prompt, then generated[:t]  ->  [layers, heads, len(prompt) + t]
     sliding windows: a windowed layer l (windows[l] = w, not None) lets a query see only itself and the w - 1 keys
-              before it; transformers' cache keeps only those on such a layer, so the model returns fewer keys.
-              Each row is put back at its keys' positions (the cache keeps them in order, the newest last) and
-              is 0 outside the window, as in a forward pass without a cache.
+              before it. transformers' cache keeps only those on such a layer (Mistral, Qwen2, Gemma2, ...; GPT-Neo
+              keeps every key and masks), so the model returns fewer keys. Each row is put back at its keys'
+              positions (the cache keeps them in order, the newest last) and is 0 outside the window, as in a
+              forward pass without a cache.
 Generation stops after max_new_tokens tokens, or right after an end-of-sequence token of the model's
 generation_config (kept in the output), as transformers' generate() does.
 """

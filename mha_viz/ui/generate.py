@@ -150,8 +150,9 @@ def _outside_window(gen: Generation, step: int) -> str:
     parts = [f"layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}: a window of {window} keys, so the "
              f"{count} earliest key{'s are' if count > 1 else ' is'} outside it (weight 0)"
              for (window, count), layers in sorted(by_window.items())]
-    return ("**Sliding window.** A query on a windowed layer sees only itself and the keys just before it; the KV "
-            "cache keeps only those, and the row above puts them at their real positions. " + "; ".join(parts) + ".")
+    return ("**Sliding window.** On a windowed layer a query sees only itself and the keys just before it: the "
+            "others get weight 0 (the KV cache may not even keep them), and the row above puts every weight at its "
+            "real key. " + "; ".join(parts) + ".")
 
 
 def _attribution(source: ModelSource, gen: Generation, step: int, name: str) -> None:
