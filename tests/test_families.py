@@ -524,6 +524,28 @@ def test_a_multimodal_model_is_refused(tokenizer):
         PretrainedModel(AutoModel.from_config(config, attn_implementation="eager"), tokenizer)
 
 
+BANDED = {  # attention weights reported as [query, offset in the window]: a 5-token text would pass as 5 x 5
+    "longformer": lambda: tf.LongformerConfig(vocab_size=V, attention_window=4, **{**SMALL, "pad_token_id": 1}),
+    "led": lambda: tf.LEDConfig(vocab_size=V, attention_window=4, **ENC_DEC),
+}
+
+
+@pytest.mark.parametrize("name", BANDED)
+def test_banded_attention_is_refused_not_mislabelled(tokenizer, tmp_path, name):
+    model = AutoModel.from_config(BANDED[name](), attn_implementation="eager")
+    with torch.no_grad():
+        banded = model(input_ids=torch.tensor([[101, 2417, 4419, 14523, 102]]), output_attentions=True)
+    weights = (banded.encoder_attentions if name == "led" else banded.attentions)[0][0]  # (H, 5, window + 1)
+    assert weights.shape == (4, 5, 5) and not (weights[:, 0, :2] > 0).any()  # not keys: offsets -2 ... +2
+    message = f"'{name}' reports its attention weights as bands around each token"
+    with pytest.raises(ModelLoadError, match=message):
+        PretrainedModel(model, tokenizer)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(tmp_path)
+
+
 @pytest.mark.parametrize("name", ["deberta-v2", "bloom", "t5"])
 def test_the_score_parts_figure_adds_up_to_the_scores(traced, name):
     for text, part, layer, t, _ in traced(name):
