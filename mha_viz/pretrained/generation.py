@@ -134,15 +134,22 @@ def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, t
         raise ValueError(f"seed must be an integer, got {seed!r}")
 
 
+ATTENTION_KINDS = ("full_attention", "sliding_attention")  # layer_types of layers that report attention weights
+
+
 def sliding_windows(config: object, num_layers: int) -> tuple[int | None, ...]:
-    """Each layer's sliding window (None: full causal attention), as transformers' configs state it: layer_types
-    ("sliding_attention" layers take sliding_window), else sliding_window on every layer where the config uses it
-    (Mistral, Phi-3, Starcoder2; Qwen's use_sliding_window), else GPT-Neo's "local" layers of window_size."""
+    """Each attention layer's sliding window (None: full causal attention), as transformers' configs state it:
+    layer_types ("sliding_attention" layers take sliding_window; other kinds, e.g. a hybrid's convolutions, report
+    no weights), else sliding_window on every layer where the config uses it (Mistral, Phi-3, Starcoder2; Qwen's
+    use_sliding_window), else GPT-Neo's "local" layers of window_size."""
     config = getattr(config, "get_text_config", lambda: config)()
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:
-        return tuple(window if kind == "sliding_attention" else None for kind in layer_types[:num_layers])
+        kinds = [kind for kind in layer_types if kind in ATTENTION_KINDS]  # hybrids: the attention layers only
+        if len(kinds) == num_layers:
+            return tuple(window if kind == "sliding_attention" else None for kind in kinds)
+        return (None,) * num_layers  # unknown: placed_rows refuses a row its window would have to explain
     if window is not None and getattr(config, "use_sliding_window", True):
         return (int(window),) * num_layers
     local = getattr(config, "attention_layers", None)
