@@ -1,8 +1,9 @@
 """generate() on sliding-window models: once the prompt and the new tokens outgrow the window, transformers' cache
 keeps only the newest keys on windowed layers. Every step's row must still be the model's own row of a forward pass
 without a cache (eager, output_attentions) over the whole sequence, at the real key positions, 0 outside the window;
-Generation.windows says which layers are windowed. Tiny random models of every windowed family transformers offers
-among the text decoders mha-viz reads (adapted and generic), window 4, prompt + new tokens = 14 keys."""
+Generation.windows says which layers are windowed. Tiny random models of 28 windowed text decoders of transformers
+(adapted and generic; all layouts: every layer, alternating, Qwen's max_window_layers, hybrids), window 4, prompt +
+new tokens = 14 keys."""
 
 from __future__ import annotations
 
