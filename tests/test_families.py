@@ -447,6 +447,35 @@ def test_other_text_architectures_get_concat_head_outputs_W_O_and_output(models,
     assert np.abs(changed - m.final_hidden(TEXTS[0], part=m.parts[0], **texts(m))).max() > 1e-3
 
 
+PADDING_OFFSET = {  # generic architectures whose position ids start after the padding index, as RoBERTa's do
+    "mpnet": lambda: tf.MPNetConfig(vocab_size=V, **SMALL),  # padding_idx 1, fixed in the model's code
+    "camembert": lambda: tf.CamembertConfig(vocab_size=V, **{**SMALL, "pad_token_id": 3}),
+    "xlm-roberta-xl": lambda: tf.XLMRobertaXLConfig(vocab_size=V, **{**SMALL, "pad_token_id": 1}),
+    "data2vec-text": lambda: tf.Data2VecTextConfig(vocab_size=V, **{**SMALL, "pad_token_id": 1}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PADDING_OFFSET)
+def test_padding_offset_positions_fit_at_the_maximum_and_equal_the_model(tokenizer, name):
+    """Positions padding_idx + 1 ... : the longest input the model can embed is max_position_embeddings - padding_idx
+    - 1 tokens; a text cut there must be traced, and its weights must be the model's own output_attentions."""
+    model = build(PADDING_OFFSET[name]())
+    m = PretrainedModel(model, tokenizer)
+    pad = 1 if name == "mpnet" else model.config.pad_token_id
+    assert m.max_tokens == 64 - pad - 1 and isinstance(m.adapter, GenericAdapter)
+    text = "the quick brown fox " * 40
+    ids = tokenizer(text, truncation=True, max_length=m.max_tokens)["input_ids"]
+    assert len(m.tokens(text)) == len(ids) == m.max_tokens and pad not in ids
+    with torch.no_grad():
+        own = model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    for layer in range(2):
+        t = m.trace(text, layer)
+        assert t.weights.shape == (4, m.max_tokens, m.max_tokens)
+        np.testing.assert_array_equal(t.weights, own[layer][0].numpy())
+    with pytest.raises((IndexError, RuntimeError)):  # one more token is past the table: the limit is exact
+        model(input_ids=torch.tensor([[*ids, ids[-1]]]))
+
+
 def test_the_generic_path_is_the_real_output_projection(models):
     """GPT-J's out_proj, found by looking, is the module the model itself calls after its attention."""
     m = models["gptj"]
@@ -493,6 +522,28 @@ def test_a_multimodal_model_is_refused(tokenizer):
                                           "intermediate_size": 64, "image_size": 32, "patch_size": 8})
     with pytest.raises(ModelLoadError, match="'clip' is a multimodal model \\(its config has vision_config\\)"):
         PretrainedModel(AutoModel.from_config(config, attn_implementation="eager"), tokenizer)
+
+
+BANDED = {  # attention weights reported as [query, offset in the window]: a 5-token text would pass as 5 x 5
+    "longformer": lambda: tf.LongformerConfig(vocab_size=V, attention_window=4, **{**SMALL, "pad_token_id": 1}),
+    "led": lambda: tf.LEDConfig(vocab_size=V, attention_window=4, **ENC_DEC),
+}
+
+
+@pytest.mark.parametrize("name", BANDED)
+def test_banded_attention_is_refused_not_mislabelled(tokenizer, tmp_path, name):
+    model = AutoModel.from_config(BANDED[name](), attn_implementation="eager")
+    with torch.no_grad():
+        banded = model(input_ids=torch.tensor([[101, 2417, 4419, 14523, 102]]), output_attentions=True)
+    weights = (banded.encoder_attentions if name == "led" else banded.attentions)[0][0]  # (H, 5, window + 1)
+    assert weights.shape == (4, 5, 5) and not (weights[:, 0, :2] > 0).any()  # not keys: offsets -2 ... +2
+    message = f"'{name}' reports its attention weights as bands around each token"
+    with pytest.raises(ModelLoadError, match=message):
+        PretrainedModel(model, tokenizer)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(tmp_path)
 
 
 @pytest.mark.parametrize("name", ["deberta-v2", "bloom", "t5"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +22,19 @@ SENTENCE = "The animal didn't cross the street because it was too tired"
 
 
 def decode(payload: bytes) -> tuple[dict, np.ndarray]:
-    """What layer_switch.js decodes: the header and the [L, H, t, s] values (NaN where 65535)."""
+    """What layer_switch.js decodes: the header and the [L, H, t, s] values (NaN where 65535), as it computes them
+    (step = (hi - lo) / 65534, lo + v * step in float64) and keeps them (a Float32Array)."""
     (n,) = struct.unpack_from("<I", payload)
     meta = json.loads(payload[4:4 + n])
     q = np.frombuffer(payload[4 + n:], dtype="<u2").reshape(meta["layers"], meta["heads"], meta["rows"], meta["cols"])
-    values = meta["lo"] + q.astype(np.float64) * (meta["hi"] - meta["lo"]) / 65534
-    return meta, np.where(q == 65535, np.nan, values)
+    values = (meta["lo"] + q.astype(np.float64) * ((meta["hi"] - meta["lo"]) / 65534)).astype(np.float32)
+    return meta, np.where(q == 65535, np.float32(np.nan), values)
+
+
+def to_fixed_3(values: np.ndarray) -> np.ndarray:
+    """JavaScript's toFixed(3) of float32 values (what the hover's %{z:.3f} shows), exactly, as strings."""
+    return np.array([format(Decimal(float(v)).quantize(Decimal("0.001"), ROUND_HALF_UP), "f")
+                     for v in values.ravel()]).reshape(values.shape)
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +69,40 @@ def test_the_bytes_decode_to_the_stack_within_uint16_rounding(minilm_traces) -> 
     assert meta["active"] == 2 and meta["chart"] == "heads" and meta["labels"][11] == "head 11"
     assert np.array_equal(np.isnan(values), np.isnan(stack))
     step = (meta["hi"] - meta["lo"]) / 65534
-    assert np.nanmax(np.abs(values - stack)) <= step / 2 + 1e-7
+    assert np.nanmax(np.abs(values - stack)) <= step + 2.0**-24  # the bound of layer_switch's docstring
     assert len(payload) < 2 * stack.size + 1024  # 2 bytes a cell, a small header
+
+
+def random_stacks() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "softmax rows": rng.dirichlet(np.full(40, 0.3), size=(4, 8, 40)).astype(np.float32),  # (4, 8, 40, 40)
+        "uniform in [0, 1]": rng.random((2, 6, 64, 64), dtype=np.float32),
+        "signed, in [-0.3, 2.7]": (rng.random((2, 4, 50, 50)) * 3 - 0.3).astype(np.float32),
+        "near half thousandths": (rng.integers(0, 1000, (2, 4, 32, 32)) / 1000 + 0.0005
+                                  + rng.normal(0, 2e-6, (2, 4, 32, 32))).astype(np.float32),
+    }
+
+
+def test_the_browsers_values_keep_the_stated_bound_and_the_hovers_three_decimals(minilm_traces) -> None:
+    """Decoded as the browser does (float32), every value is within step / 2 + max(|lo|, |hi|) 2^-24 of the true
+    one where its code is the nearest, within step + that elsewhere, and shows the true value's 3 decimals."""
+    stacks = {"MiniLM, 6 layers": layer_stack(minilm_traces), **random_stacks()}
+    for name, stack in stacks.items():
+        meta, values = decode(layer_switch.pack(stack, ["head"] * stack.shape[1]))
+        lo, hi = meta["lo"], meta["hi"]
+        step, rounding = (hi - lo) / 65534, max(abs(lo), abs(hi)) * 2.0**-24
+        error = np.abs(values.astype(np.float64) - stack)
+        nearest = np.rint((stack.astype(np.float64) - lo) / step)
+        codes = np.frombuffer(layer_switch.pack(stack, [])[-2 * stack.size:], dtype="<u2").reshape(stack.shape)
+        moved = codes != nearest
+        assert error[~moved].max() <= step / 2 + rounding + 1e-12, name
+        assert error.max() <= step + rounding + 1e-12 and np.abs(codes - nearest).max() <= 1, name
+        if name != "near half thousandths":  # elsewhere only cells within a step of a half thousandth move
+            assert 0 < moved.mean() <= step / 0.001, name
+        assert np.array_equal(to_fixed_3(values), to_fixed_3(stack)), name  # the hover shows the server's digits
+    digits = layer_switch.hover_digits(np.float32([0.0005, 0.0015, 0.0024999, -0.0004, -0.0126, 1.0]))
+    assert digits.tolist() == [1, 2, 2, 0, -13, 1000]  # float32(0.0005) is just above a half thousandth
 
 
 def test_the_stack_refuses_layers_of_different_shapes(minilm_traces) -> None:
@@ -126,6 +166,50 @@ def test_a_layer_button_repaints_before_the_server_hears_and_the_server_agrees(s
     finally:
         page.close()
     assert errors == []
+
+
+FIXED_JS = """(key) => document.querySelector(`.st-key-${key} .js-plotly-plot`).calcdata.map(
+    c => c[0].z.map(r => Array.from(r, v => Number.isNaN(v) ? 'NaN' : v.toFixed(3))))"""
+HOVER_JS = """(head, row, col) => {
+    // Plotly's own hover label of one cell of the heads chart ("... weight 0.123 ...")
+    const gd = document.querySelector('.st-key-heads .js-plotly-plot'), trace = gd.data[head];
+    window.Plotly.Fx.hover(gd, {xval: col, yval: row}, trace.xaxis + trace.yaxis);
+    return gd.querySelector('.hoverlayer').textContent;
+}"""
+
+
+@needs_chromium
+def test_hover_after_a_layer_click_shows_the_servers_three_decimals(server: str, browser, minilm_traces) -> None:
+    """Before the server's rerun, every cell's hover value (%{z:.3f}, toFixed(3)) is the one the server's chart
+    then shows, also on the cells whose nearest uint16 code would decode to other digits."""
+    stack = layer_stack(minilm_traces)[3]  # (H, t, s): layer 3, as the server draws it
+    full = layer_stack(minilm_traces)
+    lo, hi = min(float(np.nanmin(full)), 0.0), float(np.nanmax(full))  # as pack() finds them
+    step = (hi - lo) / 65534
+    nearest = (lo + np.rint((stack.astype(np.float64) - lo) / step) * step).astype(np.float32)  # (H, t, s)
+    tricky = np.argwhere(to_fixed_3(nearest) != to_fixed_3(stack))  # the nearest code would show other digits
+    assert len(tricky) > 3
+    head, row, col = (int(i) for i in tricky[0])
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{server}/?mode=Pretrained")
+        wait_for_heatmaps(page, 12, timeout=180)
+        page.get_by_role("button", name="3", exact=True).wait_for()
+        page.wait_for_timeout(1000)
+        # one synchronous call: the click repaints, then the hover and the digits are read before any rerun
+        label, client = page.evaluate(f"""() => {{ ({SWITCH_JS})(3);
+            return [({HOVER_JS})({head}, {row}, {col}), ({FIXED_JS})('heads')]; }}""")
+        page.wait_for_function("() => document.querySelector('[data-testid=\"stSliderThumbValue\"]').innerText === '3'",
+                               timeout=60_000)  # the server reran at layer 3
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+        page.wait_for_timeout(500)
+        served = page.evaluate(FIXED_JS, "heads")
+        assert np.array_equal(np.array(served), to_fixed_3(stack))  # the server drew this stack
+        assert np.array_equal(np.array(client), np.array(served))  # every cell's 3 decimals, before the rerun
+        assert f"weight {to_fixed_3(stack)[head, row, col]}" in label  # Plotly's hover shows them
+        assert to_fixed_3(stack)[head, row, col] != to_fixed_3(nearest)[head, row, col]
+    finally:
+        page.close()
 
 
 HREFS_JS = "(key) => [...document.querySelectorAll(`.st-key-${key} .heatmaplayer image`)].map(e => e.getAttribute('href'))"

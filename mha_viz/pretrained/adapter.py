@@ -325,9 +325,16 @@ class Adapter:
         return None
 
     def max_positions(self) -> int | None:
-        """How many positions the model has embeddings for (None: no limit from positions)."""
+        """How many positions the model has embeddings for (None: no limit from positions). Where position ids
+        start after the padding index (RoBERTa's layout: the embeddings module's padding_idx is its position
+        table's, as in MPNet, Camembert, XLM-R-XL, Longformer), padding_idx + 1 of the table's rows are never read."""
         cfg = self.model.config
-        return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        for module in self.model.modules():
+            table, pad = getattr(module, "position_embeddings", None), getattr(module, "padding_idx", None)
+            if isinstance(table, nn.Embedding) and isinstance(pad, int) and table.padding_idx == pad >= 0:
+                return min(limit or table.num_embeddings, table.num_embeddings) - pad - 1
+        return limit
 
     def causal(self, part: str) -> bool:
         return part == "decoder"

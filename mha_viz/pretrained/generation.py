@@ -8,6 +8,11 @@ distribution its token was drawn from and the attention of the query that predic
               sum reaches top_p, renormalise;  token_t ~ p   (torch.Generator seeded with seed)
     attentions_t[l, h, j] = weight on key j of the query that produced logits_t (the last position), in layer l,
               head h; keys j: the prompt, then generated[:t]  ->  [layers, heads, len(prompt) + t]
+    sliding windows: a windowed layer l (windows[l] = w, not None) lets a query see only itself and the w - 1 keys
+              before it. transformers' cache keeps only those on such a layer (Mistral, Qwen2, Gemma2, ...; GPT-Neo
+              keeps every key and masks), so the model returns fewer keys. Each row is put back at its keys'
+              positions (the cache keeps them in order, the newest last) and is 0 outside the window, as in a
+              forward pass without a cache.
 Generation stops after max_new_tokens tokens, or right after an end-of-sequence token of the model's
 generation_config (kept in the output), as transformers' generate() does.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +43,7 @@ class GenerationStep:
     token: str
     probs: np.ndarray  # (V,) float32: the distribution the token was drawn from (plain softmax when greedy)
     attentions: np.ndarray  # (layers, heads, keys) float32: the predicting query's attention, keys = prompt + earlier
+    # (0 outside a windowed layer's window: Generation.windows)
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +59,17 @@ class Generation:
     top_k: int | None
     top_p: float | None
     seed: int
+    windows: tuple[int | None, ...] = ()  # per layer: its sliding window (keys a query sees, itself included) or None
+
+    @property
+    def windowed_layers(self) -> tuple[int, ...]:
+        """The layers whose queries see only a sliding window of keys."""
+        return tuple(layer for layer, window in enumerate(self.windows) if window is not None)
+
+    def outside_window(self, step: int) -> dict[int, int]:
+        """layer -> how many of steps[step]'s keys (the earliest) lie outside that layer's window (weight 0)."""
+        keys = len(self.prompt_ids) + step
+        return {layer: keys - w for layer, w in enumerate(self.windows) if w is not None and keys > w}
 
     @property
     def token_ids(self) -> tuple[int, ...]:
@@ -116,6 +134,52 @@ def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, t
         raise ValueError(f"seed must be an integer, got {seed!r}")
 
 
+ATTENTION_KINDS = ("full_attention", "sliding_attention")  # layer_types of layers that report attention weights
+
+
+def sliding_windows(config: object, num_layers: int) -> tuple[int | None, ...]:
+    """Each attention layer's sliding window (None: full causal attention), as transformers' configs state it:
+    layer_types ("sliding_attention" layers take sliding_window; other kinds, e.g. a hybrid's convolutions, report
+    no weights), else sliding_window on every layer where the config uses it (Mistral, Phi-3, Starcoder2; Qwen's
+    use_sliding_window), else GPT-Neo's "local" layers of window_size."""
+    config = getattr(config, "get_text_config", lambda: config)()
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        kinds = [kind for kind in layer_types if kind in ATTENTION_KINDS]  # hybrids: the attention layers only
+        if len(kinds) == num_layers:
+            return tuple(window if kind == "sliding_attention" else None for kind in kinds)
+        return (None,) * num_layers  # unknown: placed_rows refuses a row its window would have to explain
+    if window is not None and getattr(config, "use_sliding_window", True):
+        return (int(window),) * num_layers
+    local = getattr(config, "attention_layers", None)
+    if local is not None and getattr(config, "window_size", None) is not None:
+        return tuple(config.window_size if kind == "local" else None for kind in local[:num_layers])
+    return (None,) * num_layers
+
+
+def placed_rows(attentions: Sequence[Tensor], keys: int, windows: Sequence[int | None]) -> Tensor:
+    """The last query's row of each layer's weights (1, H, T, S_l), placed at its keys' positions: (L, H, keys).
+
+    A windowed layer's cache holds only the newest S_l < keys keys, in order: its row fills the last S_l
+    positions and the earlier ones, outside the window, are 0."""
+    rows = []
+    for layer, a in enumerate(attentions):
+        row = a[0, :, -1]  # (H, S_l)
+        held = row.shape[-1]
+        if held != keys:
+            window = windows[layer] if layer < len(windows) else None
+            if window is None or held > keys or held < min(window, keys):
+                raise ValueError(
+                    f"layer {layer} returned {held} keys for {keys} positions"
+                    + ("" if window is None else f" with a sliding window of {window}")
+                    + ": the cache does not hold what mha-viz expects, so the row cannot be labelled"
+                )
+            row = torch.cat([row.new_zeros(row.shape[0], keys - held), row], dim=-1)  # (H, keys)
+        rows.append(row)
+    return torch.stack(rows)  # (L, H, keys)
+
+
 def eos_token_ids(lm: torch.nn.Module) -> set[int]:
     """The end-of-sequence ids transformers' generate() stops at: the generation_config's (else the config's)."""
     config = getattr(lm, "generation_config", None) or lm.config
@@ -137,7 +201,8 @@ def generate(
     """Let model write up to max_new_tokens tokens after prompt; see the module docstring.
 
     ValueError for a model without a causal LM head, bad arguments, or when prompt + max_new_tokens
-    would not fit the model's positions (model.max_tokens); the prompt is never truncated.
+    would not fit the model's positions (model.max_tokens); the prompt is never truncated. ValueError too when
+    a layer's cache returns fewer keys than its sliding window explains (its row's keys could not be labelled).
     """
     reason = model.next_token_unavailable
     if reason is not None:
@@ -158,7 +223,8 @@ def generate(
     cache_argument = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
     eos = eos_token_ids(lm)
     cache, feed, steps, stop_reason = None, list(prompt_ids), [], "max_new_tokens"
-    for _ in range(int(max_new_tokens)):
+    windows = sliding_windows(lm.config, model.num_layers["decoder"])
+    for t in range(int(max_new_tokens)):
         outputs = lm(
             input_ids=torch.tensor([feed], device=device),  # the cache holds the rest
             **{cache_argument: cache},
@@ -172,7 +238,7 @@ def generate(
             token_id = int(logits.argmax())
         else:
             token_id = int(torch.multinomial(probs, 1, generator=generator))
-        attentions = torch.stack([a[0, :, -1] for a in model.adapter.model_attentions(outputs, "decoder")])  # (L, H, S)
+        attentions = placed_rows(model.adapter.model_attentions(outputs, "decoder"), len(prompt_ids) + t, windows)
         token = tokenizer.convert_ids_to_tokens(token_id)
         steps.append(GenerationStep(token_id, token, to_numpy(probs), to_numpy(attentions)))
         if token_id in eos:
@@ -190,4 +256,5 @@ def generate(
         top_k=None if top_k is None else int(top_k),
         top_p=None if top_p is None else float(top_p),
         seed=int(seed),
+        windows=windows,
     )

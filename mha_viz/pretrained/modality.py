@@ -13,7 +13,8 @@ NON_TEXT_CONFIGS = ("vision_config", "audio_config", "speech_config")
 
 
 def non_text_reason(config: Any, model_class: type | None = None) -> str | None:
-    """Why a model of this config (and class: its main_input_name) is not a text model, or None if it is one."""
+    """Why a model of this config (and class: its main_input_name) is not a text model mha-viz can read (token ids
+    in, attention weights as queries x keys out), or None if it is one."""
     if model_class is None:
         from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
@@ -23,6 +24,9 @@ def non_text_reason(config: Any, model_class: type | None = None) -> str | None:
     if main_input != "input_ids":
         what = READS.get(main_input, main_input)
         return f"{name} models read {what} ({main_input}), not token ids: mha-viz traces text models only"
+    if getattr(config, "attention_window", None) is not None:  # Longformer, LED
+        return (f"{name} reports its attention weights as bands around each token (one column per offset in its "
+                "sliding window, plus global tokens), not as queries x keys: mha-viz cannot label them")
     parts = [key for key in NON_TEXT_CONFIGS if getattr(config, key, None) is not None]
     if parts:
         return (f"{name} is a multimodal model (its config has {', '.join(parts)}): mha-viz traces text models "

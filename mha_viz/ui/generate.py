@@ -133,7 +133,26 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
                                 title=f"Where the query that wrote {chosen.token!r} looked: {len(keys)} keys, one more "
                                 "each step (the KV cache)"),
           "gen_attention", f"{name}-step{step}-attention")
+    outside = _outside_window(gen, step)
+    if outside:
+        st.caption(outside)
     _opened_head(source, gen, step, name)
+
+
+def _outside_window(gen: Generation, step: int) -> str:
+    """What a sliding window hides at this step ("" if nothing): which layers, their window, how many keys are 0."""
+    hidden = gen.outside_window(step - 1)  # layer -> keys outside its window
+    if not hidden:
+        return ""
+    by_window: dict[tuple[int, int], list[int]] = {}
+    for layer, count in hidden.items():
+        by_window.setdefault((gen.windows[layer], count), []).append(layer)
+    parts = [f"layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}: a window of {window} keys, so the "
+             f"{count} earliest key{'s are' if count > 1 else ' is'} outside it (weight 0)"
+             for (window, count), layers in sorted(by_window.items())]
+    return ("**Sliding window.** On a windowed layer a query sees only itself and the keys just before it: the "
+            "others get weight 0 (the KV cache may not even keep them), and the row above puts every weight at its "
+            "real key. " + "; ".join(parts) + ".")
 
 
 def _attribution(source: ModelSource, gen: Generation, step: int, name: str) -> None:

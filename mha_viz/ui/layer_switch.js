@@ -3,7 +3,9 @@
 //
 // data: bytes = [uint32 n, little-endian][n bytes of JSON header][uint16 values, little-endian]
 //   header: {layers, heads, rows, cols, lo, hi, labels, active, chart, param, thumbnails}
-//   values: [layers, heads, rows, cols]; 65535 is NaN, else lo + v / 65534 * (hi - lo)
+//   values: [layers, heads, rows, cols]; 65535 is NaN, else lo + v * ((hi - lo) / 65534), kept as float32
+//   (the server picks each v so that this value's toFixed(3), the hover's %{z:.3f}, is the true value's;
+//   layer_switch.py states the error bound; decode exactly this way)
 // The chart is the Plotly chart whose element has the Streamlit key `chart`.
 // - Layer buttons (no `thumbnails`): a click repaints every heatmap of the chart (trace i = head i)
 //   and writes `param` into the URL at once; the server is told (trigger "layer") once the clicks

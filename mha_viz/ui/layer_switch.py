@@ -1,9 +1,14 @@
 """Layer buttons that switch a heads chart between layers in the browser, without waiting for the server.
 
-Every layer's weights go to the page once, as uint16 (2 bytes a cell; the decoded value is within
-(hi - lo) / 131068 of the float32 one, e.g. 7.6e-6 for weights in [0, 1], below the 3 decimals of
-the hover). A click repaints the chart from them and writes the layer into the URL; then the server is told,
-and its rerun redraws the page at that layer (the sidebar, captions and other views follow).
+Every layer's weights go to the page once, as uint16 (2 bytes a cell). The browser decodes code v as
+lo + v * step, step = (hi - lo) / 65534, in float64, and keeps it in a Float32Array, which rounds it by at
+most max(|lo|, |hi|) * 2^-24. The code is the nearest one (error <= step / 2 + max(|lo|, |hi|) * 2^-24, e.g.
+7.69e-6 for weights in [0, 1]) unless the hover's 3 decimals (%{z:.3f}: toFixed(3)) of its decoded value would
+differ from the true value's; then it is the neighbour that shows the same 3 decimals (error <= step +
+max(|lo|, |hi|) * 2^-24, 1.53e-5 in [0, 1]), so the hover shows the server's numbers before its rerun
+(wherever step < 0.001, i.e. hi - lo < 65.5). A click repaints the chart from them and writes the layer into
+the URL; then the server is told, and its rerun redraws the page at that layer (the sidebar, captions and other
+views follow).
 The same bytes let a click on an overview thumbnail open that head at once.
 """
 
@@ -21,6 +26,7 @@ from ..params import MAX_LAYERS, client_int
 
 MAX_BYTES = 8 * 2**20  # larger stacks (e.g. 32 layers x 32 heads at 128 tokens) switch through the server
 NAN = 65535
+FLOAT32_UNIT = 2.0**-24  # float32's unit roundoff: |float32(y) - y| <= |y| * 2^-24
 
 _component = st.components.v2.component(
     "mha_viz.layer_switch",
@@ -48,9 +54,37 @@ def pack(stack: np.ndarray, labels: list[str]) -> bytes:
     lo = min(float(stack[finite].min()), 0.0) if finite.any() else 0.0
     hi = max(float(stack[finite].max()), lo + 1e-12) if finite.any() else 1.0
     q = np.full(stack.shape, NAN, dtype="<u2")  # (L, H, t, s)
-    q[finite] = np.rint((stack[finite] - lo) / (hi - lo) * (NAN - 1)).astype("<u2")
+    q[finite] = codes(stack[finite], lo, hi)
     return _with_json({"layers": L, "heads": H, "rows": t, "cols": s, "lo": lo, "hi": hi, "labels": labels},
                       q.tobytes())
+
+
+def decoded(codes: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """What layer_switch.js keeps of codes (none NaN): lo + v * step in float64, then float32."""
+    return (lo + codes.astype(np.float64) * ((hi - lo) / (NAN - 1))).astype(np.float32)
+
+
+def hover_digits(values: np.ndarray) -> np.ndarray:
+    """The hover's %{z:.3f} of float32 values, in thousandths: d3-format's toFixed(3) of |x|, signed (-0 is 0).
+    x * 1000 + 0.5 is exact in float64 for a float32 x, and no float32 lies on a half thousandth."""
+    x = values.astype(np.float64)
+    return np.sign(x) * np.floor(np.abs(x) * 1000 + 0.5)
+
+
+def codes(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """uint16 codes of float32 values in [lo, hi]: the nearest, or its neighbour where only that one decodes to
+    the same 3 decimals of the hover (see the module docstring)."""
+    x = values.astype(np.float64)
+    q = np.clip(np.rint((x - lo) / ((hi - lo) / (NAN - 1))), 0, NAN - 1)  # the nearest codes
+    want = hover_digits(values)
+    for shift in (-1, 1):
+        wrong = np.flatnonzero(hover_digits(decoded(q, lo, hi)) != want)
+        if not wrong.size:
+            break
+        other = np.clip(q[wrong] + shift, 0, NAN - 1)
+        fixed = hover_digits(decoded(other, lo, hi)) == want[wrong]
+        q[wrong[fixed]] = other[fixed]
+    return q.astype("<u2")
 
 
 def _with_json(header: dict, values: bytes) -> bytes:
