@@ -124,7 +124,14 @@ def test_top_p_keeps_the_smallest_set_that_reaches_p(models, name):
         order = np.argsort(-p, kind="stable")
         size = int(np.searchsorted(np.cumsum(p[order]), 0.3)) + 1  # the fewest largest entries with sum >= 0.3
         kept = np.flatnonzero(step.probs > 0)
-        assert set(kept) == set(order[:size]) and size > 1 and step.token_id in kept
+        # The model computes in float32: entries that tie with the cut to float32 rounding may swap, so the
+        # properties are checked with that tolerance: as many as the fewest largest entries, they are largest,
+        # they reach top_p, and without the smallest of them they do not.
+        tol = 1e-6
+        dropped = np.setdiff1d(np.arange(p.size), kept)
+        assert len(kept) == size > 1 and step.token_id in kept
+        assert p[kept].min() >= p[dropped].max() - tol
+        assert p[kept].sum() >= 0.3 - tol and p[kept].sum() - p[kept].min() < 0.3 + tol
         np.testing.assert_allclose(step.probs[kept], p[kept] / p[kept].sum(), rtol=1e-4)
 
 
