@@ -47,3 +47,50 @@ def test_play_writes_token_after_token_to_the_end(server: str, browser) -> None:
         errors = page.errors
         page.close()
     assert errors == []
+
+
+SHADOW = "[...document.querySelector('.st-key-layer_switch').querySelectorAll('*')].find(e => e.shadowRoot).shadowRoot"
+CLICK_JS = f"""(layer) => {{
+    const root = {SHADOW};
+    root.querySelectorAll('button').forEach(b => b.dataset.drawn = 'before');  // a rerun draws new buttons
+    root.querySelectorAll('button')[layer].click();
+    return root.querySelector('.subtitle').textContent;  // synchronous: what the page says right after the click
+}}"""
+REDRAWN_JS = f"() => !{SHADOW}.querySelector('button[data-drawn]')"
+
+
+def test_a_layer_click_moves_the_one_layer_control_and_its_subtitle_at_once(server: str, browser) -> None:
+    """The issue's case: after a layer button, the sidebar's slider and the subtitle said the old layer until the
+    server's rerun. Now the buttons are the only layer control, and they rewrite the subtitle themselves."""
+    page = new_page(browser)
+    sent: list[int] = []
+    page.on("websocket", lambda ws: ws.on("framesent", lambda _: sent.append(1)))
+    try:
+        page.goto(f"{server}/?mode=Pretrained")
+        page.wait_for_selector(".st-key-heads .js-plotly-plot", timeout=180_000)
+        page.get_by_role("button", name="3", exact=True).wait_for()
+        page.wait_for_function(IDLE_JS, timeout=60_000)
+        page.wait_for_timeout(500)
+        assert page.get_by_role("slider", name="Layer").count() == 0  # one control, not a slider beside it
+        assert page.get_by_text("encoder layer 0 of 6").count() == 1
+        before = len(sent)
+        subtitle = page.evaluate(CLICK_JS, 3)
+        assert "encoder layer 3 of 6 · 12 heads" in subtitle and len(sent) == before  # before the server heard
+        assert page.get_by_text("encoder layer 0 of 6").count() == 0  # nothing on the page names the old layer
+        page.wait_for_function(REDRAWN_JS, timeout=60_000)  # the server's rerun drew the control again ...
+        page.wait_for_function(IDLE_JS, timeout=60_000)
+        assert len(sent) > before
+        assert page.get_by_text("encoder layer 3 of 6").count() == 1  # ... at the same layer, said once
+        assert page.locator('.st-key-layer_switch button[aria-pressed="true"]').inner_text() == "3"
+        wait_for_query(page, r"layer=3")
+        page.goto(f"{server}/?mode=Pretrained&view=Lines&layer=3")  # another view: the same control
+        page.wait_for_selector(".st-key-lines .js-plotly-plot", timeout=60_000)
+        page.wait_for_function(IDLE_JS, timeout=60_000)
+        assert page.evaluate(CLICK_JS, 5).count("layer 5 of 6") == 1
+        wait_for_query(page, r"layer=5")
+        page.wait_for_function(REDRAWN_JS, timeout=60_000)
+        assert page.get_by_text("encoder layer 5 of 6").count() == 1
+    finally:
+        errors = page.errors
+        page.close()
+    assert errors == []

@@ -395,7 +395,7 @@ def _concat_vs_sum(trace: AttentionTrace, name: str) -> None:
 
 
 def _open_head(chart_key: str) -> None:
-    """A click on a layers x heads cell opens that head: its layer in the sidebar, the head below."""
+    """A click on a layers x heads cell opens that head: its layer in the layer control, the head below."""
     event = st.session_state.get(chart_key)
     picked = picked_head(event.selection.points) if event is not None else None
     if picked is not None:

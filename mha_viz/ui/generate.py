@@ -38,12 +38,12 @@ def _play_changed(last: int) -> None:
 
 
 def _open_head(chart_key: str) -> None:
-    """A click on a layers x heads cell opens that head below (layer and head go to the sidebar and the URL)."""
+    """A click on a layers x heads cell opens that head below (layer and head go to the layer control and the URL)."""
     event = st.session_state.get(chart_key)
     picked = picked_head(event.selection.points) if event is not None else None
     if picked is not None:
         st.session_state["layer"], st.session_state["head"] = picked
-        st.session_state["_rerun_app"] = True  # the sidebar's layer slider lives outside the fragment
+        st.session_state["_rerun_app"] = True  # the layer control above the page lives outside the fragment
 
 
 def _written(gen: Generation, step: int, model) -> str:

@@ -2,13 +2,15 @@
 // weights sent once.
 //
 // data: bytes = [uint32 n, little-endian][n bytes of JSON header][uint16 values, little-endian]
-//   header: {layers, heads, rows, cols, lo, hi, labels, active, chart, param, thumbnails}
+//   header: {layers, heads, rows, cols, lo, hi, labels, active, chart, param, thumbnails, subtitle}
 //   values: [layers, heads, rows, cols]; 65535 is NaN, else lo + v / 65534 * (hi - lo)
 // The chart is the Plotly chart whose element has the Streamlit key `chart`.
-// - Layer buttons (no `thumbnails`): a click repaints every heatmap of the chart (trace i = head i)
+// - Layer buttons (no `thumbnails`), the page's one layer control: a click rewrites the subtitle
+//   (subtitle[0] + layer + subtitle[1]), repaints every heatmap of the chart (trace i = head i)
 //   and writes `param` into the URL at once; the server is told (trigger "layer") once the clicks
 //   pause for SETTLE_MS, and its rerun redraws the page at that layer (stepping through layers
-//   costs one rerun, not one per step). Without the chart or Plotly, the server is told at once.
+//   costs one rerun, not one per step). Without the chart, Plotly or weights (heads 0), the
+//   server is told at once.
 // - `thumbnails` (the key of an overview chart whose points carry [layer, head]): a click on a
 //   thumbnail repaints the chart if it shows one head; the overview's own click event tells the
 //   server, whose rerun redraws the page with that head open.
@@ -64,7 +66,9 @@ export default function ({ data, parentElement, setTriggerValue }) {
   // Decode every layer while the page is idle, so that a click only repaints.
   for (let layer = 0; layer < meta.layers; layer++) idle(() => matrices(layer));
   root.replaceChildren();
-  return meta.thumbnails ? openOnClick(meta, matrices) : layerButtons(meta, matrices, root, setTriggerValue);
+  if (meta.thumbnails) return openOnClick(meta, matrices);
+  const subtitle = parentElement.querySelector(".subtitle");
+  return layerButtons(meta, matrices, root, subtitle, setTriggerValue);
 }
 
 function openOnClick(meta, matrices) {
@@ -93,9 +97,14 @@ function openOnClick(meta, matrices) {
   return () => document.removeEventListener("pointerdown", attach, true);
 }
 
-function layerButtons(meta, matrices, root, setTriggerValue) {
+function layerButtons(meta, matrices, root, subtitle, setTriggerValue) {
   let active = meta.active;
   let pending = null; // [timer, layer] of a layer the server has not been told yet
+  const [before, after] = meta.subtitle || ["", ""];
+  const title = (layer) => {
+    if (subtitle) subtitle.textContent = before || after ? `${before}${layer}${after}` : "";
+  };
+  title(active);
   const label = document.createElement("span");
   label.className = "label";
   label.textContent = "Layer";
@@ -119,10 +128,12 @@ function layerButtons(meta, matrices, root, setTriggerValue) {
     buttons.push(b);
     root.appendChild(b);
   }
-  const note = document.createElement("span");
-  note.className = "note";
-  note.textContent = "switches in your browser";
-  root.appendChild(note);
+  if (meta.heads > 0 && meta.chart) {
+    const note = document.createElement("span");
+    note.className = "note";
+    note.textContent = "switches in your browser";
+    root.appendChild(note);
+  }
 
   function tell() {
     if (pending === null) return;
@@ -136,7 +147,8 @@ function layerButtons(meta, matrices, root, setTriggerValue) {
     if (layer === active) return;
     active = layer;
     buttons.forEach((b, i) => b.setAttribute("aria-pressed", String(i === layer)));
-    const gd = chartOf(meta.chart);
+    title(layer);
+    const gd = meta.heads > 0 && meta.chart ? chartOf(meta.chart) : null;
     const here = gd !== null && window.Plotly !== undefined;
     if (here) {
       const { zs, tops } = matrices(layer);

@@ -1,9 +1,11 @@
-"""Layer buttons that switch a heads chart between layers in the browser, without waiting for the server.
+"""The layer control of a pretrained model: layer buttons, and the subtitle that names the layer, which switch a heads
+chart between layers in the browser, without waiting for the server.
 
 Every layer's weights go to the page once, as uint16 (2 bytes a cell; the decoded value is within
 (hi - lo) / 131068 of the float32 one, e.g. 7.6e-6 for weights in [0, 1], below the 3 decimals of
-the hover). A click repaints the chart from them and writes the layer into the URL; then the server is told,
-and its rerun redraws the page at that layer (the sidebar, captions and other views follow).
+the hover). A click repaints the chart from them, rewrites the subtitle and writes the layer into the URL; then
+the server is told, and its rerun redraws the page at that layer (the other views follow). Without the weights
+(other views, or more than MAX_BYTES), the buttons and subtitle change at once and the server is told at once.
 The same bytes let a click on an overview thumbnail open that head at once.
 """
 
@@ -22,7 +24,7 @@ NAN = 65535
 
 _component = st.components.v2.component(
     "mha_viz.layer_switch",
-    html='<div class="layer-switch" role="group" aria-label="Layer"></div>',
+    html='<p class="subtitle"></p><div class="layer-switch" role="group" aria-label="Layer"></div>',
     css="""
 .layer-switch { display: flex; flex-wrap: wrap; align-items: center; gap: 0.25rem; font-family: inherit; }
 .label { margin-right: 0.4rem; font-size: 0.9rem; }
@@ -33,6 +35,8 @@ button:hover { border-color: var(--st-primary-color, #ff4b4b); color: var(--st-p
 button[aria-pressed="true"] { background: var(--st-primary-color, #ff4b4b); border-color: var(--st-primary-color, #ff4b4b);
                               color: #fff; }
 .note { margin-left: 0.5rem; font-size: 0.8rem; opacity: 0.6; }
+.subtitle { margin: 0 0 0.4rem; font-size: 0.875rem; color: var(--st-text-color, #31333f); }
+.subtitle:empty { display: none; }
 """,
     js=(Path(__file__).with_name("layer_switch.js")).read_text(encoding="utf-8"),
 )
@@ -67,16 +71,23 @@ def fits(stack_shape: tuple[int, ...]) -> bool:
     return 2 * int(np.prod(stack_shape)) <= MAX_BYTES
 
 
-def layer_buttons(payload: bytes, layer: int, chart: str, key: str, on_change: Callable[[int], None]) -> None:
-    """Layer buttons above the chart with key `chart` (its heatmaps: every head of the layer shown);
-    on_change(layer) runs on the server once the clicks pause."""
+def no_weights(layers: int) -> bytes:
+    """A payload of layers without weights: buttons and subtitle only, every click goes to the server."""
+    return _with_json({"layers": layers, "heads": 0, "rows": 0, "cols": 0, "lo": 0.0, "hi": 1.0, "labels": []}, b"")
+
+
+def layer_buttons(payload: bytes, layer: int, chart: str | None, key: str, on_change: Callable[[int], None],
+                  subtitle: tuple[str, str] = ("", "")) -> None:
+    """The page's one layer control: the subtitle (before + layer + after, rewritten by a click) above layer buttons,
+    which repaint the chart with key `chart` (its heatmaps: every head of the layer shown) when the payload holds
+    the weights; on_change(layer) runs on the server once the clicks pause."""
     def changed() -> None:
         picked = st.session_state[key].get("layer")
         if picked is not None:
             on_change(int(picked))
 
-    _component(data=with_header(payload, active=layer, chart=chart, param="layer", thumbnails=None), key=key,
-               on_layer_change=changed)
+    _component(data=with_header(payload, active=layer, chart=chart, param="layer", thumbnails=None,
+                                subtitle=list(subtitle)), key=key, on_layer_change=changed)
 
 
 def open_on_click(payload: bytes, chart: str, thumbnails: str, key: str) -> None:
