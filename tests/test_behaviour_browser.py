@@ -94,3 +94,26 @@ def test_a_layer_click_moves_the_one_layer_control_and_its_subtitle_at_once(serv
         errors = page.errors
         page.close()
     assert errors == []
+
+
+def test_while_a_model_trains_nothing_of_the_previous_page_is_shown(server: str, browser) -> None:
+    """The issue's case: switching to Train left the configurable page's heatmaps (of another sentence) under the
+    progress bar for as long as the training ran, as if the training were on that sentence."""
+    page = new_page(browser)
+    try:
+        page.goto(f"{server}/?text=a+sentence+that+is+not+the+task&steps=3000&seed=7")  # a training of seconds
+        page.wait_for_selector(".st-key-heads .js-plotly-plot", timeout=120_000)
+        page.wait_for_function(IDLE_JS, timeout=60_000)
+        page.get_by_role("radio", name="Train", exact=True).click()
+        page.get_by_text("Training h = ").first.wait_for(timeout=60_000)  # the progress bar: training runs
+        shown = page.evaluate("""() => ({
+            training: document.body.innerText.includes('Training h = '),
+            heads: document.querySelectorAll('.st-key-heads').length,
+            charts: document.querySelectorAll('.js-plotly-plot').length})""")
+        assert shown == {"training": True, "heads": 0, "charts": 0}, shown  # no heatmap from before
+        page.get_by_text("Stop training").click()  # no need to wait for it
+        page.get_by_text("Training stopped").first.wait_for(timeout=60_000)
+    finally:
+        errors = page.errors
+        page.close()
+    assert errors == []
