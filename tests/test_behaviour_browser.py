@@ -117,3 +117,27 @@ def test_while_a_model_trains_nothing_of_the_previous_page_is_shown(server: str,
         errors = page.errors
         page.close()
     assert errors == []
+
+
+def test_the_layer_control_is_one_tab_stop_and_the_arrow_keys_step_it(server: str, browser) -> None:
+    """One tab stop (the current layer's button); the arrow keys step the layer, and the focus stays on the control
+    when the server's rerun draws it again, so that a keyboard user can go on stepping."""
+    page = new_page(browser)
+    try:
+        page.goto(f"{server}/?mode=Pretrained&view=Lines&layer=2")
+        page.wait_for_selector(".st-key-lines .js-plotly-plot", timeout=180_000)
+        page.wait_for_function(IDLE_JS, timeout=60_000)
+        tab_stops = page.evaluate(f"() => [...{SHADOW}.querySelectorAll('button')].map(b => b.tabIndex)")
+        assert tab_stops == [-1, -1, 0, -1, -1, -1]  # only the current layer's button takes Tab
+        page.evaluate(f"() => {SHADOW}.querySelectorAll('button').forEach(b => b.dataset.drawn = 'before')")
+        page.locator('.st-key-layer_switch button[aria-pressed="true"]').press("ArrowRight")
+        wait_for_query(page, r"layer=3")
+        assert "layer 3 of 6" in page.evaluate(f"() => {SHADOW}.querySelector('.subtitle').textContent")
+        page.wait_for_function(REDRAWN_JS, timeout=60_000)  # the server's rerun drew the buttons again ...
+        assert page.evaluate(f"() => {SHADOW}.activeElement && {SHADOW}.activeElement.textContent") == "3"
+        page.keyboard.press("ArrowRight")  # ... and the keyboard goes on from there
+        wait_for_query(page, r"layer=4")
+    finally:
+        errors = page.errors
+        page.close()
+    assert errors == []

@@ -65,10 +65,11 @@ export default function ({ data, parentElement, setTriggerValue }) {
   };
   // Decode every layer while the page is idle, so that a click only repaints.
   for (let layer = 0; layer < meta.layers; layer++) idle(() => matrices(layer));
+  const focused = root.contains(root.getRootNode().activeElement); // a keyboard user stepping through layers
   root.replaceChildren();
   if (meta.thumbnails) return openOnClick(meta, matrices);
   const subtitle = parentElement.querySelector(".subtitle");
-  return layerButtons(meta, matrices, root, subtitle, setTriggerValue);
+  return layerButtons(meta, matrices, root, subtitle, setTriggerValue, focused);
 }
 
 function openOnClick(meta, matrices) {
@@ -97,7 +98,7 @@ function openOnClick(meta, matrices) {
   return () => document.removeEventListener("pointerdown", attach, true);
 }
 
-function layerButtons(meta, matrices, root, subtitle, setTriggerValue) {
+function layerButtons(meta, matrices, root, subtitle, setTriggerValue, focused) {
   let active = meta.active;
   let pending = null; // [timer, layer] of a layer the server has not been told yet
   const [before, after] = meta.subtitle || ["", ""];
@@ -116,6 +117,7 @@ function layerButtons(meta, matrices, root, subtitle, setTriggerValue) {
     b.textContent = String(layer);
     b.title = `Show layer ${layer}`;
     b.setAttribute("aria-pressed", String(layer === active));
+    b.tabIndex = layer === active ? 0 : -1; // one tab stop; the arrow keys step the layer
     b.addEventListener("click", () => show(layer));
     b.addEventListener("keydown", (e) => {
       const next = e.key === "ArrowRight" ? layer + 1 : e.key === "ArrowLeft" ? layer - 1 : null;
@@ -128,6 +130,7 @@ function layerButtons(meta, matrices, root, subtitle, setTriggerValue) {
     buttons.push(b);
     root.appendChild(b);
   }
+  if (focused && buttons[active]) buttons[active].focus(); // redrawn by the server's rerun: the focus stays
   if (meta.heads > 0 && meta.chart) {
     const note = document.createElement("span");
     note.className = "note";
@@ -146,7 +149,10 @@ function layerButtons(meta, matrices, root, subtitle, setTriggerValue) {
   function show(layer) {
     if (layer === active) return;
     active = layer;
-    buttons.forEach((b, i) => b.setAttribute("aria-pressed", String(i === layer)));
+    buttons.forEach((b, i) => {
+      b.setAttribute("aria-pressed", String(i === layer));
+      b.tabIndex = i === layer ? 0 : -1;
+    });
     title(layer);
     const gd = meta.heads > 0 && meta.chart ? chartOf(meta.chart) : null;
     const here = gd !== null && window.Plotly !== undefined;
