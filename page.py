@@ -20,8 +20,7 @@ st.set_page_config(page_title="mha-viz: multi-head attention, visible", layout="
 # its first chart. Starting it now, before the imports below (torch: ~1 s on a cold server), takes it off the
 # first page's critical path; the frontend's own import of the chunk then finds it loaded.
 PLOTLY_CHUNK = next((p.name for p in (Path(st.__file__).parent / "static/static/js").glob("PlotlyChart.*.js")), None)
-if PLOTLY_CHUNK and not st.session_state.get("_plotly_preloaded"):
-    st.session_state["_plotly_preloaded"] = True
+if PLOTLY_CHUNK:  # every run, so that what follows keeps its place on the page (mha_viz/ui/body.py)
     with st.container(key="plotly_preload"):  # hidden: it takes no room on the page
         st.html(f"""<style>[data-testid="stLayoutWrapper"]:has(> .st-key-plotly_preload) {{display: none}}</style><script>{{
             const main = document.querySelector('script[src*="/static/js/index."]');
@@ -47,7 +46,7 @@ from mha_viz.params import MAX_LONG_TOKENS, MODES
 from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel
 from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource
 from mha_viz.trace import AttentionTrace
-from mha_viz.ui import controls, fair, pages, pretrained, state, style, views
+from mha_viz.ui import body, controls, fair, pages, pretrained, state, style, views
 from mha_viz.ui.cache import cached
 from mha_viz.ui.loaders import download_error, get_model, model_size, page_drawn, secret
 from mha_viz.ui.pandas_guard import figures_allowed
@@ -182,7 +181,7 @@ def show_page() -> None:
     max_tokens = MAX_TOKENS if limits is None else limits.max_tokens
     # Heavy pages are drawn one at a time: a light page then shares the CPU with one of them at most.
     seconds = max(fair.DEFAULT_SECONDS, page_training_seconds(s))
-    with fair.heavy("This page", seconds) if heavy_request(s) else contextlib.nullcontext():
+    with body.page_body(body.identity(s)), fair.heavy("This page", seconds) if heavy_request(s) else contextlib.nullcontext():
         if mode == "Configurable":
             pages.configurable_page(s, lambda **kw: CachedConfigurable(
                 **kw, max_tokens=max_tokens, long_tokens=MAX_LONG_TOKENS if limits is None else max_tokens), limits)

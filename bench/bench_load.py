@@ -13,7 +13,7 @@ B. load: the same N scenarios run at the same time in N Playwright browser conte
 Each scenario makes 9 changes: open a configurable URL with its own h/d_model/seed/text, move the
 head slider with the keyboard twice (right, then back left), open ?mode=Pretrained with its own
 text and layer (in phase B all sessions do this at the same moment, on a cold server: the first
-time anyone needs the model), move the Layer slider twice, change the text via the URL, go back
+time anyone needs the model), step the layer twice with the arrow keys, change the text via the URL, go back
 to a causal configurable URL and step the head slider once more. After every change:
   - the first chart has the expected number of painted heatmaps (wait with rAF polling, as in
     tests/browser.py; that wait is the latency: key press / navigation -> repainted),
@@ -63,7 +63,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, stop, wait_healthy
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, slider, stop, wait_healthy
 
 VIEWPORT = {"width": 1400, "height": 1000}
 DEFAULT_PARAMS = {"mode": "Configurable", "h": "4", "d_model": "64", "seed": "0", "layer": "0", "causal": "false"}
@@ -503,7 +503,7 @@ async def run_step(s: Session, j: int, base: str, refs: dict | None, timeout: fl
         if step.kind == "nav":
             await page.goto(base + step.path, timeout=timeout * 1000)
         else:
-            await page.locator(f'[data-testid="stSlider"]:has-text("{step.slider}") input[type="range"]').press(step.key)
+            await slider(page, step.slider).press(step.key)
         await page.wait_for_function(WAIT_JS, arg=[step.count, old], polling="raf", timeout=timeout * 1000)
         latency = time.perf_counter() - start
     except Exception as e:  # noqa: BLE001 - a timeout is a failure to record, not a crash

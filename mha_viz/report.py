@@ -137,7 +137,7 @@ def _figure_html(fig: go.Figure, index: int, filename: str) -> str:
               "toImageButtonOptions": {"format": "png", "scale": 2, "filename": safe_filename(filename)}}
     fig = with_automargin(go.Figure(fig.to_dict()))
     return fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False, config=config,
-                       div_id=f"figure-{index}", default_width="100%")
+                       div_id=f"figure-{index}", default_width="100%", auto_play=False)  # a replay waits for ▶
 
 
 def _figure_title(fig: go.Figure) -> str:

@@ -110,7 +110,10 @@ def painted_heatmaps(page) -> list[str]:
 
 
 def slider(page, label: str):
-    """The keyboard-focusable thumb of the slider with this label."""
+    """The keyboard-focusable thumb of the slider with this label; for "Layer", the pressed button of the pretrained
+    page's layer control, which the arrow keys move the same way."""
+    if label == "Layer":
+        return page.locator('.st-key-layer_switch button[aria-pressed="true"]')
     return page.locator(f'[data-testid="stSlider"]:has-text("{label}") input[type="range"]')
 
 

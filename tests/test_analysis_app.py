@@ -37,6 +37,12 @@ def chart(at: AppTest, key: str) -> dict:
     return json.loads(matches[0].proto.spec)
 
 
+def labelled_values(at: AppTest) -> dict[str, str]:
+    """The labelled values the page shows (views.labelled_value: "label  \\n**value**" in Markdown)."""
+    pairs = (m.value.split("  \n**", 1) for m in at.markdown if "  \n**" in m.value and m.value.endswith("**"))
+    return {label: value[:-2] for label, value in pairs}
+
+
 def show(at: AppTest, section: str) -> AppTest:
     at.segmented_control(key="section").set_value(section).run()
     assert not at.exception and not at.error
@@ -74,7 +80,22 @@ def test_every_section_renders(app: AppTest) -> None:
     D = z_matrix(heatmaps(chart(app, "analysis_divergence"))[0])
     assert D.shape == (4, 4) and np.allclose(np.diag(D), 0) and np.allclose(D, D.T)
     show(app, "Concat vs sum")
-    assert len(app.metric) == 3 and chart(app, "analysis_concat_sum")["data"][0]["type"] == "bar"
+    assert len(labelled_values(app)) == 3 and chart(app, "analysis_concat_sum")["data"][0]["type"] == "bar"
+    assert not app.metric  # no grey placeholder while the browser fetches st.metric's code
+
+
+def test_concat_vs_sum_makes_its_point_on_the_default_page() -> None:
+    """The app's default layer and sentence: the section says what summing loses, not that its fit says nothing."""
+    from tests.test_app import new_app
+
+    at = new_app(view="Analysis", section="Concat vs sum").run()
+    assert not at.exception and not at.error
+    said = [e.value for e in (*at.warning, *at.info, *at.markdown)]
+    assert not any("says nothing" in text for text in said)
+    verdict = [text for text in said if text.startswith("**Summing loses.**")]
+    assert len(verdict) == 1 and "misses" in verdict[0]
+    fitted = float(labelled_values(at)["sum · best shared W' (fitted to every head's term)"].rstrip("%"))
+    assert fitted > 10 and not at.metric
 
 
 def test_norm_switch_and_knockout(app: AppTest) -> None:
@@ -90,7 +111,7 @@ def test_norm_switch_and_knockout(app: AppTest) -> None:
     assert len(ranking) == 1 and len(ranking[0]["x"]) == 4
     app.multiselect(key="off").set_value([0, 1, 2, 3]).run()
     assert not app.exception
-    assert app.metric[0].value == "100.0%"  # only b_O = 0 is left
+    assert labelled_values(app)["Change in this layer's output"] == "100.0%"  # only b_O = 0 is left
     assert len(chart(app, "analysis_knockout")["data"]) == 1
 
 
@@ -116,7 +137,7 @@ def test_bundled_model_sections_render() -> None:
     assert "encoder model" in at.info[0].value  # no next-token view, with the reason
     at.multiselect(key="off").set_value([0, 3]).run()
     assert not at.exception
-    assert [m.label for m in at.metric] == ["Change in this layer's output", "Change in the final hidden state"]
+    assert list(labelled_values(at)) == ["Change in this layer's output", "Change in the final hidden state"]
     assert len(chart(at, "analysis_knockout")["data"]) == 2  # per token: layer output and final hidden state
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import struct
+
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -25,6 +28,33 @@ def pretrained_app(**params: str) -> AppTest:
     return at.run()
 
 
+def layer_control(at: AppTest) -> tuple[dict, int]:
+    """The header of the layer buttons' data (mha_viz.ui.layer_switch) and how many weight bytes follow it."""
+    (element,) = [e for e in at.get("bidi_component") if e.key == "layer_switch"]
+    data = element.proto.bytes
+    (n,) = struct.unpack_from("<I", data)
+    return json.loads(data[4:4 + n]), len(data) - 4 - n
+
+
+@pytest.mark.parametrize("view", ["Heads", "Lines", "One head", "Overview", "Concat → W_O", "Analysis"])
+def test_the_layer_has_one_control_whose_subtitle_names_it(view: str) -> None:
+    """The layer buttons above the view are the one layer control (no sidebar slider saying another layer after a
+    click); their subtitle, which a click rewrites in the browser, names the layer; in Heads they carry every
+    layer's weights to switch the chart without the server."""
+    at = pretrained_app(view=view, layer="2")
+    assert not at.exception and not at.error
+    assert not [s for s in at.slider if s.key == "layer" or s.label == "Layer"]
+    header, weight_bytes = layer_control(at)
+    assert header["active"] == 2 and header["layers"] == 6 and header["param"] == "layer"
+    subtitle = str(2).join(header["subtitle"])
+    assert "encoder layer 2 of 6 · 12 heads" in subtitle
+    assert not any("layer 2 of 6" in c.value for c in at.caption)  # said once, by the control
+    if view == "Heads":
+        assert header["chart"] == "heads" and weight_bytes == 2 * 6 * 12 * 8 * 8  # 6 layers x 12 heads x 8 x 8 tokens
+    else:
+        assert header["chart"] is None and weight_bytes == 0  # a click asks the server at once
+
+
 def test_pretrained_mode_shows_the_bundled_models_twelve_heads(bundled_attentions: np.ndarray) -> None:
     at = pretrained_app()
     assert not at.exception and not at.error
@@ -38,7 +68,8 @@ def test_pretrained_mode_shows_the_bundled_models_twelve_heads(bundled_attention
 def test_changing_the_layer_changes_the_figure(bundled_attentions: np.ndarray) -> None:
     at = pretrained_app()
     before = z_matrix(heatmaps(figure(at))[0])
-    at.slider(key="layer").set_value(5).run()
+    at.session_state["layer"] = 5  # what the layer buttons' callback sets
+    at.run()
     assert not at.exception
     after = z_matrix(heatmaps(figure(at))[0])
     assert not np.allclose(before, after)
@@ -65,7 +96,7 @@ def test_pretrained_views_render(view: str) -> None:
         assert len(heatmaps(fig)) == 6
     else:
         assert [z_matrix(t).shape for t in heatmaps(fig)] == [(8, 384), (384, 384), (8, 384)]
-        assert [m.value for m in at.metric] == ["equal ✓", "equal ✓"]
+        assert [m.value.split("**")[1] for m in at.markdown if "vs output  \n" in m.value] == ["equal ✓", "equal ✓"]
 
 
 def test_long_input_is_truncated_with_a_notice() -> None:
@@ -78,7 +109,7 @@ def test_long_input_is_truncated_with_a_notice() -> None:
 def test_out_of_range_layer_in_the_url_is_clamped_with_a_notice() -> None:
     at = pretrained_app(layer="40")
     assert not at.exception
-    assert at.slider(key="layer").value == 5
+    assert at.session_state["layer"] == 5 and layer_control(at)[0]["active"] == 5
     assert any("6 encoder layers" in w.value for w in at.warning)
 
 
@@ -153,7 +184,7 @@ def test_unadapted_architecture_shows_what_the_generic_path_holds(model_folders:
     assert any("holds the attention weights, head outputs, concat, W_O and output" in i.value for i in at.info)
     at.button_group(key="view").set_value("Concat → W_O").run()
     assert not at.exception and at.get("plotly_chart")  # drawn from the captured concat and W_O
-    assert [m.value for m in at.metric] == ["equal ✓", "equal ✓"]
+    assert [m.value.split("**")[1] for m in at.markdown if "vs output  \n" in m.value] == ["equal ✓", "equal ✓"]
     at.button_group(key="view").set_value("One head").run()
     assert not at.exception and not at.get("plotly_chart")
     assert any("needs queries, keys, values, scores" in i.value for i in at.info)

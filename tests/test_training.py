@@ -165,6 +165,18 @@ def test_heads_through_training_has_one_frame_per_snapshot(small_run) -> None:
         heads_through_training_figure(traces, [0])
 
 
+def test_the_report_opens_the_replay_paused_at_the_last_step(small_run) -> None:
+    """Train mode's HTML report: Plotly's export would start the frames' animation on load (auto_play); the
+    report shows the trained heads and waits for ▶."""
+    from mha_viz.report import html_report
+
+    traces = [s.trace for s in small_run.snapshots]
+    fig = heads_through_training_figure(traces, small_run.snapshot_steps)
+    page = html_report(small_run.final.trace, title="train", figures=[fig])
+    assert ".addFrames(" in page and '"method":"animate"' in page  # the replay and its ▶ button are there
+    assert "Plotly.animate(" not in page  # ... and nothing calls it when the page opens
+
+
 def test_scores_and_curves_figures_show_the_numbers(small_run) -> None:
     fig = json.loads(relation_scores_figure(small_run.final.scores, small_run.relations).to_json())
     np.testing.assert_allclose(z_matrix(fig["data"][0]), small_run.final.scores, atol=1e-6)

@@ -20,7 +20,8 @@ def heads_through_training_figure(
 ) -> go.Figure:
     """Every head's attention (heads_figure) with a step slider and a play button over the snapshots.
 
-    Opens at the last snapshot; the colour scale is fixed to 0..1 so frames compare.
+    Opens at the last snapshot, paused (Plotly's to_html would start the replay: the report passes auto_play=False);
+    the colour scale is fixed to 0..1 so frames compare.
     """
     if len(traces) != len(steps) or not traces:
         raise ValueError(f"need one step per trace, got {len(traces)} traces and {len(steps)} steps")

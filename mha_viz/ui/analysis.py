@@ -47,7 +47,7 @@ from ..trace import AttentionTrace
 from .fair import heavy
 from .state import mark_typed
 from .text import plain
-from .views import chart
+from .views import chart, labelled_value
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
@@ -210,12 +210,12 @@ def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int,
     st.caption(f"Relative change ‖out − out_knocked‖ / ‖out‖, computed {where}.")
     per_token = {"this layer's output (after W_O)": (trace.query_tokens, knockout_effect(trace, off, axis=-1))}
     cols = st.columns(2)
-    cols[0].metric("Change in this layer's output", f"{knockout_effect(trace, off):.1%}")
+    labelled_value(cols[0], "Change in this layer's output", f"{knockout_effect(trace, off):.1%}")
     if whole is not None and off:
         with heavy("Knockout through the model"):
             result = model_knockout(whole.model, whole.text, layer, off, part=whole.part,
                                     decoder_text=whole.decoder_text)
-        cols[1].metric("Change in the final hidden state", f"{result.effect:.1%}")
+        labelled_value(cols[1], "Change in the final hidden state", f"{result.effect:.1%}")
         per_token["final hidden state (end of the model)"] = (result.tokens, result.per_token)
     if off:
         chart(knockout_figure(per_token), "analysis_knockout", f"{name}-knockout")
@@ -356,29 +356,48 @@ def _trace_other_model(
     return b, (f"{short[0]}, layer {layer}", f"{short[1]}, layer {other_layer}")
 
 
+SUM_LOSES = 0.05  # a shared W' that misses more than this share of the output: summing loses what concat keeps
+
+
 def _concat_vs_sum(trace: AttentionTrace, name: str) -> None:
     result = concat_vs_sum(trace)
-    H, T = trace.num_heads, len(trace.query_tokens)
+    H, T, d_v = trace.num_heads, len(trace.query_tokens), trace.d_v
     st.caption(
-        f"Concatenating gives W_O {result.concat_dims} numbers per token ({H} heads × d_v = {trace.d_v}), each "
-        f"head with its own block W_O^(h). Summing the heads would give it only {result.sum_dims}, and force every "
-        "head through one shared W'. Below: how well a shared W' can reproduce this layer's real output − b_O."
+        f"Concatenating gives W_O {result.concat_dims} numbers per token ({H} heads × d_v = {d_v}), each "
+        f"head with its own block W_O^(h). Summing the heads would give it only {result.sum_dims}: (Σ_h head_h)·W'ᵀ "
+        "= Σ_h head_h·W'ᵀ, so one shared W' would have to do the work of every block. Below: how close a shared W' "
+        "comes to this layer's real output − b_O."
     )
     cols = st.columns(3)
-    cols[0].metric("concat · W_Oᵀ (the real path)", f"{result.concat_error:.1e}", help="float rounding only")
-    cols[1].metric("sum · best shared W' (least squares)", f"{result.fitted_error:.1%}")
-    cols[2].metric("sum · W' = mean of the W_O blocks", f"{result.mean_error:.1%}")
-    if result.fits_any:
+    labelled_value(cols[0], "concat · W_Oᵀ (the real path: float rounding only)", f"{result.concat_error:.1e}")
+    labelled_value(cols[1], "sum · best shared W' (fitted to every head's term)", f"{result.fitted_error:.1%}")
+    labelled_value(cols[2], "sum · W' = mean of the W_O blocks", f"{result.mean_error:.1%}")
+    if H == 1:
+        st.info("With one head the concat is the head's output and there is nothing to sum: both paths are the "
+                "same. Pick h > 1.")
+    elif result.fits_any:
         st.warning(
-            f"The {T} summed head-output vectors are linearly independent (T = {T} ≤ d_v = {trace.d_v} makes this "
-            "likely), so a fitted W' reproduces any output on this input: its error of ~0 says nothing here. Use "
-            f"more than {trace.d_v} tokens to see what summing loses; the mean-block W' does not depend on the input."
+            f"The {H * T} head-output vectors ({H} heads × {T} tokens) are linearly independent (H·T ≤ d_v = {d_v} "
+            "makes this likely), so a fitted W' reproduces every head's term on this input: its error of ~0 says "
+            f"nothing here. Use more than {d_v // H} tokens to see what summing loses; the mean-block W' does not "
+            "depend on the input."
+        )
+    elif result.fitted_error > SUM_LOSES:
+        st.markdown(
+            f"**Summing loses.** Even the best shared W' misses {result.fitted_error:.0%} of this layer's output "
+            f"(the mean block: {result.mean_error:.0%}): these heads write into directions their own blocks of W_O "
+            "map differently, so each needs its block, which concatenating gives it."
+        )
+    else:
+        st.markdown(
+            f"**Here summing would lose little.** A shared W' comes within {result.fitted_error:.1%} of this "
+            "layer's output: on this input the heads' blocks of W_O act alike on what the heads write."
         )
     chart(concat_sum_figure(result, trace.query_tokens), "analysis_concat_sum", f"{name}-concat-vs-sum")
 
 
 def _open_head(chart_key: str) -> None:
-    """A click on a layers x heads cell opens that head: its layer in the sidebar, the head below."""
+    """A click on a layers x heads cell opens that head: its layer in the layer control, the head below."""
     event = st.session_state.get(chart_key)
     picked = picked_head(event.selection.points) if event is not None else None
     if picked is not None:

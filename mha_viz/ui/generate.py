@@ -28,13 +28,22 @@ def _step(by: int, last: int) -> None:
     st.session_state["step"] = min(max(1, st.session_state.get("step", 1) + by), last)
 
 
+def _play_changed(last: int) -> None:
+    """The Play toggle lives in the fragment, whose own rerun cannot start the timer (run_every is set when the whole
+    page runs): rerun the page. Play at the last token starts again from the first."""
+    state = st.session_state
+    if state.get("gen_play") and state.get("step", 1) >= last:
+        state["step"], state["_play_from_start"] = 1, True  # the first playing run shows step 1
+    state["_rerun_app"] = True
+
+
 def _open_head(chart_key: str) -> None:
-    """A click on a layers x heads cell opens that head below (layer and head go to the sidebar and the URL)."""
+    """A click on a layers x heads cell opens that head below (layer and head go to the layer control and the URL)."""
     event = st.session_state.get(chart_key)
     picked = picked_head(event.selection.points) if event is not None else None
     if picked is not None:
         st.session_state["layer"], st.session_state["head"] = picked
-        st.session_state["_rerun_app"] = True  # the sidebar's layer slider lives outside the fragment
+        st.session_state["_rerun_app"] = True  # the layer control above the page lives outside the fragment
 
 
 def _written(gen: Generation, step: int, model) -> str:
@@ -100,7 +109,7 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
     state = st.session_state
     if state.pop("_rerun_app", False):
         st.rerun()  # scope "app": redraw the sidebar too
-    if state.get("gen_play"):  # playing: every run of this fragment writes one more token
+    if state.get("gen_play") and not state.pop("_play_from_start", False):  # playing: each run writes one more token
         if state["step"] >= n:
             state["gen_play"] = False
             st.rerun()  # a full rerun: the fragment stops running every PLAY_SECONDS
@@ -111,7 +120,8 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
     if n > 1:
         nav[1].slider("Step (token written)", 1, n, key="step")
     nav[2].button("▶", key="step_next", on_click=_step, args=(1, n), disabled=state["step"] >= n, help="The next token")
-    nav[3].toggle("Play", key="gen_play", help=f"Step through the tokens, one every {PLAY_SECONDS:g} s.")
+    nav[3].toggle("Play", key="gen_play", on_change=_play_changed, args=(n,),
+                  help=f"Step through the tokens, one every {PLAY_SECONDS:g} s.")
     step = state["step"]
     write_url(current())  # a fragment rerun (a step, a click on a head) skips the app's own URL update
     chosen = gen.steps[step - 1]

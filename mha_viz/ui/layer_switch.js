@@ -2,15 +2,17 @@
 // weights sent once.
 //
 // data: bytes = [uint32 n, little-endian][n bytes of JSON header][uint16 values, little-endian]
-//   header: {layers, heads, rows, cols, lo, hi, labels, active, chart, param, thumbnails}
+//   header: {layers, heads, rows, cols, lo, hi, labels, active, chart, param, thumbnails, subtitle}
 //   values: [layers, heads, rows, cols]; 65535 is NaN, else lo + v * ((hi - lo) / 65534), kept as float32
 //   (the server picks each v so that this value's toFixed(3), the hover's %{z:.3f}, is the true value's;
 //   layer_switch.py states the error bound; decode exactly this way)
 // The chart is the Plotly chart whose element has the Streamlit key `chart`.
-// - Layer buttons (no `thumbnails`): a click repaints every heatmap of the chart (trace i = head i)
+// - Layer buttons (no `thumbnails`), the page's one layer control: a click rewrites the subtitle
+//   (subtitle[0] + layer + subtitle[1]), repaints every heatmap of the chart (trace i = head i)
 //   and writes `param` into the URL at once; the server is told (trigger "layer") once the clicks
 //   pause for SETTLE_MS, and its rerun redraws the page at that layer (stepping through layers
-//   costs one rerun, not one per step). Without the chart or Plotly, the server is told at once.
+//   costs one rerun, not one per step). Without the chart, Plotly or weights (heads 0), the
+//   server is told at once.
 // - `thumbnails` (the key of an overview chart whose points carry [layer, head]): a click on a
 //   thumbnail repaints the chart if it shows one head; the overview's own click event tells the
 //   server, whose rerun redraws the page with that head open.
@@ -65,8 +67,11 @@ export default function ({ data, parentElement, setTriggerValue }) {
   };
   // Decode every layer while the page is idle, so that a click only repaints.
   for (let layer = 0; layer < meta.layers; layer++) idle(() => matrices(layer));
+  const focused = root.contains(root.getRootNode().activeElement); // a keyboard user stepping through layers
   root.replaceChildren();
-  return meta.thumbnails ? openOnClick(meta, matrices) : layerButtons(meta, matrices, root, setTriggerValue);
+  if (meta.thumbnails) return openOnClick(meta, matrices);
+  const subtitle = parentElement.querySelector(".subtitle");
+  return layerButtons(meta, matrices, root, subtitle, setTriggerValue, focused);
 }
 
 function openOnClick(meta, matrices) {
@@ -95,9 +100,14 @@ function openOnClick(meta, matrices) {
   return () => document.removeEventListener("pointerdown", attach, true);
 }
 
-function layerButtons(meta, matrices, root, setTriggerValue) {
+function layerButtons(meta, matrices, root, subtitle, setTriggerValue, focused) {
   let active = meta.active;
   let pending = null; // [timer, layer] of a layer the server has not been told yet
+  const [before, after] = meta.subtitle || ["", ""];
+  const title = (layer) => {
+    if (subtitle) subtitle.textContent = before || after ? `${before}${layer}${after}` : "";
+  };
+  title(active);
   const label = document.createElement("span");
   label.className = "label";
   label.textContent = "Layer";
@@ -109,6 +119,7 @@ function layerButtons(meta, matrices, root, setTriggerValue) {
     b.textContent = String(layer);
     b.title = `Show layer ${layer}`;
     b.setAttribute("aria-pressed", String(layer === active));
+    b.tabIndex = layer === active ? 0 : -1; // one tab stop; the arrow keys step the layer
     b.addEventListener("click", () => show(layer));
     b.addEventListener("keydown", (e) => {
       const next = e.key === "ArrowRight" ? layer + 1 : e.key === "ArrowLeft" ? layer - 1 : null;
@@ -121,10 +132,13 @@ function layerButtons(meta, matrices, root, setTriggerValue) {
     buttons.push(b);
     root.appendChild(b);
   }
-  const note = document.createElement("span");
-  note.className = "note";
-  note.textContent = "switches in your browser";
-  root.appendChild(note);
+  if (focused && buttons[active]) buttons[active].focus(); // redrawn by the server's rerun: the focus stays
+  if (meta.heads > 0 && meta.chart) {
+    const note = document.createElement("span");
+    note.className = "note";
+    note.textContent = "switches in your browser";
+    root.appendChild(note);
+  }
 
   function tell() {
     if (pending === null) return;
@@ -137,8 +151,12 @@ function layerButtons(meta, matrices, root, setTriggerValue) {
   function show(layer) {
     if (layer === active) return;
     active = layer;
-    buttons.forEach((b, i) => b.setAttribute("aria-pressed", String(i === layer)));
-    const gd = chartOf(meta.chart);
+    buttons.forEach((b, i) => {
+      b.setAttribute("aria-pressed", String(i === layer));
+      b.tabIndex = i === layer ? 0 : -1;
+    });
+    title(layer);
+    const gd = meta.heads > 0 && meta.chart ? chartOf(meta.chart) : null;
     const here = gd !== null && window.Plotly !== undefined;
     if (here) {
       const { zs, tops } = matrices(layer);

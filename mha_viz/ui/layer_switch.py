@@ -1,4 +1,5 @@
-"""Layer buttons that switch a heads chart between layers in the browser, without waiting for the server.
+"""The layer control of a pretrained model: layer buttons, and the subtitle that names the layer, which switch a heads
+chart between layers in the browser, without waiting for the server.
 
 Every layer's weights go to the page once, as uint16 (2 bytes a cell). The browser decodes code v as
 lo + v * step, step = (hi - lo) / 65534, in float64, and keeps it in a Float32Array, which rounds it by at
@@ -6,9 +7,10 @@ most max(|lo|, |hi|) * 2^-24. The code is the nearest one (error <= step / 2 + m
 7.69e-6 for weights in [0, 1]) unless the hover's 3 decimals (%{z:.3f}: toFixed(3)) of its decoded value would
 differ from the true value's; then it is the neighbour that shows the same 3 decimals (error <= step +
 max(|lo|, |hi|) * 2^-24, 1.53e-5 in [0, 1]), so the hover shows the server's numbers before its rerun
-(wherever step < 0.001, i.e. hi - lo < 65.5). A click repaints the chart from them and writes the layer into
-the URL; then the server is told, and its rerun redraws the page at that layer (the sidebar, captions and other
-views follow).
+(wherever step < 0.001, i.e. hi - lo < 65.5). A click repaints the chart from them, rewrites the subtitle and
+writes the layer into the URL; then the server is told, and its rerun redraws the page at that layer (the other
+views follow). Without the weights (other views, or more than MAX_BYTES), the buttons and subtitle change at once
+and the server is told at once.
 The same bytes let a click on an overview thumbnail open that head at once.
 """
 
@@ -30,7 +32,7 @@ FLOAT32_UNIT = 2.0**-24  # float32's unit roundoff: |float32(y) - y| <= |y| * 2^
 
 _component = st.components.v2.component(
     "mha_viz.layer_switch",
-    html='<div class="layer-switch" role="group" aria-label="Layer"></div>',
+    html='<p class="subtitle"></p><div class="layer-switch" role="group" aria-label="Layer"></div>',
     css="""
 .layer-switch { display: flex; flex-wrap: wrap; align-items: center; gap: 0.25rem; font-family: inherit; }
 .label { margin-right: 0.4rem; font-size: 0.9rem; }
@@ -41,6 +43,8 @@ button:hover { border-color: var(--st-primary-color, #ff4b4b); color: var(--st-p
 button[aria-pressed="true"] { background: var(--st-primary-color, #ff4b4b); border-color: var(--st-primary-color, #ff4b4b);
                               color: #fff; }
 .note { margin-left: 0.5rem; font-size: 0.8rem; opacity: 0.6; }
+.subtitle { margin: 0 0 0.4rem; font-size: 0.875rem; color: var(--st-text-color, #31333f); }
+.subtitle:empty { display: none; }
 """,
     js=(Path(__file__).with_name("layer_switch.js")).read_text(encoding="utf-8"),
 )
@@ -109,16 +113,23 @@ def picked_layer(value: object) -> int | None:
     return client_int(value.get("layer") if isinstance(value, Mapping) else None, 0, MAX_LAYERS - 1)
 
 
-def layer_buttons(payload: bytes, layer: int, chart: str, key: str, on_change: Callable[[int], None]) -> None:
-    """Layer buttons above the chart with key `chart` (its heatmaps: every head of the layer shown);
-    on_change(layer) runs on the server once the clicks pause."""
+def no_weights(layers: int) -> bytes:
+    """A payload of layers without weights: buttons and subtitle only, every click goes to the server."""
+    return _with_json({"layers": layers, "heads": 0, "rows": 0, "cols": 0, "lo": 0.0, "hi": 1.0, "labels": []}, b"")
+
+
+def layer_buttons(payload: bytes, layer: int, chart: str | None, key: str, on_change: Callable[[int], None],
+                  subtitle: tuple[str, str] = ("", "")) -> None:
+    """The page's one layer control: the subtitle (before + layer + after, rewritten by a click) above layer buttons,
+    which repaint the chart with key `chart` (its heatmaps: every head of the layer shown) when the payload holds
+    the weights; on_change(layer) runs on the server once the clicks pause."""
     def changed() -> None:
         picked = picked_layer(st.session_state.get(key))
         if picked is not None:
             on_change(picked)
 
-    _component(data=with_header(payload, active=layer, chart=chart, param="layer", thumbnails=None), key=key,
-               on_layer_change=changed)
+    _component(data=with_header(payload, active=layer, chart=chart, param="layer", thumbnails=None,
+                                subtitle=list(subtitle)), key=key, on_layer_change=changed)
 
 
 def open_on_click(payload: bytes, chart: str, thumbnails: str, key: str) -> None:

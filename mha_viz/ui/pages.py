@@ -218,6 +218,22 @@ def _layer_payload(source: ModelSource, hidden: frozenset[str]) -> bytes | None:
     return source.memo(("layer payload", hidden), pack)
 
 
+def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], view: str, subtitle: tuple[str, str]
+                   ) -> None:
+    """The subtitle naming the layer, with the layer buttons under it: the page's one layer control. In the Heads
+    view they hold every layer's weights (when these fit) and switch the chart in the browser."""
+    if source.num_layers == 1:
+        st.caption(f"{subtitle[0]}{s.layer}{subtitle[1]}")
+        return
+    payload = _layer_payload(source, hidden) if view == "Heads" else None
+    layer_switch.layer_buttons(payload or layer_switch.no_weights(source.num_layers), s.layer,
+                               chart="heads" if payload is not None else None, key="layer_switch",
+                               on_change=_set_layer, subtitle=subtitle)
+    if view == "Heads" and payload is None:
+        st.caption("Every layer of this model at once is more than this page should hold: a layer button asks the "
+                   "server for that layer.")
+
+
 def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader, limits: Budget | None = None) -> None:
     """A pretrained model's layer; source is the app's cached ModelSource for s.text, s.part and the decoder text.
 
@@ -229,10 +245,12 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
         return
     trace = source.trace(s.layer)
     name = safe_filename(f"{model.name.split('/')[-1]}-{s.part}-layer{s.layer}")
-    st.caption(
-        f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer {s.layer} of {model.num_layers[s.part]}"
-        f" · {model.num_heads[s.part]} heads · {len(trace.query_tokens)} query tokens"
-    )
+    hidden = frozenset() if s.special else frozenset(model.tokenizer.all_special_tokens)
+    views_here = CAUSAL_VIEWS if model.kind == "decoder" else PRETRAINED_VIEWS
+    view = st.session_state.get("view") if st.session_state.get("view") in views_here else views_here[0]
+    _layer_control(source, s, hidden, view, subtitle=(
+        f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer ",
+        f" of {model.num_layers[s.part]} · {model.num_heads[s.part]} heads · {len(trace.query_tokens)} query tokens"))
     if trace.meta.get("truncated"):
         st.warning(f"The input is longer than the model's maximum of {model.max_tokens} tokens: "
                    f"{trace.meta['truncated']} tokens were cut off the end."
@@ -241,12 +259,11 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     if trace.missing:
         held = "only the attention weights" if trace.concat is None else "the attention weights, head outputs, concat, W_O and output"
         st.info(f"For this model mha-viz holds {held}: {trace.meta.get('unavailable')}")
-    hidden = frozenset() if s.special else frozenset(model.tokenizer.all_special_tokens)
     shown = _hide(trace, hidden)
     if shown is None:
         st.info("Hiding the special tokens would leave nothing to show; showing all tokens.")
         shown = trace
-    view = view_picker(CAUSAL_VIEWS if model.kind == "decoder" else PRETRAINED_VIEWS)
+    view = view_picker(views_here)
     if view == "Generate":
         generate_view(source, name, limits)
     elif view == "Overview":
@@ -261,12 +278,6 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
         st.info(f"The {view} view needs {', '.join(trace.lacks(*VIEW_NEEDS[view]))} of this layer: "
                 f"{trace.meta.get('unavailable')}")
     else:
-        payload = _layer_payload(source, hidden) if view == "Heads" and source.num_layers > 1 else None
-        if payload is not None:
-            layer_switch.layer_buttons(payload, s.layer, chart="heads", key="layer_switch", on_change=_set_layer)
-        elif view == "Heads" and source.num_layers > 1:
-            st.caption("Layers switch through the sidebar's slider: every layer of this model at once is more "
-                       "than this page should hold.")
         TRACE_VIEWS[view](shown, name)
     export_section(
         source.trace_loader(s.layer), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),

@@ -1,4 +1,4 @@
-"""Sidebar widgets of the pretrained mode (model, layer, part, special tokens)."""
+"""Sidebar widgets of the pretrained mode (model, part, special tokens; the layer is chosen above the page)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def model_field(allowed: tuple[str, ...] | None) -> str:
 
 
 def layer_controls(model: PretrainedModel) -> list[str]:
-    """Part, layer and special-token widgets for a loaded model; returns notices for clamped values."""
+    """Part and special-token widgets for a loaded model, the layer clamped to it; returns notices for clamped values."""
     notices = []
     if st.session_state.get("part") not in model.parts:
         st.session_state["part"] = model.parts[0]
@@ -67,9 +67,7 @@ def layer_controls(model: PretrainedModel) -> list[str]:
     if st.session_state.get("layer", 0) >= n:
         notices.append(f"{model.name} has {n} {part} layers (0 to {n - 1}); showing layer {n - 1}.")
         st.session_state["layer"] = n - 1
-    if n > 1:
-        st.slider("Layer", 0, n - 1, key="layer")
-    else:
+    if n == 1:
         st.session_state["layer"] = 0
     st.toggle("Show special tokens ([CLS], [SEP], BOS …)", key="special",
               help="Off: special tokens are hidden and each row is renormalised over the remaining tokens.")

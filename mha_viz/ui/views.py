@@ -86,6 +86,12 @@ def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], No
                         selection_mode=selection_mode)
 
 
+def labelled_value(container, label: str, value: str) -> None:
+    """A label, then a value in bold: Markdown, whose code every page has loaded already. (st.metric's code is
+    fetched when a page first shows one, and a grey placeholder stands in each metric's place until it comes.)"""
+    container.markdown(f"{label}  \n**{value}**")
+
+
 def _clamp_head_selection(num_heads: int) -> None:
     """Drop head numbers a smaller h no longer has, before the widgets read them."""
     st.session_state["compare"] = tuple(h for h in st.session_state.get("compare", ()) if h < num_heads)
@@ -347,8 +353,7 @@ def output_path_view(trace: AttentionTrace, name: str) -> None:
     cols = st.columns(len(checks))
     for col, (label, err) in zip(cols, checks.items()):
         equal = err <= tolerance
-        col.metric(label, "equal ✓" if equal else f"differs: {err:.1e}",
-                   help=f"max |difference| over all entries: {err:.1e}; rounding in {dtype} allows {tolerance:.1e}")
+        labelled_value(col, label, "equal ✓" if equal else f"differs: {err:.1e}")
         col.caption(f"max |difference| {err:.1e} ≤ {tolerance:.1e}: equal within {dtype} rounding" if equal
                     else f"max |difference| {err:.1e} > {tolerance:.1e}, more than {dtype} rounding explains")
     chart(contributions_figure(trace), "contributions", f"{name}-contributions")
