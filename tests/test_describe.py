@@ -53,3 +53,14 @@ def test_curves_say_where_they_end_and_an_empty_figure_says_so() -> None:
     text = describe(fig)
     assert "line h = 2: ends at 0.25" in text and "line h = 2: ends at 0.95" in text
     assert describe(go.Figure()) == "Chart (empty)."
+
+
+def test_every_chart_on_a_page_comes_with_its_text_alternative() -> None:
+    from tests.test_app import new_app
+
+    at = new_app(view="One head").run()
+    charts = at.get("plotly_chart")
+    texts = [h.proto.body for h in at.get("html") if "Chart (" in h.proto.body]
+    assert len(charts) >= 3 and len(texts) == len(charts)
+    assert "weights = softmax(scores) [13×13]: 13 × 13 cells, strongest" in " ".join(texts)
+    assert all('role\', \'figure\'' in t and "aria-label" in t for t in texts)
