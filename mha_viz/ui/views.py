@@ -161,16 +161,24 @@ KEYBOARD_JS = """<script>(() => {{
 }})();</script>"""
 
 
+def _js_string(text: str) -> str:
+    """text as a JavaScript string literal that is safe inside a <script> element (no "</script>" can end it)."""
+    return json.dumps(text).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def text_alternative_html(fig: go.Figure, container_key: str, fallback_name: str) -> str:
+    """The HTML of text_alternative: describe(fig) as visually hidden text, and the script that gives the keyed
+    container its role and name (and the keyboard to a figure's slider and buttons)."""
+    key, name = _js_string(container_key), _js_string(figure_title(fig) or fallback_name)
+    return (f'<p style="{SR_ONLY}">{html.escape(describe(fig))}</p>' + FIGURE_ROLE_JS.format(key=key, name=name)
+            + (KEYBOARD_JS.format(key=key) if fig.layout.sliders or fig.layout.updatemenus else ""))
+
+
 def text_alternative(fig: go.Figure, container_key: str, fallback_name: str) -> None:
     """Make the keyed container holding fig a figure for screen readers: role "figure", named after the figure's
     title, with describe(fig) (what it shows, its strongest cells) as visually hidden text inside it; Plotly's
     SVG, a picture of that text and hundreds of tick labels, is hidden from them. Takes no room on the page."""
-    description = html.escape(describe(fig))
-    name = json.dumps(figure_title(fig) or fallback_name)
-    st.html(f'<p style="{SR_ONLY}">{description}</p>'
-            + FIGURE_ROLE_JS.format(key=json.dumps(container_key), name=name)
-            + (KEYBOARD_JS.format(key=json.dumps(container_key)) if fig.layout.sliders or fig.layout.updatemenus else ""),
-            unsafe_allow_javascript=True)
+    st.html(text_alternative_html(fig, container_key, fallback_name), unsafe_allow_javascript=True)
 
 
 def _layer_head_format(pair: tuple[int, int]) -> str:
