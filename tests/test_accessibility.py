@@ -84,23 +84,27 @@ def tab_until(page, predicate: str, limit: int = 400) -> int:
     raise AssertionError(f"{limit} presses of Tab never reached {predicate}")
 
 
-def test_a_chart_takes_at_most_two_tab_stops_one_of_them_the_png_download(server: str, browser) -> None:
+def test_a_chart_takes_at_most_two_visible_tab_stops_one_of_them_the_png_download(server: str, browser) -> None:
     page = new_page(browser, viewport={"width": 1400, "height": 1500})
     try:
         page.goto(f"{server}/?{CAUSAL}view=Generate")
         settle(page)
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 4", timeout=60_000)
+        page.mouse.move(0, 0)  # hover no chart
         tab_until(page, "e => !!e.closest('[data-testid=\"stMain\"]')")  # into the main area
         stops: dict[int, list[str]] = {}
         first = page.evaluate("() => { window.firstStop = document.activeElement; return true; }")
         for _ in range(300):
-            chart, name = page.evaluate("""() => {
+            chart, name, shown = page.evaluate("""() => {
                 const e = document.activeElement, c = e.closest('[data-testid="stPlotlyChart"]');
+                let shown = true;  // the focused button is not in a transparent (hover-only) toolbar
+                for (let p = e; p; p = p.parentElement) shown = shown && parseFloat(getComputedStyle(p).opacity) > 0.5;
                 return [c ? [...document.querySelectorAll('[data-testid="stPlotlyChart"]')].indexOf(c) : -1,
-                        e.getAttribute('aria-label') || e.getAttribute('data-title') || e.textContent.trim()];
+                        e.getAttribute('aria-label') || e.getAttribute('data-title') || e.textContent.trim(), shown];
             }""")
             if chart >= 0:
                 stops.setdefault(chart, []).append(name)
+                assert shown, f"chart {chart}: {name} has the focus but is invisible"
             page.keyboard.press("Tab")
             if page.evaluate("() => document.activeElement === window.firstStop"):
                 break
