@@ -188,14 +188,19 @@ def _labeller(fig: go.Figure, ref: str | None, default: str, coords: object) -> 
 
 def _strongest(values: np.ndarray, top: int) -> np.ndarray:
     """Flat indices of the top largest values (by magnitude when some are negative), NaNs last."""
-    finite = np.where(np.isfinite(values), values, np.nan)
-    score = np.abs(finite) if np.nanmin(finite) < 0 else finite
-    order = np.argsort(np.where(np.isnan(score), -np.inf, score), axis=None)[::-1]
-    return order[: min(top, int(np.isfinite(score).sum()))]
+    finite = np.isfinite(values)
+    score = np.where(finite, values, -np.inf).ravel()
+    if (score[finite.ravel()] < 0).any():
+        score = np.where(finite.ravel(), np.abs(score), -np.inf)
+    k = min(top, int(finite.sum()))
+    if k == 0:
+        return np.zeros(0, dtype=int)
+    best = np.argpartition(score, score.size - k)[score.size - k:]  # linear time: a figure may hold millions of cells
+    return best[np.argsort(score[best])[::-1]]
 
 
 def _heatmap_words(fig: go.Figure, trace: go.Heatmap, top: int) -> str:
-    z = np.asarray(trace.z, dtype=float)
+    z = np.asarray(trace.z, dtype=np.float32)
     if z.ndim != 2 or z.size == 0 or not np.isfinite(z).any():
         return "no values"
     rows = _labeller(fig, trace.yaxis, "y", trace.y)
