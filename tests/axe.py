@@ -12,6 +12,7 @@ from pathlib import Path
 
 AXE_VERSION = "4.14.1"
 SERIOUS = ("serious", "critical")
+ALL = ("minor", "moderate", *SERIOUS)
 
 
 def axe_path() -> Path | None:

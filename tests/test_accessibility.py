@@ -1,6 +1,7 @@
-"""Accessibility in Debian's headless Chromium: axe-core (WCAG 2.2 A/AA and best practice) finds no serious or critical
-violation on any view; every chart is a named figure with a text alternative; the keyboard alone reaches the controls,
-opens a head from the detector and logit-attribution heatmaps, replays training, and passes a chart in 2 tab stops.
+"""Accessibility in Debian's headless Chromium: axe-core (WCAG 2.2 A/AA and best practice) finds no violation of any
+impact on any view (the issue asks for no serious or critical one); every chart is a named figure with a text
+alternative; the keyboard alone reaches the controls, opens a head from the detector and logit-attribution heatmaps,
+replays training, and passes a chart in 2 tab stops.
 
 axe-core comes from npm (scripts/install.sh --dev); tests/axe.py says where it is looked for.
 """
@@ -15,7 +16,7 @@ import pytest
 
 from mha_viz.params import SECTIONS
 from mha_viz.ui.pages import CONFIGURABLE_VIEWS, PRETRAINED_VIEWS, TRAIN_VIEWS
-from tests.axe import AXE_VERSION, axe_path, axe_violations, summary
+from tests.axe import ALL, AXE_VERSION, axe_path, axe_violations, summary
 from tests.browser import CHROMIUM, wait_for_query
 from tests.test_browser_views import new_page, settle
 
@@ -32,6 +33,10 @@ PAGES = (
     + [f"{CAUSAL}view=Generate"]
     + [f"{CAUSAL}view=Analysis&section={urllib.parse.quote(s)}" for s in SECTIONS]
 )
+# Streamlit draws some elements once their code has loaded, after the run: wait for those on the page.
+DRAWN = """() => !document.querySelector('[data-testid="stSkeleton"]')
+    && [...document.querySelectorAll('[data-testid="stTable"]')].every(t => t.querySelector('th'))
+    && [...document.querySelectorAll('[data-testid="stDataFrame"]')].every(t => t.querySelector('canvas, table'))"""
 CHARTS_LABELLED = """() => {
     const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
     return charts.every(c => c.querySelector('.main-svg')) && charts.every(c => {
@@ -52,7 +57,7 @@ def axe() -> Path:
 
 
 @pytest.mark.parametrize("query", PAGES)
-def test_no_serious_accessibility_violation_and_every_chart_is_a_named_figure(server: str, browser, axe: Path,
+def test_no_accessibility_violation_and_every_chart_is_a_named_figure(server: str, browser, axe: Path,
                                                                               query: str) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -60,12 +65,13 @@ def test_no_serious_accessibility_violation_and_every_chart_is_a_named_figure(se
     try:
         page.goto(f"{server}/?{query}")
         settle(page)
+        page.wait_for_function(DRAWN, timeout=30_000)
         try:
             page.wait_for_function(CHARTS_LABELLED, timeout=30_000)
             labelled = True
         except PlaywrightTimeout:
             labelled = False
-        violations = axe_violations(page)  # once the charts are labelled: their roles are checked too
+        violations = axe_violations(page, ALL)  # once the charts are labelled: their roles are checked too
         assert violations == [], summary(violations)
         assert labelled, "a chart is not a figure named for screen readers, with its text alternative"
     finally:

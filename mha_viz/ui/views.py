@@ -458,7 +458,7 @@ def cost_view(cfg: MHAConfig, T: int, S: int, cross: bool = False) -> None:
     rows = ["weights", "biases", "parameters", "FLOPs"]
     st.table(
         {
-            "": rows,
+            "count": rows,
             f"{H} heads (d_k={cfg.d_k})": [f"{ours.weight_count:,}", f"{ours.bias_count:,}", f"{ours.params:,}", f"{ours.total_flops:,}"],
             f"1 full-width head (d_k={cfg.num_heads * cfg.d_k})": [
                 f"{wide.weight_count:,}", f"{wide.bias_count:,}", f"{wide.params:,}", f"{wide.total_flops:,}"
