@@ -3,7 +3,8 @@
 #   bash scripts/install.sh          the app and library
 #   bash scripts/install.sh --dev    plus the test tools and, as root on Debian, Chromium for
 #                                    the browser tests and nginx for the replicas test
-#                                    (apt-get install chromium nginx)
+#                                    (apt-get install chromium nginx), and with npm axe-core
+#                                    for the accessibility tests
 # The venv lives at $MHA_VIZ_VENV (default ~/.venvs/mha-viz). TORCH_INDEX_URL, when set, is the
 # package index torch comes from first (the Dockerfile points it at PyTorch's CPU-only wheels).
 set -euo pipefail
@@ -29,6 +30,12 @@ if [ "${1:-}" = "--dev" ]; then
     else
       echo "note: ${missing[*]} missing; the browser tests (chromium) and the replicas test (nginx) will be skipped (apt-get install ${missing[*]})"
     fi
+  fi
+  # axe-core, which the accessibility tests inject into the app's pages, goes into the venv (tests/axe.py finds it)
+  if command -v npm >/dev/null; then
+    npm install --silent --no-audit --no-fund --no-save --prefix "$venv/node" axe-core@4.14.1 >/dev/null
+  else
+    echo "note: npm missing; the accessibility tests (axe-core) will be skipped (apt-get install npm)"
   fi
 fi
 echo "mha-viz installed in $venv"

@@ -229,7 +229,7 @@ def test_view_trains_one_and_h_heads_and_returns_the_trained_trace() -> None:
     curves = chart(at, 4)
     assert {t["name"] for t in curves["data"] if t.get("showlegend", True)} == {"h = 1", "h = 2"}
     table = at.table[0].value
-    assert list(table.columns) == ["", "h = 1", "h = 2"]
+    assert list(table.columns) == ["measure", "h = 1", "h = 2"]
 
 
 def test_view_follows_the_task_and_single_head_choice() -> None:

@@ -7,7 +7,8 @@ repeated tokens ("the" ... "the"). Arrays go out as float32 (Plotly sends them a
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -133,3 +134,117 @@ def with_automargin(fig: go.Figure) -> go.Figure:
         if axis.automargin is None:
             axis.automargin = True
     return fig
+
+
+def _plain(text: object) -> str:
+    """Label text without Plotly's HTML (tags, entities, line breaks) and repeated spaces."""
+    stripped = re.sub(r"<[^>]*>", " ", str(text or ""))
+    return " ".join(html.unescape(stripped).split())
+
+
+def _panel_title(fig: go.Figure, trace: go.BaseTraceType) -> str:
+    """The trace's name, else the subplot title (an annotation) standing over its axes."""
+    if getattr(trace, "name", None):
+        return _plain(trace.name)
+    xaxis = fig.layout[axis_key(getattr(trace, "xaxis", None) or "x")]
+    yaxis = fig.layout[axis_key(getattr(trace, "yaxis", None) or "y")]
+    if xaxis is None or yaxis is None or xaxis.domain is None or yaxis.domain is None:
+        return ""
+    (x0, x1), top = xaxis.domain, yaxis.domain[1]
+    for note in fig.layout.annotations:
+        if note.xref == "paper" and note.yref == "paper" and note.x is not None and note.y is not None \
+                and x0 <= note.x <= x1 and abs(note.y - top) < 0.05:
+            return _plain(note.text)
+    return ""
+
+
+def figure_title(fig: go.Figure) -> str:
+    """A figure's name in words: its title, else its panels' titles ("" when it has neither)."""
+    if fig.layout.title.text:
+        return _plain(fig.layout.title.text)
+    titles = [_plain(a.text) for a in fig.layout.annotations if a.xref == "paper" and len(_plain(a.text)) > 2]
+    return "; ".join(titles[:4]) + (f"; and {len(titles) - 4} more" if len(titles) > 4 else "")
+
+
+def _labeller(fig: go.Figure, ref: str | None, default: str, coords: object) -> Callable[[int], str]:
+    """index along an axis -> words: its token label (tick text) where there is one, else the axis title and number."""
+    axis = fig.layout[axis_key(ref or default)]
+    title = _plain(axis.title.text) if axis is not None and axis.title is not None else ""
+    ticks = {}
+    if axis is not None and axis.tickvals is not None and axis.ticktext is not None:
+        ticks = {v: _plain(t) for v, t in zip(axis.tickvals, axis.ticktext)}
+    values = list(coords) if coords is not None else None
+
+    def label(i: int) -> str:
+        at = values[i] if values is not None and i < len(values) else i
+        if isinstance(at, str):  # a category axis names its own positions
+            return repr(_plain(at))
+        if at in ticks:
+            return f"{ticks[at]!r} ({title or ('row' if default == 'y' else 'column')} {at})"
+        return f"{title or ('row' if default == 'y' else 'column')} {at}"
+
+    return label
+
+
+def _strongest(values: np.ndarray, top: int) -> np.ndarray:
+    """Flat indices of the top largest values (by magnitude when some are negative), NaNs last."""
+    finite = np.isfinite(values)
+    score = np.where(finite, values, -np.inf).ravel()
+    if (score[finite.ravel()] < 0).any():
+        score = np.where(finite.ravel(), np.abs(score), -np.inf)
+    k = min(top, int(finite.sum()))
+    if k == 0:
+        return np.zeros(0, dtype=int)
+    best = np.argpartition(score, score.size - k)[score.size - k:]  # linear time: a figure may hold millions of cells
+    return best[np.argsort(score[best])[::-1]]
+
+
+def _heatmap_words(fig: go.Figure, trace: go.Heatmap, top: int) -> str:
+    z = np.asarray(trace.z, dtype=np.float32)
+    if z.ndim != 2 or z.size == 0 or not np.isfinite(z).any():
+        return "no values"
+    rows = _labeller(fig, trace.yaxis, "y", trace.y)
+    cols = _labeller(fig, trace.xaxis, "x", trace.x)
+    cells = [f"{rows(r)} × {cols(c)}: {z[r, c]:.3g}" for r, c in zip(*np.unravel_index(_strongest(z, top), z.shape))]
+    return f"{z.shape[0]} × {z.shape[1]} cells, strongest " + "; ".join(cells)
+
+
+def _bar_words(fig: go.Figure, trace: go.Bar, top: int) -> str:
+    horizontal = trace.orientation == "h"
+    values = np.asarray(trace.x if horizontal else trace.y, dtype=float)
+    if values.size == 0 or not np.isfinite(values).any():
+        return "no bars"
+    names = _labeller(fig, trace.yaxis if horizontal else trace.xaxis, "y" if horizontal else "x",
+                      trace.y if horizontal else trace.x)
+    bars = [f"{names(int(i))}: {values[i]:.3g}" for i in _strongest(values, top)]
+    return f"{values.size} bars, largest " + "; ".join(bars)
+
+
+def describe(fig: go.Figure, *, top: int = 3, max_panels: int = 8) -> str:
+    """A text alternative of a figure, for screen readers and anyone without the picture: its title, then for each
+    heatmap or bar panel its size and its `top` strongest cells or bars (largest magnitude when values go negative,
+    with their token labels), then how many line or marker traces it draws. At most max_panels panels are spelled
+    out. Derived from the figure's data only, so it fits any figure of mha_viz.figures."""
+    parts, others = [], 0
+    panels = [t for t in fig.data if t.type in ("heatmap", "bar")]
+    for trace in panels[:max_panels]:
+        words = _heatmap_words(fig, trace, top) if trace.type == "heatmap" else _bar_words(fig, trace, top)
+        title = _panel_title(fig, trace)
+        parts.append(f"{title}: {words}" if title else words[0].upper() + words[1:])
+    if len(panels) > max_panels:
+        parts.append(f"and {len(panels) - max_panels} more panels")
+    for trace in fig.data:
+        if trace.type in ("heatmap", "bar"):
+            continue
+        y = np.asarray(trace.y if trace.y is not None else (), dtype=object)
+        curve = trace.type == "scatter" and "lines" in (trace.mode or "lines") and y.size > 1
+        if curve and trace.name and isinstance(y[-1], (int, float, np.number)) and np.isfinite(float(y[-1])):
+            parts.append(f"line {_plain(trace.name)}: ends at {float(y[-1]):.3g}")
+        else:
+            others += 1
+    if others:
+        parts.append(f"{others} other line or marker trace{'s' if others > 1 else ''}")
+    title = _plain(fig.layout.title.text)  # panel titles come with their panels
+    kinds = sorted({t.type for t in fig.data})
+    head = f"{title}. " if title else ""
+    return f"{head}Chart ({', '.join(kinds) or 'empty'})." + "".join(f" {part}." for part in parts)

@@ -47,7 +47,7 @@ from ..trace import AttentionTrace
 from .fair import heavy
 from .state import mark_typed
 from .text import plain
-from .views import chart, labelled_value
+from .views import chart, labelled_value, open_head_picker
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
@@ -438,10 +438,11 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
                                    title=f"After {tokens[position]!r} (position {position}): the logit of "
                                    f"{dla.token!r} (p = {dla.probability:.1%})"),
           "analysis_dla", f"{name}-logit-attribution", on_select=lambda: _open_head("analysis_dla"))
+    open_head_picker("_open_head_dla", *dla.heads.shape)
     error = abs(dla.total - dla.logit)
     st.caption(f"Every head and term adds up to **{dla.total:.4f}**; the model's own logit is **{dla.logit:.4f}** "
                f"(|difference| {error:.1e}{' ≤ 1e-3 ✓' if error <= 1e-3 else ' > 1e-3 ✗'}). The final {dla.norm} is "
-               f"frozen at the scale it measured there ({dla.norm_scale:.4g}). Click a head to open it.")
+               f"frozen at the scale it measured there ({dla.norm_scale:.4g}). Click a head (or pick it above) to open it.")
     layer, head = st.session_state.get("layer", 0), st.session_state.get("head", 0)
     _show_head(source, layer, head, name)
 
@@ -466,6 +467,7 @@ def _head_detectors(name: str, source: TraceSource) -> None:
     with left:
         chart(head_scores_figure(scores[kind], kind), "analysis_detectors", f"{name}-{kind}-heads",
               on_select=lambda: _open_head("analysis_detectors"))
+        open_head_picker("_open_head_detectors", *scores[kind].shape)
     L, H = scores[kind].shape
     rows = {"layer": np.repeat(np.arange(L), H), "head": np.tile(np.arange(H), L),
             **{k: np.round(v.ravel(), 3) for k, v in scores.items()}}
@@ -476,7 +478,7 @@ def _head_detectors(name: str, source: TraceSource) -> None:
     probe = ids[0].tolist()
     tokens = tuple(source.model.tokenizer.convert_ids_to_tokens(probe))
     weights = source.model.attentions_for_ids(probe)[layer]  # (H, T, T)
-    st.caption(f"Click a head above to open it here, on the first probe sequence: {start} start token, then "
+    st.caption(f"Click a head above (or pick it in Open head) to open it here, on the first probe sequence: {start} start token, then "
                f"{n} random tokens, then the same {n} again. A previous-token head draws the diagonal just below "
                "the main one; an induction head draws a second diagonal in the repeat, one key after the copy.")
     probe_trace = AttentionTrace(query_tokens=tokens, key_tokens=tokens, weights=weights, causal=source.part == "decoder",

@@ -18,7 +18,7 @@ from .fair import heavy
 from .pandas_guard import guarded
 from .state import current, write_url
 from .text import plain
-from .views import chart
+from .views import chart, open_head_picker
 
 PLAY_SECONDS = 0.8  # between two steps while playing
 DLA_TOLERANCE = 1e-3  # the terms must add up to the model's logit within this (float32)
@@ -44,6 +44,10 @@ def _open_head(chart_key: str) -> None:
     if picked is not None:
         st.session_state["layer"], st.session_state["head"] = picked
         st.session_state["_rerun_app"] = True  # the layer control above the page lives outside the fragment
+
+
+def _rerun_app() -> None:
+    st.session_state["_rerun_app"] = True  # the sidebar's layer slider lives outside the fragment
 
 
 def _written(gen: Generation, step: int, model) -> str:
@@ -175,12 +179,13 @@ def _attribution(source: ModelSource, gen: Generation, step: int, name: str) -> 
         return
     chart(logit_attribution_figure(dla.heads, dla.terms, dla.token), "gen_dla", f"{name}-step{step}-logit-attribution",
           on_select=lambda: _open_head("gen_dla"))
+    open_head_picker("_open_head_gen", *dla.heads.shape, on_pick=_rerun_app)
     error = abs(dla.total - dla.logit)
     verdict = "✓ equal" if error <= DLA_TOLERANCE else "✗ differs"
     st.caption(f"Heads {dla.heads.sum():+.3f} + other terms {sum(dla.terms.values()):+.3f} = **{dla.total:.4f}**; "
                f"the model's own logit for {plain(repr(dla.token))}: **{dla.logit:.4f}** ({verdict}, |difference| "
                f"{error:.1e} ≤ {DLA_TOLERANCE:g}). The final {dla.norm} is frozen at its measured scale "
-               f"{dla.norm_scale:.4g}, which makes each head's share exact. Click a head to open it.")
+               f"{dla.norm_scale:.4g}, which makes each head's share exact. Click a head (or pick it above) to open it.")
 
 
 def _opened_head(source: ModelSource, gen: Generation, step: int, name: str) -> None:

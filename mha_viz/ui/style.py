@@ -1,4 +1,5 @@
-"""Page-wide style: phones get a compact layout; formulas scroll; the copy-link button is always visible."""
+"""Page-wide style: phones get a compact layout; formulas scroll; the copy-link button is always visible; a chart's
+toolbar shows when the keyboard is on it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ CSS = """
 /* The copy button of a code block (the share link) shows without hovering: phones cannot hover. */
 [data-testid="stCode"] [data-testid="stElementToolbarButton"], [data-testid="stCode"] div:has(> div > [data-testid="stElementToolbarButton"]) {
   opacity: 1 !important; visibility: visible !important; }
+/* A chart's toolbar shows while one of its buttons has the keyboard's focus, not only under the mouse. */
+.js-plotly-plot .modebar-group:focus-within { opacity: 1 !important; transition: none !important; }
 </style>
 """
 

@@ -148,7 +148,7 @@ def _comparison(run: TrainingRun, single: TrainingRun) -> None:
     h, f, f1 = run.num_heads, run.final, single.final
     st.table(
         {
-            "": ["loss", "accuracy (mean)"] + [f"accuracy: {r}" for r in run.relations],
+            "measure": ["loss", "accuracy (mean)"] + [f"accuracy: {r}" for r in run.relations],
             "h = 1": [f"{f1.loss:.4f}", f"{f1.mean_accuracy:.1%}"] + [f"{a:.1%}" for a in f1.accuracy],
             f"h = {h}": [f"{f.loss:.4f}", f"{f.mean_accuracy:.1%}"] + [f"{a:.1%}" for a in f.accuracy],
         }

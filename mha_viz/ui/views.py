@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import json
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from ..figures import (
     projections_figure,
     score_terms_figure,
 )
-from ..figures.common import token_label, with_automargin
+from ..figures.common import describe, figure_title, token_label, with_automargin
 from ..figures.heads import MAX_CELLS_PER_SIDE, zoom_window
 from ..figures.lines import MAX_LINE_TOKENS, picked_token
 from ..figures.overview import picked_head
@@ -37,7 +39,11 @@ from .pandas_guard import guarded
 from .state import current, write_url
 from .style import is_phone
 
-PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+# The chart toolbar keeps the PNG download and Streamlit's fullscreen: each of Plotly's other buttons (zoom, pan,
+# autoscale...) was one more tab stop, 8 a chart, for what a drag (zoom) and a double click (reset) do anyway.
+TOOLBAR_REMOVED = ["zoom2d", "pan2d", "select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "resetScale2d"]
+PLOT_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": TOOLBAR_REMOVED,
+               "toImageButtonOptions": {"format": "png", "scale": 2}}
 APP_FONT = {"family": '"Source Sans", sans-serif', "color": "#31333F"}  # Streamlit's own text font and colour
 SHOWN = "_figures_shown"  # session key: chart key -> (figure, file name) drawn in this run, for the report
 
@@ -79,11 +85,130 @@ def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], No
     fig.update_layout(datarevision=key, font=APP_FONT)
     with_automargin(fig)
     st.session_state.setdefault(SHOWN, {})[key] = (fig, filename)  # a fragment's rerun replaces its own
-    if on_select is None:
-        st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None)
-    else:
-        st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None, on_select=on_select,
-                        selection_mode=selection_mode)
+    with st.container(key=f"figure_{key}", gap=None):  # the chart and its text alternative, no gap between them
+        if on_select is None:
+            st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None)
+        else:
+            st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None, on_select=on_select,
+                            selection_mode=selection_mode)
+        text_alternative(fig, f"figure_{key}", filename)
+
+
+SR_ONLY = "position:absolute;width:1px;height:1px;margin:-1px;padding:0;border:0;overflow:hidden;clip:rect(0,0,0,0)"
+FIGURE_ROLE_JS = """<script>(() => {{
+    const box = document.querySelector('.st-key-' + CSS.escape({key}));
+    if (!box) return;
+    box.setAttribute('role', 'figure');
+    box.setAttribute('aria-label', {name});
+    const hide = () => box.querySelectorAll('.main-svg:not([aria-hidden])').forEach(s => s.setAttribute('aria-hidden', 'true'));
+    hide();
+    if (box.a11yObserver) box.a11yObserver.disconnect();
+    box.a11yObserver = new MutationObserver(hide);
+    box.a11yObserver.observe(box, {{childList: true, subtree: true}});
+}})();</script>"""
+
+
+# Plotly draws a figure's slider and play buttons (layout.sliders, layout.updatemenus) in SVG, out of the keyboard's
+# reach. This makes each take focus: the slider moves with the arrow keys, Home and End (Plotly.animate to that step's
+# frame, as a drag does), a button presses with Enter or Space. Plotly redraws them, so it runs again when they change.
+KEYBOARD_JS = """<script>(() => {{
+    const box = document.querySelector('.st-key-' + CSS.escape({key}));
+    if (!box) return;
+    const keys = {{ArrowLeft: -1, ArrowDown: -1, ArrowRight: 1, ArrowUp: 1, PageDown: -5, PageUp: 5, Home: -1e9, End: 1e9}};
+    const ring = (e, on) => e.style.outline = on ? '2px solid #a62f3c' : '';
+    const wire = () => {{
+        const gd = box.querySelector('.js-plotly-plot');
+        if (!gd || !gd.layout || !window.Plotly) return;
+        (gd.layout.sliders || []).forEach((spec, n) => {{
+            const group = gd.querySelectorAll('.slider-container')[n];
+            if (!group || group.hasAttribute('tabindex')) return;
+            const steps = spec.steps || [];
+            const at = () => Math.max(0, Math.min(steps.length - 1, gd.layout.sliders[n].active ?? steps.length - 1));
+            const say = () => {{
+                const label = String(steps[at()].label);
+                group.setAttribute('aria-valuenow', at());
+                group.setAttribute('aria-valuetext', ((spec.currentvalue || {{}}).prefix || '') + label);
+            }};
+            Object.entries({{tabindex: '0', role: 'slider', 'aria-label': 'Replay: ' + ((spec.currentvalue || {{}}).prefix
+                || 'step').trim(), 'aria-valuemin': 0, 'aria-valuemax': steps.length - 1}})
+                .forEach(([k, v]) => group.setAttribute(k, v));
+            say();
+            group.addEventListener('focus', () => ring(group, true));
+            group.addEventListener('blur', () => ring(group, false));
+            group.addEventListener('keydown', (e) => {{
+                if (!(e.key in keys)) return;
+                e.preventDefault();
+                const step = steps[Math.max(0, Math.min(steps.length - 1, at() + keys[e.key]))];
+                window.Plotly.animate(gd, ...step.args).then(say);
+            }});
+            gd.on('plotly_sliderchange', say);
+            gd.on('plotly_animated', say);
+        }});
+        (gd.layout.updatemenus || []).forEach((menu, n) => {{
+            const buttons = [...(gd.querySelectorAll('.updatemenu-container')[n] || {{querySelectorAll: () => []}})
+                .querySelectorAll('.updatemenu-button')];
+            buttons.forEach((button, i) => {{
+                if (button.hasAttribute('tabindex')) return;
+                const label = String((menu.buttons[i] || {{}}).label || '');
+                button.setAttribute('tabindex', '0');
+                button.setAttribute('role', 'button');
+                button.setAttribute('aria-label', {{'▶': 'Play', '❚❚': 'Pause'}}[label] || label);
+                button.addEventListener('focus', () => ring(button, true));
+                button.addEventListener('blur', () => ring(button, false));
+                button.addEventListener('keydown', (e) => {{
+                    if (e.key !== 'Enter' && e.key !== ' ') return;
+                    e.preventDefault();
+                    button.dispatchEvent(new MouseEvent('click', {{bubbles: true}}));
+                }});
+            }});
+        }});
+    }};
+    wire();
+    if (box.keyboardObserver) box.keyboardObserver.disconnect();
+    box.keyboardObserver = new MutationObserver(wire);
+    box.keyboardObserver.observe(box, {{childList: true, subtree: true}});
+}})();</script>"""
+
+
+def _js_string(text: str) -> str:
+    """text as a JavaScript string literal that is safe inside a <script> element (no "</script>" can end it)."""
+    return json.dumps(text).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def text_alternative_html(fig: go.Figure, container_key: str, fallback_name: str) -> str:
+    """The HTML of text_alternative: describe(fig) as visually hidden text, and the script that gives the keyed
+    container its role and name (and the keyboard to a figure's slider and buttons)."""
+    key, name = _js_string(container_key), _js_string(figure_title(fig) or fallback_name)
+    return (f'<p style="{SR_ONLY}">{html.escape(describe(fig))}</p>' + FIGURE_ROLE_JS.format(key=key, name=name)
+            + (KEYBOARD_JS.format(key=key) if fig.layout.sliders or fig.layout.updatemenus else ""))
+
+
+def text_alternative(fig: go.Figure, container_key: str, fallback_name: str) -> None:
+    """Make the keyed container holding fig a figure for screen readers: role "figure", named after the figure's
+    title, with describe(fig) (what it shows, its strongest cells) as visually hidden text inside it; Plotly's
+    SVG, a picture of that text and hundreds of tick labels, is hidden from them. Takes no room on the page."""
+    st.html(text_alternative_html(fig, container_key, fallback_name), unsafe_allow_javascript=True)
+
+
+def _layer_head_format(pair: tuple[int, int]) -> str:
+    return f"layer {pair[0]}, head {pair[1]}"
+
+
+def _open_picked(key: str, then: Callable[[], None] | None) -> None:
+    st.session_state["layer"], st.session_state["head"] = st.session_state[key]
+    if then is not None:
+        then()
+
+
+def open_head_picker(key: str, num_layers: int, num_heads: int, on_pick: Callable[[], None] | None = None) -> None:
+    """The keyboard's way to do what a click on a cell of a layers × heads heatmap does: a select box of every
+    (layer, head) that shows the open head and opens the one picked (session keys "layer" and "head", so the URL
+    keeps it). on_pick: called after a pick (e.g. to rerun the whole app from a fragment)."""
+    pairs = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
+    shown = (st.session_state.get("layer", 0), st.session_state.get("head", 0))
+    st.session_state[key] = shown if shown in pairs else pairs[0]  # follows clicks on the heatmap
+    st.selectbox("Open head", pairs, key=key, format_func=_layer_head_format, on_change=_open_picked,
+                 args=(key, on_pick))
 
 
 def labelled_value(container, label: str, value: str) -> None:
@@ -378,7 +503,7 @@ def cost_view(cfg: MHAConfig, T: int, S: int, cross: bool = False) -> None:
     rows = ["weights", "biases", "parameters", "FLOPs"]
     st.table(
         {
-            "": rows,
+            "count": rows,
             f"{H} heads (d_k={cfg.d_k})": [f"{ours.weight_count:,}", f"{ours.bias_count:,}", f"{ours.params:,}", f"{ours.total_flops:,}"],
             f"1 full-width head (d_k={cfg.num_heads * cfg.d_k})": [
                 f"{wide.weight_count:,}", f"{wide.bias_count:,}", f"{wide.params:,}", f"{wide.total_flops:,}"
