@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis.score_terms import score_terms
 from ..trace import AttentionTrace
-from .common import f32, index_axis, symmetric_range, token_axis, token_label
+from .common import TOOLBAR_PX, f32, index_axis, symmetric_range, token_axis, token_label, token_tickangle
 
 
 def scale_text(trace: AttentionTrace) -> str:
@@ -83,7 +83,7 @@ def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False
         is_attention = kind in ("scores", "weights")
         fig.update_xaxes(
             token_axis(trace.key_tokens) if is_attention else index_axis(z.shape[1], "dimension"),
-            tickangle=-60 if is_attention else 0,
+            tickangle=token_tickangle(trace.key_tokens) if is_attention else 0,
             row=r,
             col=c,
         )
@@ -93,8 +93,8 @@ def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False
         coloraxis={"colorscale": "RdBu", "cmid": 0, "cmin": -vec, "cmax": vec, "colorbar": {"title": {"text": "Q,K,V,out"}, "x": 1.02, "len": 0.3, "y": 0.85}},
         coloraxis2={"colorscale": "PuOr", "cmin": -sc, "cmax": sc, "colorbar": {"title": {"text": "score"}, "x": 1.02, "len": 0.3, "y": 0.5}},
         coloraxis3={"colorscale": "Blues", "cmin": 0, "cmax": 1, "colorbar": {"title": {"text": "weight"}, "x": 1.02, "len": 0.3, "y": 0.15}},
-        height=1100 if compact else 760,
-        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        height=1116 if compact else 776,
+        margin={"l": 10, "r": 10, "t": TOOLBAR_PX + 24, "b": 10},  # the panel titles under the toolbar
         plot_bgcolor="#eeeeee",
     )
     if compact:  # colour bars under the panels, not beside them

@@ -46,6 +46,7 @@ from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
 from .fair import heavy
 from .state import mark_typed
+from .style import column_width, is_narrow, page_width
 from .text import plain
 from .views import chart
 
@@ -148,19 +149,23 @@ def _head_statistics(trace: AttentionTrace, special: Collection[str | int], name
         "over the query rows." + (" Cross-attention: previous/same/next/distance compare positions of two "
                                   "different sentences and are left empty." if trace.cross else "")
     )
-    left, right = st.columns([3, 2])
-    with left:
-        config = {column: st.column_config.NumberColumn(column, help=text, format="%.3f")
-                  for column, text in STAT_HELP.items()}
-        event = st.dataframe(stats.columns(), key="analysis_stats", on_select="rerun", selection_mode="single-row",
-                             hide_index=True, column_config=config)
+    config = {column: st.column_config.NumberColumn(column, help=text, format="%.3f")
+              for column, text in STAT_HELP.items()}
+    config["head"] = st.column_config.NumberColumn("head", width=48)  # room for the others at 1024 px
+    # The table across the page: beside a chart its last columns would be cut off.
+    event = st.dataframe(stats.columns(), key="analysis_stats", on_select="rerun", selection_mode="single-row",
+                         hide_index=True, column_config=config, width="stretch")
     if event.selection.rows:  # a picked row opens its head (and a shared link remembers it as `head`)
         st.session_state["head"] = min(event.selection.rows[0], trace.num_heads - 1)
     head = st.session_state.get("head", 0)
+    narrow = is_narrow()
+    left, right = (st.container(), st.container()) if narrow else st.columns([2, 3])
+    with left:
+        chart(heads_figure(trace, [head], cols=1, cell_px=22, title=f"head {head}",
+                           width=page_width() if narrow else column_width(0.4)), "analysis_stats_head", f"{name}-head{head}")
     with right:
-        chart(heads_figure(trace, [head], cols=1, cell_px=22, title=f"head {head}"), "analysis_stats_head",
-              f"{name}-head{head}")
-    chart(head_stats_figure(stats), "analysis_stats_chart", f"{name}-head-stats")
+        chart(head_stats_figure(stats, width=page_width() if narrow else column_width(0.6)), "analysis_stats_chart",
+              f"{name}-head-stats")
 
 
 def _redundancy(trace: AttentionTrace, name: str) -> None:

@@ -13,6 +13,7 @@ import streamlit as st
 from ..analysis import without_tokens
 from ..config import MHAConfig
 from ..export import safe_filename
+from ..figures.common import plural
 from ..figures.heads import head_label, layer_stack
 from ..hosting import FULL_SIZE, Budget
 from ..long import LongTrace
@@ -92,7 +93,7 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
                        + ("" if n >= MAX_TOKENS else f" This public demo draws at most {n}; to {FULL_SIZE}."))
     random_weights_banner(s.seed)
     st.caption(
-        f"h = {cfg.num_heads} heads · d_model = {cfg.d_model} · d_k = {cfg.d_k} · d_v = {cfg.d_v} · d_out = {cfg.d_out}"
+        f"h = {plural(cfg.num_heads, 'head')} · d_model = {cfg.d_model} · d_k = {cfg.d_k} · d_v = {cfg.d_v} · d_out = {cfg.d_out}"
         f" · {T} query tokens" + (f" · {S} key tokens (cross-attention)" if s.cross else "") + (" · causal" if s.causal else "")
     )
     name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}")
@@ -133,7 +134,7 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     )
     T = trace.weights.shape[1]
     cfg = MHAConfig(s.d_model, s.h)
-    st.caption(f"h = {s.h} heads · d_model = {s.d_model} · d_k = d_v = {cfg.d_k} · {T} tokens "
+    st.caption(f"h = {plural(s.h, 'head')} · d_model = {s.d_model} · d_k = d_v = {cfg.d_k} · {T} tokens "
                + ("(the task's probe sequence; type your own in the sidebar)" if not s.sequence else "")
                + " · causal · seed " + str(s.seed))
     name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
@@ -231,7 +232,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     name = safe_filename(f"{model.name.split('/')[-1]}-{s.part}-layer{s.layer}")
     st.caption(
         f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer {s.layer} of {model.num_layers[s.part]}"
-        f" · {model.num_heads[s.part]} heads · {len(trace.query_tokens)} query tokens"
+        f" · {plural(model.num_heads[s.part], 'head')} · {len(trace.query_tokens)} query tokens"
     )
     if trace.meta.get("truncated"):
         st.warning(f"The input is longer than the model's maximum of {model.max_tokens} tokens: "
