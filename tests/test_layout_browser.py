@@ -24,6 +24,8 @@ SHOTS = Path(os.environ.get("MHA_VIZ_SHOTS", "/tmp/mha-viz-layout"))  # screensh
 CONCAT = "view=" + urllib.parse.quote("Concat → W_O")
 GENERATE = "mode=Pretrained&model=mha-viz/induction-2l&view=Generate&text=a+b+c+d+e+a+b+c+d"
 STATS = "view=Analysis&section=Head+statistics"
+IPAD_UA = ("Mozilla/5.0 (iPad; CPU OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 "
+           "Safari/604.1")
 
 # Every text of every chart: [chart, text, rect, rotated] -> the pairs that overlap, the texts outside their chart,
 # the texts under the toolbar. Rotated tick labels are checked against the others by their box, not each other
@@ -162,8 +164,7 @@ def test_head_statistics_fit_their_width(server: str, browser, width: int) -> No
 
 @pytest.mark.parametrize(("width", "agent"), [
     (640, None),  # a narrow desktop window
-    (820, "Mozilla/5.0 (iPad; CPU OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 "
-          "Safari/604.1"),  # an iPad held upright: no "Mobi" in its user agent
+    (820, IPAD_UA),  # an iPad held upright: no "Mobi" in its user agent
     (1024, None),
     (1400, None),
 ])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 import plotly.graph_objects as go
@@ -93,7 +94,7 @@ def token_tickangle(labels: Sequence[str], room_px: float | None = None) -> int:
         return 0
     if room_px is not None and labels:
         widths = [text_px(t) for t in labels]
-        needed = max([w + 8 for w in widths[:1]] + [(a + b) / 2 + 8 for a, b in zip(widths, widths[1:])])
+        needed = max([w + 8 for w in widths[:1]] + [(a + b) / 2 + 8 for a, b in pairwise(widths)])
         if needed <= room_px / len(labels):
             return 0
     return -60
