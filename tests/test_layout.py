@@ -10,14 +10,14 @@ import pytest
 import streamlit as st
 
 import mha_viz
-from mha_viz.figures import heads_figure, lines_figure, output_path_figure
-from mha_viz.figures.common import TOOLBAR_PX, plural, text_px, title_block, token_tickangle, wrap
+from mha_viz.figures import common, heads_figure, lines_figure, output_path_figure
+from mha_viz.figures import heads as heads_module
 from mha_viz.figures.generation import next_token_figure
-from mha_viz.figures.heads import grid_columns
 from mha_viz.sources import configurable_trace
 from tests.test_app import new_app
 
 SENTENCE = "The animal didn't cross the street because it was too tired"
+TOOLBAR_PX = 32  # the chart toolbar's strip: titles and legends go under it
 
 
 def trace(h: int = 4, text: str = SENTENCE) -> mha_viz.AttentionTrace:
@@ -47,7 +47,7 @@ def test_heads_a_row_follow_the_width(width: int, per_row: int) -> None:
     rows = {round(a.y, 6) for a in fig.layout.annotations}
     assert len(fig.layout.annotations) == 4 and max(sum(round(a.y, 6) == y for a in fig.layout.annotations)
                                                     for y in rows) == per_row
-    assert grid_columns(4, 13, width) == per_row
+    assert heads_module.grid_columns(4, 13, width) == per_row
     across = [(r - left) for left, r, _, _ in panels_px(fig, width)]
     assert min(across) >= 110 and disjoint(panels_px(fig, width))
 
@@ -69,20 +69,21 @@ def test_concat_to_w_o_stacks_below_900_px_and_its_panels_never_overlap(width: i
         assert gap >= 50  # W_O's labels and axis title fit between concat and W_O
         assert x[0][1] < x[1][0] and x[1][1] < x[2][0]
     for note in fig.layout.annotations:  # the panel titles fit their panels
-        assert max(text_px(line, 16) for line in note.text.split("<br>")) <= width
+        assert max(common.text_px(line, 16) for line in note.text.split("<br>")) <= width
 
 
 def test_titles_wrap_to_their_width_and_sit_under_the_toolbar() -> None:
     text = "Where the query that wrote 'a' looked: 8 keys, one more each step (the KV cache)"
-    wrapped = wrap(text, 300)
+    wrapped = common.wrap(text, 300)
     assert "<br>" in wrapped and wrapped.replace("<br>", " ") == text
-    assert all(text_px(line, 17) <= 300 for line in wrapped.split("<br>"))
-    title, top = title_block(text, 300)
+    assert all(common.text_px(line, 17) <= 300 for line in wrapped.split("<br>"))
+    title, top = common.title_block(text, 300)
+    assert title["text"] == wrapped
     assert top >= TOOLBAR_PX + 17 * (wrapped.count("<br>") + 1)
     fig = next_token_figure(np.array([0.9, 0.05, 0.05]), lambda ids: [f"t{i}" for i in ids], 0,
                             title="Step 1: next token (greedy: the most likely token)", width=300)
     assert "<br>" in fig.layout.title.text and fig.layout.margin.t >= TOOLBAR_PX + 2 * 17
-    assert fig.layout.margin.r >= text_px("100.0%")  # the longest bar's value label has room past the axis
+    assert fig.layout.margin.r >= common.text_px("100.0%")  # the longest bar's value label has room past the axis
 
 
 def test_one_opened_head_is_named_once() -> None:
@@ -93,15 +94,16 @@ def test_one_opened_head_is_named_once() -> None:
 
 
 def test_short_token_labels_are_not_rotated() -> None:
-    assert token_tickangle(["a", "b", "c", "d"]) == 0 and token_tickangle(["animal", "street"]) == -60
-    assert token_tickangle(["animal", "street"], room_px=400) == 0
     fig = heads_figure(trace(2, "a b c d a b c d"))
     assert fig.layout.xaxis.tickangle == 0 and fig.layout.margin.b < 40
+    assert common.token_tickangle(["a", "b", "c", "d"]) == 0 and common.token_tickangle(["animal", "street"]) == -60
+    assert common.token_tickangle(["animal", "street"], room_px=400) == 0
 
 
 def test_the_first_rotated_key_label_has_room_on_the_left() -> None:
-    fig = heads_figure(trace(2, "a extraordinarily b"))
-    longest = max(len(t) for t in fig.layout.xaxis.ticktext)
+    cross = configurable_trace("a b c", mha_viz.MHAConfig(64, 2), context="extraordinarily long keys")
+    fig = heads_figure(cross)  # short query labels on the left, a long key label slanting down-left from the first key
+    longest = len(fig.layout.xaxis.ticktext[0])
     assert fig.layout.xaxis.tickangle == -60 and fig.layout.margin.l >= longest * 7 * math.cos(math.radians(60))
 
 
@@ -117,10 +119,10 @@ def test_the_lines_legend_gets_the_rows_it_needs(width: int) -> None:
 
 
 def test_one_head_is_singular_in_the_captions() -> None:
-    assert plural(1, "head") == "1 head" and plural(4, "head") == "4 heads"
     at = new_app(h="1", d_model="16").run()
     captions = " ".join(c.value for c in at.caption)
     assert "h = 1 head ·" in captions and "1 head (numbered from 0)" in captions and "1 heads" not in captions
+    assert common.plural(1, "head") == "1 head" and common.plural(4, "head") == "4 heads"
 
 
 @pytest.mark.parametrize("reported", [float("nan"), -5, "wide", True, 1e12, None])
