@@ -29,7 +29,7 @@ from .common import (
 MAX_CELLS_PER_SIDE = 128  # a longer matrix is drawn max-pooled; `window` shows a region at full resolution
 LABEL_PX = 14  # a token label needs this many px along its axis, or labels are thinned to every n-th
 COLOUR_BAR_PX = 90  # a vertical colour bar beside the heads
-COMPACT_BAR_PX = 44  # a horizontal colour bar above them (narrow figures)
+COMPACT_BAR_PX = 48  # a horizontal colour bar above them (narrow figures)
 
 
 def grid_columns(n: int, tokens: int, width: float, wanted: int | None = None) -> int:
@@ -185,7 +185,8 @@ def heads_grid(
     if compact:  # a horizontal bar above the heads, not a column beside them
         bar_top = top_px - COMPACT_BAR_PX - (0 if one_title else 22) + 4
         colorbar.update(orientation="h", x=0.0, xanchor="left", y=1 - bar_top / height, yanchor="top", yref="container",
-                        thickness=10, len=0.45, title={"text": value_name, "side": "right"})
+                        thickness=10, lenmode="pixels", len=int(min(320, 0.6 * width)),
+                        title={"text": value_name, "side": "right"})
     layout.update(
         title=title_layout,
         coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": max(top, 1e-9), "colorbar": colorbar},
