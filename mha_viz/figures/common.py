@@ -196,3 +196,34 @@ def with_automargin(fig: go.Figure) -> go.Figure:
         if axis.automargin is None:
             axis.automargin = True
     return fig
+
+
+def under_toolbar(fig: go.Figure, width: int) -> go.Figure:
+    """fig, drawn width px wide, with its top fitted under the toolbar when the figure did not place it itself
+    (title_block): the title wrapped, then a legend over the plot, then the panel titles; the plotting area keeps
+    its height."""
+    layout = fig.layout
+    if layout.title.text and layout.title.yref == "paper":
+        return fig  # placed by title_block
+    panel_titles = [a for a in layout.annotations or () if a.yref == "paper" and a.yanchor == "bottom" and (a.y or 0) >= 0.999]
+    for note in panel_titles:  # each as wide as its share of the row at most
+        if note.text and "<br>" not in note.text:
+            note.text = wrap(note.text, (width - 100) / len(panel_titles), PANEL_TITLE_PX)
+    panels_px = max((lines_px(a.text or "", PANEL_TITLE_PX) + 4 for a in panel_titles), default=0)
+    legend = layout.legend
+    named = [t.name or "" for t in fig.data if t.showlegend is not False and t.name]
+    legend_on_top = bool(named) and legend.orientation == "h" and legend.yref != "container" and (legend.y or 0) >= 1
+    legend_px = 0
+    if legend_on_top:
+        entry = max(40 + text_px(name) + 12 for name in named)
+        legend_px = 28 * -(-len(named) // max(1, int((width - 20) // entry))) + 6
+    title, top = title_block(layout.title.text, width - 20, below_px=panels_px + legend_px)
+    current = layout.margin.t if layout.margin.t is not None else 100
+    if top <= current and not layout.title.text:
+        return fig
+    height = (layout.height or 450) + max(0, top - current)
+    fig.update_layout(title=title, height=height, margin={"t": max(top, current)})
+    if legend_on_top:
+        fig.update_layout(legend={"yref": "container", "yanchor": "top", "xanchor": "left", "x": 0,
+                                  "y": 1 - (max(top, current) - panels_px - legend_px) / height})
+    return fig

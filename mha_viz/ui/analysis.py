@@ -198,7 +198,7 @@ def _contribution(trace: AttentionTrace, name: str) -> None:
     else:
         st.caption("Raw softmax weights; switch on the norm-based view to weigh them by what they carry.")
         chart(heads_figure(trace), "analysis_weight_heads", f"{name}-heads")
-    chart(contributions_figure(trace), "analysis_contributions", f"{name}-contributions")
+    chart(contributions_figure(trace, width=page_width()), "analysis_contributions", f"{name}-contributions")
 
 
 def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int, max_passes: int | None) -> None:
@@ -392,7 +392,7 @@ def _show_head(source: ModelSource, layer: int, head: int, name: str, trace: Att
     """The head a click opened: its attention on the source's text (or on the given trace)."""
     trace = trace if trace is not None else source.trace(layer)
     if 0 <= head < trace.num_heads:
-        chart(heads_figure(trace, [head], cols=1, cell_px=18, title=f"layer {layer}, head {head}"),
+        chart(heads_figure(trace, [head], cols=1, cell_px=18, title=f"layer {layer}, head {head}", width=page_width()),
               "analysis_opened_head", f"{name}-L{layer}H{head}")
 
 
@@ -420,7 +420,7 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
         return
     chart(logit_attribution_figure(dla.heads, dla.terms, dla.token,
                                    title=f"After {tokens[position]!r} (position {position}): the logit of "
-                                   f"{dla.token!r} (p = {dla.probability:.1%})"),
+                                   f"{dla.token!r} (p = {dla.probability:.1%})", width=page_width()),
           "analysis_dla", f"{name}-logit-attribution", on_select=lambda: _open_head("analysis_dla"))
     error = abs(dla.total - dla.logit)
     st.caption(f"Every head and term adds up to **{dla.total:.4f}**; the model's own logit is **{dla.logit:.4f}** "
@@ -448,7 +448,7 @@ def _head_detectors(name: str, source: TraceSource) -> None:
     kind = st.radio("Kind of head", DETECTORS, key="detector", horizontal=True)
     left, right = st.columns([3, 2])
     with left:
-        chart(head_scores_figure(scores[kind], kind), "analysis_detectors", f"{name}-{kind}-heads",
+        chart(head_scores_figure(scores[kind], kind, width=column_width(0.6)), "analysis_detectors", f"{name}-{kind}-heads",
               on_select=lambda: _open_head("analysis_detectors"))
     L, H = scores[kind].shape
     rows = {"layer": np.repeat(np.arange(L), H), "head": np.tile(np.arange(H), L),

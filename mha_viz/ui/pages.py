@@ -27,6 +27,7 @@ from .analysis import ModelLoader, analysis_view
 from .controls import explain_invalid_heads, random_weights_banner
 from .export import export_section
 from .generate import generate_view
+from .style import column_width, is_narrow
 from .text import plain
 from .training import accuracy_by_heads, cached_trained_layer, stoppable, trained_run, training_page, who_takes_what
 
@@ -164,9 +165,10 @@ def _layer_views(
     if long is not None and view not in ("Shapes & cost", "Formulas"):
         st.caption(f"This view draws the first {T} tokens of {long.shape[1]}; the Heads view draws all of them.")
     if view == "Heads" and accuracy is not None:
-        left, right = st.columns([3, 1])
+        narrow = is_narrow()  # the accuracy chart needs ~200 px beside the heads, else it goes under them
+        left, right = (st.container(), st.container()) if narrow else st.columns([3, 1])
         with left:
-            views.heads_view(trace, name)
+            views.heads_view(trace, name, width=None if narrow else column_width(0.75))
         with right:
             accuracy()
     elif view in TRACE_VIEWS:

@@ -22,7 +22,7 @@ from ..figures import (
     projections_figure,
     score_terms_figure,
 )
-from ..figures.common import plural, token_label, with_automargin
+from ..figures.common import plural, token_label, under_toolbar, with_automargin
 from ..figures.heads import MAX_CELLS_PER_SIDE, zoom_window
 from ..figures.lines import MAX_LINE_TOKENS, picked_token
 from ..figures.overview import picked_head
@@ -62,6 +62,7 @@ def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], No
     annotations (~60 ms for the 12-head grid's titles).
     The PNG download is the figure's own size (labels included), named after the view.
     """
+    under_toolbar(fig, page_width())  # before the height is read: it may grow
     height = fig.layout.height
     image = {**PLOT_CONFIG["toImageButtonOptions"], "filename": filename,
              **({"height": height, "width": 1100} if height else {})}
@@ -88,9 +89,11 @@ def _head_format(h: int) -> str:
     return f"head {h}"
 
 
-def heads_view(trace: AttentionTrace, name: str) -> None:
+def heads_view(trace: AttentionTrace, name: str, width: int | None = None) -> None:
+    """Every head of the trace; width: the px of the column it is drawn in (default: the page's)."""
     H, T, S = trace.weights.shape
-    fig = heads_figure(trace, width=page_width())
+    width = width or page_width()
+    fig = heads_figure(trace, width=width)
     step = fig.layout.meta["label_step"]
     st.caption(
         f"{plural(H, 'head')} (numbered from 0), each a {T}×{S} attention matrix: row = query token, column = key token, "
@@ -117,7 +120,7 @@ def heads_view(trace: AttentionTrace, name: str) -> None:
             st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top) // 8 * 8
             start = st.slider("Full-resolution window: first position", 0, top, step=8, key="zoom")
             window = (start, start + MAX_CELLS_PER_SIDE)
-        fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window, width=page_width())
+        fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window, width=width)
         chart(fig, "compare_heads", f"{name}-compare")
 
 
