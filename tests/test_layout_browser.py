@@ -178,3 +178,20 @@ def test_heads_per_row_follow_the_width_not_the_user_agent(server: str, browser,
     finally:
         assert page.errors == []
         page.close()
+
+
+@pytest.mark.parametrize("width", [390, 1024])
+@pytest.mark.parametrize("query", [
+    "view=One+head",
+    "view=Analysis&section=Redundancy",
+    "mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section=Logit+attribution",
+    "mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section=Head+detectors",
+    "weights=trained&h=4",
+])
+def test_other_views_fit_their_width(server: str, browser, query: str, width: int) -> None:
+    page = open_page(browser, server, query, width, is_mobile=width == 390)
+    try:
+        check(page, f"{query.split('=')[-1]}-{width}")
+    finally:
+        assert page.errors == []
+        page.close()
