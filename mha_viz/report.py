@@ -143,7 +143,7 @@ def _figure_html(fig: go.Figure, index: int, filename: str) -> str:
 def _figure_title(fig: go.Figure) -> str:
     title = fig.layout.title.text
     names = [a.text for a in fig.layout.annotations if a.text] if not title else []  # subplot titles
-    return title or "; ".join(names[:3]) or "untitled"
+    return (title or "; ".join(names[:3]) or "untitled").replace("<br>", " ")  # titles are wrapped to the figure
 
 
 def _version() -> str:

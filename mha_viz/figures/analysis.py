@@ -10,7 +10,19 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..analysis import Comparison, ConcatVsSum, HeadStats, Redundancy
-from .common import f32, pair_labels, symmetric_range, token_axis, token_label
+from .common import (
+    PANEL_TITLE_PX,
+    TOOLBAR_PX,
+    WIDE_PX,
+    f32,
+    lines_px,
+    pair_labels,
+    symmetric_range,
+    token_axis,
+    token_label,
+    token_tickangle,
+    wrap,
+)
 
 SHARES = ("entropy", "confidence", "first", "special", "previous", "same", "next")  # statistics in [0, 1]
 
@@ -20,12 +32,16 @@ def _head_axis(heads: Sequence[int], title: str | None = None) -> dict:
             "title": {"text": title} if title else None, "showgrid": False, "zeroline": False}
 
 
-def head_stats_figure(stats: HeadStats) -> go.Figure:
-    """Heads x statistics in [0, 1] as one heatmap (values written in), mean attended distance beside it."""
+def head_stats_figure(stats: HeadStats, *, width: int | None = None) -> go.Figure:
+    """Heads x statistics in [0, 1] as one heatmap (values written in), mean attended distance beside it
+    (width: the px the figure is drawn at; titles wrap and labels turn to fit it)."""
     H = stats.num_heads
     z = np.stack([getattr(stats, name) for name in SHARES], axis=1)  # (H, 7)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.78, 0.22], horizontal_spacing=0.04,
-                        subplot_titles=("share / normalised value (0 … 1)", "mean distance (tokens)"))
+    room = (width or WIDE_PX) - 70  # the head labels
+    titles = [wrap("share / normalised value (0 … 1)", room * 0.74, PANEL_TITLE_PX),
+              wrap("mean distance (tokens)", room * 0.22, PANEL_TITLE_PX)]
+    top = TOOLBAR_PX + max(lines_px(t, PANEL_TITLE_PX) for t in titles) + 6
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.78, 0.22], horizontal_spacing=0.04, subplot_titles=titles)
     fig.add_trace(
         go.Heatmap(z=f32(z), coloraxis="coloraxis", text=np.where(np.isfinite(z), np.round(z, 2), np.nan),
                    texttemplate="%{text}", hovertemplate="head %{y}<br>%{customdata}: %{z:.3f}<extra></extra>",
@@ -38,12 +54,12 @@ def head_stats_figure(stats: HeadStats) -> go.Figure:
         row=1, col=2,
     )
     fig.update_xaxes({"tickmode": "array", "tickvals": list(range(len(SHARES))), "ticktext": list(SHARES)},
-                     row=1, col=1)
+                     tickangle=token_tickangle(SHARES, room * 0.74), row=1, col=1)
     fig.update_yaxes(_head_axis(range(H)), autorange="reversed", row=1, col=1)
     fig.update_yaxes(showticklabels=False, autorange="reversed", row=1, col=2)
     fig.update_layout(
         coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": 1.0, "showscale": False},
-        height=max(220, 28 * H + 110), showlegend=False, margin={"l": 10, "r": 10, "t": 60, "b": 10},
+        height=max(220, 28 * H + 110) + int(top) - 60, showlegend=False, margin={"l": 10, "r": 10, "t": int(top), "b": 10},
     )
     return fig
 
@@ -84,7 +100,7 @@ def knockout_figure(per_token: Mapping[str, tuple[Sequence[str], np.ndarray]]) -
                    hovertemplate="token %{x}: <b>%{customdata}</b><br>relative change %{y:.3f}<extra></extra>"),
             row=row, col=1,
         )
-        fig.update_xaxes(token_axis(tokens), tickangle=-60, row=row, col=1)
+        fig.update_xaxes(token_axis(tokens), tickangle=token_tickangle(tokens), row=row, col=1)
         fig.update_yaxes(title={"text": "‖Δ‖ / ‖out‖"}, rangemode="tozero", row=row, col=1)
     fig.update_layout(height=230 * len(per_token) + 60, showlegend=False, margin={"l": 10, "r": 10, "t": 40, "b": 10})
     return fig
@@ -135,7 +151,7 @@ def rollout_figure(rollout: np.ndarray, tokens: Sequence[str], title: str | None
              if customdata is not None else "position %{y} ← input %{x}") + "<br>rollout %{z:.3f}<extra></extra>"
     fig = go.Figure(go.Heatmap(z=f32(rollout), colorscale="Blues", zmin=0.0, customdata=customdata,
                                hovertemplate=hover, colorbar={"title": {"text": "rollout"}}))
-    fig.update_xaxes(token_axis(tokens, "input token"), tickangle=-60, constrain="domain")
+    fig.update_xaxes(token_axis(tokens, "input token"), tickangle=token_tickangle(tokens), constrain="domain")
     fig.update_yaxes(token_axis(tokens, "position after the layers"), autorange="reversed", constrain="domain")
     fig.update_layout(title={"text": title} if title else None, height=min(700, max(320, 16 * len(tokens) + 160)),
                       margin={"l": 10, "r": 10, "t": 50 if title else 20, "b": 10})
@@ -156,7 +172,7 @@ def comparison_figure(result: Comparison, head: int | None = None, labels: tuple
         fig.add_trace(go.Heatmap(z=f32(z), coloraxis="coloraxis", name=name,
                                  hovertemplate="query %{y} → key %{x}<br>weight %{z:.3f}<extra>%{fullData.name}</extra>"),
                       row=1, col=col)
-        fig.update_xaxes(token_axis(trace.key_tokens), tickangle=-60, constrain="domain", row=1, col=col)
+        fig.update_xaxes(token_axis(trace.key_tokens), tickangle=token_tickangle(trace.key_tokens), constrain="domain", row=1, col=col)
         fig.update_yaxes(token_axis(trace.query_tokens), autorange="reversed", constrain="domain", row=1, col=col)
     layout = {"coloraxis": {"colorscale": "Blues", "cmin": 0.0, "cmax": max(top, 1e-9),
                             "colorbar": {"title": {"text": "weight"}, "x": 1.0, "len": 0.45, "y": 0.75}}}
@@ -165,7 +181,8 @@ def comparison_figure(result: Comparison, head: int | None = None, labels: tuple
         fig.add_trace(go.Heatmap(z=f32(diff), coloraxis="coloraxis2", name="difference",
                                  hovertemplate="query %{y} → key %{x}<br>Δ weight %{z:+.3f}<extra></extra>"),
                       row=1, col=3)
-        fig.update_xaxes(token_axis(result.a.key_tokens), tickangle=-60, constrain="domain", row=1, col=3)
+        fig.update_xaxes(token_axis(result.a.key_tokens), tickangle=token_tickangle(result.a.key_tokens),
+                         constrain="domain", row=1, col=3)
         fig.update_yaxes(token_axis(result.a.query_tokens), autorange="reversed", constrain="domain", row=1, col=3)
         d = symmetric_range(diff)
         layout["coloraxis2"] = {"colorscale": "RdBu", "cmin": -d, "cmax": d,
@@ -191,7 +208,7 @@ def concat_sum_figure(result: ConcatVsSum, tokens: Sequence[str]) -> go.Figure:
                                  line={"color": colour}, hovertemplate="token %{x}<br>relative error %{y:.3f}"
                                  "<extra></extra>"), row=1, col=2)
     fig.update_xaxes(tickangle=-20, row=1, col=1)
-    fig.update_xaxes(token_axis(tokens), tickangle=-60, row=1, col=2)
+    fig.update_xaxes(token_axis(tokens), tickangle=token_tickangle(tokens), row=1, col=2)
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(height=400, margin={"l": 10, "r": 10, "t": 70, "b": 10},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.1, "xanchor": "right", "x": 1})

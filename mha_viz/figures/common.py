@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 
 import numpy as np
 import plotly.graph_objects as go
@@ -18,6 +19,14 @@ import plotly.graph_objects as go
 # shows positions (the axes still show the tokens).
 HOVER_TOKENS_MAX_CELLS = 12 * 32 * 32
 MAX_TICKS = 48
+# Figures are laid out for the width they are drawn at (the app measures it; a notebook gets WIDE_PX). The
+# estimates below are in CSS px at Plotly's default fonts (12 px labels, 16-17 px titles).
+WIDE_PX, COMPACT_PX = 1000, 340  # a desktop page, a phone (390 px screen)
+NARROW_PX = 600  # below this width figures take their compact layout (colour bars on top, panels stacked)
+TOOLBAR_PX = 32  # the chart toolbar's strip at the top: titles start under it
+CHAR_EM = 0.58  # a character's width in em, generous (Source Sans averages ~0.5)
+LINE_EM = 1.35  # a line of text's height in em
+TITLE_PX, PANEL_TITLE_PX, LABEL_FONT_PX = 17, 16, 12
 
 
 def token_label(token: str, max_chars: int = 16) -> str:
@@ -41,6 +50,60 @@ def token_axis(
         "showgrid": False,
         "zeroline": False,
     }
+
+
+def text_px(text: str, font_px: float = LABEL_FONT_PX) -> float:
+    """An upper estimate of a one-line text's width in px."""
+    return len(html.unescape(text)) * CHAR_EM * font_px
+
+
+def wrap(text: str, width_px: float, font_px: float = TITLE_PX) -> str:
+    """text with <br> between words so that no line is wider than width_px (Plotly does not wrap titles)."""
+    per_line = max(6, int(width_px / (CHAR_EM * font_px)))
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(html.unescape(lines[-1])) + 1 + len(html.unescape(word)) <= per_line:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
+def lines_px(text: str, font_px: float = TITLE_PX) -> float:
+    """The height in px of a (wrapped) text."""
+    return (text.count("<br>") + 1) * LINE_EM * font_px
+
+
+def title_block(title: str | None, width_px: float, below_px: float = 0) -> tuple[dict | None, int]:
+    """A figure title wrapped to width_px, below_px above the plotting area (room for panel titles, a legend), and
+    the top margin that puts it under the toolbar."""
+    if not title:
+        return None, int(TOOLBAR_PX + below_px)
+    text = wrap(title, width_px)
+    # Plotly anchors a title by its first line and puts the others under it: lift it by those lines.
+    lift = lines_px(text) - lines_px("")
+    layout = {"text": text, "x": 0, "xref": "paper", "xanchor": "left", "y": 1, "yref": "paper", "yanchor": "bottom",
+              "pad": {"b": int(below_px + lift) + 4}}
+    return layout, int(TOOLBAR_PX + lines_px(text) + 8 + below_px)
+
+
+def token_tickangle(labels: Sequence[str], room_px: float | None = None) -> int:
+    """-60 (rotated) for token tick labels, unless they are short (one or two characters read as slashes when
+    rotated) or fit side by side, each under its tick, on an axis room_px long."""
+    longest = max((len(html.unescape(t)) for t in labels), default=0)
+    if longest <= 2:
+        return 0
+    if room_px is not None and labels:
+        widths = [text_px(t) for t in labels]
+        needed = max([w + 8 for w in widths[:1]] + [(a + b) / 2 + 8 for a, b in pairwise(widths)])
+        if needed <= room_px / len(labels):
+            return 0
+    return -60
+
+
+def plural(n: int, word: str) -> str:
+    """ "1 head", "4 heads"."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def index_axis(n: int, title: str | None = None) -> dict:
@@ -248,3 +311,34 @@ def describe(fig: go.Figure, *, top: int = 3, max_panels: int = 8) -> str:
     kinds = sorted({t.type for t in fig.data})
     head = f"{title}. " if title else ""
     return f"{head}Chart ({', '.join(kinds) or 'empty'})." + "".join(f" {part}." for part in parts)
+
+
+def under_toolbar(fig: go.Figure, width: int) -> go.Figure:
+    """fig, drawn width px wide, with its top fitted under the toolbar when the figure did not place it itself
+    (title_block): the title wrapped, then a legend over the plot, then the panel titles; the plotting area keeps
+    its height."""
+    layout = fig.layout
+    if layout.title.text and layout.title.yref == "paper":
+        return fig  # placed by title_block
+    panel_titles = [a for a in layout.annotations or () if a.yref == "paper" and a.yanchor == "bottom" and (a.y or 0) >= 0.999]
+    for note in panel_titles:  # each as wide as its share of the row at most
+        if note.text and "<br>" not in note.text:
+            note.text = wrap(note.text, (width - 100) / len(panel_titles), PANEL_TITLE_PX)
+    panels_px = max((lines_px(a.text or "", PANEL_TITLE_PX) + 4 for a in panel_titles), default=0)
+    legend = layout.legend
+    named = [t.name or "" for t in fig.data if t.showlegend is not False and t.name]
+    legend_on_top = bool(named) and legend.orientation == "h" and legend.yref != "container" and (legend.y or 0) >= 1
+    legend_px = 0
+    if legend_on_top:
+        entry = max(40 + text_px(name) + 12 for name in named)
+        legend_px = 28 * -(-len(named) // max(1, int((width - 20) // entry))) + 6
+    title, top = title_block(layout.title.text, width - 20, below_px=panels_px + legend_px)
+    current = layout.margin.t if layout.margin.t is not None else 100
+    if top <= current and not layout.title.text:
+        return fig
+    height = (layout.height or 450) + max(0, top - current)
+    fig.update_layout(title=title, height=height, margin={"t": max(top, current)})
+    if legend_on_top:
+        fig.update_layout(legend={"yref": "container", "yanchor": "top", "xanchor": "left", "x": 0,
+                                  "y": 1 - (max(top, current) - panels_px - legend_px) / height})
+    return fig

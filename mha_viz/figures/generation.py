@@ -13,16 +13,30 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import f32, symmetric_range, token_axis, token_label
+from .common import (
+    PANEL_TITLE_PX,
+    WIDE_PX,
+    f32,
+    lines_px,
+    symmetric_range,
+    text_px,
+    title_block,
+    token_axis,
+    token_label,
+    token_tickangle,
+    wrap,
+)
 
 CHOSEN, OTHER = "#d62728", "#9ecae1"
+TITLE_GAP_PX = 8  # between a title and the plot under it
 
 
 def next_token_figure(probs: np.ndarray, decode: Callable[[list[int]], Sequence[str]], chosen: int, *,
-                      top: int = 12, title: str | None = None) -> go.Figure:
+                      top: int = 12, title: str | None = None, width: int | None = None) -> go.Figure:
     """The top next tokens of one step (probs [V], the distribution sampled from), the chosen one in red.
 
     decode: token ids -> token strings (tokenizer.convert_ids_to_tokens). The chosen token is always shown.
+    width: the px the figure is drawn at (the title wraps to it; default a desktop page's).
     """
     ids = [int(i) for i in np.argsort(-probs, kind="stable")[:top]]
     if chosen not in ids:
@@ -30,13 +44,16 @@ def next_token_figure(probs: np.ndarray, decode: Callable[[list[int]], Sequence[
     names = [f"{token_label(t, 20)} ({i})" for i, t in zip(ids, decode(ids))]  # ids keep equal labels apart
     fig = go.Figure(go.Bar(
         y=names, x=f32(probs[ids]), orientation="h", marker_color=[CHOSEN if i == chosen else OTHER for i in ids],
-        text=[f"{p:.1%}" for p in probs[ids]], textposition="outside", cliponaxis=False,
+        text=[f"{p:.1%}" for p in probs[ids]], textposition="outside", cliponaxis=False, constraintext="none",
         hovertemplate="%{y}<br>p = %{x:.4f}<extra></extra>",
     ))
     fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(title={"text": "probability"}, range=[0, min(1.0, float(probs[ids].max()) * 1.25 + 1e-9)])
-    fig.update_layout(title={"text": title} if title else None, height=max(260, 26 * len(ids) + 90),
-                      margin={"l": 10, "r": 30, "t": 50 if title else 20, "b": 10}, showlegend=False)
+    # The axis ends where the longest bar does: its value label goes into the right margin, never cut or shrunk.
+    fig.update_xaxes(title={"text": "probability"}, range=[0, max(float(probs[ids].max()), 1e-9)])
+    title_layout, top_px = title_block(title, (width or WIDE_PX) - 20, below_px=TITLE_GAP_PX if title else 0)
+    fig.update_layout(title=title_layout, height=max(260, 26 * len(ids) + 50) + top_px,
+                      margin={"l": 10, "r": 16 + int(text_px("100.0%")), "t": top_px, "b": 10},
+                      showlegend=False)
     return fig
 
 
@@ -44,8 +61,10 @@ def _head_labels(L: int, H: int) -> list[str]:
     return [f"L{layer} H{h}" for layer in range(L) for h in range(H)]
 
 
-def step_attention_figure(attentions: np.ndarray, key_tokens: Sequence[str], *, title: str | None = None) -> go.Figure:
-    """The predicting query's attention [layers, heads, keys]: one row per (layer, head), one column per key."""
+def step_attention_figure(attentions: np.ndarray, key_tokens: Sequence[str], *, title: str | None = None,
+                          width: int | None = None) -> go.Figure:
+    """The predicting query's attention [layers, heads, keys]: one row per (layer, head), one column per key
+    (width: the px the figure is drawn at)."""
     L, H, K = attentions.shape
     if len(key_tokens) != K:
         raise ValueError(f"{len(key_tokens)} key tokens for {K} keys")
@@ -57,12 +76,14 @@ def step_attention_figure(attentions: np.ndarray, key_tokens: Sequence[str], *, 
         customdata=np.broadcast_to(keys, z.shape),
         hovertemplate="%{y}<br>key %{x}: <b>%{customdata}</b><br>weight %{z:.3f}<extra></extra>",
     ))
-    fig.update_xaxes(token_axis(key_tokens, "key (prompt, then the tokens written so far)"), tickangle=-60)
+    x_axis = token_axis(key_tokens, "key (prompt, then the tokens written so far)")
+    fig.update_xaxes(x_axis, tickangle=token_tickangle(x_axis["ticktext"]))
     fig.update_yaxes({"tickmode": "array", "tickvals": list(range(L * H)), "ticktext": labels}, autorange="reversed")
     for layer in range(1, L):  # a line between layers
         fig.add_hline(y=layer * H - 0.5, line={"color": "white", "width": 2})
-    fig.update_layout(title={"text": title} if title else None, height=min(700, max(240, 18 * L * H + 130)),
-                      margin={"l": 10, "r": 10, "t": 50 if title else 20, "b": 10})
+    title_layout, top_px = title_block(title, (width or WIDE_PX) - 20, below_px=TITLE_GAP_PX if title else 0)
+    fig.update_layout(title=title_layout, height=min(700, max(240, 18 * L * H + 130)) + top_px - 20,
+                      margin={"l": 10, "r": 10, "t": top_px, "b": 10})
     return fig
 
 
@@ -84,16 +105,20 @@ def _layers_heads_axes(fig: go.Figure, L: int, H: int, row: int | None = None, c
 
 
 def logit_attribution_figure(heads: np.ndarray, terms: Mapping[str, float], token: str, *,
-                             title: str | None = None) -> go.Figure:
+                             title: str | None = None, width: int | None = None) -> go.Figure:
     """Each head's direct contribution to one token's logit [layers, heads] (click a cell to open that head),
-    and the other named terms below it; they all add up to the logit."""
+    and the other named terms below it; they all add up to the logit. width: the px the figure is drawn at."""
     L, H = heads.shape
     z = np.asarray(heads, dtype=np.float64)
     names = list(terms)
+    room = (width or WIDE_PX) - 120  # the layer labels and the colour bar
+    titles = [wrap(f"each head's direct contribution to the logit of {token_label(token, 20)}", room, PANEL_TITLE_PX),
+              wrap("everything else that adds to it", room, PANEL_TITLE_PX)]
+    first, second = (lines_px(t, PANEL_TITLE_PX) + 6 for t in titles)
     top_px, bar_px = 44 * L + 40, 22 * len(names) + 40
-    fig = make_subplots(rows=2, cols=1, row_heights=[top_px, bar_px], vertical_spacing=0.22,
-                        subplot_titles=(f"each head's direct contribution to the logit of {token_label(token, 20)}",
-                                        "everything else that adds to it"))
+    gap_px = 60 + second  # the head labels and axis title, then the second title
+    fig = make_subplots(rows=2, cols=1, row_heights=[top_px, bar_px], vertical_spacing=gap_px / (top_px + bar_px + gap_px),
+                        subplot_titles=titles)
     m = symmetric_range(z)
     fig.add_trace(go.Heatmap(z=f32(z), zmid=0, zmin=-m, zmax=m, colorscale="RdBu", text=np.round(z, 2),
                              texttemplate="%{text}", hoverinfo="skip",
@@ -109,13 +134,14 @@ def logit_attribution_figure(heads: np.ndarray, terms: Mapping[str, float], toke
                          hovertemplate="%{y}: %{x:+.4f}<extra></extra>", showlegend=False), row=2, col=1)
     fig.update_yaxes(autorange="reversed", row=2, col=1)
     fig.update_xaxes(title={"text": "logit"}, zeroline=True, row=2, col=1)
-    fig.update_layout(title={"text": title} if title else None, height=top_px + bar_px + 170,
-                      margin={"l": 10, "r": 10, "t": 70 if title else 50, "b": 10}, dragmode=False,
-                      hovermode="closest")
+    title_layout, top = title_block(title, (width or WIDE_PX) - 20, below_px=first)
+    fig.update_layout(title=title_layout, height=top + top_px + gap_px + bar_px + 60,
+                      margin={"l": 10, "r": 10, "t": top, "b": 10}, dragmode=False, hovermode="closest")
     return fig
 
 
-def head_scores_figure(scores: np.ndarray, kind: str, *, title: str | None = None) -> go.Figure:
+def head_scores_figure(scores: np.ndarray, kind: str, *, title: str | None = None, width: int | None = None
+                       ) -> go.Figure:
     """A detector's scores [layers, heads] in [0, 1], values printed; click a cell to open that head."""
     L, H = scores.shape
     fig = go.Figure(go.Heatmap(z=f32(scores), zmin=0.0, zmax=1.0, colorscale="Blues", text=np.round(scores, 2),
@@ -124,6 +150,7 @@ def head_scores_figure(scores: np.ndarray, kind: str, *, title: str | None = Non
                                  " score %{text}<br>click to open this head<extra></extra>"))
     fig.data[-1].text = [f"{v:.3f}" for v in np.asarray(scores).ravel()]
     _layers_heads_axes(fig, L, H)
-    fig.update_layout(title={"text": title} if title else None, height=max(240, 40 * L + 140),
-                      margin={"l": 10, "r": 10, "t": 50 if title else 20, "b": 10}, dragmode=False, hovermode="closest")
+    title_layout, top_px = title_block(title, (width or WIDE_PX) - 20, below_px=TITLE_GAP_PX if title else 0)
+    fig.update_layout(title=title_layout, height=max(240, 40 * L + 120) + top_px,
+                      margin={"l": 10, "r": 10, "t": top_px, "b": 10}, dragmode=False, hovermode="closest")
     return fig

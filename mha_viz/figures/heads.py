@@ -12,11 +12,34 @@ from ..trace import AttentionTrace
 
 if TYPE_CHECKING:
     from ..long import LongTrace
-from .common import axis_key, f32, max_pool, pair_labels, subplot_grid, token_axis
+from .common import (
+    COMPACT_PX,
+    NARROW_PX,
+    WIDE_PX,
+    axis_key,
+    f32,
+    max_pool,
+    pair_labels,
+    subplot_grid,
+    title_block,
+    token_axis,
+    token_tickangle,
+)
 
 MAX_CELLS_PER_SIDE = 128  # a longer matrix is drawn max-pooled; `window` shows a region at full resolution
 LABEL_PX = 14  # a token label needs this many px along its axis, or labels are thinned to every n-th
-WIDE_PX, COMPACT_PX = 1000, 340  # the width a figure is drawn for: a desktop page, a phone (390 px screen)
+COLOUR_BAR_PX = 90  # a vertical colour bar beside the heads
+COMPACT_BAR_PX = 48  # a horizontal colour bar above them (narrow figures)
+
+
+def grid_columns(n: int, tokens: int, width: float, wanted: int | None = None) -> int:
+    """How many of n heatmaps of `tokens` positions a side go in a row of a figure width px wide: at most wanted
+    (default 4), and only as many as leave each heatmap its minimum width (120 px, 200 px above 20 tokens)."""
+    wanted = min(n, wanted or 4)
+    smallest = 120 if tokens <= 20 else 200
+    room = width - (0 if width < NARROW_PX else COLOUR_BAR_PX) - 60  # the query labels on the left
+    fits = max(1, int(room * 0.9 // smallest))
+    return max(1, min(wanted, fits))
 
 
 def label_step(n: int, side_px: float) -> int:
@@ -49,14 +72,16 @@ def heads_figure(
     cell_px: int | None = None,
     window: tuple[int, int] | None = None,
     compact: bool = False,
+    width: int | None = None,
 ) -> go.Figure:
     """One heatmap per head: query tokens as rows, key tokens as columns.
 
     matrices [H, T, S] replaces trace.weights (e.g. norm-weighted attention); heads picks a subset;
     window=(start, stop) shows only those query and key positions. All heatmaps share one colour
     axis from 0 to the largest value shown. Beyond MAX_CELLS_PER_SIDE positions a side, each cell
-    is the maximum over a block of positions (the hover says so). compact: laid out for a phone
-    (at most 2 heads a row, the colour bar on top). Token labels are thinned to every n-th token
+    is the maximum over a block of positions (the hover says so). width: the px the figure is drawn at
+    (default: a desktop page's, or a phone's if compact): as many heads a row as fit (grid_columns), below
+    NARROW_PX the colour bar on top. Token labels are thinned to every n-th token
     only where they would overlap (label_step; the figure's meta["label_step"] says n).
     """
     data = trace.weights if matrices is None else matrices  # (H, T, S)
@@ -77,7 +102,7 @@ def heads_figure(
         raise ValueError(f"no head {bad[0]}: this layer has heads 0..{data.shape[0] - 1}")
     shown, bt, bs = max_pool(f32(data[heads]), MAX_CELLS_PER_SIDE)  # (n, T/bt, S/bs)
     return heads_grid(shown, (bt, bs), q_tokens, k_tokens, [head_label(trace, h) for h in heads], offset=(q0, k0),
-                      cols=cols, value_name=value_name, title=title, cell_px=cell_px, compact=compact)
+                      cols=cols, value_name=value_name, title=title, cell_px=cell_px, compact=compact, width=width)
 
 
 def heads_grid(
@@ -94,35 +119,45 @@ def heads_grid(
     cell_px: int | None = None,
     compact: bool = False,
     square: bool = False,
+    width: int | None = None,
 ) -> go.Figure:
     """The heatmap grid of heads_figure: shown [n, t, s] float32 cells, each the maximum over a block of
     blocks = (rows, cols) positions ((1, 1): one token pair a cell); q_tokens, k_tokens: the positions shown,
-    the first at offset = (query, key) position; labels: one title a heatmap; square: no panel taller than wide."""
+    the first at offset = (query, key) position; labels: one title a heatmap (left out when one heatmap's is in
+    the title already); square: no panel taller than wide."""
     bt, bs = blocks
     q0, k0 = offset
     T, S = len(q_tokens), len(k_tokens)
     if shown.shape[1:] != (-(-T // bt), -(-S // bs)) or len(labels) != shown.shape[0]:
         raise ValueError(f"{shown.shape} cells do not match {T}x{S} positions in {bt}x{bs} blocks and {len(labels)} labels")
-    cols = min(cols or min(len(labels), 4), (1 if max(T, S) > 20 else 2) if compact else len(labels))
+    width = width or (COMPACT_PX if compact else WIDE_PX)
+    compact = width < NARROW_PX
+    cols = grid_columns(len(labels), max(T, S), width, cols)
     rows = -(-len(labels) // cols)
     per_cell = cell_px or (22 if max(T, S) <= 16 else 12 if max(T, S) <= 48 else 4 if max(T, S) <= 160 else 1)
     longest_y = max((len(t) for t in q_tokens), default=1)
-    left_px = 12 + 7 * min(16, longest_y)
-    width = (COMPACT_PX if compact else WIDE_PX) - left_px - (0 if compact else 90)  # the colour bar's 90 px
-    across = width / cols * (0.9 if cols > 1 else 1.0)  # px across one heatmap
+    longest_x = max((len(t) for t in k_tokens), default=1)
+    left_px = 12 + 7 * min(16, max(longest_y, -(-longest_x // 2)))  # the query labels, and the first key label's
+    # rotated tail
+    inner = width - left_px - (0 if compact else COLOUR_BAR_PX)
+    across = inner / cols * (0.9 if cols > 1 else 1.0)  # px across one heatmap
     panel = min(420, max(140 if compact else 180, per_cell * max(T, S) + 60), int(across) if compact or square else 420)
     side = min(panel, across)  # heatmaps are square (constrain="domain"): the shorter side wins
     step = max(label_step(T, side), label_step(S, side))
     # Fixed margins instead of Plotly's automargin, which measures every tick label and then draws
     # the figure a second time; the key-token labels go under the bottom heatmap of each column only.
-    x_axis = {**token_axis(k_tokens, offset=k0, step=step), "tickangle": -60, "constrain": "domain", "automargin": False}
+    x_axis = {**token_axis(k_tokens, offset=k0, step=step), "constrain": "domain", "automargin": False}
+    x_axis["tickangle"] = token_tickangle(x_axis["ticktext"], side)
     y_axis = {**token_axis(q_tokens, offset=q0, step=step), "autorange": "reversed", "constrain": "domain",
               "automargin": False}
-    top_px, gap_px = (60 if title else 40) + (40 if compact else 0), 28  # compact: room for the toolbar and colour bar
-    bottom_px = 24 + 6 * max((len(t) for t in x_axis["ticktext"]), default=1)  # the -60° key labels
+    one_title = len(labels) == 1 and title is not None and labels[0] in title  # no panel title saying it again
+    title_layout, top_px = title_block(title, width - 20, below_px=(0 if one_title else 22) + (COMPACT_BAR_PX if compact else 0))
+    gap_px = 28  # compact: the colour bar goes between the title and the heads
+    bottom_px = 24 + (6 * max((len(t) for t in x_axis["ticktext"]), default=1) if x_axis["tickangle"] else 0)
     height = top_px + rows * panel + (rows - 1) * gap_px + bottom_px
     v_gap = gap_px / (height - top_px - bottom_px)
-    layout, refs = subplot_grid(rows, cols, titles=labels, h_gap=0.1 / cols if cols > 1 else 0, v_gap=v_gap)
+    layout, refs = subplot_grid(rows, cols, titles=None if one_title else labels, h_gap=0.1 / cols if cols > 1 else 0,
+                                v_gap=v_gap)
 
     customdata = pair_labels(q_tokens, k_tokens, copies=len(labels)) if bt == bs == 1 else None
     if customdata is not None:
@@ -148,10 +183,12 @@ def heads_grid(
     top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
     colorbar = {"title": {"text": value_name}}
     if compact:  # a horizontal bar above the heads, not a column beside them
-        colorbar.update(orientation="h", x=0.0, xanchor="left", y=1.0, yanchor="top", yref="container",
-                        thickness=10, len=0.45, title={"text": value_name, "side": "top"})
+        bar_top = top_px - COMPACT_BAR_PX - (0 if one_title else 22) + 4
+        colorbar.update(orientation="h", x=0.0, xanchor="left", y=1 - bar_top / height, yanchor="top", yref="container",
+                        thickness=10, lenmode="pixels", len=int(min(320, 0.6 * width)),
+                        title={"text": value_name, "side": "right"})
     layout.update(
-        title={"text": title} if title else None,
+        title=title_layout,
         coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": max(top, 1e-9), "colorbar": colorbar},
         height=height,
         margin={"l": left_px, "r": 10, "t": top_px, "b": bottom_px},
@@ -179,6 +216,7 @@ def long_heads_figure(
     cols: int | None = None,
     cell_px: int | None = None,
     compact: bool = False,
+    width: int | None = None,
 ) -> go.Figure:
     """The heads of a LongTrace (mha_viz.long), on one shared colour axis.
 
@@ -193,7 +231,8 @@ def long_heads_figure(
     labels = [f"head {h}" for h in heads]
     if zoom is None:
         fig = heads_grid(trace.overview[heads], (trace.block_rows, trace.block_cols), trace.query_tokens,
-                         trace.key_tokens, labels, cols=cols, cell_px=cell_px, compact=compact, square=True)
+                         trace.key_tokens, labels, cols=cols, cell_px=cell_px, compact=compact, square=True,
+                         width=width)
         if mark is not None:
             rows, keys = zoom_window(trace, *mark)
             box = {"type": "rect", "x0": keys.start - 0.5, "x1": keys.stop - 0.5, "y0": rows.start - 0.5,
@@ -204,4 +243,5 @@ def long_heads_figure(
     rows, keys = zoom_window(trace, *zoom)
     block = trace.weights(rows, keys)[heads]  # (n, r, c)
     return heads_grid(block, (1, 1), trace.query_tokens[rows], trace.key_tokens[keys], labels,
-                      offset=(rows.start, keys.start), cols=cols, cell_px=cell_px, compact=compact, square=True)
+                      offset=(rows.start, keys.start), cols=cols, cell_px=cell_px, compact=compact, square=True,
+                      width=width)

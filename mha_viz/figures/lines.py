@@ -14,12 +14,13 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..trace import AttentionTrace
-from .common import token_label
+from .common import WIDE_PX, text_px, title_block, token_label
 
 MAX_LINE_TOKENS = 64  # beyond this many tokens a side, lines merge into a blur: show a window
 MIN_WEIGHT = 0.02
 LEVELS = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0 + 1e-6])  # opacity levels: [LEVELS[i], LEVELS[i+1])
 ROW_PX = 22
+LEGEND_ROW_PX = 30  # a row of the heads' legend
 HEAD_COLOURS = ("#2E91E5", "#E15F99", "#1CA71C", "#FB0D0D", "#DA16FF", "#B68100", "#750D86", "#EB663B",
                 "#511CFB", "#00A08B", "#FB00D1", "#6C7C32", "#778AAE", "#862A16", "#A777F1", "#222A2A")
 QUERY_X, KEY_X = 0.0, 1.0
@@ -55,12 +56,14 @@ def lines_figure(
     pick: tuple[str, int] | None = None,
     start: int = 0,
     title: str | None = None,
+    width: int | None = None,
 ) -> go.Figure:
     """Lines between query tokens (left) and key tokens (right) for the chosen heads (default: all, overlaid).
 
     pick ("query", i) keeps query i's lines, ("key", j) key j's lines. start: the first position shown;
     at most MAX_LINE_TOKENS tokens a side from there. Token markers carry customdata [side, position]
-    so that a click on them can pick the token.
+    so that a click on them can pick the token. width: the px the figure is drawn at (the legend of the heads
+    wraps to it; default a desktop page's).
     """
     H, T, S = trace.weights.shape
     heads = list(range(H)) if heads is None else list(heads)
@@ -114,14 +117,17 @@ def lines_figure(
         })
     rows = max(q1 - q0, k1 - k0)
     longest = max((len(token_label(t)) for t in (*q_tokens, *k_tokens)), default=1)
+    legend_h = _legend_rows(heads, (width or WIDE_PX) - 20) * LEGEND_ROW_PX + 10  # and its padding
+    title_layout, top = title_block(title, (width or WIDE_PX) - 20, below_px=legend_h + 16)
+    height = max(300, ROW_PX * rows + 50) + top
     layout = {
-        "title": {"text": title} if title else None,
-        "height": max(300, ROW_PX * rows + 110),
-        "margin": {"l": 10, "r": 10, "t": 90 if title else 60, "b": 10},
+        "title": title_layout,
+        "height": height,
+        "margin": {"l": 10, "r": 10, "t": top, "b": 10},
         "xaxis": {"range": [-0.1 - 0.045 * longest, 1.1 + 0.045 * longest], "visible": False, "fixedrange": True},
         "yaxis": {"range": [q0 + rows - 0.5, q0 - 0.8], "visible": False, "fixedrange": True},
-        "legend": {"orientation": "h", "yanchor": "top", "y": 1.0, "xanchor": "left", "x": 0, "yref": "container",
-                   "title": {"text": "click a head to hide it:"}},
+        "legend": {"orientation": "h", "yanchor": "top", "y": 1 - (top - legend_h - 16) / height, "xanchor": "left",
+                   "x": 0, "yref": "container"},  # no title: Plotly wraps a titled horizontal legend past the edge
         "hovermode": "closest", "dragmode": False, "plot_bgcolor": "white",
         "annotations": [
             {"text": "<b>queries</b>", "x": QUERY_X, "y": q0 - 0.8, "xref": "x", "yref": "y", "showarrow": False,
@@ -131,6 +137,13 @@ def lines_figure(
         ],
     }
     return go.Figure({"data": data, "layout": layout})
+
+
+def _legend_rows(heads: Sequence[int], width: float) -> int:
+    """Rows of the heads' legend across width px: as many entries a row as fit."""
+    entry = max(40 + text_px(f"head {h}") + 12 for h in heads)  # the line sample, the name, the gap
+    per_row = max(1, int(width // entry))
+    return -(-len(heads) // per_row)
 
 
 def picked_token(points: Sequence[dict]) -> tuple[str, int] | None:

@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis.score_terms import score_terms
 from ..trace import AttentionTrace
-from .common import f32, index_axis, symmetric_range, token_axis, token_label
+from .common import TOOLBAR_PX, f32, index_axis, symmetric_range, token_axis, token_label, token_tickangle
 
 
 def scale_text(trace: AttentionTrace) -> str:
@@ -58,7 +58,7 @@ def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False
         short = [t.split("  ")[0] for t in titles]  # "Q = X W_Q", ...
         titles = (short[0], short[1], "scores", "weights", short[4], "head output")
     fig = make_subplots(rows=6 // cols, cols=cols, subplot_titles=titles, horizontal_spacing=0.12 if compact else 0.08,
-                        vertical_spacing=0.08 if compact else 0.16)
+                        vertical_spacing=0.12 if compact else 0.16)
     grid = [divmod(i, cols) for i in range(6)]
     panels = tuple((r + 1, c + 1, *rest) for (r, c), rest in zip(grid, (
         (q, trace.query_tokens, "vectors", "value"),
@@ -83,7 +83,7 @@ def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False
         is_attention = kind in ("scores", "weights")
         fig.update_xaxes(
             token_axis(trace.key_tokens) if is_attention else index_axis(z.shape[1], "dimension"),
-            tickangle=-60 if is_attention else 0,
+            tickangle=token_tickangle(trace.key_tokens) if is_attention else 0,
             row=r,
             col=c,
         )
@@ -93,15 +93,15 @@ def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False
         coloraxis={"colorscale": "RdBu", "cmid": 0, "cmin": -vec, "cmax": vec, "colorbar": {"title": {"text": "Q,K,V,out"}, "x": 1.02, "len": 0.3, "y": 0.85}},
         coloraxis2={"colorscale": "PuOr", "cmin": -sc, "cmax": sc, "colorbar": {"title": {"text": "score"}, "x": 1.02, "len": 0.3, "y": 0.5}},
         coloraxis3={"colorscale": "Blues", "cmin": 0, "cmax": 1, "colorbar": {"title": {"text": "weight"}, "x": 1.02, "len": 0.3, "y": 0.15}},
-        height=1100 if compact else 760,
-        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        height=1240 if compact else 776,
+        margin={"l": 10, "r": 10, "t": TOOLBAR_PX + 24, "b": 10},  # the panel titles under the toolbar
         plot_bgcolor="#eeeeee",
     )
     if compact:  # colour bars under the panels, not beside them
         for i, name in enumerate(("coloraxis", "coloraxis2", "coloraxis3")):
-            fig.layout[name].colorbar.update(orientation="h", x=(i + 0.5) / 3, xanchor="center", y=-0.04,
-                                             yanchor="top", len=0.3, thickness=10, title={"side": "top"})
-        fig.update_layout(margin={"b": 80})
+            fig.layout[name].colorbar.update(orientation="h", x=(i + 0.5) / 3, xanchor="center", y=0, yref="container",
+                                             yanchor="bottom", len=0.3, thickness=10, title={"side": "top"})
+        fig.update_layout(margin={"b": 150})  # the bottom panels' labels, then the bars under them
     return fig
 
 

@@ -46,6 +46,7 @@ from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
 from .fair import heavy
 from .state import mark_typed
+from .style import column_width, is_narrow, page_width
 from .text import plain
 from .views import chart, labelled_value, open_head_picker
 
@@ -148,21 +149,25 @@ def _head_statistics(trace: AttentionTrace, special: Collection[str | int], name
         "over the query rows." + (" Cross-attention: previous/same/next/distance compare positions of two "
                                   "different sentences and are left empty." if trace.cross else "")
     )
-    left, right = st.columns([3, 2])
-    with left:
-        config = {column: st.column_config.NumberColumn(column, help=text, format="%.3f")
-                  for column, text in STAT_HELP.items()}
-        event = st.dataframe(stats.columns(), key="analysis_stats", on_select="rerun", selection_mode="single-row",
-                             hide_index=True, column_config=config)
+    config = {column: st.column_config.NumberColumn(column, help=text, format="%.3f")
+              for column, text in STAT_HELP.items()}
+    config["head"] = st.column_config.NumberColumn("head", width=48)  # room for the others at 1024 px
+    # The table across the page: beside a chart its last columns would be cut off.
+    event = st.dataframe(stats.columns(), key="analysis_stats", on_select="rerun", selection_mode="single-row",
+                         hide_index=True, column_config=config, width="stretch")
     rows = event.selection.rows
     picked = client_int(rows[0], 0, trace.num_heads - 1) if isinstance(rows, list) and rows else None
     if picked is not None:  # a picked row opens its head (and a shared link remembers it as `head`)
         st.session_state["head"] = picked
     head = st.session_state.get("head", 0)
+    narrow = is_narrow()
+    left, right = (st.container(), st.container()) if narrow else st.columns([2, 3])
+    with left:
+        chart(heads_figure(trace, [head], cols=1, cell_px=22, title=f"head {head}",
+                           width=page_width() if narrow else column_width(0.4)), "analysis_stats_head", f"{name}-head{head}")
     with right:
-        chart(heads_figure(trace, [head], cols=1, cell_px=22, title=f"head {head}"), "analysis_stats_head",
-              f"{name}-head{head}")
-    chart(head_stats_figure(stats), "analysis_stats_chart", f"{name}-head-stats")
+        chart(head_stats_figure(stats, width=page_width() if narrow else column_width(0.6)), "analysis_stats_chart",
+              f"{name}-head-stats")
 
 
 def _redundancy(trace: AttentionTrace, name: str) -> None:
@@ -195,7 +200,7 @@ def _contribution(trace: AttentionTrace, name: str) -> None:
     else:
         st.caption("Raw softmax weights; switch on the norm-based view to weigh them by what they carry.")
         chart(heads_figure(trace), "analysis_weight_heads", f"{name}-heads")
-    chart(contributions_figure(trace), "analysis_contributions", f"{name}-contributions")
+    chart(contributions_figure(trace, width=page_width()), "analysis_contributions", f"{name}-contributions")
 
 
 def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int, max_passes: int | None) -> None:
@@ -408,7 +413,7 @@ def _show_head(source: ModelSource, layer: int, head: int, name: str, trace: Att
     """The head a click opened: its attention on the source's text (or on the given trace)."""
     trace = trace if trace is not None else source.trace(layer)
     if 0 <= head < trace.num_heads:
-        chart(heads_figure(trace, [head], cols=1, cell_px=18, title=f"layer {layer}, head {head}"),
+        chart(heads_figure(trace, [head], cols=1, cell_px=18, title=f"layer {layer}, head {head}", width=page_width()),
               "analysis_opened_head", f"{name}-L{layer}H{head}")
 
 
@@ -436,7 +441,7 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
         return
     chart(logit_attribution_figure(dla.heads, dla.terms, dla.token,
                                    title=f"After {tokens[position]!r} (position {position}): the logit of "
-                                   f"{dla.token!r} (p = {dla.probability:.1%})"),
+                                   f"{dla.token!r} (p = {dla.probability:.1%})", width=page_width()),
           "analysis_dla", f"{name}-logit-attribution", on_select=lambda: _open_head("analysis_dla"))
     open_head_picker("_open_head_dla", *dla.heads.shape)
     error = abs(dla.total - dla.logit)
@@ -465,7 +470,7 @@ def _head_detectors(name: str, source: TraceSource) -> None:
     kind = st.radio("Kind of head", DETECTORS, key="detector", horizontal=True)
     left, right = st.columns([3, 2])
     with left:
-        chart(head_scores_figure(scores[kind], kind), "analysis_detectors", f"{name}-{kind}-heads",
+        chart(head_scores_figure(scores[kind], kind, width=column_width(0.6)), "analysis_detectors", f"{name}-{kind}-heads",
               on_select=lambda: _open_head("analysis_detectors"))
         open_head_picker("_open_head_detectors", *scores[kind].shape)
     L, H = scores[kind].shape

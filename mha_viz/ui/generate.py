@@ -17,6 +17,7 @@ from ..trace import AttentionTrace
 from .fair import heavy
 from .pandas_guard import guarded
 from .state import current, write_url
+from .style import column_width, is_narrow, page_width
 from .text import plain
 from .views import chart, open_head_picker
 
@@ -118,7 +119,7 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
             state["gen_play"] = False
             st.rerun()  # a full rerun: the fragment stops running every PLAY_SECONDS
         state["step"] += 1
-    nav = st.columns([1, 6, 1, 1.4])
+    nav = st.columns([1, 5, 1, 2.4])  # the last: room for the Play label at 1024 px
     nav[0].button("◀", key="step_back", on_click=_step, args=(-1, n), disabled=state["step"] <= 1,
                   help="The previous token")
     if n > 1:
@@ -135,17 +136,19 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
     how = "greedy: the most likely token" if greedy else (
         f"sampled at temperature {gen.temperature:g}" + (f", top-k {gen.top_k}" if gen.top_k else "")
         + (f", top-p {gen.top_p:g}" if gen.top_p else "") + f", seed {gen.seed}")
-    left, right = st.columns([2, 3])
+    narrow = is_narrow()
+    left, right = (st.container(), st.container()) if narrow else st.columns([2, 3])
     with left:
         chart(next_token_figure(chosen.probs, model.tokenizer.convert_ids_to_tokens, chosen.token_id,
-                                title=f"Step {step}: next token ({how})"),
+                                title=f"Step {step}: next token ({how})",
+                                width=page_width() if narrow else column_width(0.4)),
               "gen_probs", f"{name}-step{step}-next-token")
     with right:
-        _attribution(source, gen, step, name)
+        _attribution(source, gen, step, name, page_width() if narrow else column_width(0.6))
     keys = gen.key_tokens(step - 1)
     chart(step_attention_figure(chosen.attentions, keys,
                                 title=f"Where the query that wrote {chosen.token!r} looked: {len(keys)} keys, one more "
-                                "each step (the KV cache)"),
+                                "each step (the KV cache)", width=page_width()),
           "gen_attention", f"{name}-step{step}-attention")
     outside = _outside_window(gen, step)
     if outside:
@@ -169,15 +172,16 @@ def _outside_window(gen: Generation, step: int) -> str:
             "real key. " + "; ".join(parts) + ".")
 
 
-def _attribution(source: ModelSource, gen: Generation, step: int, name: str) -> None:
-    """Direct logit attribution of the chosen token at this step, with the check that its terms add up."""
+def _attribution(source: ModelSource, gen: Generation, step: int, name: str, width: int) -> None:
+    """Direct logit attribution of the chosen token at this step, with the check that its terms add up (its chart
+    drawn width px wide)."""
     chosen = gen.steps[step - 1]
     try:
         dla = source.logit_attribution(ids=gen.input_ids(step - 1), token=chosen.token_id)
     except ValueError as err:
         st.info(f"Which heads wrote the logit: {plain(str(err))}.")
         return
-    chart(logit_attribution_figure(dla.heads, dla.terms, dla.token), "gen_dla", f"{name}-step{step}-logit-attribution",
+    chart(logit_attribution_figure(dla.heads, dla.terms, dla.token, width=width), "gen_dla", f"{name}-step{step}-logit-attribution",
           on_select=lambda: _open_head("gen_dla"))
     open_head_picker("_open_head_gen", *dla.heads.shape, on_pick=_rerun_app)
     error = abs(dla.total - dla.logit)
@@ -205,5 +209,6 @@ def _opened_head(source: ModelSource, gen: Generation, step: int, name: str) -> 
                 f"the last query (which predicted "
                 f"{plain(repr(gen.steps[step - 1].token))}) puts {row[top]:.0%} of its attention on position {top}, "
                 f"**{plain(tokens[top])}**.")
-    chart(heads_figure(trace, [head], cols=1, cell_px=18, title=f"layer {layer}, head {head}"), "gen_opened",
+    chart(heads_figure(trace, [head], cols=1, cell_px=18, title=f"layer {layer}, head {head}", width=page_width()),
+          "gen_opened",
           f"{name}-L{layer}H{head}-step{step}")

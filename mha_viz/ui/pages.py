@@ -13,6 +13,7 @@ import streamlit as st
 from ..analysis import without_tokens
 from ..config import MHAConfig
 from ..export import safe_filename
+from ..figures.common import plural
 from ..figures.heads import head_label, layer_stack
 from ..hosting import FULL_SIZE, Budget
 from ..long import LongTrace
@@ -26,6 +27,7 @@ from .analysis import ModelLoader, analysis_view
 from .controls import explain_invalid_heads, random_weights_banner
 from .export import export_section
 from .generate import generate_view
+from .style import column_width, is_narrow
 from .text import plain
 from .training import accuracy_by_heads, cached_trained_layer, stoppable, trained_run, training_page, who_takes_what
 
@@ -92,7 +94,7 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
                        + ("" if n >= MAX_TOKENS else f" This public demo draws at most {n}; to {FULL_SIZE}."))
     random_weights_banner(s.seed)
     st.caption(
-        f"h = {cfg.num_heads} heads · d_model = {cfg.d_model} · d_k = {cfg.d_k} · d_v = {cfg.d_v} · d_out = {cfg.d_out}"
+        f"h = {plural(cfg.num_heads, 'head')} · d_model = {cfg.d_model} · d_k = {cfg.d_k} · d_v = {cfg.d_v} · d_out = {cfg.d_out}"
         f" · {T} query tokens" + (f" · {S} key tokens (cross-attention)" if s.cross else "") + (" · causal" if s.causal else "")
     )
     name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}")
@@ -133,7 +135,7 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     )
     T = trace.weights.shape[1]
     cfg = MHAConfig(s.d_model, s.h)
-    st.caption(f"h = {s.h} heads · d_model = {s.d_model} · d_k = d_v = {cfg.d_k} · {T} tokens "
+    st.caption(f"h = {plural(s.h, 'head')} · d_model = {s.d_model} · d_k = d_v = {cfg.d_k} · {T} tokens "
                + ("(the task's probe sequence; type your own in the sidebar)" if not s.sequence else "")
                + " · causal · seed " + str(s.seed))
     name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
@@ -163,9 +165,10 @@ def _layer_views(
     if long is not None and view not in ("Shapes & cost", "Formulas"):
         st.caption(f"This view draws the first {T} tokens of {long.shape[1]}; the Heads view draws all of them.")
     if view == "Heads" and accuracy is not None:
-        left, right = st.columns([3, 1])
+        narrow = is_narrow()  # the accuracy chart needs ~200 px beside the heads, else it goes under them
+        left, right = (st.container(), st.container()) if narrow else st.columns([3, 1])
         with left:
-            views.heads_view(trace, name)
+            views.heads_view(trace, name, width=None if narrow else column_width(0.75))
         with right:
             accuracy()
     elif view in TRACE_VIEWS:
@@ -250,7 +253,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     view = st.session_state.get("view") if st.session_state.get("view") in views_here else views_here[0]
     _layer_control(source, s, hidden, view, subtitle=(
         f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer ",
-        f" of {model.num_layers[s.part]} · {model.num_heads[s.part]} heads · {len(trace.query_tokens)} query tokens"))
+        f" of {model.num_layers[s.part]} · {plural(model.num_heads[s.part], 'head')} · {len(trace.query_tokens)} query tokens"))
     if trace.meta.get("truncated"):
         st.warning(f"The input is longer than the model's maximum of {model.max_tokens} tokens: "
                    f"{trace.meta['truncated']} tokens were cut off the end."

@@ -1,9 +1,13 @@
-"""Page-wide style: phones get a compact layout; formulas scroll; the copy-link button is always visible; a chart's
-toolbar shows when the keyboard is on it."""
+"""Page-wide style, and the width the page's figures are laid out for; formulas scroll; the copy-link button is always
+visible; a chart's toolbar shows when the keyboard is on it."""
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
+
+from ..figures.common import COMPACT_PX, NARROW_PX, WIDE_PX
 
 CSS = """
 <style>
@@ -15,17 +19,76 @@ CSS = """
   opacity: 1 !important; visibility: visible !important; }
 /* A chart's toolbar shows while one of its buttons has the keyboard's focus, not only under the mouse. */
 .js-plotly-plot .modebar-group:focus-within { opacity: 1 !important; transition: none !important; }
+/* The width probe takes no room: cancel the gap the page puts after it. */
+.st-key-page_width_probe { margin-bottom: -1rem; }
 </style>
 """
+WIDTH_KEY = "page_width"
+MIN_WIDTH, MAX_WIDTH = 240, 8000  # a measured width outside these is not believed
+RESIZE_STEP_PX = 24  # the browser reports a new width only when it moved by this much (each report is a rerun)
+
+# The probe measures the main column (its own width: it stretches across it) and reports it as state "width" when
+# it first renders and whenever it changes by RESIZE_STEP_PX, after the resizing pauses.
+_probe = st.components.v2.component(
+    "mha_viz.page_width",
+    html="<span></span>",
+    js="""
+export default function ({ parentElement, setStateValue, data }) {
+  const host = parentElement.host || parentElement;
+  let known = data && data.known;
+  let timer = null;
+  const report = () => {
+    const width = Math.round(host.getBoundingClientRect().width);
+    if (!width || (known && Math.abs(width - known) < data.step)) return;
+    clearTimeout(timer);
+    timer = setTimeout(() => { known = width; setStateValue("width", width); }, 200);
+  };
+  const observer = new ResizeObserver(report);
+  observer.observe(host);
+  report();
+  return () => { observer.disconnect(); clearTimeout(timer); };
+}
+""",
+)
 
 
 def page_style() -> None:
-    """Add the page-wide CSS (a style-only st.html takes no room on the page)."""
+    """Add the page-wide CSS (a style-only st.html takes no room on the page) and the width probe."""
     st.html(CSS)
+    with st.container(key="page_width_probe"):
+        _probe(key=WIDTH_KEY, data={"known": _measured(), "step": RESIZE_STEP_PX}, height=0,
+               on_width_change=lambda: None)
 
 
-def is_phone() -> bool:
-    """True when the browser says it is a phone (a "Mobi" user agent): figures then use a compact layout."""
+def _measured() -> int | None:
+    """The main column's width in px as the browser last reported it, or None (not yet, or not a believable one:
+    it comes from the client)."""
+    state = st.session_state.get(WIDTH_KEY)
+    value = state.get("width") if hasattr(state, "get") else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value) if MIN_WIDTH <= value <= MAX_WIDTH else None
+
+
+def page_width() -> int:
+    """The px the page's figures are drawn across: the main column's measured width; before the browser has said,
+    a phone's for a phone's user agent, else a desktop page's."""
+    return _measured() or (COMPACT_PX if _phone_agent() else WIDE_PX)
+
+
+def is_narrow() -> bool:
+    """True when the page is too narrow for side-by-side columns and wide figure layouts (a phone, a tablet held
+    upright, a narrow window): views then stack what they would put side by side."""
+    return page_width() < NARROW_PX
+
+
+def column_width(share: float) -> int:
+    """The px across a column taking this share of the page (Streamlit's gap between columns is 1 rem)."""
+    return int(page_width() * share - 16)
+
+
+def _phone_agent() -> bool:
+    """True when the browser says it is a phone (a "Mobi" user agent): the first guess until it reports its width."""
     try:
         agent = st.context.headers.get("User-Agent", "") or ""
     except (AttributeError, RuntimeError):

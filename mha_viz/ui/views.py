@@ -26,7 +26,7 @@ from ..figures import (
     projections_figure,
     score_terms_figure,
 )
-from ..figures.common import describe, figure_title, token_label, with_automargin
+from ..figures.common import describe, figure_title, plural, token_label, under_toolbar, with_automargin
 from ..figures.heads import MAX_CELLS_PER_SIDE, zoom_window
 from ..figures.lines import MAX_LINE_TOKENS, picked_token
 from ..figures.overview import picked_head
@@ -37,7 +37,7 @@ from ..params import MAX_LONG_TOKENS, client_number
 from ..trace import AttentionTrace
 from .pandas_guard import guarded
 from .state import current, write_url
-from .style import is_phone
+from .style import column_width, is_narrow, page_width
 
 # The chart toolbar keeps the PNG download and Streamlit's fullscreen: each of Plotly's other buttons (zoom, pan,
 # autoscale...) was one more tab stop, 8 a chart, for what a drag (zoom) and a double click (reset) do anyway.
@@ -77,6 +77,7 @@ def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], No
     annotations (~60 ms for the 12-head grid's titles).
     The PNG download is the figure's own size (labels included), named after the view.
     """
+    under_toolbar(fig, page_width())  # before the height is read: it may grow
     height = fig.layout.height
     image = {**PLOT_CONFIG["toImageButtonOptions"], "filename": filename,
              **({"height": height, "width": 1100} if height else {})}
@@ -228,12 +229,14 @@ def _head_format(h: int) -> str:
     return f"head {h}"
 
 
-def heads_view(trace: AttentionTrace, name: str) -> None:
+def heads_view(trace: AttentionTrace, name: str, width: int | None = None) -> None:
+    """Every head of the trace; width: the px of the column it is drawn in (default: the page's)."""
     H, T, S = trace.weights.shape
-    fig = heads_figure(trace, compact=is_phone())
+    width = width or page_width()
+    fig = heads_figure(trace, width=width)
     step = fig.layout.meta["label_step"]
     st.caption(
-        f"{H} heads (numbered from 0), each a {T}×{S} attention matrix: row = query token, column = key token, "
+        f"{plural(H, 'head')} (numbered from 0), each a {T}×{S} attention matrix: row = query token, column = key token, "
         "colour = softmax weight (each row sums to 1). One colour scale for all heads."
         + (f" Every {step}{'nd' if step == 2 else 'rd' if step == 3 else 'th'} token is labelled so that labels "
            "do not overlap; hover a cell for its tokens." if step > 1 else "")
@@ -257,7 +260,7 @@ def heads_view(trace: AttentionTrace, name: str) -> None:
             st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top) // 8 * 8
             start = st.slider("Full-resolution window: first position", 0, top, step=8, key="zoom")
             window = (start, start + MAX_CELLS_PER_SIDE)
-        fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window, compact=is_phone())
+        fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window, width=width)
         chart(fig, "compare_heads", f"{name}-compare")
 
 
@@ -295,12 +298,12 @@ def long_heads_view(trace: LongTrace, name: str, reload: Callable[[], LongTrace]
     Streamlit keeps for the session's life, holds this function, not the trace."""
     H, T, S = trace.shape
     st.caption(
-        f"{H} heads (numbered from 0) of {T} query × {S} key tokens. Overview: each cell is the largest weight in a "
+        f"{plural(H, 'head')} (numbered from 0) of {T} query × {S} key tokens. Overview: each cell is the largest weight in a "
         f"block of {trace.block_rows}×{trace.block_cols} positions, so a sharp peak stays visible. The red square is "
         f"the zoom below: drag a box on any head to move it there, or use the sliders."
     )
     mark = (st.session_state.get("zoom", 0), st.session_state.get("zoom_k", 0))  # moved inside the input if need be
-    chart(long_heads_figure(trace, mark=mark, compact=is_phone()),
+    chart(long_heads_figure(trace, mark=mark, width=page_width()),
           "heads_long", f"{name}-overview", on_select=_zoom_to_selection, selection_mode="box")
     _zoom_view(_WhileHeld(weakref.ref(trace), reload), name)
 
@@ -342,7 +345,7 @@ def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
     st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top_q)  # a link's start past the end
     st.session_state["zoom_k"] = min(st.session_state.get("zoom_k", 0), top_k)
     _clamp_head_selection(H)
-    a, b, c = st.columns([2, 1, 1]) if not is_phone() else (st.container(), st.container(), st.container())
+    a, b, c = st.columns([2, 1, 1]) if not is_narrow() else (st.container(), st.container(), st.container())
     chosen = a.multiselect(f"Heads in the zoom (the first {ZOOM_HEADS} when none is picked)", list(range(H)),
                            key="compare", format_func=_head_format, placeholder=f"Heads 0–{min(H, ZOOM_HEADS) - 1}")
     q0 = b.slider("Zoom: first query", 0, top_q, key="zoom", disabled=top_q == 0)
@@ -351,7 +354,7 @@ def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
     st.caption(f"Zoom: queries {rows.start}–{rows.stop - 1} × keys {keys.start}–{keys.stop - 1}, one token pair a "
                "cell; the exact softmax weights (each row normalised over all keys, so a row here sums to at most 1).")
     heads = chosen or list(range(min(H, ZOOM_HEADS)))
-    chart(long_heads_figure(trace, heads, zoom=(q0, k0), cols=min(len(heads), 4), compact=is_phone()),
+    chart(long_heads_figure(trace, heads, zoom=(q0, k0), cols=min(len(heads), 4), width=page_width()),
           "heads_zoom", f"{name}-zoom")
     with st.container(key="zoom_mark"):  # hidden: moves the overview's red squares to this zoom
         st.html(MOVE_MARK_JS.format(x0=keys.start - 0.5, x1=keys.stop - 0.5, y0=rows.start - 0.5, y1=rows.stop - 0.5),
@@ -383,7 +386,8 @@ def lines_view(trace: AttentionTrace, name: str) -> None:
     pick = _pick()
     if pick is not None and pick[1] >= (T if pick[0] == "query" else S):
         st.session_state["pick"], pick = "", None
-    left, right = st.columns([3, 1]) if not is_phone() else (st.container(), st.container())
+    narrow = is_narrow()
+    left, right = st.columns([3, 1]) if not narrow else (st.container(), st.container())
     with right:
         every = st.toggle("All heads overlaid", key="lines_all", help="Off: one head at a time.")
         heads = list(range(H)) if every else [st.selectbox("Head", list(range(H)), key="head", format_func=_head_format)]
@@ -402,12 +406,12 @@ def lines_view(trace: AttentionTrace, name: str) -> None:
                    "hide it. Hover a query token for the keys each head attends to most.")
     with left:
         st.caption(f"Queries on the left, keys on the right; a line's opacity is the weight (lines under 0.02 are "
-                   f"not drawn), its colour the head. {H} head{'s' if H > 1 else ''} of {T} queries × {S} keys.")
+                   f"not drawn), its colour the head. {plural(H, 'head')} of {T} queries × {S} keys.")
         if max(T, S) > MAX_LINE_TOKENS:
             st.info(f"The lines view stays readable up to {MAX_LINE_TOKENS} tokens a side; this input has "
                     f"{max(T, S)}, so it shows positions {start} to {min(max(T, S), start + MAX_LINE_TOKENS) - 1}. "
                     "Move the window on the right, or use the Heads view for the whole matrix.")
-        fig = lines_figure(trace, heads, pick=pick, start=start)
+        fig = lines_figure(trace, heads, pick=pick, start=start, width=page_width() if narrow else column_width(0.75))
         chart(fig, "lines", f"{name}-lines", on_select=_on_line_click)
 
 
@@ -425,7 +429,7 @@ def head_view(trace: AttentionTrace, name: str) -> None:
         + (" Special tokens are hidden: each weights row is renormalised over the tokens shown; the head "
            "output is the model's own, computed with every token." if trace.meta.get("hidden_tokens") else "")
     )
-    chart(head_steps_figure(trace, head, compact=is_phone()), "head_steps", f"{name}-head{head}-steps")
+    chart(head_steps_figure(trace, head, compact=is_narrow()), "head_steps", f"{name}-head{head}-steps")
     _why_one_score(trace, head, name)
     if trace.W_Q is not None:
         st.subheader(f"The projections of head {head}")
@@ -471,7 +475,7 @@ def output_path_view(trace: AttentionTrace, name: str) -> None:
         "Because concat · W_Oᵀ splits into one product per head block, the output is the sum of each "
         "head's contribution head_h · W_O^(h)ᵀ plus the bias."
     )
-    chart(output_path_figure(trace), "output_path", f"{name}-concat-wo")
+    chart(output_path_figure(trace, width=page_width()), "output_path", f"{name}-concat-wo")
     checks = trace.check_wo_path()
     tolerance = trace.rounding_tolerance()
     dtype = trace.output.dtype
@@ -481,7 +485,7 @@ def output_path_view(trace: AttentionTrace, name: str) -> None:
         labelled_value(col, label, "equal ✓" if equal else f"differs: {err:.1e}")
         col.caption(f"max |difference| {err:.1e} ≤ {tolerance:.1e}: equal within {dtype} rounding" if equal
                     else f"max |difference| {err:.1e} > {tolerance:.1e}, more than {dtype} rounding explains")
-    chart(contributions_figure(trace), "contributions", f"{name}-contributions")
+    chart(contributions_figure(trace, width=page_width()), "contributions", f"{name}-contributions")
 
 
 def cost_view(cfg: MHAConfig, T: int, S: int, cross: bool = False) -> None:
@@ -504,7 +508,7 @@ def cost_view(cfg: MHAConfig, T: int, S: int, cross: bool = False) -> None:
     st.table(
         {
             "count": rows,
-            f"{H} heads (d_k={cfg.d_k})": [f"{ours.weight_count:,}", f"{ours.bias_count:,}", f"{ours.params:,}", f"{ours.total_flops:,}"],
+            f"{plural(H, 'head')} (d_k={cfg.d_k})": [f"{ours.weight_count:,}", f"{ours.bias_count:,}", f"{ours.params:,}", f"{ours.total_flops:,}"],
             f"1 full-width head (d_k={cfg.num_heads * cfg.d_k})": [
                 f"{wide.weight_count:,}", f"{wide.bias_count:,}", f"{wide.params:,}", f"{wide.total_flops:,}"
             ],
@@ -523,7 +527,7 @@ def formulas_view(cfg: MHAConfig, T: int, S: int, causal: bool, cross: bool = Fa
     st.caption("Heads are numbered from 0, as everywhere in mha-viz. X holds the query tokens"
                + (", C the key and value tokens (cross-attention)." if cross else "; in self-attention X also gives "
                   "the keys and values."))
-    if is_phone():
+    if is_narrow():
         st.caption("Wide formulas scroll sideways.")
     for line in formulas(cfg, T, S, causal=causal, cross=cross):
         st.latex(line)
@@ -553,4 +557,4 @@ def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, nam
           f"{name}-overview", on_select=_on_thumbnail_click)
     if chosen:
         chart(heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, title=f"layer {layer}",
-                           compact=is_phone()), "opened_heads", f"{name}-layer{layer}")
+                           width=page_width()), "opened_heads", f"{name}-layer{layer}")
