@@ -3,6 +3,8 @@
     python scripts/precompute_trained_layers.py           train PRECOMPUTED_GRID, write the .npz files, print
                                                            the SHA256 table to paste into precomputed.py
     python scripts/precompute_trained_layers.py --check   retrain each and compare with the shipped file, byte for byte
+                                                          (holds on the AVX2 CPU kind that built them; AVX-512
+                                                          kernels round differently)
 
 train() is deterministic for its arguments (one torch thread, seeded data and weights), so the files
 are reproducible on the same torch build and CPU.

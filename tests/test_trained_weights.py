@@ -23,11 +23,26 @@ def test_every_shipped_layer_is_listed_with_its_sha256():
         assert layer is not None and (layer.task, layer.num_heads, layer.d_model, layer.seed, layer.steps) == args
 
 
-def test_a_shipped_layer_is_what_training_gives_byte_for_byte():
-    """train() is deterministic; retraining h = 2 reproduces the shipped file (scripts/precompute_trained_layers.py)."""
+def test_training_is_deterministic_byte_for_byte():
+    """train() with the same arguments gives the same bytes twice on one machine."""
+    task, h, d_model, seed, _ = PRECOMPUTED_GRID[1]
+    first, second = (layer_to_npz(train(task, h, d_model, 200, seed).layer) for _ in range(2))
+    assert first == second
+
+
+def test_a_shipped_layer_is_what_training_gives_here():
+    """Retraining h = 2 gives the shipped layer: byte for byte on the kind of CPU that built the files (AVX2); on
+    another (AVX-512 kernels round differently, and 600 steps amplify it) the same layer to what it does: the same
+    accuracy and the same per-head relation scores, weights within 0.01."""
     task, h, d_model, seed, steps = PRECOMPUTED_GRID[1]
-    retrained = layer_to_npz(train(task, h, d_model, steps, seed).layer)
-    assert retrained == (precomputed_layer.__globals__["FOLDER"] / file_name(task, h, d_model, seed, steps)).read_bytes()
+    retrained = train(task, h, d_model, steps, seed).layer
+    shipped = precomputed_layer(task, h, d_model, seed, steps)
+    if layer_to_npz(retrained) == layer_to_npz(shipped):
+        return
+    np.testing.assert_allclose(retrained.accuracy, shipped.accuracy, atol=0.01)
+    np.testing.assert_allclose(retrained.scores, shipped.scores, atol=0.01)
+    for name, weights in shipped.state.items():
+        np.testing.assert_allclose(retrained.state[name], weights, atol=0.01, err_msg=name)
 
 
 def test_a_corrupted_shipped_file_is_refused(tmp_path, monkeypatch):
