@@ -63,7 +63,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, slider, stop, wait_healthy
+from harness.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, slider, stop, wait_healthy
 
 VIEWPORT = {"width": 1400, "height": 1000}
 DEFAULT_PARAMS = {"mode": "Configurable", "h": "4", "d_model": "64", "seed": "0", "layer": "0", "causal": "false"}
@@ -120,7 +120,7 @@ class _ScriptRunnerFinder(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, _ScriptRunnerFinder())
 '''
 
-# The same JavaScript as tests.browser.painted_heatmaps / wait_for_heatmaps (those are sync-API helpers).
+# The same JavaScript as harness.browser.painted_heatmaps / wait_for_heatmaps (those are sync-API helpers).
 PAINTED_JS = """() => {
     const chart = document.querySelectorAll('[data-testid="stPlotlyChart"]')[0];
     return chart ? [...chart.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href')) : [];
@@ -311,7 +311,7 @@ def proc_status_kb(pid: int, key: str) -> int:
 
 @contextlib.contextmanager
 def logged_server(timeout: float = 90.0) -> Iterator[Server]:
-    """tests.browser.streamlit_server's command line, but stdout+stderr go to a log file and the probe is on."""
+    """harness.browser.streamlit_server's command line, but stdout+stderr go to a log file and the probe is on."""
     port = free_port()
     cmd = [
         sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),

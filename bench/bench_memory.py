@@ -48,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_load import WORDS, loadavg, logged_server
-from tests.browser import ROOT, chromium, painted_heatmaps, slider, wait_for_heatmaps
+from harness.browser import ROOT, chromium, painted_heatmaps, slider, wait_for_heatmaps
 
 D_MODELS = (12, 24, 48, 96, 192, 384, 768)  # every h from 1 to 4 divides these: slider steps stay valid
 LAYERS = 6  # all-MiniLM-L6-v2
