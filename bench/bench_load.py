@@ -2,7 +2,7 @@
 
     python bench/bench_load.py [--sessions 10]     (needs /usr/bin/chromium)
 
-Two phases, each on a fresh `streamlit run app.py` (the command line of tests/browser.py,
+Two phases, each on a fresh `streamlit run app.py` (the command line of harness/browser.py,
 stdout/stderr captured to a log instead of discarded):
 
 A. quiet: the N session scenarios run one after another, one session at a time. Records the
@@ -16,7 +16,7 @@ text and layer (in phase B all sessions do this at the same moment, on a cold se
 time anyone needs the model), step the layer twice with the arrow keys, change the text via the URL, go back
 to a causal configurable URL and step the head slider once more. After every change:
   - the first chart has the expected number of painted heatmaps (wait with rAF polling, as in
-    tests/browser.py; that wait is the latency: key press / navigation -> repainted),
+    harness/browser.py; that wait is the latency: key press / navigation -> repainted),
   - the painted images equal the reference for this state (phase A: step 3 must equal step 1),
   - the URL carries the state (h / layer / mode), the caption names it (h, d_model, layer),
   - no st.exception element on the page; pageerror and console errors are collected throughout.
