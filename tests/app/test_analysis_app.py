@@ -125,6 +125,7 @@ def test_compare_with_the_same_and_with_another_sentence(app: AppTest) -> None:
     assert len(heatmaps(chart(app, "analysis_compare"))) == 2  # side by side, no difference map
 
 
+@pytest.mark.slow
 def test_bundled_model_sections_render() -> None:
     at = AppTest.from_function(bundled_app, default_timeout=120).run()
     assert not at.exception

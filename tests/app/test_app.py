@@ -201,6 +201,7 @@ def test_url_task_names_are_the_training_tasks() -> None:
     assert tuple(TASKS) == TASK_NAMES
 
 
+@pytest.mark.slow
 def test_train_mode_trains_and_opens_the_trained_layer_in_other_views() -> None:
     at = new_app(mode="Train", h="2", d_model="32", steps="60").run()
     assert not at.exception and not at.error

@@ -62,6 +62,7 @@ def test_a_link_reproduces_the_pretrained_comparison_with_another_model() -> Non
     assert "is the model shown above" in at.info[0].value
 
 
+@pytest.mark.slow
 def test_train_mode_has_export_and_share_and_its_link_reproduces_it() -> None:
     at = new_app(mode="Train", h="2", d_model="32", steps="40").run()
     at.session_state["export_open"] = True

@@ -49,6 +49,7 @@ def all_labels(fig: dict) -> str:
     return " ".join(parts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["Configurable", "Pretrained"])
 @pytest.mark.parametrize("name", list(TEXTS))
 def test_hostile_text_is_shown_as_text_with_bounded_work(name: str, mode: str) -> None:
@@ -201,6 +202,7 @@ runpy.run_path({page!r}, run_name="__main__")
     ({"view": "Lines"}, [{"pick": "q-1"}, {"pick": "qx"}, {"pick": 5}, {"head": -1}, {"head": NAN}]),
     ({"text": " ".join(["many words"] * 200)}, [{"zoom": -8}, {"zoom": NAN}, {"zoom_k": 10**12}, {"zoom": "0"}]),
 ])
+@pytest.mark.slow
 def test_crafted_values_written_by_clicks_leave_a_clean_page_and_later_reruns_fine(tmp_path, params, crafted) -> None:
     """Each value is written into the session as the layer switch's, a click's or a box's callback would (before
     the run, past the widgets' own checks): the page is drawn without an error, and so is the next rerun."""

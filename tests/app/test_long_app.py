@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mha_viz.params import MAX_LONG_TOKENS
 from mha_viz.text import tokenize
 from mha_viz.ui.views import ZOOM_HEADS
@@ -16,6 +18,7 @@ def chart(at, key: str) -> dict:
     return json.loads(match.proto.spec)
 
 
+@pytest.mark.slow
 def test_the_app_draws_a_long_text_as_overview_and_zoom() -> None:
     at = new_app(h="12", d_model="768").run()
     at.selectbox(key="example").set_value(f"A long text ({MAX_LONG_TOKENS} tokens)").run()

@@ -26,6 +26,8 @@ from mha_viz.trace import AttentionTrace
 from tests.app.test_app import heatmaps, new_app
 from tests.app.test_long_app import chart
 
+pytestmark = pytest.mark.slow  # many sessions, reports and traces at the app's large sizes
+
 DATA = (AttentionTrace, LongTrace, BaseFigure)  # what a session must not keep: traces, and figures (their arrays)
 WORDS = " ".join(f"w{i}" for i in range(300))
 

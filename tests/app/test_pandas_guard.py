@@ -8,7 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from harness.browser import ROOT
+
+pytestmark = pytest.mark.slow  # each case starts a fresh interpreter
 
 COMMON = """
 import sys, threading, time

@@ -110,6 +110,7 @@ print((rss() - before) / kept)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmRSS from /proc")
 def test_the_cache_hands_freed_memory_back_so_rss_follows_what_it_keeps() -> None:
     """Six 44 MB traces through the cache: RSS grows by about what the cache holds, not ~1.4x as without trimming."""
@@ -129,6 +130,7 @@ def test_sizeof_counts_every_array_of_a_trace_once():
     assert sizeof(t) >= sum(a.nbytes for a in arrays) and sizeof((t, t)) == sizeof(t)
 
 
+@pytest.mark.slow
 def test_a_public_demo_reads_at_most_its_token_budget(monkeypatch):
     monkeypatch.setenv("MHA_VIZ_PUBLIC", "1")
     words = " ".join(f"w{i}" for i in range(600))

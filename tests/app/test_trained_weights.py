@@ -86,6 +86,7 @@ def test_random_weights_say_so_and_switch_in_one_click() -> None:
     assert at.query_params["weights"] in (["trained"], "trained")
 
 
+@pytest.mark.slow
 def test_trained_weights_at_another_width_train_with_progress_and_clamp_d_model() -> None:
     at = new_app(weights="trained", d_model="768", h="12").run()  # too wide to train on a page: moved to 128
     assert not at.exception and not at.error

@@ -197,6 +197,7 @@ def test_sizes_beyond_the_apps_limits_are_refused_before_any_work(here: Path, ca
     assert list(here.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_the_largest_layer_within_the_limits_is_written(here: Path, capsys) -> None:
     text = " ".join(f"w{i}" for i in range(MAX_TOKENS + 10))
     args = ["--text", text, "--context", text, "--heads", "16", "--d-model", "768", "--d-k", "256", "--d-v", "256",
@@ -209,6 +210,7 @@ def test_the_largest_layer_within_the_limits_is_written(here: Path, capsys) -> N
     assert trace.output.shape == (512, 256) and trace.W_Q.shape == (16, 768, 256)
 
 
+@pytest.mark.slow
 def test_a_pretrained_model_traces_at_most_512_tokens(tmp_path: Path) -> None:
     """A model that takes 1024 positions still gives the CLI 512 tokens at most, as the app's layer."""
     from transformers import AutoModel, AutoTokenizer, GPT2Config
@@ -251,6 +253,7 @@ def test_memory_and_runtime_errors_are_one_line(here: Path, capsys, monkeypatch,
     assert list(here.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_real_allocation_failure_is_one_line(tmp_path: Path) -> None:
     """The largest layer within the limits, in a process allowed 64 MB more address space than it has
     after its imports: torch's allocator fails (DefaultCPUAllocator: can't allocate memory)."""

@@ -215,6 +215,7 @@ def long_trace(n: int = 300, *, causal: bool = True, cross: bool = False) -> Att
     return configurable(tokens, tokens[::-1] if cross else None, causal=causal)
 
 
+@pytest.mark.slow
 def test_json_is_written_in_bounded_chunks_and_equals_the_string() -> None:
     trace = long_trace()
     chunks = list(iter_json(trace))
@@ -339,6 +340,7 @@ def test_export_size_is_exact_before_building(make, dtype) -> None:
             export_bytes(trace, "json", array_format=array_format, dtype=dtype))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("causal", "cross"), [(True, False), (False, True)])
 def test_json_lists_size_of_a_long_input_is_estimated_within_one_percent(causal: bool, cross: bool) -> None:
     trace = long_trace(causal=causal, cross=cross)
@@ -527,6 +529,7 @@ def test_report_leaves_out_figures_beyond_its_budget_and_says_so() -> None:
     assert "Its numbers are in the trace's .npz export." in visible
 
 
+@pytest.mark.slow
 def test_report_of_the_largest_layer_within_the_cli_limits_stays_small() -> None:
     """h = 16, d_model = 768, d_k = d_v = 256 (d_out = d_model), 512 tokens a side: the concat -> W_O figure
     alone would be ~39 MB; it is left out and the report stays within its budget."""
@@ -553,6 +556,7 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": path, **(env or {})})
 
 
+@pytest.mark.slow
 def test_cli_configurable_report_npz_and_json(tmp_path: Path) -> None:
     text, context = "The <script>alert(1)</script> cat sat", "Le chat <img src=x onerror=alert(1)>"
     done = run_cli("report", "--text", text, "--context", context, "--heads", "8", "--d-model", "64", "--seed", "3",
@@ -573,6 +577,7 @@ def test_cli_configurable_report_npz_and_json(tmp_path: Path) -> None:
     assert_same_trace(expected, trace_from_json((tmp_path / "t.json").read_text(encoding="utf-8")))
 
 
+@pytest.mark.slow
 def test_cli_bundled_model_report(tmp_path: Path) -> None:
     done = run_cli("report", "--model", "bundled", "--layer", "2", "--text", "The cat <b>sat</b>", "--out", "m.html",
                    "--npz", "m.npz", cwd=tmp_path)
@@ -601,6 +606,7 @@ def assert_one_line_error(stderr: str, message: str) -> None:
         (("--model", "nobody-xyz/no-such-model", "--out", "x.html"), 1, "could not be downloaded: offline mode"),
     ],
 )
+@pytest.mark.slow
 def test_cli_errors_are_one_line_without_traceback(tmp_path: Path, args, code: int, message: str) -> None:
     done = run_cli("report", *args, cwd=tmp_path)
     assert done.returncode == code
@@ -642,6 +648,7 @@ def test_cli_usage_errors_exit_2(capsys, args) -> None:
     assert exit_.value.code == 2 and "error:" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_import_mha_viz_stays_free_of_streamlit() -> None:
     code = ("import sys, mha_viz, mha_viz.export, mha_viz.report, mha_viz.__main__; "
             "print('streamlit' in sys.modules, 'transformers' in sys.modules)")

@@ -64,6 +64,7 @@ def test_the_overview_is_the_max_pooled_attention() -> None:
     np.testing.assert_array_equal(long.overview, pooled)
 
 
+@pytest.mark.slow
 def test_4096_tokens_take_a_fraction_of_the_full_attentions_memory() -> None:
     long = long_configurable_trace(LONG_TEXT, MHAConfig(768, 12))
     H, T, S = long.shape
@@ -80,6 +81,7 @@ def test_the_zoom_window_stays_inside_the_input() -> None:
     assert zoom_window(short, 10, 10) == (slice(0, 40), slice(0, 40))
 
 
+@pytest.mark.slow
 def test_figures_draw_the_overview_and_the_exact_zoom() -> None:
     long = long_configurable_trace(LONG_TEXT, MHAConfig(768, 12))
     overview = long_heads_figure(long, mark=(1000, 200))

@@ -224,6 +224,7 @@ def test_seeds():
     assert not torch.allclose(x0, x1)
 
 
+@pytest.mark.slow
 def test_determinism_across_calls_and_processes():
     text = "Determinism, across calls: नमस्ते 🇯🇵"
     t1, x1 = embed_text(text, 12, seed=7)

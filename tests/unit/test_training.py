@@ -205,6 +205,7 @@ def test_training_in_a_child_process_gives_the_same_run_and_reports_progress() -
         np.testing.assert_array_equal(there.final_state[name], a)
 
 
+@pytest.mark.slow
 def test_a_failed_child_training_raises_here_and_a_stopped_one_ends_the_child() -> None:
     from mha_viz.training.isolated import train_isolated
 
