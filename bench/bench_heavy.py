@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_load import WORDS, loadavg, logged_server, percentiles
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, niced_chromium
+from harness.browser import CHROMIUM, CHROMIUM_ARGS, niced_chromium
 
 HEAVY_TEXT = " ".join(random.Random(0).choice(WORDS) for _ in range(900))[:5000]
 CAUSAL = "the red fox saw a big owl by the lake . the red fox saw a"

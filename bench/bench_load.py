@@ -2,7 +2,7 @@
 
     python bench/bench_load.py [--sessions 10]     (needs /usr/bin/chromium)
 
-Two phases, each on a fresh `streamlit run app.py` (the command line of tests/browser.py,
+Two phases, each on a fresh `streamlit run app.py` (the command line of harness/browser.py,
 stdout/stderr captured to a log instead of discarded):
 
 A. quiet: the N session scenarios run one after another, one session at a time. Records the
@@ -16,7 +16,7 @@ text and layer (in phase B all sessions do this at the same moment, on a cold se
 time anyone needs the model), step the layer twice with the arrow keys, change the text via the URL, go back
 to a causal configurable URL and step the head slider once more. After every change:
   - the first chart has the expected number of painted heatmaps (wait with rAF polling, as in
-    tests/browser.py; that wait is the latency: key press / navigation -> repainted),
+    harness/browser.py; that wait is the latency: key press / navigation -> repainted),
   - the painted images equal the reference for this state (phase A: step 3 must equal step 1),
   - the URL carries the state (h / layer / mode), the caption names it (h, d_model, layer),
   - no st.exception element on the page; pageerror and console errors are collected throughout.
@@ -63,7 +63,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, slider, stop, wait_healthy
+from harness.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, slider, stop, wait_healthy
 
 VIEWPORT = {"width": 1400, "height": 1000}
 DEFAULT_PARAMS = {"mode": "Configurable", "h": "4", "d_model": "64", "seed": "0", "layer": "0", "causal": "false"}
@@ -120,7 +120,7 @@ class _ScriptRunnerFinder(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, _ScriptRunnerFinder())
 '''
 
-# The same JavaScript as tests.browser.painted_heatmaps / wait_for_heatmaps (those are sync-API helpers).
+# The same JavaScript as harness.browser.painted_heatmaps / wait_for_heatmaps (those are sync-API helpers).
 PAINTED_JS = """() => {
     const chart = document.querySelectorAll('[data-testid="stPlotlyChart"]')[0];
     return chart ? [...chart.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href')) : [];
@@ -311,7 +311,7 @@ def proc_status_kb(pid: int, key: str) -> int:
 
 @contextlib.contextmanager
 def logged_server(timeout: float = 90.0) -> Iterator[Server]:
-    """tests.browser.streamlit_server's command line, but stdout+stderr go to a log file and the probe is on."""
+    """harness.browser.streamlit_server's command line, but stdout+stderr go to a log file and the probe is on."""
     port = free_port()
     cmd = [
         sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),

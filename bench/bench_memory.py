@@ -12,7 +12,7 @@ trace): "public" is a public demo (MHA_VIZ_PUBLIC=1, MHA_VIZ_MAX_TOKENS=300) at 
 once the sessions counted are open, then with every tab closed: 15 s after, and after the disconnect timeout
 (server.disconnectedSessionTTL, set to --ttl seconds), when Streamlit drops the closed sessions.
 
-One `streamlit run app.py` (bench_load.logged_server: the command line of tests/browser.py, log
+One `streamlit run app.py` (bench_load.logged_server: the command line of harness/browser.py, log
 captured, HF_HUB_OFFLINE=1) and one headless Chromium page. The reruns come in blocks of five:
 open a URL with fresh input (a new session), then in that session edit the sentence (text area,
 Ctrl+Enter), press a slider key, edit the sentence, press a slider key. Blocks alternate between
@@ -48,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_load import WORDS, loadavg, logged_server
-from tests.browser import ROOT, chromium, painted_heatmaps, slider, wait_for_heatmaps
+from harness.browser import ROOT, chromium, painted_heatmaps, slider, wait_for_heatmaps
 
 D_MODELS = (12, 24, 48, 96, 192, 384, 768)  # every h from 1 to 4 divides these: slider steps stay valid
 LAYERS = 6  # all-MiniLM-L6-v2

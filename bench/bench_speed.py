@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.browser import (
+from harness.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     chromium,

@@ -491,7 +491,7 @@ def export_size(trace: AttentionTrace, fmt: str, *, array_format: str = "lists",
     export_bytes); a compressed one is smaller (random float32 by ~8 %, causal traces by more), never
     more than 0.1 % larger. "json": exact for array_format="base64"; for "lists" exact when no array
     has more than SIZE_SAMPLE numbers, else an estimate from a random sample of each array
-    (within 1 % on mha-viz's traces; tests/test_export.py checks it).
+    (within 1 % on mha-viz's traces; tests/unit/test_export.py checks it).
     """
     _check_options(array_format, dtype)
     if fmt == "npz":

@@ -1,7 +1,48 @@
-"""Fixtures shared by several test modules."""
+"""Fixtures shared by several test modules, the --update-assets option, and the layer markers.
+
+A test's layer is the folder it lives in: tests/unit (the library), tests/app (the page in AppTest), tests/browser
+(real servers: `streamlit run`, nginx, Chromium). Each test gets that folder's marker; plain `pytest` runs
+`-m "not browser"` (pyproject.toml), `pytest -m browser` the browser tests, `bash .ci/run` all three layers."""
+
+from pathlib import Path
 
 import pytest
 import torch
+
+from harness.browser import ROOT
+
+TESTS = Path(__file__).resolve().parent
+LAYERS = ("unit", "app", "browser")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-assets", action="store_true",
+                     help="browser tests save their screenshots into assets/ (the README's pictures); "
+                          "without it they save them into a temporary folder")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's layer; a test file outside the layer folders is an error, not a test that
+    silently runs in the wrong layer."""
+    outside = set()
+    for item in items:
+        parts = item.path.resolve().relative_to(TESTS).parts
+        if len(parts) > 1 and parts[0] in LAYERS:
+            item.add_marker(parts[0])
+        else:
+            outside.add(item.nodeid.split("::")[0])
+    if outside:
+        raise pytest.UsageError(f"test files outside tests/{{{','.join(LAYERS)}}}/: {sorted(outside)}; move each "
+                                "to the folder of its layer (see CONTRIBUTING.md)")
+
+
+@pytest.fixture(scope="session")
+def assets(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where browser tests save screenshots: the tracked assets/ with --update-assets, else a temporary folder."""
+    if request.config.getoption("--update-assets"):
+        return ROOT / "assets"
+    return tmp_path_factory.mktemp("assets")
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +57,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def server():
     """The app in a real Streamlit server (one per test module): its base URL."""
-    from tests.browser import streamlit_server
+    from harness.browser import streamlit_server
 
     with streamlit_server() as (url, _):
         yield url
@@ -25,7 +66,7 @@ def server():
 @pytest.fixture(scope="module")
 def browser():
     """Debian's headless Chromium driven by Playwright (one per test module)."""
-    from tests.browser import chromium
+    from harness.browser import chromium
 
     with chromium() as b:
         yield b

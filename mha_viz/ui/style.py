@@ -37,6 +37,7 @@ export default function ({ parentElement, setStateValue, data }) {
   const host = parentElement.host || parentElement;
   let known = data && data.known;
   let timer = null;
+  if (known) host.setAttribute("data-page-width", String(known));  // the server lays the page out for this width
   const report = () => {
     const width = Math.round(host.getBoundingClientRect().width);
     if (!width || (known && Math.abs(width - known) < data.step)) return;

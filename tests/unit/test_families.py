@@ -1,0 +1,558 @@
+"""Every adapted architecture opened up: tiny random models of each family, built offline from configs and read
+with the bundled MiniLM tokenizer (vocab 30522), traced in every layer and part on three sentences (English, Greek,
+Chinese). Each trace must equal the model's own attention weights, its real output projection and its real
+projection modules; a wrong adapter must be caught; vision and audio models are refused."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+from transformers import AutoModel, AutoTokenizer
+
+from mha_viz.analysis import score_terms, without_tokens
+from mha_viz.figures.steps import score_parts_figure
+from mha_viz.pretrained import ModelLoadError, PretrainedModel, bundled_model_dir, load_model
+from mha_viz.pretrained import generic as generic_module
+from mha_viz.pretrained.adapter import HeadMasks, Recorder
+from mha_viz.pretrained.architectures import ADAPTERS, adapter_for
+from mha_viz.pretrained.deberta import C2P, P2C
+from mha_viz.pretrained.fallback import FallbackAdapter
+from mha_viz.pretrained.generic import GenericAdapter
+
+V = 30522  # the MiniLM vocabulary
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+         "max_position_embeddings": 64}  # fmt: skip
+ENC_DEC = {
+    "d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "max_position_embeddings": 64,
+    "pad_token_id": 0, "eos_token_id": 102, "forced_eos_token_id": 102,
+}  # fmt: skip
+TOKENS = {"pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102}
+# family -> (README name, config); variants of one model_type exercise its other layouts and options
+FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
+    "bert": ("BERT", lambda: tf.BertConfig(vocab_size=V, **SMALL)),
+    "roberta": ("RoBERTa", lambda: tf.RobertaConfig(vocab_size=V, pad_token_id=1, **{**SMALL, "max_position_embeddings": 66})),
+    "xlm-roberta": ("XLM-R", lambda: tf.XLMRobertaConfig(vocab_size=V, pad_token_id=1, **{**SMALL, "max_position_embeddings": 66})),
+    "distilbert": ("DistilBERT", lambda: tf.DistilBertConfig(vocab_size=V, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                                                             max_position_embeddings=64)),
+    "electra": ("ELECTRA", lambda: tf.ElectraConfig(vocab_size=V, embedding_size=16, **SMALL)),
+    "albert": ("ALBERT", lambda: tf.AlbertConfig(vocab_size=V, embedding_size=16, **{**SMALL, "num_hidden_layers": 3})),
+    "deberta-v2": ("DeBERTa-v2", lambda: tf.DebertaV2Config(
+        vocab_size=V, **SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8,
+        max_relative_positions=32, share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False)),
+    "deberta-v2 (separate position projections)": ("DeBERTa-v2", lambda: tf.DebertaV2Config(
+        vocab_size=V, **SMALL, relative_attention=True, pos_att_type=["c2p", "p2c"], max_relative_positions=16)),
+    "modernbert": ("ModernBERT", lambda: tf.ModernBertConfig(
+        vocab_size=V, **SMALL, global_attn_every_n_layers=2, local_attention=4, cls_token_id=101, sep_token_id=102,
+        **TOKENS)),
+    "gpt2": ("GPT-2", lambda: tf.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                           bos_token_id=101, eos_token_id=102)),
+    "gpt_neo": ("GPT-Neo", lambda: tf.GPTNeoConfig(
+        vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
+        window_size=4, max_position_embeddings=64, intermediate_size=64, bos_token_id=101, eos_token_id=102)),
+    "gpt_neox": ("GPT-NeoX (Pythia)", lambda: tf.GPTNeoXConfig(vocab_size=V, **SMALL, rotary_pct=0.5, **TOKENS)),
+    "opt": ("OPT", lambda: tf.OPTConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, ffn_dim=64,
+                                        num_attention_heads=4, word_embed_proj_dim=32, max_position_embeddings=64,
+                                        **TOKENS)),
+    "bloom": ("Bloom", lambda: tf.BloomConfig(vocab_size=V, hidden_size=32, n_layer=2, n_head=4, **TOKENS)),
+    "falcon": ("Falcon", lambda: tf.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2,
+                                                 num_attention_heads=4, max_position_embeddings=64, **TOKENS)),
+    "falcon (new decoder architecture)": ("Falcon", lambda: tf.FalconConfig(
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_kv_heads=2,
+        new_decoder_architecture=True, max_position_embeddings=64, **TOKENS)),
+    "falcon (alibi)": ("Falcon", lambda: tf.FalconConfig(
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=True, multi_query=False,
+        max_position_embeddings=64, **TOKENS)),
+    "llama": ("LLaMA", lambda: tf.LlamaConfig(vocab_size=V, num_key_value_heads=2, **SMALL, **TOKENS)),
+    "mistral": ("Mistral", lambda: tf.MistralConfig(vocab_size=V, num_key_value_heads=1, sliding_window=4, **SMALL,
+                                                    **TOKENS)),
+    "qwen2": ("Qwen2", lambda: tf.Qwen2Config(vocab_size=V, num_key_value_heads=2, **SMALL, **TOKENS)),
+    "qwen3": ("Qwen3", lambda: tf.Qwen3Config(vocab_size=V, num_key_value_heads=2, head_dim=8, **SMALL, **TOKENS)),
+    "gemma": ("Gemma", lambda: tf.GemmaConfig(vocab_size=V, num_key_value_heads=1, head_dim=8, **SMALL, **TOKENS)),
+    "gemma2": ("Gemma2", lambda: tf.Gemma2Config(
+        vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4, attn_logit_softcapping=2.0,
+        query_pre_attn_scalar=8, **SMALL, **TOKENS)),
+    "phi": ("Phi", lambda: tf.PhiConfig(vocab_size=V, partial_rotary_factor=0.5, qk_layernorm=True, **SMALL, **TOKENS)),
+    "phi3": ("Phi-3", lambda: tf.Phi3Config(vocab_size=V, num_key_value_heads=2, **SMALL, **TOKENS)),
+    "t5": ("T5", lambda: tf.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                     decoder_start_token_id=0, pad_token_id=0, eos_token_id=102)),
+    "bart": ("BART", lambda: tf.BartConfig(vocab_size=V, bos_token_id=101, decoder_start_token_id=102, **ENC_DEC)),
+}  # fmt: skip
+GENERIC = {  # text architectures without an adapter: the generic path
+    "gptj": lambda: tf.GPTJConfig(vocab_size=V, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64, **TOKENS),
+    "mpnet": lambda: tf.MPNetConfig(vocab_size=V, **SMALL),
+    "marian": lambda: tf.MarianConfig(vocab_size=V, decoder_start_token_id=0, **ENC_DEC),
+}  # fmt: skip
+TEXTS = (
+    "the quick brown fox jumps over the lazy dog near the river bank",
+    "Ο γρήγορος σκύλος τρέχει στο πάρκο",  # Greek: 27 word pieces
+    "我喜欢在公园里散步和看书",  # Chinese: one token a character ([UNK] where the vocabulary has none)
+)
+DECODER_TEXT = "a short reply"  # fewer tokens than the texts, so cross-attention is not square
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def build(config: tf.PretrainedConfig, seed: int = 0) -> torch.nn.Module:
+    """A seeded random model: matrices ~ N(0, 0.2), vectors (biases, norm weights) their init + N(0, 0.1)."""
+    torch.manual_seed(seed)
+    model = AutoModel.from_config(config, attn_implementation="eager")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.2 if p.dim() > 1 else p + torch.randn_like(p) * 0.1)
+    return model
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(bundled_model_dir())
+
+
+@pytest.fixture(scope="module")
+def models(tokenizer) -> dict[str, PretrainedModel]:
+    configs = {**{name: config for name, (_, config) in FAMILIES.items()}, **GENERIC}
+    return {name: PretrainedModel(build(config()), tokenizer, name=f"tiny-{name}") for name, config in configs.items()}
+
+
+def texts(m: PretrainedModel) -> dict:
+    return {"decoder_text": DECODER_TEXT} if m.kind == "encoder-decoder" else {}
+
+
+@pytest.fixture(scope="module")
+def traced(models) -> Callable[[str], list]:
+    """name -> [(text, part, layer, trace, the model's own attention weights (H, T, S))], computed once."""
+    cache: dict[str, list] = {}
+
+    def get(name: str) -> list:
+        if name not in cache:
+            m = models[name]
+            cache[name] = [
+                (text, part, layer, m.trace(text, layer, part=part, **texts(m)), reference[layer])
+                for text in TEXTS
+                for part in m.parts
+                for reference in [m.attentions(text, part=part, **texts(m))]
+                for layer in range(m.num_layers[part])
+            ]
+        return cache[name]
+
+    return get
+
+
+def test_every_adapter_is_tested_here():
+    tested = {config().model_type for _, config in FAMILIES.values()}
+    assert tested == set(ADAPTERS)
+    assert not {config().model_type for config in GENERIC.values()} & set(ADAPTERS)
+
+
+def test_the_readme_lists_exactly_the_tested_architectures():
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"Adapted architectures \(tested\): (.*?)\.\n", readme, re.DOTALL).group(1)
+    assert set(re.split(r",\s*", listed.replace("\n", " "))) == {name for name, _ in FAMILIES.values()}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_traces_equal_the_model_in_every_layer_and_part(models, traced, name):
+    m = models[name]
+    assert m.unavailable is None and type(m.adapter) is ADAPTERS[m.model.config.model_type]
+    spread = 0.0
+    for text, part, layer, t, reference in traced(name):
+        where = f"{name} {part} layer {layer} {text[:10]!r}"
+        T, S = t.weights.shape[1:]
+        assert not t.missing, where
+        assert np.abs(t.weights - reference).max() <= 1e-5, where  # the model's own output_attentions
+        bias = 0.0 if t.b_O is None else t.b_O
+        assert np.abs(t.concat @ t.W_O.T + bias - t.output).max() <= 1e-4, where  # the real output projection
+        assert np.abs(t.head_outputs.transpose(1, 0, 2).reshape(T, -1) - t.concat).max() <= 1e-5, where
+        assert np.abs(t.weights @ t.values - t.head_outputs).max() <= 1e-5, where
+        assert max(t.meta["check"].values()) <= 1e-5, where
+        assert (t.meta["part"], t.meta["layer"], t.causal) == (part, layer, part == "decoder"), where
+        spread = max(spread, float(np.abs(t.weights - 1 / S).max()))
+    assert spread > 0.1  # real attention patterns, so the comparisons mean something
+
+
+QKV_LAYOUTS = {  # how each fused projection's output splits into q, k and v, restated from the model's own code
+    "gpt2": "side by side", "modernbert": "side by side", "phi3": "side by side",
+    "gpt_neox": "per head", "bloom": "per head", "falcon (alibi)": "per head",
+    "falcon": "multi-query", "falcon (new decoder architecture)": "groups",
+}  # fmt: skip
+
+
+def real_qkv(name: str, site, x: torch.Tensor) -> list[np.ndarray]:
+    """The projection modules' q, k, v on x (T, d_in), split into heads: [(H, T, d), (KV, T, d), (KV, T, d)]."""
+    H, KV, d, T = site.num_heads, site.num_kv_heads, site.head_dim, x.shape[0]
+    with torch.no_grad():
+        if not site.fused:
+            return [m(x[None])[0].view(T, n, d).transpose(0, 1).numpy()
+                    for m, n in ((site.q, H), (site.k, KV), (site.v, KV))]
+        y = site.q(x[None])[0]  # (T, n_out)
+    layout = QKV_LAYOUTS[name]
+    if layout == "side by side":
+        q, k, v = y.split([H * d, KV * d, KV * d], dim=-1)
+        q, k, v = q.view(T, H, d), k.view(T, KV, d), v.view(T, KV, d)
+    elif layout == "per head":  # view(T, H, 3, d) (Bloom, Falcon) = view(T, H, 3 d).chunk(3) (GPT-NeoX)
+        q, k, v = y.view(T, H, 3, d).unbind(2)
+    elif layout == "multi-query":
+        heads = y.view(T, H + 2, d)
+        q, k, v = heads[:, :H], heads[:, H:H + 1], heads[:, H + 1:]
+    else:  # groups: per K/V head, its H/KV query heads, then its key and its value
+        groups = y.view(T, KV, H // KV + 2, d)
+        q, k, v = groups[:, :, :-2].reshape(T, H, d), groups[:, :, -2], groups[:, :, -1]
+    return [z.transpose(0, 1).numpy() for z in (q, k, v)]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_projection_weights_are_the_models_own(models, traced, name):
+    """x W[h] + b[h] equals the real projection module's head-h output on the same input, fused layouts too."""
+    m = models[name]
+    for part in m.parts:
+        site = m.adapter.site(part, 0)
+        t = next(t for _, p, layer, t, _ in traced(name) if (p, layer) == (part, 0))
+        x = torch.randn(5, t.W_Q.shape[1], generator=torch.Generator().manual_seed(0))  # (5, d_in)
+        for i, (W, b, real) in enumerate(zip((t.W_Q, t.W_K, t.W_V), (t.b_Q, t.b_K, t.b_V), real_qkv(name, site, x),
+                                             strict=True)):
+            real = real[list(t.kv_heads)] if t.kv_heads is not None and i else real  # K/V heads per query head
+            ours = np.einsum("td,hdk->htk", x.numpy(), W) + (0.0 if b is None else b[:, None])
+            np.testing.assert_allclose(ours, real, atol=1e-5, err_msg=f"{name} {part} {'QKV'[i]}")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_scores_are_their_terms(traced, name):
+    """scores = c tanh((scale q.k + sum(score_bias)) / c) + mask, entry by entry, and score_terms() says so."""
+    for _, part, layer, t, _ in traced(name):
+        logit = t.score_scale * t.queries @ t.keys.transpose(0, 2, 1) + sum(t.score_bias.values())  # (H, T, S)
+        capped = logit if t.softcap is None else t.softcap * np.tanh(logit / t.softcap)
+        visible = np.isfinite(t.scores)
+        np.testing.assert_allclose(t.scores[visible], capped[visible], atol=1e-4, err_msg=f"{name} {part} {layer}")
+        assert np.all(t.weights[~visible] == 0)
+        H, T, S = t.weights.shape
+        for h, i, j in ((0, T - 1, 0), (H - 1, T // 2, S // 2), (H // 2, T - 1, S - 1)):
+            terms = score_terms(t, h, i, j)
+            assert set(terms.terms) == set(t.score_bias)
+            if np.isfinite(terms.score):
+                assert terms.capped == pytest.approx(terms.score, abs=1e-4)
+                assert terms.scale * terms.dot + terms.other == pytest.approx(terms.score, abs=1e-4)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_knockout_removes_exactly_the_heads_contribution(models, traced, name):
+    m = models[name]
+    for part in m.parts:
+        layer = m.num_layers[part] - 1
+        full = next(t for text, p, lay, t, _ in traced(name) if (text, p, lay) == (TEXTS[0], part, layer))
+        H = m.num_heads[part]
+        knocked = m.trace(TEXTS[0], layer, part=part, head_mask=[1, 0] + [1] * (H - 2), **texts(m))
+        np.testing.assert_allclose(knocked.output, full.output - full.head_contributions()[1], atol=1e-4)
+        np.testing.assert_array_equal(knocked.weights, full.weights)  # knockout acts after attention
+        silent = m.trace(TEXTS[0], layer, part=part, head_mask=[0] * H, **texts(m))
+        assert np.all(silent.concat == 0) and np.all(silent.head_outputs == 0)
+        np.testing.assert_allclose(silent.output, np.broadcast_to(0.0 if full.b_O is None else full.b_O,
+                                                                  full.output.shape), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", [n for n in FAMILIES if n not in ("bert", "gpt2", "t5", "bart", "llama")])
+def test_all_layers_from_one_pass_equal_each_layer_traced_alone(models, traced, name):
+    m = models[name]
+    for part in m.parts:
+        together = m.traces(TEXTS[1], part=part, **texts(m))
+        alone = [t for text, p, _, t, _ in traced(name) if (text, p) == (TEXTS[1], part)]
+        for a, b in zip(together, alone, strict=True):
+            for field in ("weights", "queries", "keys", "values", "scores", "concat", "output"):
+                np.testing.assert_allclose(getattr(a, field), getattr(b, field), atol=1e-6, err_msg=field)
+
+
+# ------------------------------------------------------------------------------ each family's own variations
+
+
+def test_albert_shares_one_layer_and_each_call_is_its_own_layer(models, traced):
+    m = models["albert"]
+    sites = [m.adapter.site("encoder", layer) for layer in range(3)]
+    assert len({s.attention for s in sites}) == 1 and [s.call for s in sites] == [0, 1, 2]
+    traces = [t for text, _, _, t, _ in traced("albert") if text == TEXTS[0]]
+    assert np.abs(traces[0].weights - traces[1].weights).max() > 0.05  # same weights, different inputs
+    np.testing.assert_array_equal(traces[0].W_Q, traces[2].W_Q)
+    # knocking out layer 1 (the shared module's second call) leaves its first call alone
+    zeros = torch.zeros(4)
+    with HeadMasks([(sites[1], zeros)]), Recorder(sites[0]) as first, Recorder(sites[1]) as second:
+        m.adapter.forward(m.tokenizer(TEXTS[0])["input_ids"])
+    np.testing.assert_allclose(first.concat.numpy(), traces[0].concat, atol=1e-6)
+    assert torch.all(second.concat == 0)
+
+
+def test_deberta_shows_content_and_position_terms(traced):
+    for name in ("deberta-v2", "deberta-v2 (separate position projections)"):
+        for _, _, _, t, _ in traced(name):
+            assert set(t.score_bias) == {C2P, P2C} and t.scale == pytest.approx((3 * 8) ** -0.5)
+            for term in (C2P, P2C):
+                assert np.abs(t.score_bias[term]).max() > 0.05  # both position terms really move the scores
+
+
+def test_deberta_position_terms_are_the_relative_embeddings_through_the_models_projections(models):
+    m = models["deberta-v2 (separate position projections)"]
+    a = m.model.encoder.layer[1].attention.self
+    t = m.trace(TEXTS[0], 1)
+    span, T = a.pos_ebd_size, t.weights.shape[-1]
+    R = m.model.encoder.rel_embeddings.weight[: 2 * span]  # (2 span, d_model), no layer norm in this config
+    with torch.no_grad():
+        k_r = a.pos_key_proj(R).view(2 * span, 4, 8).numpy()  # (2 span, H, d)
+        q_r = a.pos_query_proj(R).view(2 * span, 4, 8).numpy()
+    i, j = 5, 2  # relative distance 3, inside the 16 unbucketed positions
+    for h in range(4):
+        c2p = t.queries[h, i] @ k_r[span + (i - j), h] * t.scale  # query content, key position
+        p2c = t.keys[h, j] @ q_r[span - (j - i), h] * t.scale  # key content, query position
+        assert t.score_bias[C2P][h, i, j] == pytest.approx(c2p, abs=1e-5)
+        assert t.score_bias[P2C][h, i, j] == pytest.approx(p2c, abs=1e-5)
+    assert T == len(m.tokens(TEXTS[0]))
+
+
+def test_bloom_alibi_is_each_heads_slope_times_the_key_position(traced):
+    for _, _, _, t, _ in traced("bloom"):
+        H, T, S = t.weights.shape
+        slopes = 2.0 ** (-8.0 / H * np.arange(1, H + 1))  # ALiBi's geometric slopes for H = 4 heads
+        expected = slopes[:, None, None] * np.arange(S)[None, None, :]  # (H, 1, S): m_h * j
+        np.testing.assert_allclose(t.score_bias["ALiBi"], np.broadcast_to(expected, (H, T, S)), rtol=1e-6)
+
+
+def test_falcon_layouts_share_keys_and_values_as_the_model_does(models, traced):
+    assert next(t for *_, t, _ in traced("falcon")).kv_heads == (0, 0, 0, 0)  # multi-query: one K/V head
+    assert next(t for *_, t, _ in traced("falcon (new decoder architecture)")).kv_heads == (0, 0, 1, 1)
+    alibi = next(t for *_, t, _ in traced("falcon (alibi)"))
+    assert alibi.kv_heads is None and set(alibi.score_bias) == {"ALiBi", "ALiBi again (in the attention mask)"}
+
+
+@pytest.mark.parametrize(("name", "window", "local"), [("gpt_neo", 4, [1]), ("mistral", 4, [0, 1]),
+                                                      ("gemma2", 4, [0]), ("modernbert", 3, [1])])
+def test_sliding_windows_are_the_models_own(traced, name, window, local):
+    for text, _, layer, t, _ in traced(name):
+        i, j = np.indices(t.weights.shape[-2:])
+        visible = np.abs(i - j) < window if layer in local else np.ones_like(i, dtype=bool)
+        if t.causal:
+            visible &= j <= i
+        assert np.all(t.weights[:, ~visible] == 0) and np.all(t.weights[:, visible] > 0), (name, layer, text)
+        assert t.meta.get("window") == (window if layer in local else None)
+
+
+def test_gpt_neo_does_not_scale_and_gemma2_soft_caps(traced):
+    assert all(t.scale == 1.0 for *_, t, _ in traced("gpt_neo"))
+    for _, _, _, t, _ in traced("gemma2"):
+        assert t.softcap == 2.0 and t.scale == pytest.approx(8**-0.5)
+        visible = np.isfinite(t.scores)
+        assert np.abs(t.scores[visible]).max() < 2.0  # c tanh(x / c) never reaches c
+        logit = t.scale * t.queries @ t.keys.transpose(0, 2, 1)
+        assert np.abs(logit[visible]).max() > 2.0  # and the cap really bites on this input
+
+
+@pytest.mark.parametrize(("name", "rotary_dims"), [("gpt_neox", 4), ("phi", 4), ("qwen3", 8), ("gemma", 8)])
+def test_rotary_turns_only_its_dims_after_the_head_norms(models, name, rotary_dims):
+    """Position 0 is not rotated; later positions are, on the first rotary_dims dims only; q/k norms come first."""
+    m = models[name]
+    site = m.adapter.site("decoder", 1)
+    raw = []
+    hook = site.q.register_forward_hook(lambda module, args, output: raw.append(output[0].detach()))
+    try:
+        t = m.trace(TEXTS[0], 1)
+    finally:
+        hook.remove()
+    T, d = t.weights.shape[1], t.d_k
+    q = raw[0]
+    if site.fused:
+        q = m.adapter.qkv_columns(site, q)[0]
+    q = q.view(T, 4, d).transpose(0, 1)  # (H, T, d) before norm and rotation
+    norm = getattr(site.attention, {"qwen3": "q_norm", "phi": "q_layernorm"}.get(name, ""), None)
+    with torch.no_grad():
+        q = (norm(q) if norm is not None else q).numpy()
+    np.testing.assert_allclose(t.queries[:, 0], q[:, 0], atol=1e-5)  # position 0: cos 1, sin 0
+    np.testing.assert_allclose(t.queries[..., rotary_dims:], q[..., rotary_dims:], atol=1e-5)  # the rest pass
+    assert np.abs(t.queries[:, 1:, :rotary_dims] - q[:, 1:, :rotary_dims]).max() > 1e-2
+    np.testing.assert_allclose(np.linalg.norm(t.queries, axis=-1), np.linalg.norm(q, axis=-1), rtol=1e-5)
+
+
+def test_hiding_special_tokens_keeps_the_score_terms_aligned(traced):
+    t = next(t for text, _, layer, t, _ in traced("deberta-v2") if (text, layer) == (TEXTS[0], 1))
+    shown = without_tokens(t, {"[CLS]", "[SEP]"})
+    assert shown.score_bias[C2P].shape == shown.weights.shape
+    np.testing.assert_array_equal(shown.score_bias[P2C], t.score_bias[P2C][:, 1:-1, 1:-1])
+
+
+# ------------------------------------------------------------------------------ negative controls
+
+
+def wrong(name: str, **overrides) -> Callable:
+    """The family's adapter with one method replaced by a wrong one."""
+    return type(f"Wrong{name}", (ADAPTERS[name],), overrides)
+
+
+NEGATIVE = {
+    "gpt_neox": ("GPT-NeoX read as [Q | K | V] side by side", {"qkv_columns": ADAPTERS["gpt2"].qkv_columns}),
+    "gpt_neo": ("GPT-Neo with 1/sqrt(d_k)", {"scale": lambda self, site: site.head_dim**-0.5}),
+    "gemma2": ("Gemma2 without soft-capping",
+               {"variations": lambda self, *a: replace(ADAPTERS["gemma2"].variations(self, *a), softcap=None)}),
+    "phi": ("Phi without its q/k norms",
+            {"variations": lambda self, *a: replace(ADAPTERS["phi"].variations(self, *a), q_norm=None, k_norm=None)}),
+    "deberta-v2": ("DeBERTa without p2c", {"variations": lambda self, *a: replace(
+        ADAPTERS["deberta-v2"].variations(self, *a),
+        bias={C2P: ADAPTERS["deberta-v2"].variations(self, *a).bias[C2P]})}),
+    "bloom": ("Bloom without ALiBi",
+              {"variations": lambda self, *a: replace(ADAPTERS["bloom"].variations(self, *a), bias={})}),
+    "albert": ("ALBERT always reading the first call", {"site": lambda self, part, layer: replace(
+        ADAPTERS["albert"].site(self, part, layer), call=0)}),
+}
+
+
+@pytest.mark.parametrize("name", NEGATIVE)
+def test_a_wrong_adapter_is_caught(models, name):
+    """The same checks that pass above fail when the adapter gets one thing wrong (a negative control)."""
+    m = models[name]
+    m.adapter = wrong(name, **NEGATIVE[name][1])(m.model)
+    try:
+        errors = []
+        for layer in range(m.num_layers["encoder" if m.kind == "encoder" else "decoder"]):
+            t = m.trace(TEXTS[0], layer)
+            errors.append(np.abs(t.weights - m.attentions(TEXTS[0])[layer]).max())
+            assert t.meta["check"]["weights vs output_attentions"] == pytest.approx(errors[-1], abs=1e-6)
+        assert max(errors) > 1e-3, NEGATIVE[name][0]
+    finally:
+        m.adapter = adapter_for(m.model)
+
+
+# ------------------------------------------------------------------------------ the generic path and refusals
+
+
+@pytest.mark.parametrize(("name", "kind"), [("gptj", "decoder"), ("mpnet", "encoder"), ("marian", "encoder-decoder")])
+def test_other_text_architectures_get_concat_head_outputs_W_O_and_output(models, name, kind):
+    m = models[name]
+    assert isinstance(m.adapter, GenericAdapter) and m.kind == kind
+    assert f"'{name}' architecture" in m.unavailable and "Concat -> W_O" in m.unavailable
+    for part in m.parts:
+        reference = m.attentions(TEXTS[0], part=part, **texts(m))
+        for layer in range(m.num_layers[part]):
+            t = m.trace(TEXTS[0], layer, part=part, **texts(m))
+            T = t.weights.shape[1]
+            assert set(t.missing) == {"queries", "keys", "values", "scores"}
+            np.testing.assert_array_equal(t.weights, reference[layer])
+            bias = 0.0 if t.b_O is None else t.b_O
+            assert np.abs(t.concat @ t.W_O.T + bias - t.output).max() <= 1e-4
+            np.testing.assert_array_equal(t.head_outputs.transpose(1, 0, 2).reshape(T, -1), t.concat)
+            assert t.meta["unavailable"] == m.unavailable and t.causal == (part == "decoder")
+        knocked = m.trace(TEXTS[0], 1, part=part, head_mask=[1, 0, 1, 1], **texts(m))
+        full = m.trace(TEXTS[0], 1, part=part, **texts(m))
+        np.testing.assert_allclose(knocked.output, full.output - full.head_contributions()[1], atol=1e-4)
+    changed = m.final_hidden(TEXTS[0], part=m.parts[0], head_masks={0: [0, 0, 0, 0]}, **texts(m))
+    assert np.abs(changed - m.final_hidden(TEXTS[0], part=m.parts[0], **texts(m))).max() > 1e-3
+
+
+PADDING_OFFSET = {  # generic architectures whose position ids start after the padding index, as RoBERTa's do
+    "mpnet": lambda: tf.MPNetConfig(vocab_size=V, **SMALL),  # padding_idx 1, fixed in the model's code
+    "camembert": lambda: tf.CamembertConfig(vocab_size=V, **{**SMALL, "pad_token_id": 3}),
+    "xlm-roberta-xl": lambda: tf.XLMRobertaXLConfig(vocab_size=V, **{**SMALL, "pad_token_id": 1}),
+    "data2vec-text": lambda: tf.Data2VecTextConfig(vocab_size=V, **{**SMALL, "pad_token_id": 1}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PADDING_OFFSET)
+def test_padding_offset_positions_fit_at_the_maximum_and_equal_the_model(tokenizer, name):
+    """Positions padding_idx + 1 ... : the longest input the model can embed is max_position_embeddings - padding_idx
+    - 1 tokens; a text cut there must be traced, and its weights must be the model's own output_attentions."""
+    model = build(PADDING_OFFSET[name]())
+    m = PretrainedModel(model, tokenizer)
+    pad = 1 if name == "mpnet" else model.config.pad_token_id
+    assert m.max_tokens == 64 - pad - 1 and isinstance(m.adapter, GenericAdapter)
+    text = "the quick brown fox " * 40
+    ids = tokenizer(text, truncation=True, max_length=m.max_tokens)["input_ids"]
+    assert len(m.tokens(text)) == len(ids) == m.max_tokens and pad not in ids
+    with torch.no_grad():
+        own = model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    for layer in range(2):
+        t = m.trace(text, layer)
+        assert t.weights.shape == (4, m.max_tokens, m.max_tokens)
+        np.testing.assert_array_equal(t.weights, own[layer][0].numpy())
+    with pytest.raises((IndexError, RuntimeError)):  # one more token is past the table: the limit is exact
+        model(input_ids=torch.tensor([[*ids, ids[-1]]]))
+
+
+def test_the_generic_path_is_the_real_output_projection(models):
+    """GPT-J's out_proj, found by looking, is the module the model itself calls after its attention."""
+    m = models["gptj"]
+    assert [m.adapter.site("decoder", layer).out for layer in range(2)] == [h.attn.out_proj for h in m.model.h]
+
+
+def test_without_a_findable_output_projection_only_the_weights_remain(models, tokenizer, monkeypatch):
+    monkeypatch.setattr(generic_module, "OUT_NAMES", ())
+    m = PretrainedModel(models["gptj"].model, tokenizer)
+    assert isinstance(m.adapter, FallbackAdapter) and "cannot be told apart" in m.unavailable
+    t = m.trace(TEXTS[0], 0)
+    assert set(t.missing) == {"queries", "keys", "values", "scores", "head_outputs", "concat", "output", "W_O"}
+    with pytest.raises(ValueError, match="head_mask cannot be applied"):
+        m.trace(TEXTS[0], 0, head_mask=[1, 1, 1, 1])
+
+
+NON_TEXT = {
+    "vit": (lambda: tf.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                                 image_size=32, patch_size=8), "read images \\(pixel_values\\)"),
+    "whisper": (lambda: tf.WhisperConfig(vocab_size=V, d_model=32, encoder_layers=1, decoder_layers=1,
+                                         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                         decoder_ffn_dim=64, decoder_start_token_id=101, **TOKENS),
+                "read audio features \\(input_features\\)"),
+}
+
+
+@pytest.mark.parametrize("name", NON_TEXT)
+def test_vision_and_audio_models_are_refused_at_once(tokenizer, tmp_path, name):
+    config, reads = NON_TEXT[name]
+    model = AutoModel.from_config(config(), attn_implementation="eager")
+    message = f"'{name}' models {reads}, not token ids: mha-viz traces text models only"
+    with pytest.raises(ModelLoadError, match=message):
+        PretrainedModel(model, tokenizer)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(tmp_path)
+
+
+def test_a_multimodal_model_is_refused(tokenizer):
+    config = tf.CLIPConfig(text_config={"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+                                        "intermediate_size": 64, "vocab_size": V},
+                           vision_config={"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+                                          "intermediate_size": 64, "image_size": 32, "patch_size": 8})
+    with pytest.raises(ModelLoadError, match="'clip' is a multimodal model \\(its config has vision_config\\)"):
+        PretrainedModel(AutoModel.from_config(config, attn_implementation="eager"), tokenizer)
+
+
+BANDED = {  # attention weights reported as [query, offset in the window]: a 5-token text would pass as 5 x 5
+    "longformer": lambda: tf.LongformerConfig(vocab_size=V, attention_window=4, **{**SMALL, "pad_token_id": 1}),
+    "led": lambda: tf.LEDConfig(vocab_size=V, attention_window=4, **ENC_DEC),
+}
+
+
+@pytest.mark.parametrize("name", BANDED)
+def test_banded_attention_is_refused_not_mislabelled(tokenizer, tmp_path, name):
+    model = AutoModel.from_config(BANDED[name](), attn_implementation="eager")
+    with torch.no_grad():
+        banded = model(input_ids=torch.tensor([[101, 2417, 4419, 14523, 102]]), output_attentions=True)
+    weights = (banded.encoder_attentions if name == "led" else banded.attentions)[0][0]  # (H, 5, window + 1)
+    assert weights.shape == (4, 5, 5) and not (weights[:, 0, :2] > 0).any()  # not keys: offsets -2 ... +2
+    message = f"'{name}' reports its attention weights as bands around each token"
+    with pytest.raises(ModelLoadError, match=message):
+        PretrainedModel(model, tokenizer)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["deberta-v2", "bloom", "t5"])
+def test_the_score_parts_figure_adds_up_to_the_scores(traced, name):
+    for text, part, layer, t, _ in traced(name):
+        if text != TEXTS[0] or part == "cross":
+            continue
+        fig = score_parts_figure(t, 2, 4)
+        bars = [np.asarray(trace.y, dtype=float) for trace in fig.data if trace.type == "bar"]
+        assert len(bars) == 1 + len(t.score_bias)  # the content term and each named term
+        visible = np.isfinite(t.scores[2, 4])
+        np.testing.assert_allclose(sum(bars)[visible], t.scores[2, 4][visible], atol=1e-4)
