@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.browser import CHROMIUM, wait_for_query
 from mha_viz.params import SECTIONS
 from mha_viz.ui.pages import CONFIGURABLE_VIEWS, PRETRAINED_VIEWS, TRAIN_VIEWS
 from tests.axe import ALL, AXE_VERSION, axe_path, axe_violations, summary
-from harness.browser import CHROMIUM, wait_for_query
 from tests.browser.test_browser_views import new_page, settle
 
 if not Path(CHROMIUM).exists():
