@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 import transformers as tf
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from mha_viz.pretrained import PretrainedModel, bundled_model_dir
+from tests.tiny_causal import random_causal_lm
 
 V = 30522
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
@@ -40,16 +41,6 @@ TEXT = "the quick brown fox jumps over the lazy dog"
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def build_lm(config: tf.PretrainedConfig, seed: int = 0) -> torch.nn.Module:
-    """A seeded random causal LM: matrices ~ N(0, 0.2), vectors (biases, norm weights) their init + N(0, 0.1)."""
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn_like(p) * 0.2 if p.dim() > 1 else p + torch.randn_like(p) * 0.1)
-    return model
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return AutoTokenizer.from_pretrained(bundled_model_dir())
@@ -57,7 +48,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def models(tokenizer) -> dict[str, PretrainedModel]:
-    return {name: PretrainedModel(build_lm(config()), tokenizer, name=f"tiny-{name}") for name, config in CONFIGS.items()}
+    return {name: PretrainedModel(random_causal_lm(config()), tokenizer, name=f"tiny-{name}") for name, config in CONFIGS.items()}
 
 
 def own_logits(m: PretrainedModel, ids: list[int]) -> torch.Tensor:
@@ -132,11 +123,11 @@ def test_gemma_embeddings_are_scaled_by_the_square_root_of_d_model(models):
 
 def test_gemma2_and_post_norm_opt_are_refused_with_the_reason(tokenizer):
     gemma2 = tf.Gemma2Config(vocab_size=V, num_key_value_heads=2, head_dim=8, **SMALL)
-    m = PretrainedModel(build_lm(gemma2), tokenizer)
+    m = PretrainedModel(random_causal_lm(gemma2), tokenizer)
     assert m.unavailable is None  # traced in full, only the attribution is refused
     with pytest.raises(ValueError, match="Gemma2 normalises each attention output .* soft-caps the final logits"):
         m.logit_attribution(TEXT)
     opt = tf.OPTConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
                        word_embed_proj_dim=32, max_position_embeddings=64, do_layer_norm_before=False)
     with pytest.raises(ValueError, match="normalises after each block"):
-        PretrainedModel(build_lm(opt), tokenizer).logit_attribution(TEXT)
+        PretrainedModel(random_causal_lm(opt), tokenizer).logit_attribution(TEXT)

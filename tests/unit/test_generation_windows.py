@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 import transformers as tf
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from mha_viz.pretrained import PretrainedModel, bundled_model_dir
+from tests.tiny_causal import random_causal_lm
 
 V = 30522
 W = 4  # the sliding window: a query sees itself and the W - 1 keys before it
@@ -80,16 +81,6 @@ FAMILIES: dict[str, tuple[Callable[[], tf.PretrainedConfig], tuple[int | None, .
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def build(config: tf.PretrainedConfig) -> torch.nn.Module:
-    """A seeded random causal LM: matrices ~ N(0, 0.2), vectors (biases, norm weights) their init + N(0, 0.1)."""
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn_like(p) * 0.2 if p.dim() > 1 else p + torch.randn_like(p) * 0.1)
-    return model
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return AutoTokenizer.from_pretrained(bundled_model_dir())
@@ -105,7 +96,7 @@ def no_cache_rows(lm: torch.nn.Module, ids: list[int]) -> np.ndarray:
 @pytest.mark.parametrize("name", FAMILIES)
 def test_windowed_rows_are_the_models_own_at_the_real_key_positions(tokenizer, name):
     config, windows = FAMILIES[name]
-    lm = build(config())
+    lm = random_causal_lm(config())
     m = PretrainedModel(lm, tokenizer, name=f"tiny-{name}")
     g = m.generate(PROMPT, NEW)
     P = len(g.prompt_ids)
@@ -142,7 +133,7 @@ def test_a_cache_holding_fewer_keys_than_a_known_window_is_refused_not_mislabell
 
 @pytest.mark.parametrize("name", ["mistral", "qwen2", "qwen3", "phi3", "gpt_neo"])  # adapted: attribution available
 def test_the_logit_attribution_of_a_windowed_step_adds_up_to_the_models_logit(tokenizer, name):
-    lm = build(FAMILIES[name][0]())
+    lm = random_causal_lm(FAMILIES[name][0]())
     m = PretrainedModel(lm, tokenizer)
     g = m.generate(PROMPT, NEW)
     ids = g.input_ids(NEW - 1)  # 14 tokens: the predicting query sees only the last 4 on windowed layers
