@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from mha_viz.hosting import TRAIN_SECONDS_PER_STEP, training_seconds
+from mha_viz.serve.hosting import TRAIN_SECONDS_PER_STEP, training_seconds
 from mha_viz.training import DEFAULT_TASK, train
 
 
