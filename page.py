@@ -30,7 +30,11 @@ if PLOTLY_CHUNK:  # every run, so that what follows keeps its place on the page 
 import numpy as np
 
 from mha_viz.analysis import detect_heads
-from mha_viz.hosting import (
+from mha_viz.limits import MAX_LONG_TOKENS, MAX_TOKENS
+from mha_viz.long import LongTrace
+from mha_viz.params import MODES
+from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel
+from mha_viz.serve.hosting import (
     Budget,
     allowed_models,
     budget,
@@ -41,10 +45,7 @@ from mha_viz.hosting import (
     page_training_seconds,
     within_budget,
 )
-from mha_viz.long import LongTrace
-from mha_viz.params import MAX_LONG_TOKENS, MODES
-from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel
-from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource
+from mha_viz.sources import ConfigurableSource, ModelSource
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import body, controls, fair, pages, pretrained, state, style, views
 from mha_viz.ui.cache import cached

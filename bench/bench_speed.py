@@ -720,7 +720,8 @@ def long_inputs(browser, sessions: int) -> None:
     tab's memory, and the server's RSS with `sessions` sessions open at 4096 tokens, each with its own weights."""
     from mha_viz.config import MHAConfig
     from mha_viz.figures import long_heads_figure
-    from mha_viz.params import EXAMPLES, MAX_LONG_TOKENS
+    from mha_viz.limits import MAX_LONG_TOKENS
+    from mha_viz.params import EXAMPLES
     from mha_viz.sources import long_configurable_trace
     from mha_viz.text import repeat_to_tokens
     from mha_viz.ui.views import ZOOM_HEADS

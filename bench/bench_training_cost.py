@@ -1,10 +1,10 @@
-"""What one training step costs, to budget Train pages on a public demo (mha_viz.hosting.training_seconds).
+"""What one training step costs, to budget Train pages on a public demo (mha_viz.serve.hosting.training_seconds).
 
     python bench/bench_training_cost.py [--steps 300]
 
 Trains the default task (and the three-relation task) at a few (h, d_model) points with one torch thread,
 as a public demo does, and prints the CPU seconds per step (process time, so other jobs on the machine
-change it little) next to what the cost model in mha_viz/hosting.py predicts. Its constants come from
+change it little) next to what the cost model in mha_viz/serve/hosting.py predicts. Its constants come from
 this script's output (bench/RESULTS-training-cost.md).
 """
 
@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from mha_viz.hosting import TRAIN_SECONDS_PER_STEP, training_seconds
+from mha_viz.serve.hosting import TRAIN_SECONDS_PER_STEP, training_seconds
 from mha_viz.training import DEFAULT_TASK, train
 
 

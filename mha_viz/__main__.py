@@ -29,15 +29,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from .params import D_MODEL_CHOICES, DEFAULT_TEXT, MAX_HEAD_WIDTH, MAX_HEADS, MAX_SEED, MAX_TOKENS
-from .text import tokenize
+from .limits import D_MODEL_CHOICES, MAX_HEAD_WIDTH, MAX_HEADS, MAX_SEED, MAX_TOKENS
+from .text import DEFAULT_TEXT, tokenize
 from .trace import AttentionTrace
 
 PROG = "python -m mha_viz"
 CONFIGURABLE_OPTIONS = ("heads", "d_model", "d_k", "d_v", "d_out", "seed", "causal", "no_pe")
 PRETRAINED_OPTIONS = ("layer", "part")
 OUTPUTS = ("npz", "json", "out")  # in the order they are written
-# The app's limits (mha_viz.params): the largest layer within them traces in about a second.
+# The app's limits (mha_viz.limits): the largest layer within them traces in about a second.
 LIMITS = {"heads": MAX_HEADS, "d_model": max(D_MODEL_CHOICES), "d_k": MAX_HEAD_WIDTH, "d_v": MAX_HEAD_WIDTH,
           "d_out": MAX_HEAD_WIDTH}
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV}

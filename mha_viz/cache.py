@@ -1,4 +1,4 @@
-"""A cache bounded by bytes, shared by every session of a server: the worst case is a number, not a product.
+"""A thread-safe cache bounded by bytes, for values many threads share: the worst case is a number, not a product.
 
     cache = ByteBudgetCache(max_bytes=1 << 30)
     trace = cache.get(("configurable", text, h), lambda: configurable_trace(text, cfg))
@@ -6,7 +6,7 @@
 What it holds is measured by the numpy arrays inside (AttentionTraces, tuples of them, dataclasses such
 as TrainingRun or Generation, dicts): sizeof() walks the value. When a new value would take the total
 over max_bytes, the least recently used values are dropped first; a value larger than the whole budget
-is returned but not kept. Two sessions that ask for the same key at once compute it once. Values are
+is returned but not kept. Two threads that ask for the same key at once compute it once. Values are
 shared, not copied: callers must not modify them (AttentionTrace.read_only() makes traces safe).
 
 RSS follows the budget because freed memory is handed back: computing a value of n bytes allocates
@@ -119,7 +119,7 @@ class ByteBudgetCache:
             return self._values[key][0]
 
     def put(self, key: Hashable, value: Any) -> None:
-        """Keep value under key, replacing what key held (e.g. a session's latest figures for its report)."""
+        """Keep value under key, replacing what key held (e.g. the latest figures of one user's report)."""
         with self._lock:
             if key in self._values:
                 _, size = self._values.pop(key)

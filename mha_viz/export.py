@@ -2,10 +2,9 @@
 
 Writing streams: write_npz / write_json write to a binary file object chunk by chunk, iter_json
 yields the JSON as bytes chunks, so a 512-token trace never sits in memory as one big string.
-export_size says how large a file will be before it is built; export_bytes builds one in memory,
-taking the process-wide export slot (export_slot) when it is large, so that concurrent large
-exports are built one after another instead of multiplying memory. trace_to_npz / trace_to_json
-are export_bytes for one format.
+export_size says how large a file will be before it is built; export_bytes builds one in memory
+(a server that builds exports for many people at once takes a slot around it: mha_viz.serve.slot).
+trace_to_npz / trace_to_json are export_bytes for one format.
 
 Arrays keep their dtype (mha-viz's traces are float32) unless a dtype is stated: dtype="float16"
 (or "float32") stores every floating array in that dtype, and the file says so in its dtypes; a
@@ -49,10 +48,8 @@ import io
 import json
 import math
 import re
-import threading
 import zipfile
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from typing import IO, Any
 from urllib.parse import quote, urlencode
 
@@ -67,22 +64,15 @@ ARRAY_FORMATS = ("lists", "base64")
 DTYPES = ("float32", "float16")  # what a stated dtype may be
 NONFINITE_NOTE = 'non-finite numbers are the strings "-inf", "inf", "nan" (masked scores are "-inf")'
 BASE64_NOTE = "arrays are base64 of little-endian bytes: non-finite values are IEEE infinities and NaN (masked scores -inf)"
-LARGE_EXPORT_BYTES = 16_000_000  # export_bytes builds an export at least this large only inside export_slot
-EXPORT_WAIT_SECONDS = 60.0  # how long export_bytes waits for the slot before raising ExportBusy
 SIZE_SAMPLE = 8192  # export_size formats at most this many numbers of each array (JSON lists)
 _CHUNK_NUMBERS = 1 << 16  # numbers formatted per JSON chunk (~0.8 MB of text)
 _CHUNK_BYTES = 3 << 20  # bytes base64-encoded per JSON chunk (a multiple of 3: chunks join into one string)
-_LARGE_EXPORTS = threading.BoundedSemaphore(1)
 _JSON_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _FILENAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 BIAS = "score_bias:"  # stored name prefix of the named terms a model adds to the scores
-
-
-class ExportBusy(RuntimeError):
-    """Another large export is being built in this process and the wait ran out; try again shortly."""
 
 
 def trace_arrays(trace: AttentionTrace) -> dict[str, np.ndarray]:
@@ -128,7 +118,7 @@ def dumps(value: Any, indent: int | None = None) -> str:
     return safe_json(json.dumps(jsonable(value), ensure_ascii=False, allow_nan=False, indent=indent))
 
 
-# ------------------------------------------------------------------------------ stored dtypes, the slot
+# ------------------------------------------------------------------------------------- stored dtypes
 
 
 def _check_options(array_format: str = "lists", dtype: str | None = None) -> None:
@@ -169,25 +159,6 @@ def _validate(trace: AttentionTrace, array_format: str, dtype: str | None) -> No
     if dtype is not None:
         for _ in stored_arrays(trace, dtype):
             pass
-
-
-@contextmanager
-def export_slot(nbytes: int, timeout: float | None = EXPORT_WAIT_SECONDS) -> Iterator[None]:
-    """Hold this process's one slot for large exports while building an export of about nbytes.
-
-    Below LARGE_EXPORT_BYTES: no wait. Otherwise waits up to timeout seconds (None: for as long as it
-    takes) for a large export in another thread to finish, else raises ExportBusy. So N people asking
-    for a large export at once cost the memory of one export at a time, not N.
-    """
-    if nbytes < LARGE_EXPORT_BYTES:
-        yield
-        return
-    if not _LARGE_EXPORTS.acquire(timeout=timeout):
-        raise ExportBusy(f"another large export is being built; try again in a minute (this one: {nbytes / 1e6:.0f} MB)")
-    try:
-        yield
-    finally:
-        _LARGE_EXPORTS.release()
 
 
 # ---------------------------------------------------------------------------------------------- NPZ
@@ -513,18 +484,17 @@ def export_bytes(
     compress: bool = True,
     array_format: str = "lists",
     dtype: str | None = None,
-    timeout: float | None = EXPORT_WAIT_SECONDS,
 ) -> bytes:
-    """The export ("npz" or "json") as bytes, built inside export_slot (one large export at a time
-    per process; ExportBusy after timeout seconds of waiting). compress: NPZ only; array_format: JSON only."""
-    size = export_size(trace, fmt, array_format=array_format, dtype=dtype)
-    with export_slot(size, timeout):
-        buffer = io.BytesIO()
-        if fmt == "npz":
-            write_npz(trace, buffer, compress=compress, dtype=dtype)
-        else:
-            write_json(trace, buffer, array_format=array_format, dtype=dtype)
-        return buffer.getvalue()
+    """The export ("npz" or "json") as bytes. compress: NPZ only; array_format: JSON only."""
+    _check_options(array_format, dtype)
+    if fmt not in ("npz", "json"):
+        raise ValueError(f"fmt must be 'npz' or 'json', got {fmt!r}")
+    buffer = io.BytesIO()
+    if fmt == "npz":
+        write_npz(trace, buffer, compress=compress, dtype=dtype)
+    else:
+        write_json(trace, buffer, array_format=array_format, dtype=dtype)
+    return buffer.getvalue()
 
 
 # ----------------------------------------------------------------------------------- names and links

@@ -6,44 +6,48 @@ back to its default and produces a notice that the app shows to the user.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
+from .limits import (
+    D_MODEL_CHOICES,
+    MAX_CLICKED_HEADS,
+    MAX_HEAD_WIDTH,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_LONG_TOKENS,
+    MAX_MODEL_CHARS,
+    MAX_NEW_TOKENS,
+    MAX_SEED,
+    MAX_SEQUENCE_CHARS,
+    MAX_STEPS,
+    MAX_TEXT_CHARS,
+    MAX_TOKENS,
+    client_int,
+)
+from .text import DEFAULT_TEXT
+
 EXAMPLES = {
-    "Ambiguous 'it'": "The animal didn't cross the street because it was too tired",
+    "Ambiguous 'it'": DEFAULT_TEXT,
     "Ambiguous 'it' (2)": "The animal didn't cross the street because it was too wide",
     "Repeated words": "the cat sat on the mat and the dog sat on the cat",
     "Agreement": "The keys to the old wooden cabinet are on the table",
     "Hinglish": "yaar the movie was too long but the songs were achhe",
 }
-DEFAULT_TEXT = EXAMPLES["Ambiguous 'it'"]
 # For the bundled causal model (its 165-word vocabulary): the second half starts to repeat the first.
 CAUSAL_EXAMPLE = "the red fox saw a big owl by the lake . the red fox saw a"
 DEFAULT_CONTEXT = "L'animal n'a pas traversé la rue parce qu'il était trop fatigué"
-D_MODEL_CHOICES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768)
-MAX_HEADS = 16
-MAX_HEAD_WIDTH = 256
-MAX_TEXT_CHARS = 32_000  # room for MAX_LONG_TOKENS tokens of English (about 6 characters a token)
-MAX_TOKENS = 512  # the longest input every view draws in full
-MAX_LONG_TOKENS = 4096  # configurable mode's longest input: the Heads view as an overview and a zoom
-MAX_SEED = 2**31 - 1
 VIEWS = ("Heads", "Lines", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas", "Overview", "Training",
          "Generate")
 MODES = ("Configurable", "Pretrained", "Train")
 PARTS = ("encoder", "decoder", "cross")
-MAX_LAYERS = 128
 TASK_NAMES = ("prev-first", "prev-2back-first", "prev-match")  # mha_viz.training.TASKS (a test keeps them equal)
 WEIGHTS = ("random", "trained")  # configurable mode: random Xavier weights, or trained on a task
 SECTIONS = ("Head statistics", "Redundancy", "Contribution", "Knockout", "Rollout", "Compare", "Concat vs sum",
             "Logit attribution", "Head detectors")
 DETECTORS = ("previous", "duplicate", "induction")  # mha_viz.analysis.KINDS (a test keeps them equal)
-MAX_NEW_TOKENS = 64
-MAX_MODEL_CHARS = 200  # a hub id or a folder
 COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
-MAX_SEQUENCE_CHARS = 200  # a trained layer's input: at most seq_len task tokens
-MAX_STEPS = 5000
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 
 
@@ -321,24 +325,6 @@ def to_query(state: ViewState) -> dict[str, str]:
 # Values a browser sends back (a layer button, a click on a heatmap, a box drawn, a picked table row) are
 # checked like URL values: a crafted client can send any JSON there (negative, NaN, huge, strings, lists).
 CLICKED_FIELDS = ("layer", "head", "compare", "pick", "zoom", "zoom_k")  # the fields such values write
-MAX_CLICKED_HEADS = 1024  # a click may open any head of a pretrained model (a link: MAX_HEADS); the views clamp
-
-
-def client_int(value: object, lo: int, hi: int) -> int | None:
-    """value as a whole number from lo to hi, or None: booleans, strings, NaN, infinities, fractions and anything
-    out of range are refused (a float with no fraction, as JSON may carry, is accepted)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        return None
-    return int(value) if lo <= value <= hi else None
-
-
-def client_number(value: object, lo: float, hi: float) -> float | None:
-    """value as a finite number from lo to hi, or None (booleans, strings, NaN and infinities are refused)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value) if lo <= value <= hi else None
 
 
 def checked_field(name: str, value: object) -> object:

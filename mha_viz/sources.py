@@ -18,8 +18,8 @@ import torch
 
 from .attention import MultiHeadAttention
 from .config import MHAConfig
+from .limits import MAX_LONG_TOKENS, MAX_TOKENS
 from .long import LongTrace, long_trace
-from .params import MAX_LONG_TOKENS
 from .text import embed_tokens, tokenize
 from .trace import AttentionTrace
 
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from .pretrained.generation import Generation
     from .training import TrainedLayer
 
-MAX_TOKENS = 512  # the configurable model's longest input
 T = TypeVar("T")
 
 

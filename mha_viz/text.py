@@ -20,6 +20,7 @@ from torch import Tensor
 
 _ZWJ = "\u200d"
 MAX_TOKEN_CHARS = 32  # a longer word or symbol sequence is cut into pieces of this size
+DEFAULT_TEXT = "The animal didn't cross the street because it was too tired"  # the app's and the CLI's example
 
 
 def clean_text(text: str) -> str:

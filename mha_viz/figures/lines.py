@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from ..limits import MAX_LONG_TOKENS, client_int
 from ..trace import AttentionTrace
 from .common import WIDE_PX, text_px, title_block, token_label
 
@@ -149,8 +150,6 @@ def _legend_rows(heads: Sequence[int], width: float) -> int:
 def picked_token(points: Sequence[dict]) -> tuple[str, int] | None:
     """The token a click on lines_figure picked, from a Plotly selection's points: ("query" | "key", position);
     None for anything else a (crafted) browser sends: values are checked like URL values."""
-    from ..params import MAX_LONG_TOKENS, client_int
-
     for point in points if isinstance(points, (list, tuple)) else ():
         custom = point.get("customdata") if isinstance(point, dict) else None
         if isinstance(custom, (list, tuple)) and len(custom) == 2 and custom[0] in ("query", "key"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from ..limits import MAX_CLICKED_HEADS, MAX_LAYERS, client_int
 from .common import axis_key, f32, max_pool, subplot_grid
 
 MAX_CELLS_PER_SIDE = 32  # larger matrices are max-pooled down to this for the thumbnails
@@ -55,8 +56,6 @@ def overview_figure(attentions: np.ndarray, *, selected: tuple[int, int] | None 
 def picked_head(points: object) -> tuple[int, int] | None:
     """(layer, head) of the thumbnail a click on overview_figure landed on, from a Plotly selection's points;
     None for anything else a (crafted) browser sends: values are checked like URL values."""
-    from ..params import MAX_CLICKED_HEADS, MAX_LAYERS, client_int
-
     for point in points if isinstance(points, (list, tuple)) else ():
         custom = point.get("customdata") if isinstance(point, dict) else None
         if isinstance(custom, (list, tuple)) and len(custom) == 2:

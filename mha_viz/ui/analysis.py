@@ -39,9 +39,10 @@ from ..figures.analysis import (
 )
 from ..figures.generation import head_scores_figure, logit_attribution_figure
 from ..figures.overview import picked_head
-from ..hosting import FULL_SIZE
-from ..params import COMPARE_WITH, DETECTORS, SECTIONS, client_int
+from ..limits import client_int
+from ..params import COMPARE_WITH, DETECTORS, SECTIONS
 from ..pretrained.errors import ModelLoadError
+from ..serve.hosting import FULL_SIZE
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
 from .fair import heavy

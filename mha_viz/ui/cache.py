@@ -11,7 +11,7 @@ from typing import TypeVar
 import streamlit as st
 
 from ..cache import ByteBudgetCache
-from ..hosting import cache_bytes
+from ..serve.hosting import cache_bytes
 from . import fair
 from .loaders import secret
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from ..config import nearest_valid_heads, valid_head_counts
-from ..params import (
+from ..limits import (
     D_MODEL_CHOICES,
-    EXAMPLES,
     MAX_HEAD_WIDTH,
     MAX_HEADS,
     MAX_LONG_TOKENS,
@@ -15,6 +14,7 @@ from ..params import (
     MAX_SEQUENCE_CHARS,
     MAX_TEXT_CHARS,
 )
+from ..params import EXAMPLES
 from ..text import repeat_to_tokens
 from ..training import TASKS
 

@@ -16,9 +16,10 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from ..export import export_bytes, export_size, safe_filename, share_url
+from ..export import export_size, safe_filename, share_url
 from ..figures import heads_figure
-from ..hosting import FULL_SIZE
+from ..serve.hosting import FULL_SIZE
+from ..serve.slot import build_export
 from ..trace import AttentionTrace
 from .cache import shared_cache
 from .views import figures_shown
@@ -92,7 +93,7 @@ def export_controls(
     page in this run, after the heads grid when the page does not show it). share_query: the view's URL parameters
     (mha_viz.params.to_query); the link is the app's address (st.context.url) plus them.
     Files are built only when a button is clicked (a callable as data), one large file at a time per
-    server (export.export_bytes), and a download does not rerun the app (on_click="ignore"). The report's figures
+    server (serve.slot.build_export), and a download does not rerun the app (on_click="ignore"). The report's figures
     wait for the click in the shared cache, as plain dicts (dropped with the least recently used). Each button
     says the file's size beforehand; JSON arrays past JSON_LISTS_MB are base64 (exact, far smaller).
     max_mb: a public demo's cap; a larger file is not offered (the page says so).
@@ -121,14 +122,14 @@ def export_controls(
     too_big = [f"{what} ({human(size)})" for what, size in (("NPZ", npz_size), ("JSON", json_size))
                if max_mb is not None and size > max_mb * 1e6]
     npz_col.download_button(
-        f"Trace (.npz, ≤ {human(npz_size)})", data=lambda: export_bytes(load(), "npz"), file_name=f"{stem}.npz",
+        f"Trace (.npz, ≤ {human(npz_size)})", data=lambda: build_export(load(), "npz"), file_name=f"{stem}.npz",
         mime="application/octet-stream", key=f"{key}_npz", on_click="ignore", icon=":material/download:",
         width="stretch", disabled=max_mb is not None and npz_size > max_mb * 1e6,
         help="Every array of this layer (weights, Q, K, V, scores, head outputs, concat, W_O, output) "
         "in its own dtype, with the tokens: `np.load(file)`.",
     )
     json_col.download_button(
-        f"Trace (.json, {human(json_size)})", data=lambda: export_bytes(load(), "json", array_format=array_format),
+        f"Trace (.json, {human(json_size)})", data=lambda: build_export(load(), "json", array_format=array_format),
         file_name=f"{stem}.json", mime="application/json", key=f"{key}_json", on_click="ignore",
         icon=":material/data_object:", width="stretch", disabled=max_mb is not None and json_size > max_mb * 1e6,
         help=('Tokens, shapes and every array as nested lists; masked scores are the string "-inf".'

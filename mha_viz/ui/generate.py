@@ -9,9 +9,9 @@ import streamlit as st
 from ..figures import heads_figure
 from ..figures.generation import logit_attribution_figure, next_token_figure, step_attention_figure
 from ..figures.overview import picked_head
-from ..hosting import Budget
-from ..params import MAX_NEW_TOKENS, MAX_SEED
+from ..limits import MAX_NEW_TOKENS, MAX_SEED
 from ..pretrained.generation import Generation
+from ..serve.hosting import Budget
 from ..sources import ModelSource
 from ..trace import AttentionTrace
 from .fair import heavy

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import streamlit as st
 
-from ..params import MAX_LAYERS, client_int
+from ..limits import MAX_LAYERS, client_int
 
 MAX_BYTES = 8 * 2**20  # larger stacks (e.g. 32 layers x 32 heads at 128 tokens) switch through the server
 NAN = 65535

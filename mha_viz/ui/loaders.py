@@ -12,9 +12,9 @@ import time
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 
-from ..hosting import ModelRefusedError, budget, hub_model_bytes, is_public
 from ..pretrained import INDUCTION_MODEL, InvalidModelNameError, ModelDownloadError, PretrainedModel, load_model
 from ..pretrained.loading import import_model_code
+from ..serve.hosting import ModelRefusedError, budget, hub_model_bytes, is_public
 from .pandas_guard import import_pandas
 
 

@@ -15,10 +15,11 @@ from ..config import MHAConfig
 from ..export import safe_filename
 from ..figures.common import plural
 from ..figures.heads import head_label, layer_stack
-from ..hosting import FULL_SIZE, Budget
+from ..limits import MAX_TOKENS
 from ..long import LongTrace
-from ..params import MAX_TOKENS, ViewState, to_query
+from ..params import ViewState, to_query
 from ..pretrained import PretrainedModel
+from ..serve.hosting import FULL_SIZE, Budget
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
 from ..training import TASKS

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, MAX_MODEL_CHARS, MAX_TEXT_CHARS, PARTS
+from ..limits import MAX_MODEL_CHARS, MAX_TEXT_CHARS
+from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, PARTS
 from ..pretrained import BUNDLED_MODEL, INDUCTION_MODEL, PretrainedModel
 from .state import mark_typed
 from .text import plain

@@ -9,7 +9,7 @@ from typing import TypeVar
 import numpy as np
 import streamlit as st
 
-from ..params import MAX_SEED, MAX_STEPS
+from ..limits import MAX_SEED, MAX_STEPS
 from ..trace import AttentionTrace
 from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
 from ..training.figures import (

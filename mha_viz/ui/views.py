@@ -32,8 +32,8 @@ from ..figures.lines import MAX_LINE_TOKENS, picked_token
 from ..figures.overview import picked_head
 from ..figures.steps import score_parts_figure
 from ..formulas import formulas
+from ..limits import MAX_LONG_TOKENS, client_number
 from ..long import LongTrace
-from ..params import MAX_LONG_TOKENS, client_number
 from ..trace import AttentionTrace
 from .pandas_guard import guarded
 from .state import current, write_url

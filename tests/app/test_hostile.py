@@ -160,7 +160,7 @@ def test_values_a_crafted_browser_sends_back_are_checked_like_url_values() -> No
     whole number in range is refused (None), as the URL's own values are."""
     from mha_viz.figures.lines import picked_token
     from mha_viz.figures.overview import picked_head
-    from mha_viz.params import MAX_LAYERS, client_int
+    from mha_viz.limits import MAX_LAYERS, client_int
     from mha_viz.ui.layer_switch import picked_layer
     from mha_viz.ui.views import box_centre
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mha_viz.params import MAX_LONG_TOKENS
+from mha_viz.limits import MAX_LONG_TOKENS
 from mha_viz.text import tokenize
 from mha_viz.ui.views import ZOOM_HEADS
 from tests.app.test_app import new_app

@@ -16,7 +16,10 @@ from streamlit.testing.v1 import AppTest
 
 import mha_viz
 from mha_viz.cache import ByteBudgetCache, sizeof
-from mha_viz.hosting import (
+from mha_viz.limits import MAX_TEXT_CHARS
+from mha_viz.params import ViewState
+from mha_viz.pretrained import ModelLoadError, load_model
+from mha_viz.serve.hosting import (
     Budget,
     ModelRefusedError,
     budget,
@@ -29,8 +32,6 @@ from mha_viz.hosting import (
     training_seconds,
     within_budget,
 )
-from mha_viz.params import MAX_TEXT_CHARS, ViewState
-from mha_viz.pretrained import ModelLoadError, load_model
 from mha_viz.sources import configurable_trace
 from tests.app.test_app import new_app
 

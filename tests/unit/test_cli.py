@@ -20,7 +20,7 @@ import mha_viz.sources
 from mha_viz.__main__ import main
 from mha_viz.config import MHAConfig
 from mha_viz.export import trace_from_json, trace_from_npz
-from mha_viz.params import MAX_TOKENS
+from mha_viz.limits import MAX_TOKENS
 from tests.unit.test_export import ROOT, assert_one_line_error, assert_same_trace, run_cli
 
 SMALL = ("--text", "the cat sat", "--heads", "2", "--d-model", "8")

@@ -26,13 +26,13 @@ from plotly.offline import get_plotlyjs
 
 import mha_viz
 import mha_viz.export
+import mha_viz.serve.slot
 from mha_viz.analysis import without_tokens
 from mha_viz.export import (
     ARRAY_FIELDS,
     ARRAY_FORMATS,
     FORMAT,
     SIZE_SAMPLE,
-    ExportBusy,
     export_bytes,
     export_size,
     iter_json,
@@ -46,6 +46,7 @@ from mha_viz.export import (
     write_npz,
 )
 from mha_viz.report import html_report
+from mha_viz.serve.slot import ExportBusy, build_export
 from mha_viz.trace import AttentionTrace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -356,7 +357,7 @@ def test_json_lists_size_of_a_long_input_is_estimated_within_one_percent(causal:
 def test_large_exports_are_built_one_at_a_time(monkeypatch) -> None:
     trace = configurable()
     small = weights_only()
-    monkeypatch.setattr(mha_viz.export, "LARGE_EXPORT_BYTES", export_size(small, "npz") + 1)  # trace counts as large
+    monkeypatch.setattr(mha_viz.serve.slot, "LARGE_EXPORT_BYTES", export_size(small, "npz") + 1)  # trace counts as large
     entered, go_on = threading.Semaphore(0), threading.Event()
     inside, most, count = [0], [0], threading.Lock()
     write = mha_viz.export.write_json
@@ -373,15 +374,15 @@ def test_large_exports_are_built_one_at_a_time(monkeypatch) -> None:
 
     monkeypatch.setattr(mha_viz.export, "write_json", watched_write)
     results: list[bytes] = []
-    first = threading.Thread(target=lambda: results.append(export_bytes(trace, "json")))
+    first = threading.Thread(target=lambda: results.append(build_export(trace, "json")))
     first.start()
     assert entered.acquire(timeout=60)  # the first export is being built
-    second = threading.Thread(target=lambda: results.append(export_bytes(trace, "json", timeout=None)))
+    second = threading.Thread(target=lambda: results.append(build_export(trace, "json", timeout=None)))
     second.start()
     assert not entered.acquire(timeout=0.5)  # the second waits for the slot
     with pytest.raises(ExportBusy, match="another large export is being built"):
-        export_bytes(trace, "npz", timeout=0)
-    assert_same_trace(small, trace_from_npz(export_bytes(small, "npz", timeout=0)))  # small ones never wait
+        build_export(trace, "npz", timeout=0)
+    assert_same_trace(small, trace_from_npz(build_export(small, "npz", timeout=0)))  # small ones never wait
     go_on.set()
     first.join(60)
     second.join(60)
@@ -390,11 +391,11 @@ def test_large_exports_are_built_one_at_a_time(monkeypatch) -> None:
 
 
 def test_a_failed_export_frees_the_slot(monkeypatch) -> None:
-    monkeypatch.setattr(mha_viz.export, "LARGE_EXPORT_BYTES", 1)
+    monkeypatch.setattr(mha_viz.serve.slot, "LARGE_EXPORT_BYTES", 1)
     huge = AttentionTrace(query_tokens=("a",), key_tokens=("b",), weights=np.full((1, 1, 1), 1e6, np.float32))
     with pytest.raises(ValueError, match="beyond float16"):
-        export_bytes(huge, "json", dtype="float16")
-    assert trace_from_json(export_bytes(huge, "json", timeout=0)).weights[0, 0, 0] == 1e6
+        build_export(huge, "json", dtype="float16")
+    assert trace_from_json(build_export(huge, "json", timeout=0)).weights[0, 0, 0] == 1e6
 
 
 def test_export_module_docstring_examples() -> None:

@@ -13,7 +13,8 @@ from mha_viz import MHAConfig, MultiHeadAttention, long_trace
 from mha_viz.figures import long_heads_figure
 from mha_viz.figures.common import max_pool
 from mha_viz.figures.heads import MAX_CELLS_PER_SIDE, zoom_window
-from mha_viz.params import EXAMPLES, MAX_LONG_TOKENS, parse_query
+from mha_viz.limits import MAX_LONG_TOKENS
+from mha_viz.params import EXAMPLES, parse_query
 from mha_viz.sources import ConfigurableSource, long_configurable_trace
 from mha_viz.text import repeat_to_tokens, tokenize
 

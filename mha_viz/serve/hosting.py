@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
-from .params import ViewState
+from ..params import ViewState
 
 BUNDLED = "bundled"
 LIGHT_CHARS = 300  # a text up to this long (~64 tokens) keeps a page light
@@ -89,7 +89,7 @@ def hub_model_bytes(repo_id: str) -> int:
     the hub does not answer. ModelRefusedError when neither can tell (then loading could not work anyway)."""
     from huggingface_hub import HfApi, snapshot_download
 
-    from .pretrained.loading import HUB_FILES, HUB_TIMEOUT, _offline, validate_hub_id
+    from ..pretrained.loading import HUB_FILES, HUB_TIMEOUT, _offline, validate_hub_id
 
     repo_id = validate_hub_id(repo_id)
     wanted = lambda path: any(fnmatch.fnmatch(path, pattern) for pattern in HUB_FILES)

@@ -1,0 +1,7 @@
+"""The app's server side without Streamlit: what a deployment allows and budgets (hosting.py) and the one slot for
+large exports (slot.py).
+
+Layering: the library core (mha_viz outside serve/ and ui/) never imports this package; serve/ imports the core and
+the app's URL state (mha_viz.params); mha_viz.ui imports serve/ and is the only subpackage that imports Streamlit.
+Being Streamlit-free, everything here is tested as plain Python (tests/unit).
+"""
