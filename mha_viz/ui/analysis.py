@@ -7,6 +7,7 @@ with the same heads switched off, the same comparison, and so on.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,7 +41,8 @@ from ..figures.analysis import (
 from ..figures.generation import head_scores_figure, logit_attribution_figure
 from ..figures.overview import picked_head
 from ..hosting import FULL_SIZE
-from ..params import COMPARE_WITH, DETECTORS, SECTIONS, client_int
+from ..params import COMPARE_WITH, DETECTORS, client_int
+from ..parts import SECTIONS
 from ..pretrained.errors import ModelLoadError
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
@@ -53,8 +55,6 @@ from .views import chart, labelled_value, open_head_picker
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
 
-SECTION_NEEDS = {"Contribution": ("head_outputs", "W_O"), "Knockout": ("head_outputs", "W_O", "output"),
-                 "Concat vs sum": ("head_outputs", "W_O", "output", "concat")}  # the arrays each section uses
 STAT_HELP = {
     "entropy": "Entropy of each row / log(number of keys the row may see): 1 = uniform, 0 = one key. "
     "Rows that see a single key (the first row under a causal mask) are skipped.",
@@ -67,6 +67,19 @@ STAT_HELP = {
     "distance": "Mean attended distance Σ_j w_ij |i − j|, in tokens.",
 }
 ModelLoader = Callable[[str], "PretrainedModel"]
+
+
+@dataclass(frozen=True)
+class SectionContext:
+    """What the analysis view hands the section it shows (the arguments of analysis_view)."""
+
+    trace: AttentionTrace
+    source: TraceSource
+    layer: int
+    name: str
+    special: Collection[str | int]
+    other_model: ModelLoader | None = None
+    max_passes: int | None = None
 
 
 def _head_format(h: int | None) -> str:
@@ -94,43 +107,61 @@ def analysis_view(
     with another model on the same sentence. max_passes: the most forward passes one knockout ranking
     may run (a public demo's budget; None: no limit).
     """
-    if st.session_state.get("section") not in SECTIONS:
-        st.session_state["section"] = SECTIONS[0]
-    section = st.segmented_control("Analysis", SECTIONS, key="section", required=True, label_visibility="collapsed")
+    menu = SECTIONS.menu(st.session_state.get("mode", "Configurable"), source)
+    if st.session_state.get("section") not in menu:
+        st.session_state["section"] = menu[0]
+    section = st.segmented_control("Analysis", menu, key="section", required=True, label_visibility="collapsed")
+    part = SECTIONS.part(section)
     model = source.model
     if special is None:
         special = model.tokenizer.all_special_tokens if model is not None else ()
-    lacking = trace.lacks(*SECTION_NEEDS.get(section, ()))
+    lacking = trace.lacks(*part.arrays)
     if lacking:
         reason = trace.meta.get("unavailable", "the trace holds only attention weights")
         st.info(f"{section} needs the {', '.join(lacking)} of this layer: {reason}")
         return
     try:
-        _section(section, trace, source, layer, name, special, other_model, max_passes)
+        part.renderer()(SectionContext(trace, source, layer, name, special, other_model, max_passes))
     except (np.linalg.LinAlgError, FloatingPointError, ValueError) as err:  # e.g. a model whose numbers are not finite
         st.warning(f"{section} could not be computed on this layer: {plain(str(err))}")
 
 
-def _section(section: str, trace: AttentionTrace, source: TraceSource, layer: int, name: str,
-             special: Collection[str | int], other_model: ModelLoader | None, max_passes: int | None) -> None:
-    if section == "Head statistics":
-        _head_statistics(trace, special, name)
-    elif section == "Redundancy":
-        _redundancy(trace, name)
-    elif section == "Contribution":
-        _contribution(trace, name)
-    elif section == "Knockout":
-        _knockout(trace, name, source, layer, max_passes)
-    elif section == "Rollout":
-        _rollout(trace, name, source)
-    elif section == "Compare":
-        _compare(trace, name, source, layer, other_model)
-    elif section == "Logit attribution":
-        _logit_attribution(name, source)
-    elif section == "Head detectors":
-        _head_detectors(name, source)
-    else:
-        _concat_vs_sum(trace, name)
+# The built-in sections' render functions (registered in mha_viz/params.py).
+
+def head_statistics(c: SectionContext) -> None:
+    _head_statistics(c.trace, c.special, c.name)
+
+
+def redundancy_section(c: SectionContext) -> None:
+    _redundancy(c.trace, c.name)
+
+
+def contribution(c: SectionContext) -> None:
+    _contribution(c.trace, c.name)
+
+
+def knockout(c: SectionContext) -> None:
+    _knockout(c.trace, c.name, c.source, c.layer, c.max_passes)
+
+
+def rollout(c: SectionContext) -> None:
+    _rollout(c.trace, c.name, c.source)
+
+
+def compare(c: SectionContext) -> None:
+    _compare(c.trace, c.name, c.source, c.layer, c.other_model)
+
+
+def concat_sum(c: SectionContext) -> None:
+    _concat_vs_sum(c.trace, c.name)
+
+
+def logit_attribution(c: SectionContext) -> None:
+    _logit_attribution(c.name, c.source)
+
+
+def head_detectors(c: SectionContext) -> None:
+    _head_detectors(c.name, c.source)
 
 
 def _clamp_heads(num_heads: int) -> None:
