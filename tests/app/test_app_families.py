@@ -12,9 +12,9 @@ import transformers as tf
 from streamlit.testing.v1 import AppTest
 from transformers import AutoModel, AutoTokenizer
 
+from mha_viz.parts import VIEWS
 from mha_viz.pretrained import bundled_model_dir
 from mha_viz.pretrained.deberta import C2P, P2C
-from mha_viz.parts import VIEWS
 from tests.app.test_app import APP
 
 V = 30522
