@@ -29,7 +29,7 @@ from .export import export_section
 from .sidebar import Sidebar
 from .text import plain
 from .training import accuracy_by_heads, cached_trained_layer, stoppable, trained_run, who_takes_what
-from .view_parts import ViewContext, hide, layer_payload, render_view, view_picker
+from .view_parts import ViewContext, hide, layer_payload, render_view, shown_parts, view_picker
 
 UNKNOWN_SHARE = 0.2  # warn when this share of a text's tokens is [UNK] to the model
 CHARACTER_SHARE = 0.5  # ... or read one character at a time
@@ -107,7 +107,7 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
         lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model} (random weights)",
         notes={"weights": f"random (Xavier, seed {s.seed})", "text": s.text, "causal": s.causal,
-               "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {})},
+               "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {}), **shown_parts()},
     )
 
 
@@ -148,7 +148,7 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
         lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"A layer trained on {spec.title}: h = {s.h}, d_model = {s.d_model}",
         notes={"weights": f"trained for {s.steps} steps on {spec.title} (seed {s.seed})",
-               "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}"},
+               "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}", **shown_parts()},
     )
 
 
@@ -237,7 +237,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     export_section(
         source.trace_loader(s.layer), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"{model.name}: {s.part} layer {s.layer}",
-        notes={"model": model.name, "text": s.text, **({"decoder text": source.decoder_text} if source.decoder_text else {})},
+        notes={"model": model.name, "text": s.text, **({"decoder text": source.decoder_text} if source.decoder_text else {}), **shown_parts()},
     )
 
 
@@ -265,5 +265,5 @@ def train_page(s: ViewState, limits: Budget | None = None) -> None:
             lambda: trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
             title=f"Train mode: {TASKS[s.task].title}, h = {s.h} vs h = 1, d_model = {s.d_model}",
             notes={"task": TASKS[s.task].title, "steps": s.steps, "seed": s.seed,
-                   "trace": "the trained h-head layer on the task's probe sequence"},
+                   "trace": "the trained h-head layer on the task's probe sequence", **shown_parts()},
         )

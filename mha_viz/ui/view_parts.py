@@ -14,7 +14,7 @@ from ..figures.heads import head_label, layer_stack
 from ..hosting import Budget
 from ..long import LongTrace
 from ..params import ViewState
-from ..parts import VIEWS
+from ..parts import SECTIONS, VIEWS
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
 from . import layer_switch, views
@@ -72,6 +72,18 @@ def render_view(view: str, context: ViewContext) -> AttentionTrace | None:
         st.info(f"The {view} view needs {', '.join(lacking)} of this layer: {context.trace.meta.get('unavailable')}")
         return None
     return part.renderer()(context)
+
+
+def shown_parts() -> dict[str, str]:
+    """The report's notes naming the view shown (and its analysis section) with their help, from the registry."""
+    view, section = st.session_state.get("view"), st.session_state.get("section")
+    if view not in VIEWS:
+        return {}
+    part = VIEWS.part(view)
+    notes = {"view": f"{view}: {part.help}"}
+    if any(f.name == "section" for f in part.fields) and section in SECTIONS:
+        notes["analysis section"] = f"{section}: {SECTIONS.part(section).help}"
+    return notes
 
 
 def hide(trace: AttentionTrace, hidden: frozenset[str]) -> AttentionTrace | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from tests.app.test_app import new_app
+from tests.app.test_export_app import deferred  # noqa: F401  (records the deferred downloads)
 from tests.unit.test_parts import toys  # noqa: F401  (the fixture registering the toy view and section)
 
 
@@ -43,6 +44,17 @@ def test_a_registered_view_is_in_the_menu_draws_and_is_shared(toys) -> None:  # 
     assert at.query_params["toy_n"] in ("7", ["7"]) and at.query_params["view"] in ("Toy view", ["Toy view"])
     shared = link(at)
     assert "toy_n=7" in shared and "view=Toy%20view" in shared and "h=2" in shared
+
+
+def test_the_report_names_the_registered_view_and_section(toys, deferred) -> None:  # noqa: F811
+    at = new_app(h="2", view="Analysis", section="Toy section").run()
+    link(at)
+    report = next(fn for fn, mime, _ in deferred if mime == "text/html")()
+    assert "Analysis: Which heads do what" in report and "Toy section: " in report
+    deferred.clear()
+    at.button_group(key="view").set_value("Toy view").run()
+    report = next(fn for fn, mime, _ in deferred if mime == "text/html")()
+    assert "Toy view: A view only the tests know." in report and "analysis section" not in report
 
 
 def test_a_link_opens_a_registered_view_with_its_value(toys) -> None:  # noqa: F811
