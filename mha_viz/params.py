@@ -76,7 +76,7 @@ class ViewState:
     context: str = DEFAULT_CONTEXT
     head: int = 0  # the head opened: One head, Lines (one at a time), an analysis table's or chart's click
     view: str = "Heads"
-    parts: tuple[tuple[str, object], ...] = ()  # the registered parts' fields, (name, value) sorted by name
+    parts: tuple[tuple[str, object], ...] = ()  # the parts' fields that differ from their defaults, sorted by name
 
     def __init__(self, parts: tuple[tuple[str, object], ...] = (), **values: object) -> None:
         for f in fields(self):
@@ -86,12 +86,12 @@ class ViewState:
         unknown = [name for name in values if name not in registered]
         if unknown:
             raise TypeError(f"ViewState has no field {unknown[0]!r}")
-        own = {f.name for f in fields(self)}
-        merged = {name: f.default for name, f in registered.items() if name not in own} | dict(parts) | values
-        object.__setattr__(self, "parts", tuple(sorted(merged.items())))
+        changed = {name: value for name, value in (dict(parts) | values).items()
+                   if name in registered and value != registered[name].default}
+        object.__setattr__(self, "parts", tuple(sorted(changed.items())))
 
     def __getattr__(self, name: str) -> object:
-        """A registered part's field: its value, or its default for a part registered after this state was made."""
+        """A registered part's field: its value in this state, else its default."""
         for key, value in object.__getattribute__(self, "parts"):
             if key == name:
                 return value
