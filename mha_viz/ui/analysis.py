@@ -48,6 +48,7 @@ from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
 from .fair import heavy
 from .state import mark_typed
+from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 from .text import plain
 from .views import chart, labelled_value, open_head_picker
@@ -107,11 +108,13 @@ def analysis_view(
     with another model on the same sentence. max_passes: the most forward passes one knockout ranking
     may run (a public demo's budget; None: no limit).
     """
-    menu = SECTIONS.menu(st.session_state.get("mode", "Configurable"), source)
+    menu = SECTIONS.menu(field_value("mode"), source)
     if st.session_state.get("section") not in menu:
         st.session_state["section"] = menu[0]
     section = st.segmented_control("Analysis", menu, key="section", required=True, label_visibility="collapsed")
     part = SECTIONS.part(section)
+    for f in part.fields:  # its widgets' keys hold their registered defaults (a page not seeded from a URL, too)
+        st.session_state.setdefault(f.name, f.default)
     model = source.model
     if special is None:
         special = model.tokenizer.all_special_tokens if model is not None else ()
@@ -165,8 +168,8 @@ def head_detectors(c: SectionContext) -> None:
 
 
 def _clamp_heads(num_heads: int) -> None:
-    st.session_state["off"] = tuple(h for h in st.session_state.get("off", ()) if h < num_heads)
-    if st.session_state.get("head", 0) >= num_heads:
+    st.session_state["off"] = tuple(h for h in field_value("off") if h < num_heads)
+    if field_value("head") >= num_heads:
         st.session_state["head"] = 0
     if (st.session_state.get("compare_head") or 0) >= num_heads:
         st.session_state["compare_head"] = None
@@ -190,7 +193,7 @@ def _head_statistics(trace: AttentionTrace, special: Collection[str | int], name
     picked = client_int(rows[0], 0, trace.num_heads - 1) if isinstance(rows, list) and rows else None
     if picked is not None:  # a picked row opens its head (and a shared link remembers it as `head`)
         st.session_state["head"] = picked
-    head = st.session_state.get("head", 0)
+    head = field_value("head")
     narrow = is_narrow()
     left, right = (st.container(), st.container()) if narrow else st.columns([2, 3])
     with left:
@@ -206,7 +209,6 @@ def _redundancy(trace: AttentionTrace, name: str) -> None:
         "Jensen-Shannon divergence between two heads' attention rows, averaged over the query tokens: "
         "0 bits = they attend identically, 1 bit = to disjoint tokens. Similar heads are clustered together."
     )
-    st.session_state.setdefault("threshold", 0.05)
     threshold = st.slider("Near-duplicate below (mean JSD, bits)", 0.0, 0.5, step=0.01, key="threshold")
     result = redundancy(trace.weights, threshold)
     chart(divergence_figure(result), "analysis_divergence", f"{name}-redundancy")
@@ -479,7 +481,7 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
     st.caption(f"Every head and term adds up to **{dla.total:.4f}**; the model's own logit is **{dla.logit:.4f}** "
                f"(|difference| {error:.1e}{' ≤ 1e-3 ✓' if error <= 1e-3 else ' > 1e-3 ✗'}). The final {dla.norm} is "
                f"frozen at the scale it measured there ({dla.norm_scale:.4g}). Click a head (or pick it above) to open it.")
-    layer, head = st.session_state.get("layer", 0), st.session_state.get("head", 0)
+    layer, head = field_value("layer"), field_value("head")
     _show_head(source, layer, head, name)
 
 
@@ -509,7 +511,7 @@ def _head_detectors(name: str, source: TraceSource) -> None:
             **{k: np.round(v.ravel(), 3) for k, v in scores.items()}}
     with right:
         st.dataframe(rows, hide_index=True, key="analysis_detector_table")
-    layer, head = st.session_state.get("layer", 0), st.session_state.get("head", 0)
+    layer, head = field_value("layer"), field_value("head")
     ids, start, n = repeated_tokens(source.model, seed=0)  # (B, start + 2n)
     probe = ids[0].tolist()
     tokens = tuple(source.model.tokenizer.convert_ids_to_tokens(probe))

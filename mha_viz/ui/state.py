@@ -49,6 +49,11 @@ def current() -> ViewState:
     return ViewState(**values)
 
 
+def value(name: str) -> object:
+    """The session's value of a registered field (its widget key), else the field's default (mha_viz.parts)."""
+    return st.session_state.get(name, all_fields()[name].default)
+
+
 def write_url(state: ViewState, extra: dict[str, str] | None = None) -> None:
     """Mirror the state into the URL so that a copied link reproduces the view."""
     wanted = {**to_query(state), **(extra or {})}

@@ -67,6 +67,8 @@ def render_view(view: str, context: ViewContext) -> AttentionTrace | None:
     """Draw the registered view; a trace lacking an array the view draws gets a message instead. Returns what the
     view's function returns (Training: the trained layer's trace, for Export)."""
     part = VIEWS.part(view)
+    for f in part.fields:  # its widgets' keys hold their registered defaults (a page not seeded from a URL, too)
+        st.session_state.setdefault(f.name, f.default)
     lacking = context.trace.lacks(*part.arrays) if context.trace is not None else ()
     if lacking:
         st.info(f"The {view} view needs {', '.join(lacking)} of this layer: {context.trace.meta.get('unavailable')}")
