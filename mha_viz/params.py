@@ -7,8 +7,8 @@ back to its default and produces a notice that the app shows to the user.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
 
 from .limits import (
     D_MODEL_CHOICES,
@@ -26,6 +26,8 @@ from .limits import (
     MAX_TOKENS,
     client_int,
 )
+from .names import DETECTOR_KINDS, TASK_NAMES
+from .parts import SECTIONS, VIEWS, Part, StateField, all_fields, core_fields
 from .text import DEFAULT_TEXT
 
 EXAMPLES = {
@@ -38,22 +40,22 @@ EXAMPLES = {
 # For the bundled causal model (its 165-word vocabulary): the second half starts to repeat the first.
 CAUSAL_EXAMPLE = "the red fox saw a big owl by the lake . the red fox saw a"
 DEFAULT_CONTEXT = "L'animal n'a pas traversé la rue parce qu'il était trop fatigué"
-VIEWS = ("Heads", "Lines", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas", "Overview", "Training",
-         "Generate")
 MODES = ("Configurable", "Pretrained", "Train")
 PARTS = ("encoder", "decoder", "cross")
-TASK_NAMES = ("prev-first", "prev-2back-first", "prev-match")  # mha_viz.training.TASKS (a test keeps them equal)
 WEIGHTS = ("random", "trained")  # configurable mode: random Xavier weights, or trained on a task
-SECTIONS = ("Head statistics", "Redundancy", "Contribution", "Knockout", "Rollout", "Compare", "Concat vs sum",
-            "Logit attribution", "Head detectors")
-DETECTORS = ("previous", "duplicate", "induction")  # mha_viz.analysis.KINDS (a test keeps them equal)
+DETECTORS = DETECTOR_KINDS
 COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ViewState:
-    """Everything a view depends on; each field is a widget key and a URL parameter."""
+    """Everything a view depends on; each field is a widget key and a URL parameter.
+
+    The fields below are the page's own; the registered views' and sections' fields (mha_viz.parts: compare,
+    section, off, new_tokens, ...) are attributes too, held in `parts` and read as state.section. The constructor
+    and dataclasses.replace take either kind by name.
+    """
 
     mode: str = MODES[0]
     model: str = ""  # pretrained mode: "" is the bundled MiniLM, else a hub id
@@ -61,7 +63,7 @@ class ViewState:
     part: str = PARTS[0]
     special: bool = True  # pretrained mode: show special tokens ([CLS], [SEP], BOS)
     weights: str = WEIGHTS[0]  # configurable mode: random or trained weights
-    task: str = "prev-first"  # train mode and trained weights: a task name from mha_viz.training
+    task: str = TASK_NAMES[0]  # train mode and trained weights: a task name from mha_viz.training
     sequence: str = ""  # trained weights: the input, task tokens separated by spaces ("": the task's probe)
     steps: int = 600  # train mode and trained weights: optimiser steps
     text: str = DEFAULT_TEXT
@@ -75,44 +77,31 @@ class ViewState:
     pe: bool = True
     cross: bool = False
     context: str = DEFAULT_CONTEXT
-    compare: tuple[int, ...] = ()  # heads opened larger (Heads) or below the thumbnails (Overview)
-    zoom: int = 0  # Heads, long inputs: first (query) position of the full-resolution window
-    zoom_k: int = 0  # Heads, inputs past MAX_TOKENS: first key position of the full-resolution window
-    head: int = 0  # One head, Lines (one at a time)
-    lines_all: bool = True  # Lines: every head overlaid, else only `head`
-    pick: str = ""  # Lines: "q3" keeps query 3's lines, "k5" key 5's; "" all lines
-    q_pos: int = 0  # One head, why one score: the query position
-    k_pos: int = 0  # ... and the key position
-    view: str = VIEWS[0]
-    section: str = SECTIONS[0]  # Analysis
-    off: tuple[int, ...] = ()  # Analysis, knockout: heads switched off
-    rank_final: bool = False  # Analysis, knockout: also rank by the final hidden state
-    norm: bool = False  # Analysis, contribution: norm-based attention
-    threshold: float = 0.05  # Analysis, redundancy: near-duplicate below this mean JSD (bits)
-    rollout_layer: int | None = None  # Analysis, rollout: through this layer (None: the last)
-    compare_with: str = COMPARE_WITH[0]  # Analysis, compare
-    other_text: str = ""
-    other_layer: int | None = None
-    other_model: str = ""
-    compare_head: int | None = None  # None: the mean over heads
-    by_position: bool = False
-    detector: str = "induction"  # Analysis, head detectors: the kind of head shown
-    dla_position: int | None = None  # Analysis, logit attribution: the position (None: the last)
-    dla_token: str = ""  # ... and the token whose logit is split ("": the model's top prediction)
-    new_tokens: int = 8  # Generate: how many tokens to write
-    temperature: float = 0.0  # 0 is greedy
-    top_k: int = 0  # 0: no top-k filter
-    top_p: float = 1.0  # 1: no nucleus filter
-    gen_seed: int = 0  # the sampling seed
-    step: int = 1  # the generated token shown, from 1
+    head: int = 0  # the head opened: One head, Lines (one at a time), an analysis table's or chart's click
+    view: str = "Heads"
+    parts: tuple[tuple[str, object], ...] = ()  # the parts' fields that differ from their defaults, sorted by name
 
+    def __init__(self, parts: tuple[tuple[str, object], ...] = (), **values: object) -> None:
+        for f in fields(self):
+            if f.name != "parts":
+                object.__setattr__(self, f.name, values.pop(f.name, f.default))
+        registered = all_fields()
+        unknown = [name for name in values if name not in registered]
+        if unknown:
+            raise TypeError(f"ViewState has no field {unknown[0]!r}")
+        changed = {name: value for name, value in (dict(parts) | values).items()
+                   if name in registered and value != registered[name].default}
+        object.__setattr__(self, "parts", tuple(sorted(changed.items())))
 
-DEFAULTS = ViewState()
-# The longest value of every free-text field: the server cuts anything longer (the widgets cap typing,
-# but a crafted message or a script could send more).
-TEXT_CAPS = {"text": MAX_TEXT_CHARS, "context": MAX_TEXT_CHARS, "other_text": MAX_TEXT_CHARS,
-             "sequence": MAX_SEQUENCE_CHARS, "model": MAX_MODEL_CHARS, "other_model": MAX_MODEL_CHARS,
-             "dla_token": 100}
+    def __getattr__(self, name: str) -> object:
+        """A registered part's field: its value in this state, else its default."""
+        for key, value in object.__getattribute__(self, "parts"):
+            if key == name:
+                return value
+        field = all_fields().get(name)
+        if field is None:
+            raise AttributeError(f"ViewState has no field {name!r}")
+        return field.default
 
 
 def _int(raw: str, lo: int, hi: int) -> int:
@@ -201,12 +190,6 @@ def _one_of(choices: tuple[str, ...]):
     return parse
 
 
-def _task(raw: str) -> str:
-    if raw not in TASK_NAMES:
-        raise ValueError
-    return raw
-
-
 def _model_id(raw: str) -> str:
     """A hub id like org/name; paths and anything else are refused (they are typed, not linked)."""
     raw = raw.strip()
@@ -215,58 +198,161 @@ def _model_id(raw: str) -> str:
     return raw
 
 
-PARSERS = {
-    "mode": (_one_of(MODES), "one of " + ", ".join(MODES)),
-    "model": (_model_id, "a Hugging Face model id such as gpt2 or org/name"),
-    "layer": (lambda r: _int(r, 0, MAX_LAYERS - 1), f"a layer number from 0 to {MAX_LAYERS - 1}"),
-    "part": (_one_of(PARTS), "one of " + ", ".join(PARTS)),
-    "special": (_bool, "true or false"),
-    "task": (_task, "a task name: " + ", ".join(TASK_NAMES)),
-    "steps": (lambda r: _int(r, 1, MAX_STEPS), f"a number of steps from 1 to {MAX_STEPS}"),
-    "text": (_text, f"at most {MAX_TEXT_CHARS} characters"),
-    "h": (lambda r: _int(r, 1, MAX_HEADS), f"a whole number of heads from 1 to {MAX_HEADS}"),
-    "d_model": (_d_model, "one of " + ", ".join(map(str, D_MODEL_CHOICES))),
-    "d_k": (_optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
-    "d_v": (_optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
-    "d_out": (_optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
-    "seed": (lambda r: _int(r, 0, MAX_SEED), f"a whole number from 0 to {MAX_SEED}"),
-    "causal": (_bool, "true or false"),
-    "pe": (_bool, "true or false"),
-    "cross": (_bool, "true or false"),
-    "context": (_text, f"at most {MAX_TEXT_CHARS} characters"),
-    "compare": (_heads, f"head numbers from 0 to {MAX_HEADS - 1}, comma-separated"),
-    "head": (lambda r: _int(r, 0, MAX_HEADS - 1), f"a head number from 0 to {MAX_HEADS - 1}"),
-    "view": (_one_of(VIEWS), "one of " + ", ".join(VIEWS)),
-    "weights": (_one_of(WEIGHTS), "one of " + ", ".join(WEIGHTS)),
-    "sequence": (_sequence, f"task tokens separated by spaces, at most {MAX_SEQUENCE_CHARS} characters"),
-    "zoom": (lambda r: _int(r, 0, MAX_LONG_TOKENS - 1), f"a position from 0 to {MAX_LONG_TOKENS - 1}"),
-    "zoom_k": (lambda r: _int(r, 0, MAX_LONG_TOKENS - 1), f"a position from 0 to {MAX_LONG_TOKENS - 1}"),
-    "lines_all": (_bool, "true or false"),
-    "pick": (_pick, "q or k and a position, e.g. q3"),
-    "q_pos": (lambda r: _int(r, 0, MAX_TOKENS - 1), f"a position from 0 to {MAX_TOKENS - 1}"),
-    "k_pos": (lambda r: _int(r, 0, MAX_TOKENS - 1), f"a position from 0 to {MAX_TOKENS - 1}"),
-    "section": (_one_of(SECTIONS), "one of " + ", ".join(SECTIONS)),
-    "off": (_heads, f"head numbers from 0 to {MAX_HEADS - 1}, comma-separated"),
-    "rank_final": (_bool, "true or false"),
-    "norm": (_bool, "true or false"),
-    "threshold": (_float(0.0, 0.5), "a number from 0 to 0.5"),
-    "rollout_layer": (_optional_int(MAX_LAYERS - 1), f"last or a layer number from 0 to {MAX_LAYERS - 1}"),
-    "compare_with": (_one_of(COMPARE_WITH), "one of " + ", ".join(COMPARE_WITH)),
-    "other_text": (_text, f"at most {MAX_TEXT_CHARS} characters"),
-    "other_layer": (_optional_int(MAX_LAYERS - 1), f"a layer number from 0 to {MAX_LAYERS - 1}"),
-    "other_model": (_model_id, "a Hugging Face model id such as gpt2 or org/name"),
-    "compare_head": (_optional_int(MAX_HEADS - 1), f"mean or a head number from 0 to {MAX_HEADS - 1}"),
-    "by_position": (_bool, "true or false"),
-    "detector": (_one_of(DETECTORS), "one of " + ", ".join(DETECTORS)),
-    "dla_position": (_optional_int(MAX_TOKENS - 1), f"last or a position from 0 to {MAX_TOKENS - 1}"),
-    "dla_token": (_short_text(100), "a token, at most 100 characters"),
-    "new_tokens": (lambda r: _int(r, 1, MAX_NEW_TOKENS), f"a number of tokens from 1 to {MAX_NEW_TOKENS}"),
-    "temperature": (_float(0.0, 2.0), "a number from 0 (greedy) to 2"),
-    "top_k": (lambda r: _int(r, 0, 1_000_000), "0 (off) or a number of tokens"),
-    "top_p": (_float(0.01, 1.0), "a number from 0.01 to 1 (off)"),
-    "gen_seed": (lambda r: _int(r, 0, MAX_SEED), f"a whole number from 0 to {MAX_SEED}"),
-    "step": (lambda r: _int(r, 1, MAX_NEW_TOKENS), f"a step from 1 to {MAX_NEW_TOKENS}"),
-}
+def _one_of_registered(names: Sequence[str]) -> Callable[[], str]:
+    return lambda: "one of " + ", ".join(names)
+
+
+def _core(name: str, parse: Callable[[str], object], expected: str | Callable[[], str], cap: int | None = None
+          ) -> StateField:
+    """A field of ViewState itself (its default is the dataclass's)."""
+    return StateField(name, ViewState.__dataclass_fields__[name].default, parse, expected, cap)
+
+
+_BOOL = "true or false"
+_MODEL_ID = "a Hugging Face model id such as gpt2 or org/name"
+_HEAD_LIST = f"head numbers from 0 to {MAX_HEADS - 1}, comma-separated"
+core_fields((
+    _core("mode", _one_of(MODES), "one of " + ", ".join(MODES)),
+    _core("model", _model_id, _MODEL_ID, MAX_MODEL_CHARS),
+    _core("layer", lambda r: _int(r, 0, MAX_LAYERS - 1), f"a layer number from 0 to {MAX_LAYERS - 1}"),
+    _core("part", _one_of(PARTS), "one of " + ", ".join(PARTS)),
+    _core("special", _bool, _BOOL),
+    _core("weights", _one_of(WEIGHTS), "one of " + ", ".join(WEIGHTS)),
+    _core("task", _one_of(TASK_NAMES), "a task name: " + ", ".join(TASK_NAMES)),
+    _core("sequence", _sequence, f"task tokens separated by spaces, at most {MAX_SEQUENCE_CHARS} characters",
+          MAX_SEQUENCE_CHARS),
+    _core("steps", lambda r: _int(r, 1, MAX_STEPS), f"a number of steps from 1 to {MAX_STEPS}"),
+    _core("text", _text, f"at most {MAX_TEXT_CHARS} characters", MAX_TEXT_CHARS),
+    _core("h", lambda r: _int(r, 1, MAX_HEADS), f"a whole number of heads from 1 to {MAX_HEADS}"),
+    _core("d_model", _d_model, "one of " + ", ".join(map(str, D_MODEL_CHOICES))),
+    _core("d_k", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
+    _core("d_v", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
+    _core("d_out", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
+    _core("seed", lambda r: _int(r, 0, MAX_SEED), f"a whole number from 0 to {MAX_SEED}"),
+    _core("causal", _bool, _BOOL),
+    _core("pe", _bool, _BOOL),
+    _core("cross", _bool, _BOOL),
+    _core("context", _text, f"at most {MAX_TEXT_CHARS} characters", MAX_TEXT_CHARS),
+    _core("head", lambda r: _int(r, 0, MAX_HEADS - 1), f"a head number from 0 to {MAX_HEADS - 1}"),
+    _core("view", _one_of(VIEWS), _one_of_registered(VIEWS)),
+))
+
+# The built-in views and analysis sections, in menu order (a mode's menu keeps the ones it offers). Each names
+# its render function (mha_viz/ui/) and declares its URL-state fields; a field two parts share is one object.
+_COMPARE = StateField("compare", (), _heads, _HEAD_LIST)  # heads opened larger (Heads) or below the thumbnails
+_POSITION = f"a position from 0 to {MAX_TOKENS - 1}"
+_LONG_POSITION = f"a position from 0 to {MAX_LONG_TOKENS - 1}"
+_TRACE_MODES = ("Configurable", "Pretrained", "Train")
+VIEWS.register(Part(
+    "Generate", ("Pretrained",), "mha_viz.ui.view_parts:generate", needs=("causal_lm",),
+    help="A causal language model writes, token by token, with the attention behind each new token.",
+    fields=(StateField("new_tokens", 8, lambda r: _int(r, 1, MAX_NEW_TOKENS),
+                       f"a number of tokens from 1 to {MAX_NEW_TOKENS}"),
+            StateField("temperature", 0.0, _float(0.0, 2.0), "a number from 0 (greedy) to 2"),
+            StateField("top_k", 0, lambda r: _int(r, 0, 1_000_000), "0 (off) or a number of tokens"),
+            StateField("top_p", 1.0, _float(0.01, 1.0), "a number from 0.01 to 1 (off)"),
+            StateField("gen_seed", 0, lambda r: _int(r, 0, MAX_SEED), f"a whole number from 0 to {MAX_SEED}"),
+            StateField("step", 1, lambda r: _int(r, 1, MAX_NEW_TOKENS), f"a step from 1 to {MAX_NEW_TOKENS}"))))
+VIEWS.register(Part("Training", ("Train",), "mha_viz.ui.view_parts:training",
+                    help="h heads and one head trained side by side on a task, with their accuracy."))
+VIEWS.register(Part(
+    "Heads", ("Configurable", "Pretrained"), "mha_viz.ui.view_parts:heads",  # Train mode: Training shows them arrays=("weights",),
+    help="Every head's attention weights, one heatmap a head.",
+    fields=(_COMPARE,
+            StateField("zoom", 0, lambda r: _int(r, 0, MAX_LONG_TOKENS - 1), _LONG_POSITION),  # a long input's window
+            StateField("zoom_k", 0, lambda r: _int(r, 0, MAX_LONG_TOKENS - 1), _LONG_POSITION))))
+VIEWS.register(Part(
+    "Lines", _TRACE_MODES, "mha_viz.ui.view_parts:lines", arrays=("weights",),
+    help="Attention as lines from each query token to the keys it reads.",
+    fields=(StateField("lines_all", True, _bool, _BOOL),  # every head overlaid, else only `head`
+            StateField("pick", "", _pick, "q or k and a position, e.g. q3"))))  # "q3": query 3's lines only
+VIEWS.register(Part("Overview", ("Pretrained",), "mha_viz.ui.view_parts:overview", arrays=("weights",),
+                    help="Every layer's heads as thumbnails; a click opens one.", fields=(_COMPARE,)))
+VIEWS.register(Part(
+    "One head", _TRACE_MODES, "mha_viz.ui.view_parts:one_head",
+    arrays=("queries", "keys", "values", "scores", "head_outputs"),
+    help="One head step by step: Q, K, V, scores, softmax, output; why one score is what it is.",
+    fields=(StateField("q_pos", 0, lambda r: _int(r, 0, MAX_TOKENS - 1), _POSITION),
+            StateField("k_pos", 0, lambda r: _int(r, 0, MAX_TOKENS - 1), _POSITION))))
+VIEWS.register(Part("Concat → W_O", _TRACE_MODES, "mha_viz.ui.view_parts:concat",
+                    arrays=("concat", "W_O", "output", "head_outputs"),
+                    help="The heads' outputs concatenated, then mixed by W_O into the layer's output."))
+VIEWS.register(Part("Analysis", _TRACE_MODES, "mha_viz.ui.view_parts:analysis", arrays=("weights",),
+                    help="Which heads do what, and which heads matter: the analysis sections.",
+                    fields=(StateField("section", "Head statistics", _one_of(SECTIONS),
+                                       _one_of_registered(SECTIONS)),)))
+VIEWS.register(Part("Shapes & cost", ("Configurable",), "mha_viz.ui.view_parts:shapes",
+                    help="Every matrix's shape and the layer's cost in parameters and operations."))
+VIEWS.register(Part("Formulas", ("Configurable",), "mha_viz.ui.view_parts:formulas",
+                    help="The layer's equations with this layer's sizes."))
+
+_ANALYSIS = "mha_viz.ui.analysis:"
+SECTIONS.register(Part("Head statistics", _TRACE_MODES, _ANALYSIS + "head_statistics",
+                       help="Entropy, confidence and where each head looks, one row a head."))
+SECTIONS.register(Part("Redundancy", _TRACE_MODES, _ANALYSIS + "redundancy_section",
+                       help="Which heads attend alike (Jensen-Shannon divergence).",
+                       fields=(StateField("threshold", 0.05, _float(0.0, 0.5), "a number from 0 to 0.5"),)))
+SECTIONS.register(Part("Contribution", _TRACE_MODES, _ANALYSIS + "contribution", arrays=("head_outputs", "W_O"),
+                       help="How much each head adds to the output; norm-based attention.",
+                       fields=(StateField("norm", False, _bool, _BOOL),)))
+SECTIONS.register(Part("Knockout", _TRACE_MODES, _ANALYSIS + "knockout", arrays=("head_outputs", "W_O", "output"),
+                       help="Switch heads off and measure what changes.",
+                       fields=(StateField("off", (), _heads, _HEAD_LIST),
+                               StateField("rank_final", False, _bool, _BOOL))))
+SECTIONS.register(Part("Rollout", _TRACE_MODES, _ANALYSIS + "rollout",
+                       help="Attention chained through the layers (Abnar and Zuidema 2020).",
+                       fields=(StateField("rollout_layer", None, _optional_int(MAX_LAYERS - 1),
+                                          f"last or a layer number from 0 to {MAX_LAYERS - 1}"),)))
+SECTIONS.register(Part(
+    "Compare", _TRACE_MODES, _ANALYSIS + "compare",
+    help="This layer against another sentence, layer or model.",
+    fields=(StateField("compare_with", COMPARE_WITH[0], _one_of(COMPARE_WITH), "one of " + ", ".join(COMPARE_WITH)),
+            StateField("other_text", "", _text, f"at most {MAX_TEXT_CHARS} characters", MAX_TEXT_CHARS),
+            StateField("other_layer", None, _optional_int(MAX_LAYERS - 1),
+                       f"a layer number from 0 to {MAX_LAYERS - 1}"),
+            StateField("other_model", "", _model_id, _MODEL_ID, MAX_MODEL_CHARS),
+            StateField("compare_head", None, _optional_int(MAX_HEADS - 1),  # None: the mean over heads
+                       f"mean or a head number from 0 to {MAX_HEADS - 1}"),
+            StateField("by_position", False, _bool, _BOOL))))
+SECTIONS.register(Part("Concat vs sum", _TRACE_MODES, _ANALYSIS + "concat_sum",
+                       arrays=("head_outputs", "W_O", "output", "concat"),
+                       help="What concatenating the heads keeps that summing them would lose."))
+SECTIONS.register(Part(
+    "Logit attribution", _TRACE_MODES, _ANALYSIS + "logit_attribution",
+    help="Each head's share of the logit of the next token (direct logit attribution).",
+    fields=(StateField("dla_position", None, _optional_int(MAX_TOKENS - 1),  # None: the last position
+                       f"last or a position from 0 to {MAX_TOKENS - 1}"),
+            StateField("dla_token", "", _short_text(100), "a token, at most 100 characters", 100))))
+SECTIONS.register(Part("Head detectors", _TRACE_MODES, _ANALYSIS + "head_detectors",
+                       help="Previous-token, duplicate-token and induction scores of every head.",
+                       fields=(StateField("detector", "induction", _one_of(DETECTORS),
+                                          "one of " + ", ".join(DETECTORS)),)))
+
+DEFAULTS = ViewState()
+
+
+class _Live(Mapping):
+    """A read-only mapping computed from the registry at each use, so that a part registered later is in it."""
+
+    def __init__(self, build: Callable[[], dict]) -> None:
+        self._build = build
+
+    def __getitem__(self, key: str) -> object:
+        return self._build()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._build())
+
+    def __len__(self) -> int:
+        return len(self._build())
+
+
+# Every URL parameter: name -> (parse, what a valid value looks like).
+PARSERS: Mapping[str, tuple[Callable[[str], object], str]] = _Live(
+    lambda: {name: (f.parse, f.describe()) for name, f in all_fields().items()})
+# The longest value of every free-text field: the server cuts anything longer (the widgets cap typing,
+# but a crafted message or a script could send more).
+TEXT_CAPS: Mapping[str, int] = _Live(lambda: {name: f.cap for name, f in all_fields().items() if f.cap is not None})
 
 
 def _shorten(raw: str, n: int = 40) -> str:
@@ -277,19 +363,20 @@ def parse_query(params: Mapping[str, str | list[str]], ignore: frozenset[str] = 
     """ViewState from query params; invalid or unknown params give defaults and a notice each."""
     values: dict[str, object] = {}
     notices: list[str] = []
+    known = all_fields()
     for key, raw in params.items():
         if key in ignore:
             continue
         raw = raw[-1] if isinstance(raw, list) else raw
-        if key not in PARSERS:
+        field = known.get(key)
+        if field is None:
             notices.append(f"Ignored unknown URL parameter '{_shorten(key, 20)}'.")
             continue
-        parse, expected = PARSERS[key]
         try:
-            values[key] = parse(raw)
+            values[key] = field.parse(raw)
         except (ValueError, TypeError, OverflowError):
-            notices.append(f"URL parameter {key}='{_shorten(raw)}' is not valid ({expected}); using the default {getattr(DEFAULTS, key)!r}.")
-    return replace(DEFAULTS, **values), notices
+            notices.append(f"URL parameter {key}='{_shorten(raw)}' is not valid ({field.describe()}); using the default {field.default!r}.")
+    return ViewState(**values), notices
 
 
 def _format(value: object) -> str:
@@ -309,13 +396,13 @@ def to_query(state: ViewState) -> dict[str, str]:
     so a shared link never carries it.
     """
     query = {}
-    for f in fields(ViewState):
+    for f in all_fields().values():
         value = getattr(state, f.name)
-        if value == getattr(DEFAULTS, f.name):
+        if value == f.default:
             continue
         text = _format(value)
         try:
-            PARSERS[f.name][0](text)
+            f.parse(text)
         except (ValueError, TypeError, OverflowError):
             continue
         query[f.name] = text

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..names import DETECTOR_KINDS
+
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
 
-KINDS = ("previous", "duplicate", "induction")
+KINDS = DETECTOR_KINDS
 DEFAULT_LENGTH = 32  # n, the length of A (shorter if the model's positions or vocabulary are too few)
 DEFAULT_BATCH = 8
 

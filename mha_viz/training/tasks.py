@@ -23,6 +23,7 @@ from string import ascii_lowercase
 import torch
 from torch import Tensor
 
+from ..names import TASK_NAMES
 from .scores import relation_masks
 
 IGNORE = -100  # target where a relation is undefined (skipped by the loss)
@@ -109,7 +110,7 @@ TASKS: dict[str, Task] = {
     task.name: task
     for task in (
         Task(
-            "prev-first",
+            TASK_NAMES[0],
             "Previous + first token",
             "At every position, report two tokens at once: the previous token and the first token "
             "of the sequence. Two positional relations.",
@@ -118,7 +119,7 @@ TASKS: dict[str, Task] = {
             (Relation("previous", previous), Relation("first", first)),
         ),
         Task(
-            "prev-2back-first",
+            TASK_NAMES[1],
             "Previous + two back + first",
             "At every position, report three tokens at once: the previous token, the one two back, "
             "and the first token of the sequence. Three positional relations.",
@@ -127,7 +128,7 @@ TASKS: dict[str, Task] = {
             (Relation("previous", previous), Relation("two back", two_back), Relation("first", first)),
         ),
         Task(
-            "prev-match",
+            TASK_NAMES[2],
             "Previous + same letter",
             "Tokens are a letter with a digit (a0 … d5). At every position, report the previous token and "
             "the latest earlier token with the same letter as this one (so its digit). "
@@ -138,7 +139,7 @@ TASKS: dict[str, Task] = {
         ),
     )
 }
-DEFAULT_TASK = "prev-first"
+DEFAULT_TASK = TASK_NAMES[0]
 
 
 def get_task(name: str) -> Task:

@@ -7,6 +7,7 @@ with the same heads switched off, the same comparison, and so on.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,13 +41,15 @@ from ..figures.analysis import (
 from ..figures.generation import head_scores_figure, logit_attribution_figure
 from ..figures.overview import picked_head
 from ..limits import client_int
-from ..params import COMPARE_WITH, DETECTORS, SECTIONS
+from ..params import COMPARE_WITH, DETECTORS
+from ..parts import SECTIONS
 from ..pretrained.errors import ModelLoadError
 from ..serve.hosting import FULL_SIZE
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
 from .fair import heavy
 from .state import mark_typed
+from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 from .text import plain
 from .views import chart, labelled_value, open_head_picker
@@ -54,8 +57,6 @@ from .views import chart, labelled_value, open_head_picker
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
 
-SECTION_NEEDS = {"Contribution": ("head_outputs", "W_O"), "Knockout": ("head_outputs", "W_O", "output"),
-                 "Concat vs sum": ("head_outputs", "W_O", "output", "concat")}  # the arrays each section uses
 STAT_HELP = {
     "entropy": "Entropy of each row / log(number of keys the row may see): 1 = uniform, 0 = one key. "
     "Rows that see a single key (the first row under a causal mask) are skipped.",
@@ -68,6 +69,19 @@ STAT_HELP = {
     "distance": "Mean attended distance Σ_j w_ij |i − j|, in tokens.",
 }
 ModelLoader = Callable[[str], "PretrainedModel"]
+
+
+@dataclass(frozen=True)
+class SectionContext:
+    """What the analysis view hands the section it shows (the arguments of analysis_view)."""
+
+    trace: AttentionTrace
+    source: TraceSource
+    layer: int
+    name: str
+    special: Collection[str | int]
+    other_model: ModelLoader | None = None
+    max_passes: int | None = None
 
 
 def _head_format(h: int | None) -> str:
@@ -95,48 +109,68 @@ def analysis_view(
     with another model on the same sentence. max_passes: the most forward passes one knockout ranking
     may run (a public demo's budget; None: no limit).
     """
-    if st.session_state.get("section") not in SECTIONS:
-        st.session_state["section"] = SECTIONS[0]
-    section = st.segmented_control("Analysis", SECTIONS, key="section", required=True, label_visibility="collapsed")
+    menu = SECTIONS.menu(field_value("mode"), source)
+    if st.session_state.get("section") not in menu:
+        st.session_state["section"] = menu[0]
+    section = st.segmented_control("Analysis", menu, key="section", required=True, label_visibility="collapsed")
+    part = SECTIONS.part(section)
+    for f in part.fields:  # its widgets' keys hold their registered defaults (a page not seeded from a URL, too)
+        st.session_state.setdefault(f.name, f.default)
     model = source.model
     if special is None:
         special = model.tokenizer.all_special_tokens if model is not None else ()
-    lacking = trace.lacks(*SECTION_NEEDS.get(section, ()))
+    lacking = trace.lacks(*part.arrays)
     if lacking:
         reason = trace.meta.get("unavailable", "the trace holds only attention weights")
         st.info(f"{section} needs the {', '.join(lacking)} of this layer: {reason}")
         return
     try:
-        _section(section, trace, source, layer, name, special, other_model, max_passes)
+        part.renderer()(SectionContext(trace, source, layer, name, special, other_model, max_passes))
     except (np.linalg.LinAlgError, FloatingPointError, ValueError) as err:  # e.g. a model whose numbers are not finite
         st.warning(f"{section} could not be computed on this layer: {plain(str(err))}")
 
 
-def _section(section: str, trace: AttentionTrace, source: TraceSource, layer: int, name: str,
-             special: Collection[str | int], other_model: ModelLoader | None, max_passes: int | None) -> None:
-    if section == "Head statistics":
-        _head_statistics(trace, special, name)
-    elif section == "Redundancy":
-        _redundancy(trace, name)
-    elif section == "Contribution":
-        _contribution(trace, name)
-    elif section == "Knockout":
-        _knockout(trace, name, source, layer, max_passes)
-    elif section == "Rollout":
-        _rollout(trace, name, source)
-    elif section == "Compare":
-        _compare(trace, name, source, layer, other_model)
-    elif section == "Logit attribution":
-        _logit_attribution(name, source)
-    elif section == "Head detectors":
-        _head_detectors(name, source)
-    else:
-        _concat_vs_sum(trace, name)
+# The built-in sections' render functions (registered in mha_viz/params.py).
+
+def head_statistics(c: SectionContext) -> None:
+    _head_statistics(c.trace, c.special, c.name)
+
+
+def redundancy_section(c: SectionContext) -> None:
+    _redundancy(c.trace, c.name)
+
+
+def contribution(c: SectionContext) -> None:
+    _contribution(c.trace, c.name)
+
+
+def knockout(c: SectionContext) -> None:
+    _knockout(c.trace, c.name, c.source, c.layer, c.max_passes)
+
+
+def rollout(c: SectionContext) -> None:
+    _rollout(c.trace, c.name, c.source)
+
+
+def compare(c: SectionContext) -> None:
+    _compare(c.trace, c.name, c.source, c.layer, c.other_model)
+
+
+def concat_sum(c: SectionContext) -> None:
+    _concat_vs_sum(c.trace, c.name)
+
+
+def logit_attribution(c: SectionContext) -> None:
+    _logit_attribution(c.name, c.source)
+
+
+def head_detectors(c: SectionContext) -> None:
+    _head_detectors(c.name, c.source)
 
 
 def _clamp_heads(num_heads: int) -> None:
-    st.session_state["off"] = tuple(h for h in st.session_state.get("off", ()) if h < num_heads)
-    if st.session_state.get("head", 0) >= num_heads:
+    st.session_state["off"] = tuple(h for h in field_value("off") if h < num_heads)
+    if field_value("head") >= num_heads:
         st.session_state["head"] = 0
     if (st.session_state.get("compare_head") or 0) >= num_heads:
         st.session_state["compare_head"] = None
@@ -160,7 +194,7 @@ def _head_statistics(trace: AttentionTrace, special: Collection[str | int], name
     picked = client_int(rows[0], 0, trace.num_heads - 1) if isinstance(rows, list) and rows else None
     if picked is not None:  # a picked row opens its head (and a shared link remembers it as `head`)
         st.session_state["head"] = picked
-    head = st.session_state.get("head", 0)
+    head = field_value("head")
     narrow = is_narrow()
     left, right = (st.container(), st.container()) if narrow else st.columns([2, 3])
     with left:
@@ -176,7 +210,6 @@ def _redundancy(trace: AttentionTrace, name: str) -> None:
         "Jensen-Shannon divergence between two heads' attention rows, averaged over the query tokens: "
         "0 bits = they attend identically, 1 bit = to disjoint tokens. Similar heads are clustered together."
     )
-    st.session_state.setdefault("threshold", 0.05)
     threshold = st.slider("Near-duplicate below (mean JSD, bits)", 0.0, 0.5, step=0.01, key="threshold")
     result = redundancy(trace.weights, threshold)
     chart(divergence_figure(result), "analysis_divergence", f"{name}-redundancy")
@@ -449,7 +482,7 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
     st.caption(f"Every head and term adds up to **{dla.total:.4f}**; the model's own logit is **{dla.logit:.4f}** "
                f"(|difference| {error:.1e}{' ≤ 1e-3 ✓' if error <= 1e-3 else ' > 1e-3 ✗'}). The final {dla.norm} is "
                f"frozen at the scale it measured there ({dla.norm_scale:.4g}). Click a head (or pick it above) to open it.")
-    layer, head = st.session_state.get("layer", 0), st.session_state.get("head", 0)
+    layer, head = field_value("layer"), field_value("head")
     _show_head(source, layer, head, name)
 
 
@@ -479,7 +512,7 @@ def _head_detectors(name: str, source: TraceSource) -> None:
             **{k: np.round(v.ravel(), 3) for k, v in scores.items()}}
     with right:
         st.dataframe(rows, hide_index=True, key="analysis_detector_table")
-    layer, head = st.session_state.get("layer", 0), st.session_state.get("head", 0)
+    layer, head = field_value("layer"), field_value("head")
     ids, start, n = repeated_tokens(source.model, seed=0)  # (B, start + 2n)
     probe = ids[0].tolist()
     tokens = tuple(source.model.tokenizer.convert_ids_to_tokens(probe))

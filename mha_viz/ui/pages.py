@@ -10,48 +10,52 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from ..analysis import without_tokens
 from ..config import MHAConfig
 from ..export import safe_filename
 from ..figures.common import plural
-from ..figures.heads import head_label, layer_stack
-from ..limits import MAX_TOKENS
+from ..limits import MAX_LONG_TOKENS, MAX_TOKENS
 from ..long import LongTrace
 from ..params import ViewState, to_query
+from ..parts import VIEWS
 from ..pretrained import PretrainedModel
 from ..serve.hosting import FULL_SIZE, Budget
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
 from ..training import TASKS
-from . import layer_switch, views
-from .analysis import ModelLoader, analysis_view
+from . import layer_switch
+from .analysis import ModelLoader
+from .cached_sources import CachedConfigurable, CachedModel, model_key
 from .controls import explain_invalid_heads, random_weights_banner
 from .export import export_section
-from .generate import generate_view
-from .style import column_width, is_narrow
+from .sidebar import Sidebar
 from .text import plain
-from .training import accuracy_by_heads, cached_trained_layer, stoppable, trained_run, training_page, who_takes_what
+from .training import accuracy_by_heads, cached_trained_layer, stoppable, trained_run, who_takes_what
+from .view_parts import ViewContext, hide, layer_payload, render_view, shown_parts, view_picker
 
-CONFIGURABLE_VIEWS = ("Heads", "Lines", "One head", "Concat → W_O", "Analysis", "Shapes & cost", "Formulas")
-PRETRAINED_VIEWS = ("Heads", "Lines", "Overview", "One head", "Concat → W_O", "Analysis")
-CAUSAL_VIEWS = ("Generate", *PRETRAINED_VIEWS)  # a decoder-only model can also write
-TRAIN_VIEWS = ("Training", "Lines", "One head", "Concat → W_O", "Analysis")
-TRACE_VIEWS = {"Heads": views.heads_view, "Lines": views.lines_view, "One head": views.head_view,
-               "Concat → W_O": views.output_path_view}  # the views of one trace, the same in every mode
-VIEW_NEEDS = {"One head": ("queries", "keys", "values", "scores", "head_outputs"),
-              "Concat → W_O": ("concat", "W_O", "output", "head_outputs")}  # the arrays each view draws
 UNKNOWN_SHARE = 0.2  # warn when this share of a text's tokens is [UNK] to the model
 CHARACTER_SHARE = 0.5  # ... or read one character at a time
 
 
+def show(s: ViewState, bar: Sidebar, load: ModelLoader, limits: Budget | None) -> None:
+    """The page of the sidebar's mode, for the state s (within the limits of a public demo, if any)."""
+    if bar.mode == "Configurable":
+        max_tokens = MAX_TOKENS if limits is None else limits.max_tokens
+        configurable_page(s, lambda **kw: CachedConfigurable(
+            **kw, max_tokens=max_tokens, long_tokens=MAX_LONG_TOKENS if limits is None else max_tokens), limits)
+    elif bar.mode == "Train":
+        train_page(s, limits)
+    elif bar.model is not None:
+        decoder_text = s.context if bar.model.kind == "encoder-decoder" else None
+        source = CachedModel(bar.model, s.text, s.part, decoder_text, key=model_key(s.model.strip(), limits))
+        pretrained_page(s, source, load, limits)
+    else:
+        st.error(bar.load_failure)
+        st.button("Open the bundled all-MiniLM-L6-v2 instead (works offline)", key="to_bundled",
+                  on_click=_set, args=("model", ""), icon=":material/undo:")
+
+
 def _max_mb(limits: Budget | None) -> int | None:
     return None if limits is None else limits.max_export_mb
-
-
-def view_picker(options: tuple[str, ...]) -> str:
-    if st.session_state.get("view") not in options:
-        st.session_state["view"] = options[0]
-    return st.segmented_control("View", options, key="view", required=True, label_visibility="collapsed")
 
 
 def _set(key: str, value: object) -> None:
@@ -99,12 +103,12 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
         f" · {T} query tokens" + (f" · {S} key tokens (cross-attention)" if s.cross else "") + (" · causal" if s.causal else "")
     )
     name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}")
-    _layer_views(trace, source, name, cfg, long=long)
+    _layer_views(s, trace, source, name, cfg, long=long, limits=limits)
     export_section(
         lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model} (random weights)",
         notes={"weights": f"random (Xavier, seed {s.seed})", "text": s.text, "causal": s.causal,
-               "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {})},
+               "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {}), **shown_parts()},
     )
 
 
@@ -140,47 +144,31 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
                + ("(the task's probe sequence; type your own in the sidebar)" if not s.sequence else "")
                + " · causal · seed " + str(s.seed))
     name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
-    _layer_views(trace, source, name, cfg, accuracy=lambda: accuracy_by_heads(layer, name))
+    _layer_views(s, trace, source, name, cfg, accuracy=lambda: accuracy_by_heads(layer, name), limits=limits)
     export_section(
         lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"A layer trained on {spec.title}: h = {s.h}, d_model = {s.d_model}",
         notes={"weights": f"trained for {s.steps} steps on {spec.title} (seed {s.seed})",
-               "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}"},
+               "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}", **shown_parts()},
     )
 
 
 def _layer_views(
-    trace: AttentionTrace | None, source: TraceSource, name: str, cfg: MHAConfig,
-    accuracy: Callable[[], None] | None = None, long: LongTrace | None = None,
+    s: ViewState, trace: AttentionTrace | None, source: TraceSource, name: str, cfg: MHAConfig,
+    accuracy: Callable[[], None] | None = None, long: LongTrace | None = None, limits: Budget | None = None,
 ) -> None:
     """The views of one configurable or trained layer; accuracy draws the accuracy per h beside the heads.
 
     long: the whole of a long input: the Heads view draws it, the others source.trace(0), its first tokens
     (trace None: not computed yet)."""
-    view = view_picker(CONFIGURABLE_VIEWS)
-    if long is not None and view == "Heads":
-        views.long_heads_view(long, name, source.long_trace)
-        return
-    trace = trace or source.trace(0)
-    T = trace.weights.shape[1]
-    if long is not None and view not in ("Shapes & cost", "Formulas"):
-        st.caption(f"This view draws the first {T} tokens of {long.shape[1]}; the Heads view draws all of them.")
-    if view == "Heads" and accuracy is not None:
-        narrow = is_narrow()  # the accuracy chart needs ~200 px beside the heads, else it goes under them
-        left, right = (st.container(), st.container()) if narrow else st.columns([3, 1])
-        with left:
-            views.heads_view(trace, name, width=None if narrow else column_width(0.75))
-        with right:
-            accuracy()
-    elif view in TRACE_VIEWS:
-        TRACE_VIEWS[view](trace, name)
-    elif view == "Analysis":
-        analysis_view(trace, source, name=name)
-    elif view == "Shapes & cost":
-        views.cost_view(cfg, *(trace.weights.shape[1:] if long is None else long.shape[1:]), cross=trace.cross)
-    else:
-        views.formulas_view(cfg, *(trace.weights.shape[1:] if long is None else long.shape[1:]), trace.causal,
-                            cross=trace.cross)
+    view = view_picker(VIEWS.menu("Configurable", source))
+    if long is None or view != "Heads":
+        trace = trace or source.trace(0)
+        if long is not None and VIEWS.part(view).arrays:
+            st.caption(f"This view draws the first {trace.weights.shape[1]} tokens of {long.shape[1]}; the Heads view "
+                       "draws all of them.")
+    render_view(view, ViewContext(s, name, source, trace, layer=0, cfg=cfg, long=long, limits=limits,
+                                  accuracy=accuracy))
 
 
 def _coverage_warning(model: PretrainedModel, text: str) -> None:
@@ -195,31 +183,8 @@ def _coverage_warning(model: PretrainedModel, text: str) -> None:
                 "vocabulary has few words of this language or script, so the tokens are single characters.")
 
 
-def _hide(trace: AttentionTrace, hidden: frozenset[str]) -> AttentionTrace | None:
-    """The trace without the hidden tokens (analysis.without_tokens), or None if nothing would be left."""
-    if not hidden:
-        return trace
-    try:
-        return without_tokens(trace, hidden)
-    except ValueError:
-        return None
-
-
 def _set_layer(layer: int) -> None:
     st.session_state["layer"] = layer
-
-
-def _layer_payload(source: ModelSource, hidden: frozenset[str]) -> bytes | None:
-    """Every layer of the Heads chart (what heads_figure draws: pooled, the hidden tokens removed) for the
-    browser to switch between, or None when that is more than layer_switch.MAX_BYTES."""
-    def pack() -> bytes | None:
-        traces = [_hide(t, hidden) or t for t in (source.trace(i) for i in range(source.num_layers))]
-        stack = layer_stack(traces)  # (L, H, t, s)
-        if not layer_switch.fits(stack.shape):
-            return None
-        return layer_switch.pack(stack, [head_label(traces[0], h) for h in range(stack.shape[1])])
-
-    return source.memo(("layer payload", hidden), pack)
 
 
 def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], view: str, subtitle: tuple[str, str]
@@ -229,7 +194,7 @@ def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], vi
     if source.num_layers == 1:
         st.caption(f"{subtitle[0]}{s.layer}{subtitle[1]}")
         return
-    payload = _layer_payload(source, hidden) if view == "Heads" else None
+    payload = layer_payload(source, hidden) if view == "Heads" else None
     layer_switch.layer_buttons(payload or layer_switch.no_weights(source.num_layers), s.layer,
                                chart="heads" if payload is not None else None, key="layer_switch",
                                on_change=_set_layer, subtitle=subtitle)
@@ -250,7 +215,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     trace = source.trace(s.layer)
     name = safe_filename(f"{model.name.split('/')[-1]}-{s.part}-layer{s.layer}")
     hidden = frozenset() if s.special else frozenset(model.tokenizer.all_special_tokens)
-    views_here = CAUSAL_VIEWS if model.kind == "decoder" else PRETRAINED_VIEWS
+    views_here = VIEWS.menu("Pretrained", source)
     view = st.session_state.get("view") if st.session_state.get("view") in views_here else views_here[0]
     _layer_control(source, s, hidden, view, subtitle=(
         f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer ",
@@ -263,39 +228,26 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     if trace.missing:
         held = "only the attention weights" if trace.concat is None else "the attention weights, head outputs, concat, W_O and output"
         st.info(f"For this model mha-viz holds {held}: {trace.meta.get('unavailable')}")
-    shown = _hide(trace, hidden)
+    shown = hide(trace, hidden)
     if shown is None:
         st.info("Hiding the special tokens would leave nothing to show; showing all tokens.")
         shown = trace
     view = view_picker(views_here)
-    if view == "Generate":
-        generate_view(source, name, limits)
-    elif view == "Overview":
-        views.overview_view(source.attentions(), shown, s.layer, name)
-        payload = _layer_payload(source, hidden)
-        if payload is not None:
-            layer_switch.open_on_click(payload, chart="opened_heads", thumbnails="overview", key="open_on_click")
-    elif view == "Analysis":
-        analysis_view(trace, source, layer=s.layer, name=name, other_model=other_model,
-                      max_passes=None if limits is None else limits.max_passes)
-    elif trace.lacks(*VIEW_NEEDS.get(view, ())):
-        st.info(f"The {view} view needs {', '.join(trace.lacks(*VIEW_NEEDS[view]))} of this layer: "
-                f"{trace.meta.get('unavailable')}")
-    else:
-        TRACE_VIEWS[view](shown, name)
+    render_view(view, ViewContext(s, name, source, trace, shown, layer=s.layer, limits=limits, hidden=hidden,
+                                  other_model=other_model))
     export_section(
         source.trace_loader(s.layer), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"{model.name}: {s.part} layer {s.layer}",
-        notes={"model": model.name, "text": s.text, **({"decoder text": source.decoder_text} if source.decoder_text else {})},
+        notes={"model": model.name, "text": s.text, **({"decoder text": source.decoder_text} if source.decoder_text else {}), **shown_parts()},
     )
 
 
 def train_page(s: ViewState, limits: Budget | None = None) -> None:
     """Train mode: h heads and one head trained side by side, then the trained layer in every view."""
-    view = view_picker(TRAIN_VIEWS)
+    view = view_picker(VIEWS.menu("Train"))
     name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
-    if view == "Training":
-        trace = training_page(s.h, s.d_model, s.steps, s.seed, s.task)
+    if view == "Training":  # trains (or reads the cache) itself
+        trace = render_view(view, ViewContext(s, name, limits=limits))
     elif s.d_model % s.h:
         explain_invalid_heads(s.h, s.d_model, advanced=False)
         trace = None
@@ -308,14 +260,11 @@ def train_page(s: ViewState, limits: Budget | None = None) -> None:
         trace = source.trace(0)  # the trained layer on the task's probe sequence
         st.caption(f"The trained layer (task {s.task}, h = {s.h}, d_model = {s.d_model}, {s.steps} steps, seed {s.seed}) "
                    "on the task's probe sequence.")
-        if view == "Analysis":
-            analysis_view(trace, source, name=name)
-        else:
-            TRACE_VIEWS[view](trace, name)
+        render_view(view, ViewContext(s, name, source, trace, limits=limits))
     if trace is not None:  # a task's probe sequence of a few tokens: a trace of a few kB, kept as it is
         export_section(
             lambda: trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
             title=f"Train mode: {TASKS[s.task].title}, h = {s.h} vs h = 1, d_model = {s.d_model}",
             notes={"task": TASKS[s.task].title, "steps": s.steps, "seed": s.seed,
-                   "trace": "the trained h-head layer on the task's probe sequence"},
+                   "trace": "the trained h-head layer on the task's probe sequence", **shown_parts()},
         )

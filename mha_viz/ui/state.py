@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 import streamlit as st
 
 from ..params import CLICKED_FIELDS, DEFAULTS, TEXT_CAPS, ViewState, checked_field, parse_query, to_query
+from ..parts import all_fields
 from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
 
-FIELDS = tuple(f.name for f in fields(ViewState))
 _SEEDED = "_seeded_from_url"
 
 
@@ -18,10 +16,12 @@ def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
 
     Later runs re-assign every key to itself: Streamlit forgets a widget's value after a run
     in which the widget was not drawn (another view, or an error shown instead), and the view
-    must survive that. Free-text values are cut to their TEXT_CAPS before anything reads them.
+    must survive that. Free-text values are cut to their TEXT_CAPS before anything reads them. The keys are the
+    registered fields' names (mha_viz.parts.all_fields).
     """
+    fields = all_fields()
     if st.session_state.get(_SEEDED):
-        for name in FIELDS:
+        for name in fields:
             if name in st.session_state:
                 value = st.session_state[name]
                 if name in CLICKED_FIELDS:  # what a click wrote: checked like a URL value (a crafted client)
@@ -29,7 +29,7 @@ def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
                 st.session_state[name] = value[: TEXT_CAPS[name]] if name in TEXT_CAPS and isinstance(value, str) else value
     else:
         state, notices = parse_query(st.query_params.to_dict(), ignore=extra_keys)
-        for name in FIELDS:
+        for name in fields:
             st.session_state[name] = getattr(state, name)
         # A link that sets an advanced field opens the Advanced section, so that it is seen.
         st.session_state[ADVANCED_OPEN] = any(getattr(state, f) != getattr(DEFAULTS, f) for f in ADVANCED_FIELDS)
@@ -40,12 +40,18 @@ def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
 
 def current() -> ViewState:
     """The state the widgets hold now (defaults for keys no widget has set)."""
-    values = {name: st.session_state.get(name, getattr(DEFAULTS, name)) for name in FIELDS}
-    for name in ("compare", "off"):  # multiselects hold lists
-        values[name] = tuple(values[name] or ())
+    values = {name: st.session_state.get(name, f.default) for name, f in all_fields().items()}
+    for name, f in all_fields().items():  # multiselects hold lists
+        if isinstance(f.default, tuple):
+            values[name] = tuple(values[name] or ())
     for name, cap in TEXT_CAPS.items():  # the widgets cap typing; this caps anything else that sets them
         values[name] = str(values[name])[:cap]
     return ViewState(**values)
+
+
+def value(name: str) -> object:
+    """The session's value of a registered field (its widget key), else the field's default (mha_viz.parts)."""
+    return st.session_state.get(name, all_fields()[name].default)
 
 
 def write_url(state: ViewState, extra: dict[str, str] | None = None) -> None:

@@ -37,6 +37,7 @@ from ..long import LongTrace
 from ..trace import AttentionTrace
 from .pandas_guard import guarded
 from .state import current, write_url
+from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 
 # The chart toolbar keeps the PNG download and Streamlit's fullscreen: each of Plotly's other buttons (zoom, pan,
@@ -206,7 +207,7 @@ def open_head_picker(key: str, num_layers: int, num_heads: int, on_pick: Callabl
     (layer, head) that shows the open head and opens the one picked (session keys "layer" and "head", so the URL
     keeps it). on_pick: called after a pick (e.g. to rerun the whole app from a fragment)."""
     pairs = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
-    shown = (st.session_state.get("layer", 0), st.session_state.get("head", 0))
+    shown = (field_value("layer"), field_value("head"))
     st.session_state[key] = shown if shown in pairs else pairs[0]  # follows clicks on the heatmap
     st.selectbox("Open head", pairs, key=key, format_func=_layer_head_format, on_change=_open_picked,
                  args=(key, on_pick))
@@ -220,8 +221,8 @@ def labelled_value(container, label: str, value: str) -> None:
 
 def _clamp_head_selection(num_heads: int) -> None:
     """Drop head numbers a smaller h no longer has, before the widgets read them."""
-    st.session_state["compare"] = tuple(h for h in st.session_state.get("compare", ()) if h < num_heads)
-    if st.session_state.get("head", 0) >= num_heads:
+    st.session_state["compare"] = tuple(h for h in field_value("compare") if h < num_heads)
+    if field_value("head") >= num_heads:
         st.session_state["head"] = 0
 
 
@@ -257,7 +258,7 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None) -> No
         window = None
         if pooled:
             top = max(T, S) - MAX_CELLS_PER_SIDE
-            st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top) // 8 * 8
+            st.session_state["zoom"] = min(field_value("zoom"), top) // 8 * 8
             start = st.slider("Full-resolution window: first position", 0, top, step=8, key="zoom")
             window = (start, start + MAX_CELLS_PER_SIDE)
         fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window, width=width)
@@ -302,7 +303,7 @@ def long_heads_view(trace: LongTrace, name: str, reload: Callable[[], LongTrace]
         f"block of {trace.block_rows}×{trace.block_cols} positions, so a sharp peak stays visible. The red square is "
         f"the zoom below: drag a box on any head to move it there, or use the sliders."
     )
-    mark = (st.session_state.get("zoom", 0), st.session_state.get("zoom_k", 0))  # moved inside the input if need be
+    mark = (field_value("zoom"), field_value("zoom_k"))  # moved inside the input if need be
     chart(long_heads_figure(trace, mark=mark, width=page_width()),
           "heads_long", f"{name}-overview", on_select=_zoom_to_selection, selection_mode="box")
     _zoom_view(_WhileHeld(weakref.ref(trace), reload), name)
@@ -342,8 +343,8 @@ def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
     trace = reload()
     H, T, S = trace.shape
     top_q, top_k = max(0, T - MAX_CELLS_PER_SIDE), max(0, S - MAX_CELLS_PER_SIDE)
-    st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top_q)  # a link's start past the end
-    st.session_state["zoom_k"] = min(st.session_state.get("zoom_k", 0), top_k)
+    st.session_state["zoom"] = min(field_value("zoom"), top_q)  # a link's start past the end
+    st.session_state["zoom_k"] = min(field_value("zoom_k"), top_k)
     _clamp_head_selection(H)
     a, b, c = st.columns([2, 1, 1]) if not is_narrow() else (st.container(), st.container(), st.container())
     chosen = a.multiselect(f"Heads in the zoom (the first {ZOOM_HEADS} when none is picked)", list(range(H)),
@@ -363,7 +364,7 @@ def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
 
 
 def _pick() -> tuple[str, int] | None:
-    raw = st.session_state.get("pick", "")
+    raw = field_value("pick")
     return None if not raw else ("query" if raw[0] == "q" else "key", int(raw[1:]))
 
 
@@ -394,7 +395,7 @@ def lines_view(trace: AttentionTrace, name: str) -> None:
         start = 0
         if max(T, S) > MAX_LINE_TOKENS:
             top = max(T, S) - MAX_LINE_TOKENS
-            st.session_state["zoom"] = min(st.session_state.get("zoom", 0), top) // 8 * 8
+            st.session_state["zoom"] = min(field_value("zoom"), top) // 8 * 8
             start = st.slider("First position shown", 0, top, step=8, key="zoom")
         if pick is not None:
             side, pos = pick

@@ -12,9 +12,9 @@ import transformers as tf
 from streamlit.testing.v1 import AppTest
 from transformers import AutoModel, AutoTokenizer
 
+from mha_viz.parts import VIEWS
 from mha_viz.pretrained import bundled_model_dir
 from mha_viz.pretrained.deberta import C2P, P2C
-from mha_viz.ui.pages import CAUSAL_VIEWS, PRETRAINED_VIEWS
 from tests.app.test_app import APP
 
 V = 30522
@@ -65,8 +65,7 @@ def test_every_view_renders_without_a_gap(folders, name):
     at = app_with(folders[name], "Heads")
     assert not at.exception and not at.error
     assert not any("Only the attention weights" in i.value for i in at.info)
-    views = CAUSAL_VIEWS if name in ("bloom", "gemma2") else PRETRAINED_VIEWS
-    for view in views:
+    for view in VIEWS.menu("Pretrained"):
         if view == "Generate":
             continue  # a bare model (no LM head) cannot write; the app says so, tested elsewhere
         at.button_group(key="view").set_value(view).run()

@@ -119,10 +119,10 @@ def test_a_bad_sequence_is_explained_with_the_way_back() -> None:
 
 
 def test_every_view_works_on_trained_weights() -> None:
-    from mha_viz.ui.pages import CONFIGURABLE_VIEWS
+    from mha_viz.parts import VIEWS
 
     at = new_app(weights="trained", sequence="a b c a b c").run()
-    for view in CONFIGURABLE_VIEWS:
+    for view in VIEWS.menu("Configurable"):
         at.button_group(key="view").set_value(view).run()
         assert not at.exception and not at.error, view
     at.button_group(key="view").set_value("Analysis").run()

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.browser import CHROMIUM, wait_for_query
-from mha_viz.params import SECTIONS
-from mha_viz.ui.pages import CONFIGURABLE_VIEWS, PRETRAINED_VIEWS, TRAIN_VIEWS
+from mha_viz.parts import SECTIONS, VIEWS
 from tests.axe import ALL, AXE_VERSION, axe_path, axe_violations, summary
 from tests.browser.test_browser_views import new_page, settle
 
@@ -27,9 +26,9 @@ if not Path(CHROMIUM).exists():
 
 CAUSAL = "mode=Pretrained&model=mha-viz/induction-2l&"
 PAGES = (
-    [f"view={urllib.parse.quote(v)}" for v in CONFIGURABLE_VIEWS]
-    + [f"mode=Train&h=2&d_model=32&steps=40&view={urllib.parse.quote(v)}" for v in TRAIN_VIEWS]
-    + [f"mode=Pretrained&view={urllib.parse.quote(v)}" for v in PRETRAINED_VIEWS]
+    [f"view={urllib.parse.quote(v)}" for v in VIEWS.menu("Configurable")]
+    + [f"mode=Train&h=2&d_model=32&steps=40&view={urllib.parse.quote(v)}" for v in VIEWS.menu("Train")]
+    + [f"mode=Pretrained&view={urllib.parse.quote(v)}" for v in VIEWS.menu("Pretrained") if v != "Generate"]
     + [f"{CAUSAL}view=Generate"]
     + [f"{CAUSAL}view=Analysis&section={urllib.parse.quote(s)}" for s in SECTIONS]
 )

@@ -1,0 +1,5 @@
+"""Names the library defines and a URL may carry, in one light module (no numpy, no torch) so that URL parsing
+(mha_viz.params) reads them without loading the models."""
+
+DETECTOR_KINDS = ("previous", "duplicate", "induction")  # mha_viz.analysis.KINDS: the head detectors
+TASK_NAMES = ("prev-first", "prev-2back-first", "prev-match")  # the keys of mha_viz.training.TASKS, in order

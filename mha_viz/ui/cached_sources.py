@@ -1,0 +1,102 @@
+"""The app's sources with their results in the shared, byte-bounded cache (mha_viz/ui/cache.py), and the model loader.
+
+They live in an importable module, not in page.py: the script Streamlit re-runs would make new classes on every run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from ..analysis import detect_heads
+from ..long import LongTrace
+from ..pretrained import Generation, ModelLoadError, PretrainedModel
+from ..serve.hosting import Budget, allowed_models, check_model, long_text
+from ..sources import ConfigurableSource, ModelSource
+from ..trace import AttentionTrace
+from . import state
+from .cache import cached
+from .loaders import download_error, get_model, model_size, secret
+
+T = TypeVar("T")
+
+
+class CachedConfigurable(ConfigurableSource):
+    """A ConfigurableSource whose trace comes from the shared cache."""
+
+    def trace(self, layer: int = 0) -> AttentionTrace:
+        if layer != 0:
+            return super().trace(layer)  # raises IndexError
+        return cached(("configurable", self.key()), lambda: super(CachedConfigurable, self).trace(0).read_only(),
+                      heavy=long_text(self.text) and self.cfg.d_model * self.cfg.num_heads > 1024)
+
+    def long_trace(self) -> LongTrace:
+        return cached(("long", self.key()), super().long_trace, spinner="Computing attention over a long input…", heavy=True)
+
+
+@dataclass(frozen=True, eq=False)
+class CachedModel(ModelSource):
+    """A ModelSource whose layers, attentions, generations and detector scores come from the shared cache.
+
+    key: what identifies the loaded model (the name it loaded by, whether folders were allowed, its max_tokens).
+    """
+
+    key: tuple = ()
+
+    def trace(self, layer: int) -> AttentionTrace:
+        # Every layer of the text from one forward pass, so that a layer change is a cache hit.
+        layers = cached(("layers", self.key, self.text, self.part, self.decoder_text), lambda: tuple(
+            t.read_only() for t in self.model.traces(self.text, part=self.part, decoder_text=self.decoder_text)),
+            heavy=long_text(self.text))
+        if not 0 <= layer < len(layers):
+            return super().trace(layer)  # raises IndexError saying which layers exist
+        return layers[layer]
+
+    def attentions(self) -> np.ndarray | None:
+        return None if self.part == "cross" else cached(
+            ("attentions", self.key, self.text, self.part, self.decoder_text), super().attentions,
+            heavy=long_text(self.text))
+
+    def generate(self, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int = 0) -> Generation:
+        key = ("generation", self.key, self.text, max_new_tokens, temperature, top_k, top_p, seed)
+        return cached(key, lambda: super(CachedModel, self).generate(
+            max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed), "Writing…", heavy=True)
+
+    def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
+        return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed),
+                      "Running the head detectors on repeated random tokens…", heavy=True)
+
+    def trace_loader(self, layer: int) -> Callable[[], AttentionTrace]:
+        """trace(layer) as a function that holds the model's key, not the model: get_model finds it again."""
+        text, part, decoder_text, key = self.text, self.part, self.decoder_text, self.key
+        return lambda: CachedModel(get_model(*key), text, part, decoder_text, key=key).trace(layer)
+
+    def memo(self, what: Hashable, compute: Callable[[], T]) -> T:
+        return cached((what, self.key, self.text, self.part, self.decoder_text), compute)
+
+
+def model_key(name: str, limits: Budget | None) -> tuple[str, bool, int | None]:
+    """How a model is loaded: its name, whether it may be a local folder (only if this session typed it, and
+    never on a public demo) and its most tokens (the Budget's on a public demo)."""
+    return name, state.was_typed(name) and limits is None, None if limits is None else limits.max_tokens
+
+
+def model_loader(limits: Budget | None) -> Callable[[str], PretrainedModel]:
+    """name -> the loaded model ("" is the bundled one), or a ValueError saying why not (the allow-list applies,
+    and a public demo's size limit, checked before anything is downloaded: hosting.check_model)."""
+    def load(name: str) -> PretrainedModel:
+        check_model(name, allowed_models(secret=secret("allowed_models")), limits, size=model_size)
+        key = model_key(name, limits)
+        try:
+            error = download_error(*key)  # a remembered download failure: not asked again
+            if error:
+                raise ValueError(error)
+            return get_model(*key)
+        except (ModelLoadError, OSError) as err:
+            raise ValueError(str(err)) from err
+
+    return load

@@ -1,0 +1,168 @@
+"""The views as registered parts (mha_viz.parts.VIEWS): the context every view's render function takes, the view
+menu, and the render functions of the built-in views (each draws with mha_viz/ui/views.py and friends)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import streamlit as st
+
+from ..analysis import without_tokens
+from ..config import MHAConfig
+from ..figures.heads import head_label, layer_stack
+from ..long import LongTrace
+from ..params import ViewState
+from ..parts import SECTIONS, VIEWS
+from ..serve.hosting import Budget
+from ..sources import ModelSource, TraceSource
+from ..trace import AttentionTrace
+from . import layer_switch, views
+from .analysis import ModelLoader, analysis_view
+from .generate import generate_view
+from .style import column_width, is_narrow
+from .training import training_page
+
+
+@dataclass(frozen=True)
+class ViewContext:
+    """What a page hands the view it shows.
+
+    trace: the layer's trace (special tokens kept; None for a long input's Heads view, which draws `long`); shown:
+    the trace as drawn (hidden tokens removed); hidden: the tokens hidden; cfg: the configurable layer's sizes;
+    accuracy: draws the accuracy of every h beside the heads (trained weights); other_model: loads another model
+    for comparison (pretrained mode).
+    """
+
+    state: ViewState
+    name: str
+    source: TraceSource | None = None  # None: the view makes its own (Training)
+    trace: AttentionTrace | None = None
+    shown: AttentionTrace | None = None
+    layer: int = 0
+    cfg: MHAConfig | None = None
+    long: LongTrace | None = None
+    limits: Budget | None = None
+    hidden: frozenset[str] = frozenset()
+    accuracy: Callable[[], None] | None = None
+    other_model: ModelLoader | None = None
+
+    @property
+    def drawn(self) -> AttentionTrace:
+        return self.trace if self.shown is None else self.shown
+
+    def sizes(self) -> tuple[int, int]:
+        """Query and key tokens (a long input: all of them)."""
+        return tuple((self.trace.weights.shape if self.long is None else self.long.shape)[1:])
+
+
+def view_picker(options: tuple[str, ...]) -> str:
+    """The view menu (its widget key is the `view` field); a view this page does not offer becomes the first."""
+    if st.session_state.get("view") not in options:
+        st.session_state["view"] = options[0]
+    return st.segmented_control("View", options, key="view", required=True, label_visibility="collapsed")
+
+
+def render_view(view: str, context: ViewContext) -> AttentionTrace | None:
+    """Draw the registered view; a trace lacking an array the view draws gets a message instead. Returns what the
+    view's function returns (Training: the trained layer's trace, for Export)."""
+    part = VIEWS.part(view)
+    for f in part.fields:  # its widgets' keys hold their registered defaults (a page not seeded from a URL, too)
+        st.session_state.setdefault(f.name, f.default)
+    lacking = context.trace.lacks(*part.arrays) if context.trace is not None else ()
+    if lacking:
+        st.info(f"The {view} view needs {', '.join(lacking)} of this layer: {context.trace.meta.get('unavailable')}")
+        return None
+    return part.renderer()(context)
+
+
+def shown_parts() -> dict[str, str]:
+    """The report's notes naming the view shown (and its analysis section) with their help, from the registry."""
+    view, section = st.session_state.get("view"), st.session_state.get("section")
+    if view not in VIEWS:
+        return {}
+    part = VIEWS.part(view)
+    notes = {"view": f"{view}: {part.help}"}
+    if any(f.name == "section" for f in part.fields) and section in SECTIONS:
+        notes["analysis section"] = f"{section}: {SECTIONS.part(section).help}"
+    return notes
+
+
+def hide(trace: AttentionTrace, hidden: frozenset[str]) -> AttentionTrace | None:
+    """The trace without the hidden tokens (analysis.without_tokens), or None if nothing would be left."""
+    if not hidden:
+        return trace
+    try:
+        return without_tokens(trace, hidden)
+    except ValueError:
+        return None
+
+
+def layer_payload(source: ModelSource, hidden: frozenset[str]) -> bytes | None:
+    """Every layer of the Heads chart (what heads_figure draws: pooled, the hidden tokens removed) for the
+    browser to switch between, or None when that is more than layer_switch.MAX_BYTES."""
+    def pack() -> bytes | None:
+        traces = [hide(t, hidden) or t for t in (source.trace(i) for i in range(source.num_layers))]
+        stack = layer_stack(traces)  # (L, H, t, s)
+        if not layer_switch.fits(stack.shape):
+            return None
+        return layer_switch.pack(stack, [head_label(traces[0], h) for h in range(stack.shape[1])])
+
+    return source.memo(("layer payload", hidden), pack)
+
+
+# The built-in views' render functions (registered in mha_viz/params.py).
+
+def heads(c: ViewContext) -> None:
+    if c.long is not None:
+        views.long_heads_view(c.long, c.name, c.source.long_trace)
+    elif c.accuracy is None:
+        views.heads_view(c.drawn, c.name)
+    else:
+        narrow = is_narrow()  # the accuracy chart needs ~200 px beside the heads, else it goes under them
+        left, right = (st.container(), st.container()) if narrow else st.columns([3, 1])
+        with left:
+            views.heads_view(c.drawn, c.name, width=None if narrow else column_width(0.75))
+        with right:
+            c.accuracy()
+
+
+def lines(c: ViewContext) -> None:
+    views.lines_view(c.drawn, c.name)
+
+
+def one_head(c: ViewContext) -> None:
+    views.head_view(c.drawn, c.name)
+
+
+def concat(c: ViewContext) -> None:
+    views.output_path_view(c.drawn, c.name)
+
+
+def overview(c: ViewContext) -> None:
+    views.overview_view(c.source.attentions(), c.drawn, c.layer, c.name)
+    payload = layer_payload(c.source, c.hidden)
+    if payload is not None:
+        layer_switch.open_on_click(payload, chart="opened_heads", thumbnails="overview", key="open_on_click")
+
+
+def analysis(c: ViewContext) -> None:
+    analysis_view(c.trace, c.source, layer=c.layer, name=c.name, other_model=c.other_model,
+                  max_passes=None if c.limits is None else c.limits.max_passes)
+
+
+def shapes(c: ViewContext) -> None:
+    views.cost_view(c.cfg, *c.sizes(), cross=c.trace.cross)
+
+
+def formulas(c: ViewContext) -> None:
+    views.formulas_view(c.cfg, *c.sizes(), c.trace.causal, cross=c.trace.cross)
+
+
+def generate(c: ViewContext) -> None:
+    generate_view(c.source, c.name, c.limits)
+
+
+def training(c: ViewContext) -> AttentionTrace | None:
+    s = c.state
+    return training_page(s.h, s.d_model, s.steps, s.seed, s.task)
