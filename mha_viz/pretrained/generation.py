@@ -32,7 +32,7 @@ from torch import Tensor
 from .adapter import to_numpy
 
 if TYPE_CHECKING:
-    from .model import PretrainedModel
+    from .interface import TextModel
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,7 +189,7 @@ def eos_token_ids(lm: torch.nn.Module) -> set[int]:
 
 @torch.no_grad()
 def generate(
-    model: PretrainedModel,
+    model: TextModel,
     prompt: str,
     max_new_tokens: int,
     *,

@@ -75,11 +75,11 @@ class PretrainedModel:
 
     def tokens(self, text: str, *, decoder: bool = False) -> list[str]:
         """The model's tokens for text, special tokens included; decoder=True: as the decoder reads it."""
-        return list(self._encode(text, decoder=decoder).tokens)
+        return list(self.encode(text, decoder=decoder).tokens)
 
     def coverage(self, text: str) -> Coverage:
         """How many of text's tokens the vocabulary does not know ([UNK]) or only knows character by character."""
-        enc = self._encode(text)
+        enc = self.encode(text)
         special = set(self.tokenizer.all_special_ids)
         unk = self.tokenizer.unk_token_id
         ids = [(i, t) for i, t in zip(enc.ids, enc.tokens, strict=True) if i not in special or i == unk]
@@ -199,7 +199,7 @@ class PretrainedModel:
         reason = self.next_token_unavailable
         if reason is not None:
             raise ValueError(f"next-token probabilities are unavailable: {reason}")
-        enc = self._encode(text)
+        enc = self.encode(text)
         masks = self._head_masks("decoder", head_masks)
         with self._lock, masks, torch.no_grad():
             ids = torch.tensor([list(enc.ids)], device=self.adapter.device())  # (1, T)
@@ -263,11 +263,12 @@ class PretrainedModel:
         if self.kind != "encoder-decoder":
             if decoder_text is not None:
                 raise ValueError(f"decoder_text is for encoder-decoder models; {self.name} is a {self.kind} model")
-            return self._encode(text), None
-        return self._encode(text), self._encode(text if decoder_text is None else decoder_text, decoder=True)
+            return self.encode(text), None
+        return self.encode(text), self.encode(text if decoder_text is None else decoder_text, decoder=True)
 
-    def _encode(self, text: str, *, decoder: bool = False) -> Encoded:
-        """text as the model reads it, cut to max_tokens (special tokens kept at the ends).
+    def encode(self, text: str, *, decoder: bool = False) -> Encoded:
+        """text as the model reads it, cut to max_tokens (special tokens kept at the ends); decoder=True: as the
+        decoder reads it (shifted right after the decoder start token).
 
         A text of more than CHARS_PER_TOKEN * max_tokens characters is cut to that before it is
         tokenised (no model's tokens are that long), so a huge paste costs no more than a long text;
