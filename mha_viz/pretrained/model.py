@@ -21,7 +21,7 @@ from torch import nn
 
 from ..trace import AttentionTrace
 from . import attribution, generation
-from .adapter import HeadMasks, to_numpy
+from .adapter import HeadMasks, TraceRequest, to_numpy
 from .architectures import adapter_for
 from .encoded import Coverage, Encoded
 from .modality import refuse_non_text
@@ -130,16 +130,16 @@ class PretrainedModel:
             "head_mask": None if mask is None else mask.tolist(),
         }
         with self._lock:
-            return self.adapter.traces(
+            return self.adapter.traces(TraceRequest(
                 part,
-                list(layers),
+                tuple(layers),
                 ids=enc.ids,
-                decoder_ids=None if dec is None else dec.ids,
                 query_tokens=queries.tokens,
                 key_tokens=keys.tokens,
+                decoder_ids=None if dec is None else dec.ids,
                 head_mask=mask,
                 meta=meta,
-            )
+            ))
 
     def attentions(self, text: str, *, part: str | None = None, decoder_text: str | None = None) -> np.ndarray:
         """The model's own attention weights for every layer of part: [layers, heads, T, S]."""
