@@ -44,6 +44,7 @@ from mha_viz.hosting import (
 from mha_viz.long import LongTrace
 from mha_viz.params import MAX_LONG_TOKENS, MODES
 from mha_viz.pretrained import Generation, ModelLoadError, PretrainedModel
+from mha_viz.sampling import GREEDY, Sampling
 from mha_viz.sources import MAX_TOKENS, ConfigurableSource, ModelSource
 from mha_viz.trace import AttentionTrace
 from mha_viz.ui import body, controls, fair, pages, pretrained, state, style, views
@@ -92,11 +93,9 @@ class CachedModel(ModelSource):
             ("attentions", self.key, self.text, self.part, self.decoder_text), super().attentions,
             heavy=long_text(self.text))
 
-    def generate(self, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int = 0) -> Generation:
-        key = ("generation", self.key, self.text, max_new_tokens, temperature, top_k, top_p, seed)
-        return cached(key, lambda: super(CachedModel, self).generate(
-            max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed), "Writing…", heavy=True)
+    def generate(self, max_new_tokens: int, sampling: Sampling = GREEDY) -> Generation:
+        key = ("generation", self.key, self.text, max_new_tokens, sampling)
+        return cached(key, lambda: super(CachedModel, self).generate(max_new_tokens, sampling), "Writing…", heavy=True)
 
     def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
         return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed),

@@ -20,6 +20,7 @@ from .attention import MultiHeadAttention
 from .config import MHAConfig
 from .long import LongTrace, long_trace
 from .params import MAX_LONG_TOKENS
+from .sampling import GREEDY, Sampling
 from .text import embed_tokens, tokenize
 from .trace import AttentionTrace
 
@@ -191,11 +192,9 @@ class ModelSource:
             return None
         return self.model.attentions(self.text, part=self.part, decoder_text=self.decoder_text)
 
-    def generate(self, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int = 0) -> Generation:
+    def generate(self, max_new_tokens: int, sampling: Sampling = GREEDY) -> Generation:
         """The model writing after the text (PretrainedModel.generate)."""
-        return self.model.generate(self.text, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                   seed=seed)
+        return self.model.generate(self.text, max_new_tokens, sampling)
 
     def logit_attribution(self, *, ids: tuple[int, ...] | None = None, position: int = -1,
                           token: int | str | None = None) -> LogitAttribution:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..sampling import GREEDY, Sampling
 from ..trace import AttentionTrace
 from . import attribution, generation
 from .adapter import HeadMasks, TraceRequest, to_numpy
@@ -206,28 +207,17 @@ class PretrainedModel:
             logits = self.model(input_ids=ids, use_cache=False).logits  # (1, T, vocab)
         return to_numpy(logits[0, -1].float().softmax(-1))  # (vocab,)
 
-    def generate(
-        self,
-        prompt: str,
-        max_new_tokens: int,
-        *,
-        temperature: float = 0.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int = 0,
-    ) -> generation.Generation:
+    def generate(self, prompt: str, max_new_tokens: int, sampling: Sampling = GREEDY) -> generation.Generation:
         """Write up to max_new_tokens tokens after prompt, one step at a time with the KV cache.
 
-        temperature 0 is greedy (the tokens of transformers' generate(do_sample=False)); otherwise
-        softmax(logits / temperature), then top_k, then top_p, sampled reproducibly from seed. Each step
-        keeps its distribution (.probs) and the predicting query's attention [layers, heads, keys]
-        (.attentions). Stops early after the model's end-of-sequence token. ValueError if the prompt plus
-        max_new_tokens would not fit max_tokens. See mha_viz.pretrained.generation.
+        sampling (mha_viz.sampling.Sampling): greedy by default (the tokens of transformers'
+        generate(do_sample=False)); otherwise softmax(logits / temperature), then top_k, then top_p, drawn
+        reproducibly from its seed. Each step keeps its distribution (.probs) and the predicting query's attention
+        [layers, heads, keys] (.attentions). Stops early after the model's end-of-sequence token. ValueError if the
+        prompt plus max_new_tokens would not fit max_tokens. See mha_viz.pretrained.generation.
         """
         with self._lock:
-            return generation.generate(
-                self, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
-            )
+            return generation.generate(self, prompt, max_new_tokens, sampling)
 
     def logit_attribution(
         self,
