@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import numpy as np
 import torch
@@ -446,3 +446,19 @@ class Adapter:
             kv_heads=kv_heads if site.num_kv_heads != site.num_heads else None,
             meta={**request.layer_meta(layer), **extra, "model_dtype": str(reference.dtype).removeprefix("torch."), "check": check},
         )
+
+
+ADAPTERS: dict[str, type[Adapter]] = {}  # config.model_type -> the adapter that opens it up (filled by @register)
+A = TypeVar("A", bound=type[Adapter])
+
+
+def register(cls: A) -> A:
+    """Class decorator: cls opens up the architectures it names (config.model_type values). ValueError for an
+    adapter that names none, or one that another adapter already opens (each model_type has one adapter)."""
+    if not cls.architectures:
+        raise ValueError(f"{cls.__name__} names no architectures (config.model_type values) to open up")
+    taken = {t: ADAPTERS[t].__name__ for t in cls.architectures if t in ADAPTERS}
+    if taken:
+        raise ValueError(f"{cls.__name__}: these architectures already have an adapter: {taken}")
+    ADAPTERS.update(dict.fromkeys(cls.architectures, cls))
+    return cls
