@@ -5,7 +5,7 @@
 
 attend() is the one attention core: this module's configurable layer and every pretrained
 architecture's adapter (mha_viz.pretrained) call it, each with the variations its model uses
-(scale, per-head q/k norms, rotary positions, an additive bias, soft-capping, masks, head masks).
+(a Variations: scale, per-head q/k norms, rotary positions, additive biases, soft-capping, masks; and head masks).
 
 Parameters are stored per head, TransformerLens style:
     W_Q [H, d_model, d_k]   W_K [H, d_context, d_k]   W_V [H, d_context, d_v]   W_O [d_out, H*d_v]
