@@ -5,7 +5,7 @@
 
 attend() is the one attention core: this module's configurable layer and every pretrained
 architecture's adapter (mha_viz.pretrained) call it, each with the variations its model uses
-(scale, per-head q/k norms, rotary positions, an additive bias, soft-capping, masks, head masks).
+(a Variations: scale, per-head q/k norms, rotary positions, additive biases, soft-capping, masks; and head masks).
 
 Parameters are stored per head, TransformerLens style:
     W_Q [H, d_model, d_k]   W_K [H, d_context, d_k]   W_V [H, d_context, d_v]   W_O [d_out, H*d_v]
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -93,54 +94,56 @@ def scale_heads(concat: Tensor, head_mask: Tensor) -> Tensor:
     return concat * head_mask.to(concat).repeat_interleave(d_v)  # (..., T, H*d_v)
 
 
-def attend(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    scale: float,
-    q_norm: Callable[[Tensor], Tensor] | None = None,
-    k_norm: Callable[[Tensor], Tensor] | None = None,
-    rotary: tuple[Tensor, Tensor] | None = None,
-    bias: Tensor | None = None,
-    softcap: float | None = None,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    window: int | None = None,
-    head_mask: Tensor | None = None,
-) -> Attended:
+@dataclass(frozen=True)
+class Variations:
+    """How one layer's attention differs from softmax(Q K^T / sqrt(d_k)) V: what attend() applies."""
+
+    scale: float
+    q_norm: Callable[[Tensor], Tensor] | None = None  # per-head norm over d_k, before rotary (Qwen3, Phi)
+    k_norm: Callable[[Tensor], Tensor] | None = None
+    rotary: tuple[Tensor, Tensor] | None = None  # (cos, sin), each (T, r): r < d_k rotates part of each head
+    bias: dict[str, Tensor] = field(default_factory=dict)  # named terms added to the scores, each (H or 1, T or 1, S)
+    softcap: float | None = None  # scores -> softcap * tanh(scores / softcap)
+    mask: Tensor | None = None  # the model's own mask: True (or -inf) where a key is hidden
+    causal: bool = False
+    window: int | None = None  # keys |i - j| >= window are hidden (with causal: the window - 1 keys before i)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: Tensor | None = None) -> Attended:
     """Scaled dot-product attention of every head at once, with the variations real models use.
 
     q (..., H, T, d_k), k (..., H, S, d_k), v (..., H, S, d_v): one K/V per query head (repeat
     grouped-query K/V heads first). In this order:
         q, k    = q_norm(q), k_norm(k)                  per-head norms over d_k (Qwen3, Phi)
         q, k    = apply_rotary(q | k, cos, sin)         rotary positions, rotary = (cos, sin)
-        scores  = scale * q k^T + bias                  bias (..., H, T, S): ALiBi, relative positions
+        scores  = scale * q k^T + sum(bias)             bias terms (..., H, T, S): ALiBi, relative positions
         scores  = softcap * tanh(scores / softcap)      logit soft-capping (Gemma2)
         scores  = scores + mask                         mask: True (or -inf) where a key is hidden
         scores  = -inf where j > i (causal) or |i - j| >= window
         weights = softmax(scores)                       over keys
         head_h  = weights_h v_h;  concat = [head_0 | ... | head_{H-1}] scaled by head_mask (H,)
     """
-    if q_norm is not None:
-        q = q_norm(q)  # (..., H, T, d_k)
-    if k_norm is not None:
-        k = k_norm(k)  # (..., H, S, d_k)
-    if rotary is not None:
-        cos, sin = rotary  # (T, r) each
+    var = variations
+    if var.q_norm is not None:
+        q = var.q_norm(q)  # (..., H, T, d_k)
+    if var.k_norm is not None:
+        k = var.k_norm(k)  # (..., H, S, d_k)
+    if var.rotary is not None:
+        cos, sin = var.rotary  # (T, r) each
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (..., H, T, d_k), (..., H, S, d_k)
-    scores = (q * scale) @ k.transpose(-1, -2)  # (..., H, T, S)  scale * Q K^T
-    if bias is not None:
-        scores = scores + bias  # (..., H, T, S)
-    if softcap is not None:
-        scores = softcap * torch.tanh(scores / softcap)  # (..., H, T, S)
-    if mask is not None:
+    scores = (q * var.scale) @ k.transpose(-1, -2)  # (..., H, T, S)  scale * Q K^T
+    if var.bias:
+        scores = scores + sum(var.bias.values())  # (..., H, T, S)
+    if var.softcap is not None:
+        scores = var.softcap * torch.tanh(scores / var.softcap)  # (..., H, T, S)
+    if var.mask is not None:
+        mask = var.mask
         scores = scores.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     T, S = scores.shape[-2:]
-    if causal:
+    if var.causal:
         scores = scores.masked_fill(causal_mask(T, S, scores.device), float("-inf"))  # (..., H, T, S)
-    if window is not None:
-        scores = scores.masked_fill(window_mask(T, S, window, scores.device), float("-inf"))  # (..., H, T, S)
+    if var.window is not None:
+        scores = scores.masked_fill(window_mask(T, S, var.window, scores.device), float("-inf"))  # (..., H, T, S)
     weights = scores.softmax(dim=-1)  # (..., H, T, S)
     head_outputs = weights @ v  # (..., H, T, d_v)
     concat = head_outputs.transpose(-3, -2).flatten(-2)  # (..., T, H*d_v)
@@ -261,7 +264,7 @@ class MultiHeadAttention(nn.Module):
         q = self._project(x, self.W_Q, self.b_Q)  # (..., H, T, d_k)
         k = self._project(c, self.W_K, self.b_K)  # (..., H, S, d_k)
         v = self._project(c, self.W_V, self.b_V)  # (..., H, S, d_v)
-        a = attend(q, k, v, scale=1.0 / math.sqrt(cfg.d_k), causal=causal, head_mask=head_mask)
+        a = attend(q, k, v, Variations(scale=1.0 / math.sqrt(cfg.d_k), causal=causal), head_mask)
         output = a.concat @ self.W_O.T  # (..., T, d_out)
         if self.b_O is not None:
             output = output + self.b_O

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .attention import MultiHeadAttention, attend
+from .attention import MultiHeadAttention, Variations, attend
 
 OVERVIEW_SIDE = 128  # the overview has at most this many cells a side (as heads_figure's MAX_CELLS_PER_SIDE)
 CHUNK_CELLS = 2**22  # query rows go through attend() in chunks of about this many cells, all heads (16 MB float32)
@@ -79,7 +79,7 @@ class LongTrace:
         r0, c0 = rows.indices(self.shape[1])[0], cols.indices(self.shape[2])[0]
         mask = _causal_block(r0, q.shape[1], c0, k.shape[1]) if self.causal else None
         v = torch.zeros(*k.shape[:2], 1)  # attend needs values; this block's outputs are not used
-        return attend(q, k, v, scale=self.scale, mask=mask).scores.numpy()  # (H, r, c)
+        return attend(q, k, v, Variations(scale=self.scale, mask=mask)).scores.numpy()  # (H, r, c)
 
     def weights(self, rows: slice, cols: slice) -> np.ndarray:
         """[H, r, c] the exact softmax weights (normalised over all S keys) of a block of positions."""
@@ -130,7 +130,7 @@ def long_trace(
         for r0 in range(0, T, rows_per_chunk):
             r1 = min(T, r0 + rows_per_chunk)
             mask = _causal_block(r0, r1 - r0, 0, S) if causal else None
-            a = attend(q[:, r0:r1], k, v, scale=scale, mask=mask)  # scores, weights (H, r, S)
+            a = attend(q[:, r0:r1], k, v, Variations(scale=scale, mask=mask))  # scores, weights (H, r, S)
             lse[:, r0:r1] = torch.logsumexp(a.scores, dim=-1)  # (H, r)
             head_outputs[:, r0:r1] = a.head_outputs  # (H, r, d_v)
             pad_rows = -(-(r1 - r0) // bt) * bt - (r1 - r0)

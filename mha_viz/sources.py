@@ -1,9 +1,15 @@
 """Where a trace comes from: one object that views and analyses ask for a layer, another text, all layers.
 
+Every source is a `Source` (the Protocol below):
     source.trace(layer)      the AttentionTrace of that layer on the source's text
     source.with_text(other)  the same model on another text (for comparisons)
     source.attentions()      every layer's attention weights [L, H, T, S], or None for a single layer
     source.model             the PretrainedModel behind it (knockout through the whole model), or None
+and says what else it can do, so that a view asks what a source can do, not what type it is:
+    source.num_layers        how many attention layers trace() reads (1: a single layer)
+    source.causal_lm         a causal language model: generate() and logit_attribution() work
+    source.trainable         mha-viz's own layer (d_model, h), which mha_viz.training can train on a task
+    source.long              is_long() and long_trace() read inputs longer than max_tokens
 Sources are frozen dataclasses: equal arguments, equal sources (an app can cache on them).
 """
 
@@ -11,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import torch
@@ -20,6 +26,7 @@ from .attention import MultiHeadAttention
 from .config import MHAConfig
 from .limits import MAX_LONG_TOKENS, MAX_TOKENS
 from .long import LongTrace, long_trace
+from .sampling import GREEDY, Sampling
 from .text import embed_tokens, tokenize
 from .trace import AttentionTrace
 
@@ -30,6 +37,32 @@ if TYPE_CHECKING:
     from .training import TrainedLayer
 
 T = TypeVar("T")
+
+
+@runtime_checkable
+class Source(Protocol):
+    """What every source gives a view, and the flags that say what else it can do (module docstring)."""
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def causal_lm(self) -> bool: ...
+
+    @property
+    def trainable(self) -> bool: ...
+
+    @property
+    def long(self) -> bool: ...
+
+    @property
+    def model(self) -> PretrainedModel | None: ...
+
+    def trace(self, layer: int) -> AttentionTrace: ...
+
+    def with_text(self, text: str) -> Source: ...
+
+    def attentions(self) -> np.ndarray | None: ...
 
 
 def text_tokens(text: str, what: str = "text", max_tokens: int = MAX_TOKENS) -> tuple[tuple[str, ...], int]:
@@ -106,6 +139,9 @@ class ConfigurableSource:
     long_tokens: int = MAX_LONG_TOKENS  # the longest input long_trace() reads
     num_layers: int = field(default=1, init=False)
     model: None = field(default=None, init=False)
+    causal_lm: ClassVar[bool] = False
+    trainable: ClassVar[bool] = True
+    long: ClassVar[bool] = True
 
     def trace(self, layer: int = 0) -> AttentionTrace:
         _single_layer(layer)
@@ -145,6 +181,9 @@ class TrainedSource:
     sequence: str  # task tokens separated by spaces; "" is the task's probe sequence
     num_layers: int = field(default=1, init=False)
     model: None = field(default=None, init=False)
+    causal_lm: ClassVar[bool] = False  # causal attention over task tokens, but no language model head
+    trainable: ClassVar[bool] = True
+    long: ClassVar[bool] = False
 
     def trace(self, layer: int = 0) -> AttentionTrace:
         _single_layer(layer)
@@ -165,10 +204,18 @@ class ModelSource:
     text: str
     part: str
     decoder_text: str | None = None
+    trainable: ClassVar[bool] = False
+    long: ClassVar[bool] = False
 
     @property
     def num_layers(self) -> int:
         return self.model.num_layers[self.part]
+
+    @property
+    def causal_lm(self) -> bool:
+        """Whether the model predicts next tokens (a decoder-only model with its LM head): model.next_token_unavailable
+        says why not."""
+        return self.model.next_token_unavailable is None
 
     def trace(self, layer: int) -> AttentionTrace:
         return self.model.trace(self.text, layer, part=self.part, decoder_text=self.decoder_text)
@@ -190,11 +237,9 @@ class ModelSource:
             return None
         return self.model.attentions(self.text, part=self.part, decoder_text=self.decoder_text)
 
-    def generate(self, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int = 0) -> Generation:
+    def generate(self, max_new_tokens: int, sampling: Sampling = GREEDY) -> Generation:
         """The model writing after the text (PretrainedModel.generate)."""
-        return self.model.generate(self.text, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                   seed=seed)
+        return self.model.generate(self.text, max_new_tokens, sampling)
 
     def logit_attribution(self, *, ids: tuple[int, ...] | None = None, position: int = -1,
                           token: int | str | None = None) -> LogitAttribution:
@@ -213,7 +258,7 @@ class ModelSource:
         return compute()
 
 
-TraceSource = ConfigurableSource | TrainedSource | ModelSource
+TraceSource = Source  # the name the app's views use
 
 
 def _single_layer(layer: int) -> None:

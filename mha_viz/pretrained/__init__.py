@@ -10,7 +10,7 @@
     ('fox', 'blue', 'sky')
 
 Adapted (full traces): BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, ALBERT, DeBERTa-v2, ModernBERT, GPT-2,
-GPT-Neo, GPT-NeoX, OPT, Bloom, Falcon, LLaMA, Mistral, Qwen2, Qwen3, Gemma, Gemma2, Phi, Phi-3, T5, BART
+GPTBigCode, GPT-Neo, GPT-NeoX, OPT, Bloom, Falcon, LLaMA, Mistral, Qwen2, Qwen3, Gemma, Gemma2, Phi, Phi-3, T5, BART
 (mha_viz.pretrained.architectures.ADAPTERS). Any other text architecture gives the model's weights plus
 the concat, head outputs, W_O and output of its located output projection (generic.py), or the weights
 alone; vision, audio and multimodal models are refused (ModelLoadError). load_model(dtype=, device_map=)

@@ -7,7 +7,7 @@ rest is the same for every architecture, for one layer and one input:
     q, k, v    = outputs of the q/k/v projections, split into heads          forward hooks
     variations = scale, q/k norms, rotary cos/sin, bias, soft-capping,        adapter, from the
                  the model's mask, causal, sliding window                     module's own arguments
-    weights, head outputs, concat = mha_viz.attention.attend(q, k, v, **variations)
+    weights, head outputs, concat = mha_viz.attention.attend(q, k, v, variations, head_mask)
                                                 checked against the model's output_attentions
     concat     = input of the output projection    forward pre-hook; head_mask scales blocks here
     output     = concat W_O^T + b_O                forward hook; checked against concat W_O^T + b_O
@@ -18,16 +18,16 @@ from __future__ import annotations
 import contextlib
 import inspect
 import itertools
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..attention import attend, scale_heads
+from ..attention import Variations, attend, scale_heads
 from ..trace import AttentionTrace
 from .errors import ModelLoadError
 
@@ -59,19 +59,23 @@ class Site:
         return tuple(h // (self.num_heads // self.num_kv_heads) for h in range(self.num_heads))
 
 
-@dataclass(frozen=True)
-class Variations:
-    """How one layer's attention differs from softmax(Q K^T / sqrt(d_k)) V: the arguments of attend()."""
+@dataclass(frozen=True, eq=False)
+class TraceRequest:
+    """What Adapter.traces() is asked for: these layers of part, from one forward pass on ids (and an
+    encoder-decoder's decoder_ids), labelled with query and key tokens; head_mask (H,) scales the head blocks of
+    every one of those layers; meta goes into every trace (with its "layer")."""
 
-    scale: float
-    q_norm: Callable[[Tensor], Tensor] | None = None  # per-head norm over d_k, before rotary (Qwen3, Phi)
-    k_norm: Callable[[Tensor], Tensor] | None = None
-    rotary: tuple[Tensor, Tensor] | None = None  # (cos, sin), each (T, r): r < d_k rotates part of each head
-    bias: dict[str, Tensor] = field(default_factory=dict)  # named terms added to the scores, each (H or 1, T or 1, S)
-    softcap: float | None = None  # scores -> softcap * tanh(scores / softcap)
-    mask: Tensor | None = None  # the model's own mask: True (or -inf) where a key is hidden
-    causal: bool = False
-    window: int | None = None  # keys |i - j| >= window are hidden (with causal: the window - 1 keys before i)
+    part: str
+    layers: tuple[int, ...]
+    ids: tuple[int, ...]
+    query_tokens: tuple[str, ...]
+    key_tokens: tuple[str, ...]
+    decoder_ids: tuple[int, ...] | None = None
+    head_mask: Tensor | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def layer_meta(self, layer: int) -> dict[str, Any]:
+        return {**self.meta, "layer": layer}
 
 
 class Recorder:
@@ -371,82 +375,41 @@ class Adapter:
             return outputs.encoder_last_hidden_state
         return outputs.last_hidden_state
 
-    def trace(
-        self,
-        part: str,
-        layer: int,
-        *,
-        ids: Sequence[int],
-        decoder_ids: Sequence[int] | None,
-        query_tokens: Sequence[str],
-        key_tokens: Sequence[str],
-        head_mask: Tensor | None,
-        meta: dict[str, Any],
-    ) -> AttentionTrace:
-        """Run the model once with hooks on (part, layer) and rebuild every intermediate of that layer."""
-        return self.traces(part, [layer], ids=ids, decoder_ids=decoder_ids, query_tokens=query_tokens,
-                           key_tokens=key_tokens, head_mask=head_mask, meta=meta)[0]
-
     @torch.no_grad()
-    def traces(
-        self,
-        part: str,
-        layers: Sequence[int],
-        *,
-        ids: Sequence[int],
-        decoder_ids: Sequence[int] | None,
-        query_tokens: Sequence[str],
-        key_tokens: Sequence[str],
-        head_mask: Tensor | None,
-        meta: dict[str, Any],
-    ) -> list[AttentionTrace]:
-        """One forward pass with hooks on every layer in `layers` of part; each layer's trace, in that order.
+    def traces(self, request: TraceRequest) -> list[AttentionTrace]:
+        """One forward pass with hooks on every layer of the request; each layer's trace, in that order.
 
-        head_mask, if given, scales the head blocks of every one of those layers. Only these layers are
-        hooked: no other layer's q, k, v is kept.
+        Only these layers are hooked: no other layer's q, k, v is kept.
         """
-        recorders = [Recorder(self.site(part, layer), head_mask) for layer in layers]
+        recorders = [Recorder(self.site(request.part, layer), request.head_mask) for layer in request.layers]
+        reference = self.recorded(request, recorders)  # one (1, H, T, S) per layer
+        return [self._rebuild(request, layer, rec, reference[layer][0])
+                for layer, rec in zip(request.layers, recorders, strict=True)]
+
+    def recorded(self, request: TraceRequest, recorders: Sequence[Recorder]) -> tuple[Tensor, ...]:
+        """Run the request's forward pass with the recorders' hooks on; the model's own weights of request.part."""
         with contextlib.ExitStack() as hooks:
             for rec in recorders:
                 hooks.enter_context(rec)
-            outputs = self.forward(ids, decoder_ids)
-        reference = self.model_attentions(outputs, part)  # one (1, H, T, S) per layer
-        return [
-            self._rebuild(part, rec, reference[layer][0], query_tokens, key_tokens, head_mask, {**meta, "layer": layer})
-            for layer, rec in zip(layers, recorders, strict=True)
-        ]
+            outputs = self.forward(request.ids, request.decoder_ids)
+        return self.model_attentions(outputs, request.part)
 
-    def _rebuild(
-        self,
-        part: str,
-        rec: Recorder,
-        reference: Tensor,
-        query_tokens: Sequence[str],
-        key_tokens: Sequence[str],
-        head_mask: Tensor | None,
-        meta: dict[str, Any],
-    ) -> AttentionTrace:
+    def _rebuild(self, request: TraceRequest, layer: int, rec: Recorder, reference: Tensor) -> AttentionTrace:
         """Every intermediate of one layer from what its Recorder captured; reference: the model's (H, T, S).
 
         Computed in float32 whatever the model's dtype.
         """
-        site = rec.site
+        site, part = rec.site, request.part
         if rec.concat is None or rec.output is None:
-            raise RuntimeError(f"the output projection of {part} layer {meta['layer']} did not run")
+            raise RuntimeError(f"the output projection of {part} layer {layer} did not run")
         q, k, v = (x.float() for x in self.heads(site, rec))  # (H, T, d_k), (KV, S, d_k), (KV, S, d_v)
         var = self.variations(part, site, rec, q, k)
         kv_heads = site.kv_heads
         k, v = k[list(kv_heads)], v[list(kv_heads)]  # (H, S, d_k), (H, S, d_v): query head h reads K/V head kv_heads[h]
         H, T, S = reference.shape
         bias = {name: b.float().expand(H, T, S).contiguous() for name, b in var.bias.items()}  # each (H, T, S)
-        a = attend(
-            q, k, v,
-            scale=var.scale, q_norm=var.q_norm, k_norm=var.k_norm,
-            rotary=None if var.rotary is None else tuple(t.float() for t in var.rotary),
-            bias=sum(bias.values()) if bias else None, softcap=var.softcap,
-            mask=var.mask, causal=var.causal, window=var.window,
-            head_mask=head_mask,
-        )  # fmt: skip
+        rotary = None if var.rotary is None else tuple(t.float() for t in var.rotary)
+        a = attend(q, k, v, replace(var, bias=bias, rotary=rotary), request.head_mask)
         with loaded(*(m for m in (site.q, site.k, site.v, site.out) if m is not None)):
             W_O, b_O = (None if w is None else w.float() for w in self.out_weights(site))  # (d_out, H*d_v), (d_out,)
             projections = {  # K/V weights of grouped-query heads repeated like k and v: head h's own W_K[h]
@@ -462,8 +425,8 @@ class Adapter:
             W_O_np, b_O_np = to_numpy(W_O), None if b_O is None else to_numpy(b_O)
         extra = {"window": var.window} if var.window is not None else {}
         return AttentionTrace(
-            query_tokens=tuple(query_tokens),
-            key_tokens=tuple(key_tokens),
+            query_tokens=request.query_tokens,
+            key_tokens=request.key_tokens,
             weights=to_numpy(a.weights),
             queries=to_numpy(a.queries),
             keys=to_numpy(a.keys),
@@ -481,5 +444,21 @@ class Adapter:
             causal=self.causal(part),
             cross=part == "cross",
             kv_heads=kv_heads if site.num_kv_heads != site.num_heads else None,
-            meta={**meta, **extra, "model_dtype": str(reference.dtype).removeprefix("torch."), "check": check},
+            meta={**request.layer_meta(layer), **extra, "model_dtype": str(reference.dtype).removeprefix("torch."), "check": check},
         )
+
+
+ADAPTERS: dict[str, type[Adapter]] = {}  # config.model_type -> the adapter that opens it up (filled by @register)
+A = TypeVar("A", bound=type[Adapter])
+
+
+def register(cls: A) -> A:
+    """Class decorator: cls opens up the architectures it names (config.model_type values). ValueError for an
+    adapter that names none, or one that another adapter already opens (each model_type has one adapter)."""
+    if not cls.architectures:
+        raise ValueError(f"{cls.__name__} names no architectures (config.model_type values) to open up")
+    taken = {t: ADAPTERS[t].__name__ for t in cls.architectures if t in ADAPTERS}
+    if taken:
+        raise ValueError(f"{cls.__name__}: these architectures already have an adapter: {taken}")
+    ADAPTERS.update(dict.fromkeys(cls.architectures, cls))
+    return cls

@@ -1,32 +1,20 @@
-"""Which adapter opens up which architecture (config.model_type); any other text model goes the generic way."""
+"""Which adapter opens up which architecture (config.model_type); any other text model goes the generic way.
+
+Each adapter module registers its adapters with @register (mha_viz.pretrained.adapter); a module is registered by
+being imported on the line below: a new architecture's module is one more name there (CONTRIBUTING.md).
+"""
 
 from __future__ import annotations
 
 from torch import nn
 
-from .adapter import Adapter
-from .bart import BartAdapter, OPTAdapter
-from .bert import AlbertAdapter, BertAdapter, DistilBertAdapter, RobertaAdapter
-from .bloom import BloomAdapter, FalconAdapter
-from .deberta import DebertaV2Adapter
+# Importing a module registers its adapters (@register): a new architecture's module is one more name here.
+from . import bart, bert, bloom, deberta, gpt2, gpt_bigcode, llama, modernbert, neox, t5  # noqa: F401
+from .adapter import ADAPTERS, Adapter
 from .fallback import FallbackAdapter
 from .generic import GenericAdapter
-from .gpt2 import GPT2Adapter, GPTNeoAdapter
-from .llama import Gemma2Adapter, GemmaAdapter, LlamaAdapter, Phi3Adapter, PhiAdapter, Qwen3Adapter
-from .modernbert import ModernBertAdapter
-from .neox import GPTNeoXAdapter
-from .t5 import T5Adapter
 
-ADAPTERS: dict[str, type[Adapter]] = {
-    model_type: cls
-    for cls in (
-        BertAdapter, RobertaAdapter, DistilBertAdapter, AlbertAdapter, DebertaV2Adapter, ModernBertAdapter,
-        GPT2Adapter, GPTNeoAdapter, GPTNeoXAdapter, OPTAdapter, BloomAdapter, FalconAdapter,
-        LlamaAdapter, Qwen3Adapter, GemmaAdapter, Gemma2Adapter, PhiAdapter, Phi3Adapter,
-        T5Adapter, BartAdapter,
-    )
-    for model_type in cls.architectures
-}  # fmt: skip
+__all__ = ["ADAPTERS", "adapter_for"]
 
 
 def adapter_for(model: nn.Module) -> Adapter:

@@ -29,7 +29,7 @@ from .adapter import Adapter, loaded
 from .encoded import Encoded
 
 if TYPE_CHECKING:
-    from .model import PretrainedModel
+    from .interface import TextModel
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,7 +144,7 @@ def supported_architectures() -> list[str]:
     return sorted(t for t, cls in ADAPTERS.items() if cls.residual_stream is not Adapter.residual_stream)
 
 
-def _token_id(model: PretrainedModel, token: int | str, vocab_size: int) -> int:
+def _token_id(model: TextModel, token: int | str, vocab_size: int) -> int:
     if isinstance(token, str):
         vocab = model.tokenizer.get_vocab()
         if token not in vocab:
@@ -157,7 +157,7 @@ def _token_id(model: PretrainedModel, token: int | str, vocab_size: int) -> int:
 
 @torch.no_grad()
 def logit_attribution(
-    model: PretrainedModel,
+    model: TextModel,
     text: str | None = None,
     *,
     ids: Sequence[int] | None = None,
@@ -185,7 +185,7 @@ def logit_attribution(
             raise ValueError("ids is empty")
         enc = Encoded(tuple(ids), tuple(model.tokenizer.convert_ids_to_tokens(ids)), 0)
     else:
-        enc = model._encode(text)
+        enc = model.encode(text)
     T = len(enc.ids)
     if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -T <= position < T:
         raise ValueError(f"position must be an integer in {-T} ... {T - 1} for {T} tokens, got {position!r}")

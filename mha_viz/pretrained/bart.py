@@ -11,9 +11,10 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from .adapter import Adapter, Site
+from .adapter import Adapter, Site, register
 
 
+@register
 class BartAdapter(Adapter):
     """{encoder,decoder}.layers[i].self_attn and decoder.layers[i].encoder_attn, each {q,k,v,out}_proj."""
 
@@ -26,6 +27,7 @@ class BartAdapter(Adapter):
         return Site(a, a.q_proj, a.k_proj, a.v_proj, a.out_proj, a.num_heads, a.num_heads, a.head_dim)
 
 
+@register
 class OPTAdapter(Adapter):
     """decoder.layers[i].self_attn.{q,k,v,out}_proj."""
 

@@ -6,9 +6,10 @@ ALBERT shares one layer's weights among all layers: layer l is the l-th call of 
 
 from __future__ import annotations
 
-from .adapter import Adapter, Site
+from .adapter import Adapter, Site, register
 
 
+@register
 class BertAdapter(Adapter):
     """encoder.layer[i].attention.self.{query,key,value}; W_O is attention.output.dense."""
 
@@ -22,6 +23,7 @@ class BertAdapter(Adapter):
         return Site(s, s.query, s.key, s.value, attention.output.dense, H, H, s.attention_head_size)
 
 
+@register
 class RobertaAdapter(BertAdapter):
     """BERT's layout; position ids start after the padding id, so two table rows are never used."""
 
@@ -32,6 +34,7 @@ class RobertaAdapter(BertAdapter):
         return cfg.max_position_embeddings - cfg.pad_token_id - 1
 
 
+@register
 class DistilBertAdapter(Adapter):
     """transformer.layer[i].attention.{q_lin,k_lin,v_lin,out_lin}."""
 
@@ -43,6 +46,7 @@ class DistilBertAdapter(Adapter):
         return Site(a, a.q_lin, a.k_lin, a.v_lin, a.out_lin, a.n_heads, a.n_heads, a.attention_head_size)
 
 
+@register
 class AlbertAdapter(Adapter):
     """encoder.albert_layer_groups[g].albert_layers[j].attention.{query,key,value,dense}, shared across layers.
 

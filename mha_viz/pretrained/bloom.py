@@ -18,10 +18,11 @@ from dataclasses import replace
 
 from torch import Tensor, nn
 
-from .adapter import Adapter, Recorder, Site, Variations, rotary_of
+from .adapter import Adapter, Recorder, Site, Variations, register, rotary_of
 from .neox import interleaved
 
 
+@register
 class BloomAdapter(Adapter):
     """h[i].self_attention.{query_key_value,dense}; the ALiBi tensor comes in as the alibi argument."""
 
@@ -47,6 +48,7 @@ class BloomAdapter(Adapter):
         return self.base.h, self.base.ln_f
 
 
+@register
 class FalconAdapter(Adapter):
     """h[i].self_attention.{query_key_value,dense}; rotary cos/sin as position_embeddings, or alibi."""
 

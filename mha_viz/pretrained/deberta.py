@@ -15,12 +15,13 @@ from dataclasses import replace
 import torch
 from torch import Tensor, nn
 
-from .adapter import Adapter, Recorder, Site, Variations, model_mask, per_head
+from .adapter import Adapter, Recorder, Site, Variations, model_mask, per_head, register
 
 C2P = "content→position (c2p)"
 P2C = "position→content (p2c)"
 
 
+@register
 class DebertaV2Adapter(Adapter):
     """encoder.layer[i].attention.self.{query_proj,key_proj,value_proj}; W_O is attention.output.dense."""
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from torch import Tensor, nn
+from torch import nn
 
 from ..trace import AttentionTrace
-from .adapter import Adapter, to_numpy
+from .adapter import Adapter, TraceRequest, to_numpy
 from .generic import probe_kind
 
 
@@ -26,29 +23,18 @@ class FallbackAdapter(Adapter):
         )
         self.kind = probe_kind(self)
 
-    def traces(
-        self,
-        part: str,
-        layers: Sequence[int],
-        *,
-        ids: Sequence[int],
-        decoder_ids: Sequence[int] | None,
-        query_tokens: Sequence[str],
-        key_tokens: Sequence[str],
-        head_mask: Tensor | None,
-        meta: dict[str, Any],
-    ) -> list[AttentionTrace]:
-        if head_mask is not None:
+    def traces(self, request: TraceRequest) -> list[AttentionTrace]:
+        if request.head_mask is not None:
             raise ValueError(f"head_mask cannot be applied: {self.unavailable}")
-        attentions = self.model_attentions(self.forward(ids, decoder_ids), part)  # one (1, H, T, S) per layer
+        attentions = self.recorded(request, [])  # one (1, H, T, S) per layer
         return [
             AttentionTrace(
-                query_tokens=tuple(query_tokens),
-                key_tokens=tuple(key_tokens),
+                query_tokens=request.query_tokens,
+                key_tokens=request.key_tokens,
                 weights=to_numpy(attentions[layer][0]),
-                causal=self.causal(part),
-                cross=part == "cross",
-                meta={**meta, "layer": layer, "unavailable": self.unavailable},
+                causal=self.causal(request.part),
+                cross=request.part == "cross",
+                meta={**request.layer_meta(layer), "unavailable": self.unavailable},
             )
-            for layer in layers
+            for layer in request.layers
         ]

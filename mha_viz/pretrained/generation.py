@@ -2,7 +2,7 @@
 distribution its token was drawn from and the attention of the query that predicted it.
 
     step t:  logits_t = LM(prompt + generated[:t]) at the last position     KV cache: one new position per step
-    greedy   (temperature 0): token_t = argmax logits_t,   probs_t = softmax(logits_t)   (top_k, top_p unused)
+    greedy   (Sampling temperature 0): token_t = argmax logits_t,   probs_t = softmax(logits_t)   (filters unused)
     sampling: p = softmax(logits_t / temperature)
               top_k: keep the k largest p, renormalise;  top_p: keep the smallest set of the largest p whose
               sum reaches top_p, renormalise;  token_t ~ p   (torch.Generator seeded with seed)
@@ -20,7 +20,6 @@ generation_config (kept in the output), as transformers' generate() does.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,10 +28,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..sampling import GREEDY, Sampling
 from .adapter import to_numpy
 
 if TYPE_CHECKING:
-    from .model import PretrainedModel
+    from .interface import TextModel
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,10 +55,7 @@ class Generation:
     steps: tuple[GenerationStep, ...]
     stop_reason: str  # "max_new_tokens" or "eos"
     text: str  # the generated tokens decoded (special tokens skipped)
-    temperature: float
-    top_k: int | None
-    top_p: float | None
-    seed: int
+    sampling: Sampling  # how each token was picked
     windows: tuple[int | None, ...] = ()  # per layer: its sliding window (keys a query sees, itself included) or None
 
     @property
@@ -89,19 +86,18 @@ class Generation:
         return self.prompt_ids + self.token_ids[:step]
 
 
-def sampling_distribution(
-    logits: Tensor, *, temperature: float, top_k: int | None = None, top_p: float | None = None
-) -> Tensor:
-    """The next-token distribution (V,) for logits (V,): see the module docstring. temperature 0: softmax(logits)."""
-    if temperature == 0:
+def sampling_distribution(logits: Tensor, sampling: Sampling) -> Tensor:
+    """The next-token distribution (V,) for logits (V,): see the module docstring. Greedy: softmax(logits)."""
+    if sampling.greedy:
         return logits.softmax(-1)  # (V,)
-    scaled = logits / temperature  # (V,)
+    scaled = logits / sampling.temperature  # (V,)
     if not torch.isfinite(scaled).all():
-        raise ValueError(f"temperature {temperature} is too small: logits / temperature overflows")
+        raise ValueError(f"temperature {sampling.temperature} is too small: logits / temperature overflows")
     probs = scaled.softmax(-1)  # (V,)
+    top_k, top_p = sampling.top_k, sampling.top_p
     if top_k is not None and top_k < len(probs):
         keep = torch.zeros_like(probs, dtype=torch.bool)  # (V,)
-        keep[probs.topk(int(top_k)).indices] = True  # exactly k entries, ties broken by topk
+        keep[probs.topk(top_k).indices] = True  # exactly k entries, ties broken by topk
         probs = probs * keep / (probs * keep).sum()  # (V,)
     if top_p is not None and top_p < 1:
         ordered, order = probs.sort(descending=True, stable=True)  # (V,), (V,)
@@ -110,28 +106,6 @@ def sampling_distribution(
         keep[order[before < top_p]] = True
         probs = probs * keep / (probs * keep).sum()  # (V,)
     return probs
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
-def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None, seed: int) -> None:
-    """ValueError unless the arguments of generate() make sense."""
-    if not _is_int(max_new_tokens) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if not _is_number(temperature) or not math.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
-    if top_k is not None and (not _is_int(top_k) or top_k < 1):
-        raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
-    if top_p is not None and (not _is_number(top_p) or not 0 < top_p <= 1):
-        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
-    if not _is_int(seed):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
 
 
 ATTENTION_KINDS = ("full_attention", "sliding_attention")  # layer_types of layers that report attention weights
@@ -189,16 +163,12 @@ def eos_token_ids(lm: torch.nn.Module) -> set[int]:
 
 @torch.no_grad()
 def generate(
-    model: PretrainedModel,
+    model: TextModel,
     prompt: str,
     max_new_tokens: int,
-    *,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int = 0,
+    sampling: Sampling = GREEDY,
 ) -> Generation:
-    """Let model write up to max_new_tokens tokens after prompt; see the module docstring.
+    """Let model write up to max_new_tokens tokens after prompt, picked as sampling says; see the module docstring.
 
     ValueError for a model without a causal LM head, bad arguments, or when prompt + max_new_tokens
     would not fit the model's positions (model.max_tokens); the prompt is never truncated. ValueError too when
@@ -207,7 +177,10 @@ def generate(
     reason = model.next_token_unavailable
     if reason is not None:
         raise ValueError(f"generation is unavailable: {reason}")
-    check_sampling(max_new_tokens, temperature, top_k, top_p, seed)
+    if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling must be a mha_viz.sampling.Sampling, got {type(sampling).__name__}")
     tokenizer, lm = model.tokenizer, model.model
     prompt_ids = tuple(tokenizer(prompt, verbose=False)["input_ids"])
     if not prompt_ids:
@@ -219,7 +192,7 @@ def generate(
             + (f"at most {room} new tokens fit, not {max_new_tokens}" if room > 0 else "no room for new tokens")
         )
     device = model.adapter.device()
-    generator = torch.Generator(device=device).manual_seed(int(seed))
+    generator = torch.Generator(device=device).manual_seed(sampling.seed)
     cache_argument = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
     eos = eos_token_ids(lm)
     cache, feed, steps, stop_reason = None, list(prompt_ids), [], "max_new_tokens"
@@ -233,8 +206,8 @@ def generate(
         )
         cache = outputs[cache_argument]
         logits = outputs.logits[0, -1].float()  # (V,)
-        probs = sampling_distribution(logits, temperature=float(temperature), top_k=top_k, top_p=top_p)  # (V,)
-        if temperature == 0:
+        probs = sampling_distribution(logits, sampling)  # (V,)
+        if sampling.greedy:
             token_id = int(logits.argmax())
         else:
             token_id = int(torch.multinomial(probs, 1, generator=generator))
@@ -252,9 +225,6 @@ def generate(
         steps=tuple(steps),
         stop_reason=stop_reason,
         text=tokenizer.decode(generated, skip_special_tokens=True),
-        temperature=float(temperature),
-        top_k=None if top_k is None else int(top_k),
-        top_p=None if top_p is None else float(top_p),
-        seed=int(seed),
+        sampling=sampling,
         windows=windows,
     )

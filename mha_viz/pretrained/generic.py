@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..trace import AttentionTrace
-from .adapter import PARTS, Adapter, Recorder, Site, in_out, loaded, max_abs_diff, per_head, to_numpy
+from .adapter import PARTS, Adapter, Recorder, Site, TraceRequest, in_out, loaded, max_abs_diff, per_head, to_numpy
 
 OUT_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "o", "out_lin", "Wo", "wo", "out", "proj")
 PROBE_IDS = (1, 2, 3, 4, 5)
@@ -113,29 +112,13 @@ class GenericAdapter(Adapter):
         return self.sites[part][layer]
 
     @torch.no_grad()
-    def traces(
-        self,
-        part: str,
-        layers: Sequence[int],
-        *,
-        ids: Sequence[int],
-        decoder_ids: Sequence[int] | None,
-        query_tokens: Sequence[str],
-        key_tokens: Sequence[str],
-        head_mask: Tensor | None,
-        meta: dict[str, Any],
-    ) -> list[AttentionTrace]:
-        recorders = [Recorder(self.site(part, layer), head_mask) for layer in layers]
-        with contextlib.ExitStack() as hooks:
-            for rec in recorders:
-                hooks.enter_context(rec)
-            outputs = self.forward(ids, decoder_ids)
-        reference = self.model_attentions(outputs, part)  # one (1, H, T, S) per layer
-        return [self._partial(part, rec, reference[layer][0], query_tokens, key_tokens, {**meta, "layer": layer})
-                for layer, rec in zip(layers, recorders, strict=True)]
+    def traces(self, request: TraceRequest) -> list[AttentionTrace]:
+        recorders = [Recorder(self.site(request.part, layer), request.head_mask) for layer in request.layers]
+        reference = self.recorded(request, recorders)  # one (1, H, T, S) per layer
+        return [self._partial(request, layer, rec, reference[layer][0])
+                for layer, rec in zip(request.layers, recorders, strict=True)]
 
-    def _partial(self, part: str, rec: Recorder, weights: Tensor, query_tokens: Sequence[str],
-                 key_tokens: Sequence[str], meta: dict[str, Any]) -> AttentionTrace:
+    def _partial(self, request: TraceRequest, layer: int, rec: Recorder, weights: Tensor) -> AttentionTrace:
         """The trace of one layer from the model's weights (H, T, S) and what its output projection saw."""
         site = rec.site
         concat, output = rec.concat.float(), rec.output.float()  # (T, H*d_v), (T, d_out)
@@ -144,15 +127,15 @@ class GenericAdapter(Adapter):
             check = {"concat @ W_O^T + b vs output": max_abs_diff(concat @ W_O.T + (0.0 if b_O is None else b_O), output)}
             W_O_np, b_O_np = to_numpy(W_O), None if b_O is None else to_numpy(b_O)
         return AttentionTrace(
-            query_tokens=tuple(query_tokens),
-            key_tokens=tuple(key_tokens),
+            query_tokens=request.query_tokens,
+            key_tokens=request.key_tokens,
             weights=to_numpy(weights),
             head_outputs=to_numpy(per_head(concat, site.num_heads)),  # (H, T, d_v): the concat's blocks
             concat=to_numpy(concat),
             output=to_numpy(output),
             W_O=W_O_np,
             b_O=b_O_np,
-            causal=self.causal(part),
-            cross=part == "cross",
-            meta={**meta, "unavailable": self.unavailable, "check": check},
+            causal=self.causal(request.part),
+            cross=request.part == "cross",
+            meta={**request.layer_meta(layer), "unavailable": self.unavailable, "check": check},
         )

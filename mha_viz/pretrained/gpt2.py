@@ -16,9 +16,10 @@ from dataclasses import replace
 
 from torch import Tensor, nn
 
-from .adapter import Adapter, Recorder, Site, Variations
+from .adapter import Adapter, Recorder, Site, Variations, register
 
 
+@register
 class GPT2Adapter(Adapter):
     """h[i].attn.c_attn (q, k, v side by side) and h[i].attn.c_proj."""
 
@@ -33,6 +34,7 @@ class GPT2Adapter(Adapter):
         return self.base.h, self.base.ln_f
 
 
+@register
 class GPTNeoAdapter(Adapter):
     """h[i].attn.attention.{q_proj,k_proj,v_proj,out_proj}; attention_type "global" or "local"."""
 

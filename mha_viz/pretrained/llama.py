@@ -15,9 +15,10 @@ from dataclasses import replace
 
 from torch import Tensor, nn
 
-from .adapter import Adapter, Recorder, Site, Variations, rotary_of
+from .adapter import Adapter, Recorder, Site, Variations, register, rotary_of
 
 
+@register
 class LlamaAdapter(Adapter):
     """layers[i].self_attn.{q_proj,k_proj,v_proj,o_proj}; rotary cos/sin come in as position_embeddings."""
 
@@ -43,6 +44,7 @@ class LlamaAdapter(Adapter):
         return self.base.layers, self.base.norm
 
 
+@register
 class Qwen3Adapter(LlamaAdapter):
     """LLaMA's layout with an RMSNorm on each query and key head (q_norm, k_norm) before the rotation."""
 
@@ -53,6 +55,7 @@ class Qwen3Adapter(LlamaAdapter):
         return replace(super().variations(part, site, rec, q, k), q_norm=a.q_norm, k_norm=a.k_norm)
 
 
+@register
 class GemmaAdapter(LlamaAdapter):
     """LLaMA's attention; the embeddings are scaled by sqrt(d_model) and RMSNorms multiply by (1 + weight)."""
 
@@ -60,6 +63,7 @@ class GemmaAdapter(LlamaAdapter):
     norm_weight_offset = 1.0
 
 
+@register
 class Gemma2Adapter(LlamaAdapter):
     """Gemma2: soft-capped scores, sliding windows on alternate layers, norms after attention and MLP."""
 
@@ -73,6 +77,7 @@ class Gemma2Adapter(LlamaAdapter):
         return replace(super().variations(part, site, rec, q, k), softcap=site.attention.attn_logit_softcapping)
 
 
+@register
 class PhiAdapter(LlamaAdapter):
     """Phi: partial rotary (the first partial_rotary_factor * d_k dims of each head), W_O is self_attn.dense,
     optional LayerNorms on the query and key heads (qk_layernorm); attention and MLP in parallel."""
@@ -89,6 +94,7 @@ class PhiAdapter(LlamaAdapter):
         return self.base.layers, self.base.final_layernorm
 
 
+@register
 class Phi3Adapter(LlamaAdapter):
     """Phi-3: one fused qkv_proj, [Q | K | V] side by side (the default split), and o_proj."""
 

@@ -19,9 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..sampling import GREEDY, Sampling
 from ..trace import AttentionTrace
 from . import attribution, generation
-from .adapter import HeadMasks, to_numpy
+from .adapter import HeadMasks, TraceRequest, to_numpy
 from .architectures import adapter_for
 from .encoded import Coverage, Encoded
 from .modality import refuse_non_text
@@ -75,11 +76,11 @@ class PretrainedModel:
 
     def tokens(self, text: str, *, decoder: bool = False) -> list[str]:
         """The model's tokens for text, special tokens included; decoder=True: as the decoder reads it."""
-        return list(self._encode(text, decoder=decoder).tokens)
+        return list(self.encode(text, decoder=decoder).tokens)
 
     def coverage(self, text: str) -> Coverage:
         """How many of text's tokens the vocabulary does not know ([UNK]) or only knows character by character."""
-        enc = self._encode(text)
+        enc = self.encode(text)
         special = set(self.tokenizer.all_special_ids)
         unk = self.tokenizer.unk_token_id
         ids = [(i, t) for i, t in zip(enc.ids, enc.tokens, strict=True) if i not in special or i == unk]
@@ -130,16 +131,16 @@ class PretrainedModel:
             "head_mask": None if mask is None else mask.tolist(),
         }
         with self._lock:
-            return self.adapter.traces(
+            return self.adapter.traces(TraceRequest(
                 part,
-                list(layers),
+                tuple(layers),
                 ids=enc.ids,
-                decoder_ids=None if dec is None else dec.ids,
                 query_tokens=queries.tokens,
                 key_tokens=keys.tokens,
+                decoder_ids=None if dec is None else dec.ids,
                 head_mask=mask,
                 meta=meta,
-            )
+            ))
 
     def attentions(self, text: str, *, part: str | None = None, decoder_text: str | None = None) -> np.ndarray:
         """The model's own attention weights for every layer of part: [layers, heads, T, S]."""
@@ -199,35 +200,24 @@ class PretrainedModel:
         reason = self.next_token_unavailable
         if reason is not None:
             raise ValueError(f"next-token probabilities are unavailable: {reason}")
-        enc = self._encode(text)
+        enc = self.encode(text)
         masks = self._head_masks("decoder", head_masks)
         with self._lock, masks, torch.no_grad():
             ids = torch.tensor([list(enc.ids)], device=self.adapter.device())  # (1, T)
             logits = self.model(input_ids=ids, use_cache=False).logits  # (1, T, vocab)
         return to_numpy(logits[0, -1].float().softmax(-1))  # (vocab,)
 
-    def generate(
-        self,
-        prompt: str,
-        max_new_tokens: int,
-        *,
-        temperature: float = 0.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int = 0,
-    ) -> generation.Generation:
+    def generate(self, prompt: str, max_new_tokens: int, sampling: Sampling = GREEDY) -> generation.Generation:
         """Write up to max_new_tokens tokens after prompt, one step at a time with the KV cache.
 
-        temperature 0 is greedy (the tokens of transformers' generate(do_sample=False)); otherwise
-        softmax(logits / temperature), then top_k, then top_p, sampled reproducibly from seed. Each step
-        keeps its distribution (.probs) and the predicting query's attention [layers, heads, keys]
-        (.attentions). Stops early after the model's end-of-sequence token. ValueError if the prompt plus
-        max_new_tokens would not fit max_tokens. See mha_viz.pretrained.generation.
+        sampling (mha_viz.sampling.Sampling): greedy by default (the tokens of transformers'
+        generate(do_sample=False)); otherwise softmax(logits / temperature), then top_k, then top_p, drawn
+        reproducibly from its seed. Each step keeps its distribution (.probs) and the predicting query's attention
+        [layers, heads, keys] (.attentions). Stops early after the model's end-of-sequence token. ValueError if the
+        prompt plus max_new_tokens would not fit max_tokens. See mha_viz.pretrained.generation.
         """
         with self._lock:
-            return generation.generate(
-                self, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
-            )
+            return generation.generate(self, prompt, max_new_tokens, sampling)
 
     def logit_attribution(
         self,
@@ -263,11 +253,12 @@ class PretrainedModel:
         if self.kind != "encoder-decoder":
             if decoder_text is not None:
                 raise ValueError(f"decoder_text is for encoder-decoder models; {self.name} is a {self.kind} model")
-            return self._encode(text), None
-        return self._encode(text), self._encode(text if decoder_text is None else decoder_text, decoder=True)
+            return self.encode(text), None
+        return self.encode(text), self.encode(text if decoder_text is None else decoder_text, decoder=True)
 
-    def _encode(self, text: str, *, decoder: bool = False) -> Encoded:
-        """text as the model reads it, cut to max_tokens (special tokens kept at the ends).
+    def encode(self, text: str, *, decoder: bool = False) -> Encoded:
+        """text as the model reads it, cut to max_tokens (special tokens kept at the ends); decoder=True: as the
+        decoder reads it (shifted right after the decoder start token).
 
         A text of more than CHARS_PER_TOKEN * max_tokens characters is cut to that before it is
         tokenised (no model's tokens are that long), so a huge paste costs no more than a long text;

@@ -11,9 +11,10 @@ from dataclasses import replace
 
 from torch import Tensor
 
-from .adapter import Adapter, Recorder, Site, Variations, rotary_of
+from .adapter import Adapter, Recorder, Site, Variations, register, rotary_of
 
 
+@register
 class ModernBertAdapter(Adapter):
     """layers[i].attn.{Wqkv,Wo}; layer_types[i] is "full_attention" or "sliding_attention"."""
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from torch import Tensor, nn
 
-from .adapter import Adapter, Recorder, Site, Variations, rotary_of
+from .adapter import Adapter, Recorder, Site, Variations, register, rotary_of
 
 
 def interleaved(x: Tensor, heads: int, d: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -22,6 +22,7 @@ def interleaved(x: Tensor, heads: int, d: int) -> tuple[Tensor, Tensor, Tensor]:
     return tuple(per_head[..., i, :].flatten(-2) for i in range(3))  # type: ignore[return-value]
 
 
+@register
 class GPTNeoXAdapter(Adapter):
     """layers[i].attention.{query_key_value,dense}; rotary cos/sin (partial) come in as position_embeddings."""
 

@@ -11,9 +11,10 @@ from dataclasses import replace
 
 from torch import Tensor
 
-from .adapter import Adapter, Recorder, Site, Variations
+from .adapter import Adapter, Recorder, Site, Variations, register
 
 
+@register
 class T5Adapter(Adapter):
     """{encoder,decoder}.block[i].layer[0].SelfAttention and decoder.block[i].layer[1].EncDecAttention."""
 

@@ -243,7 +243,7 @@ def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int,
     off = st.multiselect("Switch heads off", list(range(H)), key="off", format_func=_head_format,
                          placeholder="Pick heads to knock out…",
                          help="A head switched off has its block of the concat zeroed before W_O.")
-    whole = source if isinstance(source, ModelSource) else None
+    whole = source if source.model is not None else None  # a whole model behind the layer
     where = ("inside the real model (its concat block is zeroed before W_O, so later layers see the change)"
              if whole is not None else "from the trace: output = sum of the kept heads' contributions + b_O")
     st.caption(f"Relative change ‖out − out_knocked‖ / ‖out‖, computed {where}.")
@@ -311,7 +311,7 @@ def _rollout(trace: AttentionTrace, name: str, source: TraceSource) -> None:
 
 
 def _compare(trace: AttentionTrace, name: str, source: TraceSource, layer: int, other_model: ModelLoader | None) -> None:
-    whole = source if isinstance(source, ModelSource) else None
+    whole = source if source.model is not None else None  # a whole model behind the layer
     offered = {"Another sentence": True, "Another layer": source.num_layers > 1,
                "Another model": whole is not None and other_model is not None}
     options = [o for o in COMPARE_WITH if offered[o]]
@@ -453,8 +453,8 @@ def _show_head(source: ModelSource, layer: int, head: int, name: str, trace: Att
 
 def _logit_attribution(name: str, source: TraceSource) -> None:
     """Direct logit attribution of the next token after a position: each head's share of its logit."""
-    if not isinstance(source, ModelSource) or source.model.next_token_unavailable is not None:
-        reason = source.model.next_token_unavailable if isinstance(source, ModelSource) else (
+    if not source.causal_lm:
+        reason = source.model.next_token_unavailable if source.model is not None else (
             "this layer is not part of a language model")
         st.info(f"Logit attribution needs a causal language model: {reason}.")
         return
@@ -488,7 +488,7 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
 
 def _head_detectors(name: str, source: TraceSource) -> None:
     """Previous-token, duplicate-token and induction scores of every head, on repeated random tokens."""
-    if not isinstance(source, ModelSource) or source.model.kind == "encoder-decoder":
+    if source.model is None or source.model.kind == "encoder-decoder":
         st.info("Head detectors run a model on repeated random tokens of its own vocabulary: they need a pretrained "
                 "encoder or decoder-only model.")
         return

@@ -14,6 +14,7 @@ import numpy as np
 from ..analysis import detect_heads
 from ..long import LongTrace
 from ..pretrained import Generation, ModelLoadError, PretrainedModel
+from ..sampling import GREEDY, Sampling
 from ..serve.hosting import Budget, allowed_models, check_model, long_text
 from ..sources import ConfigurableSource, ModelSource
 from ..trace import AttentionTrace
@@ -60,11 +61,9 @@ class CachedModel(ModelSource):
             ("attentions", self.key, self.text, self.part, self.decoder_text), super().attentions,
             heavy=long_text(self.text))
 
-    def generate(self, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int = 0) -> Generation:
-        key = ("generation", self.key, self.text, max_new_tokens, temperature, top_k, top_p, seed)
-        return cached(key, lambda: super(CachedModel, self).generate(
-            max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed), "Writing…", heavy=True)
+    def generate(self, max_new_tokens: int, sampling: Sampling = GREEDY) -> Generation:
+        key = ("generation", self.key, self.text, max_new_tokens, sampling)
+        return cached(key, lambda: super(CachedModel, self).generate(max_new_tokens, sampling), "Writing…", heavy=True)
 
     def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
         return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed),

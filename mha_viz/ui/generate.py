@@ -11,6 +11,7 @@ from ..figures.generation import logit_attribution_figure, next_token_figure, st
 from ..figures.overview import picked_head
 from ..limits import MAX_NEW_TOKENS, MAX_SEED
 from ..pretrained.generation import Generation
+from ..sampling import Sampling
 from ..serve.hosting import Budget
 from ..sources import ModelSource
 from ..trace import AttentionTrace
@@ -60,8 +61,8 @@ def _written(gen: Generation, step: int, model) -> str:
     return f"{before} :red-background[**{show(gen.tokens[step - 1:step])}**]"
 
 
-def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
-    """The sampling widgets (keys are ViewState fields); returns generate()'s keyword arguments."""
+def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> Sampling:
+    """The sampling widgets (keys are ViewState fields); returns the Sampling they set."""
     cols = st.columns([2, 2, 1, 2, 1])
     st.session_state["new_tokens"] = min(st.session_state.get("new_tokens", 8), max_new_tokens)
     cols[0].slider("New tokens", 1, max_new_tokens, key="new_tokens")
@@ -75,9 +76,7 @@ def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
                    help="Keep the smallest set of most likely tokens whose probabilities reach p (1: off).")
     cols[4].number_input("Seed", 0, MAX_SEED, key="gen_seed", disabled=not sampling, help="Sampling is reproducible.")
     state = st.session_state
-    return {"temperature": temperature, "top_k": (state["top_k"] or None) if sampling else None,
-            "top_p": (state["top_p"] if state["top_p"] < 1 else None) if sampling else None,
-            "seed": int(state["gen_seed"])}
+    return Sampling.from_settings(temperature, state["top_k"], state["top_p"], int(state["gen_seed"]))
 
 
 def generate_view(source: ModelSource, name: str, limits: Budget | None = None) -> None:
@@ -89,9 +88,9 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
     st.caption("The model writes after your sentence one token at a time, reading its own output through the "
                "key/value cache. Each step shows the distribution the token was drawn from, which heads wrote "
                "that token's logit, and where the query that predicted it looked in every layer and head.")
-    kwargs = generate_controls(MAX_NEW_TOKENS if limits is None else limits.max_new_tokens)
+    sampling = generate_controls(MAX_NEW_TOKENS if limits is None else limits.max_new_tokens)
     try:
-        gen = source.generate(st.session_state["new_tokens"], **kwargs)
+        gen = source.generate(st.session_state["new_tokens"], sampling)
     except ValueError as err:
         st.warning(f"Cannot generate: {plain(str(err))}")
         return
@@ -132,10 +131,7 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
     chosen = gen.steps[step - 1]
     stop = " The model ended the text." if gen.stop_reason == "eos" and step == n else ""
     st.markdown(_written(gen, step, model) + stop)
-    greedy = gen.temperature == 0
-    how = "greedy: the most likely token" if greedy else (
-        f"sampled at temperature {gen.temperature:g}" + (f", top-k {gen.top_k}" if gen.top_k else "")
-        + (f", top-p {gen.top_p:g}" if gen.top_p else "") + f", seed {gen.seed}")
+    how = gen.sampling.describe()
     narrow = is_narrow()
     left, right = (st.container(), st.container()) if narrow else st.columns([2, 3])
     with left:

@@ -1,5 +1,5 @@
 """Direct logit attribution on tiny random causal LMs of the decoder families beyond GPT-2 and LLaMA: parallel
-attention and MLP (GPT-NeoX, Phi, Falcon), ALiBi (Bloom), local layers (GPT-Neo), fused qkv (Phi-3), q/k norms
+attention and MLP (GPT-NeoX, Phi, Falcon), ALiBi (Bloom), local layers (GPT-Neo), fused qkv (Phi-3; multi-query GPTBigCode), q/k norms
 (Qwen3), Gemma's scaled embeddings and (1 + weight) RMSNorm. The terms must add up to the model's own logit and
 each head's term must be its traced contribution through the frozen final norm, recomputed here from the model's
 own modules; Gemma2 and post-norm OPT are refused with the reason."""
@@ -22,6 +22,8 @@ CONFIGS = {
     "gpt_neo": lambda: tf.GPTNeoConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, window_size=4,
                                        attention_types=[[["global", "local"], 1]], max_position_embeddings=64,
                                        intermediate_size=64, bos_token_id=101, eos_token_id=102),
+    "gpt_bigcode": lambda: tf.GPTBigCodeConfig(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                               multi_query=True, bos_token_id=101, eos_token_id=102),
     "gpt_neox": lambda: tf.GPTNeoXConfig(vocab_size=V, rotary_pct=0.5, tie_word_embeddings=False, **SMALL),
     "opt": lambda: tf.OPTConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
                                 word_embed_proj_dim=32, max_position_embeddings=64, bos_token_id=101, eos_token_id=102,

@@ -20,7 +20,7 @@ from mha_viz.analysis import score_terms, without_tokens
 from mha_viz.figures.steps import score_parts_figure
 from mha_viz.pretrained import ModelLoadError, PretrainedModel, bundled_model_dir, load_model
 from mha_viz.pretrained import generic as generic_module
-from mha_viz.pretrained.adapter import HeadMasks, Recorder
+from mha_viz.pretrained.adapter import Adapter, HeadMasks, Recorder, register
 from mha_viz.pretrained.architectures import ADAPTERS, adapter_for
 from mha_viz.pretrained.deberta import C2P, P2C
 from mha_viz.pretrained.fallback import FallbackAdapter
@@ -54,6 +54,10 @@ FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
         **TOKENS)),
     "gpt2": ("GPT-2", lambda: tf.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64,
                                            bos_token_id=101, eos_token_id=102)),
+    "gpt_bigcode": ("GPTBigCode (StarCoder)", lambda: tf.GPTBigCodeConfig(
+        vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64, multi_query=False, **TOKENS)),
+    "gpt_bigcode (multi-query)": ("GPTBigCode (StarCoder)", lambda: tf.GPTBigCodeConfig(
+        vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64, multi_query=True, **TOKENS)),
     "gpt_neo": ("GPT-Neo", lambda: tf.GPTNeoConfig(
         vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
         window_size=4, max_position_embeddings=64, intermediate_size=64, bos_token_id=101, eos_token_id=102)),
@@ -151,6 +155,20 @@ def test_every_adapter_is_tested_here():
     assert not {config().model_type for config in GENERIC.values()} & set(ADAPTERS)
 
 
+def test_an_architecture_has_one_adapter_and_an_adapter_names_its_architectures():
+    class Again(Adapter):
+        architectures = ("gpt2", "not-yet-adapted")
+
+    class Nameless(Adapter):
+        pass
+
+    with pytest.raises(ValueError, match="already have an adapter: {'gpt2': 'GPT2Adapter'}"):
+        register(Again)
+    with pytest.raises(ValueError, match="names no architectures"):
+        register(Nameless)
+    assert "not-yet-adapted" not in ADAPTERS  # a refused adapter registers nothing
+
+
 def test_the_readme_lists_exactly_the_tested_architectures():
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     listed = re.search(r"Adapted architectures \(tested\): (.*?)\.\n", readme, re.DOTALL).group(1)
@@ -181,6 +199,7 @@ QKV_LAYOUTS = {  # how each fused projection's output splits into q, k and v, re
     "gpt2": "side by side", "modernbert": "side by side", "phi3": "side by side",
     "gpt_neox": "per head", "bloom": "per head", "falcon (alibi)": "per head",
     "falcon": "multi-query", "falcon (new decoder architecture)": "groups",
+    "gpt_bigcode": "per head", "gpt_bigcode (multi-query)": "multi-query",
 }  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from transformers import AutoModel, AutoTokenizer, BertConfig
 
 from mha_viz.pretrained import Generation, PretrainedModel, bundled_model_dir
 from mha_viz.pretrained.generation import sampling_distribution
+from mha_viz.sampling import Sampling
 from tests.tiny_causal import NAMES, tiny_causal
 
 PROMPT = "the quick brown fox jumps over the lazy dog"
@@ -86,23 +87,23 @@ def test_an_end_of_sequence_token_stops_generation_as_in_transformers(models, na
 @pytest.mark.parametrize("name", NAMES)
 def test_sampling_is_reproducible_from_the_seed_and_draws_from_the_reported_distribution(models, name):
     m = models[name]
-    a, b = (m.generate(PROMPT, 10, temperature=1.3, seed=7) for _ in range(2))
+    a, b = (m.generate(PROMPT, 10, Sampling(1.3, seed=7)) for _ in range(2))
     assert a.token_ids == b.token_ids
     assert all(np.array_equal(s.probs, t.probs) for s, t in zip(a.steps, b.steps, strict=True))
-    others = [m.generate(PROMPT, 10, temperature=1.3, seed=seed).token_ids for seed in (8, 9, 10)]
+    others = [m.generate(PROMPT, 10, Sampling(1.3, seed=seed)).token_ids for seed in (8, 9, 10)]
     assert any(ids != a.token_ids for ids in others)
     logits = full_logits(m, a)
     P = len(a.prompt_ids)
     for k, step in enumerate(a.steps):
         assert abs(float(step.probs.sum()) - 1) < 1e-5 and step.probs[step.token_id] > 0
         np.testing.assert_allclose(step.probs, (logits[P - 1 + k] / 1.3).softmax(-1).numpy(), atol=1e-6)
-    assert (a.temperature, a.top_k, a.top_p, a.seed) == (1.3, None, None, 7)
+    assert a.sampling == Sampling(temperature=1.3, top_k=None, top_p=None, seed=7)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_top_k_keeps_the_k_largest_logits(models, name):
     m = models[name]
-    g = m.generate(PROMPT, 8, temperature=2.0, top_k=5, seed=1)
+    g = m.generate(PROMPT, 8, Sampling(2.0, top_k=5, seed=1))
     logits = full_logits(m, g)
     P = len(g.prompt_ids)
     for k, step in enumerate(g.steps):
@@ -116,7 +117,7 @@ def test_top_k_keeps_the_k_largest_logits(models, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_top_p_keeps_the_smallest_set_that_reaches_p(models, name):
     m = models[name]
-    g = m.generate(PROMPT, 8, temperature=3.0, top_p=0.3, seed=2)
+    g = m.generate(PROMPT, 8, Sampling(3.0, top_p=0.3, seed=2))
     logits = full_logits(m, g)
     P = len(g.prompt_ids)
     for k, step in enumerate(g.steps):
@@ -140,7 +141,7 @@ def test_sampling_distribution_known_answers():
     logits = p.log()
 
     def dist(**kwargs) -> np.ndarray:
-        return sampling_distribution(logits, **kwargs).numpy()
+        return sampling_distribution(logits, Sampling(**kwargs)).numpy()
 
     np.testing.assert_allclose(dist(temperature=1.0), p, atol=1e-6)
     np.testing.assert_allclose(dist(temperature=0.0, top_k=1, top_p=0.1), p, atol=1e-6)  # greedy: filters unused
@@ -153,7 +154,7 @@ def test_sampling_distribution_known_answers():
     # top_k first, then top_p on the renormalised distribution: [0.526, 0.316, 0.158] keeps 2 for p = 0.8
     np.testing.assert_allclose(dist(temperature=1.0, top_k=3, top_p=0.8), [0.625, 0.375, 0, 0], atol=1e-6)
     with pytest.raises(ValueError, match="too small"):
-        sampling_distribution(torch.tensor([1.0, 2.0]), temperature=1e-45)
+        sampling_distribution(torch.tensor([1.0, 2.0]), Sampling(temperature=1e-45))
 
 
 @pytest.mark.parametrize(
@@ -176,14 +177,28 @@ def test_sampling_distribution_known_answers():
 def test_bad_arguments_are_refused(models, kwargs, message):
     args = {"max_new_tokens": 3, **kwargs}
     with pytest.raises(ValueError, match=message):
-        models["gpt2"].generate(PROMPT, args.pop("max_new_tokens"), **args)
+        models["gpt2"].generate(PROMPT, args.pop("max_new_tokens"), Sampling(**args))
+
+
+def test_settings_other_than_a_sampling_are_refused_clearly(models):
+    with pytest.raises(TypeError, match="Sampling"):
+        models["gpt2"].generate(PROMPT, 3, 0.7)  # a temperature where the Sampling goes
 
 
 def test_numpy_numbers_are_accepted_like_python_numbers(models):
     m = models["gpt2"]
-    a = m.generate(PROMPT, np.int64(4), temperature=np.float32(0.5), top_k=np.int64(7), top_p=0.9, seed=np.int64(3))
-    b = m.generate(PROMPT, 4, temperature=0.5, top_k=7, top_p=0.9, seed=3)
-    assert a.token_ids == b.token_ids and (a.top_k, a.seed) == (7, 3) and type(a.seed) is int
+    a = m.generate(PROMPT, np.int64(4), Sampling(np.float32(0.5), top_k=np.int64(7), top_p=0.9, seed=np.int64(3)))
+    b = m.generate(PROMPT, 4, Sampling(0.5, top_k=7, top_p=0.9, seed=3))
+    assert a.token_ids == b.token_ids and a.sampling == b.sampling and type(a.sampling.seed) is int
+    assert hash(a.sampling) == hash(b.sampling)  # equal settings, one cache key
+
+
+def test_the_apps_settings_spell_off_as_zero_top_k_and_one_top_p():
+    assert Sampling.from_settings(0.0, 5, 0.3, 2) == Sampling(seed=2)  # greedy: no filter
+    assert Sampling.from_settings(1.5, 0, 1.0, 3) == Sampling(1.5, seed=3)
+    assert Sampling.from_settings(1.5, 5, 0.9, 3) == Sampling(1.5, top_k=5, top_p=0.9, seed=3)
+    assert Sampling().describe() == "greedy: the most likely token"
+    assert Sampling(1.5, top_k=5, seed=3).describe() == "sampled at temperature 1.5, top-k 5, seed 3"
 
 
 def test_the_prompt_and_the_new_tokens_must_fit_the_positions(models):
