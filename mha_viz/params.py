@@ -256,7 +256,7 @@ VIEWS.register(Part(
 VIEWS.register(Part("Training", ("Train",), "mha_viz.ui.view_parts:training",
                     help="h heads and one head trained side by side on a task, with their accuracy."))
 VIEWS.register(Part(
-    "Heads", ("Configurable", "Pretrained"), "mha_viz.ui.view_parts:heads",  # Train mode: Training shows them arrays=("weights",),
+    "Heads", ("Configurable", "Pretrained"), "mha_viz.ui.view_parts:heads", arrays=("weights",),  # Train: Training
     help="Every head's attention weights, one heatmap a head.",
     fields=(_COMPARE,
             StateField("zoom", 0, lambda r: _int(r, 0, MAX_LONG_TOKENS - 1), _LONG_POSITION),  # a long input's window
