@@ -12,13 +12,11 @@ from ..figures.common import COMPACT_PX, NARROW_PX, WIDE_PX
 CSS = """
 <style>
 /* Formulas wider than the screen scroll sideways instead of running off the edge. */
-.stMarkdown .katex-display, [data-testid="stMarkdownContainer"] .katex-display { overflow-x: auto; overflow-y: hidden;
-  padding-bottom: 4px; }
-/* The copy button of a code block (the share link) shows without hovering: phones cannot hover. */
-[data-testid="stCode"] [data-testid="stElementToolbarButton"], [data-testid="stCode"] div:has(> div > [data-testid="stElementToolbarButton"]) {
-  opacity: 1 !important; visibility: visible !important; }
+.katex-display { overflow-x: auto; overflow-y: hidden; padding-bottom: 4px; }
+/* The copy button of the share link's code block shows without hovering: phones cannot hover. */
+.st-key-share_link div:has(button), .st-key-share_link button { opacity: 1 !important; visibility: visible !important; }
 /* A chart's toolbar shows while one of its buttons has the keyboard's focus, not only under the mouse. */
-.js-plotly-plot .modebar-group:focus-within { opacity: 1 !important; transition: none !important; }
+.modebar-group:focus-within { opacity: 1 !important; transition: none !important; }
 /* The width probe takes no room: cancel the gap the page puts after it. */
 .st-key-page_width_probe { margin-bottom: -1rem; }
 </style>
