@@ -10,7 +10,8 @@ the caches, the dispatch to mha_viz/ui/pages.py). It makes a cold page paint soo
 - PreloadElements: the frontend code of each kind of element (Plotly's is 4.7 MB) is a chunk a browser
   would fetch only once the script sends the first such element, one after another from a server busy
   drawing the page; the index page has the browser fetch and compile the first page's chunks at once
-  (page.py then runs Plotly's while the server is still busy: running it takes the browser ~0.7 s).
+  (page.py then runs Plotly's while the server is still busy: running it takes the browser ~0.7 s). It also tells
+  the server the viewport's width (a cookie), so that a first page is laid out for its width in its first run.
 PlainDownloads: exports are sent as they are, not gzipped on every download by the server (CPU the other
 sessions need).
 Only the standard library, Streamlit and Starlette are imported here, so the server answers at once.
@@ -35,6 +36,10 @@ FIRST_PAGE_ELEMENTS = ("PlotlyChart", "ButtonGroup", "Button", "TextArea", "Text
                        "Multiselect", "NumberInput", "Checkbox", "Html", "BidiComponent", "Spinner")
 WAIT_FOR_A_PAGE = 10.0  # seconds the model loads wait for a first page to finish drawing (they would slow it)
 MODELS_WANTED = threading.Event()  # set when a browser asks for a pretrained page: the loads start at once
+# The viewport's width, for the first run to lay the page out for (mha_viz/ui/style.py: VIEWPORT_COOKIE): without it,
+# the width probe's report reruns a first page (interrupting its first run) whenever the guessed width was off.
+VIEWPORT_JS = (b'<script>document.cookie = "mha_viz_viewport=" + document.documentElement.clientWidth'
+               b' + "; path=/; SameSite=Lax";</script>')
 
 
 class WarmUp(threading.Thread):
@@ -65,7 +70,7 @@ class PreloadElements:
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
         chunks = [f"./static/js/{p.name}" for name in FIRST_PAGE_ELEMENTS for p in STATIC_JS.glob(f"{name}.*.js")]
-        self.link = "".join(f'<link rel="modulepreload" href="{c}">' for c in chunks).encode()
+        self.link = "".join(f'<link rel="modulepreload" href="{c}">' for c in chunks).encode() + VIEWPORT_JS
 
     async def __call__(self, scope: Message, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
