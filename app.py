@@ -7,9 +7,8 @@ the caches, the dispatch to mha_viz/ui/pages.py). It makes a cold page paint soo
   seconds, or at once when a browser asks for a pretrained page), loads both bundled models into the cache page.py
   loads them from (mha_viz.ui.loaders). A page opened meanwhile waits only for what it needs:
   Python's import locks hand it modules the thread is importing once they are complete, and
-  load_model's lock lets one model load at a time. pandas is imported in full before the server answers: Plotly
-  reads pandas from sys.modules without the import lock, so a figure built while another thread was importing it
-  met a half-initialised module (bench/bench_heavy.py found it); no page runs before then.
+  load_model's lock lets one model load at a time. pandas comes last (mha_viz/ui/pandas_guard.py: a first page
+  needs none; importing it before serving measured slower, bench/RESULTS.md).
 - PreloadElements: the frontend code of each kind of element (Plotly's is 4.7 MB) is a chunk a browser
   would fetch only once the script sends the first such element, one after another from a server busy
   drawing the page; the index page has the browser fetch and compile the first page's chunks at once
@@ -72,7 +71,6 @@ class WarmUp(threading.Thread):
 @asynccontextmanager
 async def warm_start(_app: st.App) -> AsyncIterator[None]:
     WarmUp().start()
-    import pandas  # noqa: F401 - in full before any page runs (see above); ~0.5 s of CPU at start, beside the warm-up
     yield
 
 

@@ -49,6 +49,7 @@ from mha_viz.trace import AttentionTrace
 from mha_viz.ui import body, controls, fair, pages, pretrained, state, style, views
 from mha_viz.ui.cache import cached
 from mha_viz.ui.loaders import download_error, get_model, model_size, page_drawn, secret
+from mha_viz.ui.pandas_guard import figures_allowed
 from mha_viz.ui.text import plain
 from mha_viz.ui.training import train_in_child_processes, training_controls
 
@@ -196,8 +197,9 @@ def show_page() -> None:
                       on_click=back_to_bundled, icon=":material/undo:")
 
 
-try:
-    show_page()
-finally:
-    views.end_run()  # the session keeps no figure between runs
+with figures_allowed():  # pandas in full, or nobody importing it beside this run (mha_viz/ui/pandas_guard.py)
+    try:
+        show_page()
+    finally:
+        views.end_run()  # the session keeps no figure between runs
 page_drawn.set()  # the warm-up's model loads may start (app.py)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from .pandas_guard import import_pandas
+
 DEFAULT_SECONDS = 3.0  # estimated CPU seconds of a heavy request whose cost is not known (a generation, a knockout)
 POLL = 0.5  # seconds between two updates of a waiting request's message (each is a point where a rerun stops it)
 
@@ -153,6 +155,7 @@ def heavy(what: str, seconds: float = DEFAULT_SECONDS) -> Iterator[None]:
     block ends, even when Streamlit stops the run (the user changed something) while it waits or works. A request
     refused under limit_waiting shows why and stops this run (st.stop), drawing nothing more.
     """
+    import_pandas()  # a long run must not keep others from importing it (pandas_guard)
     if getattr(_held, "turn", False):
         yield
         return

@@ -15,6 +15,7 @@ from ..pretrained.generation import Generation
 from ..sources import ModelSource
 from ..trace import AttentionTrace
 from .fair import heavy
+from .pandas_guard import guarded
 from .state import current, write_url
 from .style import column_width, is_narrow, page_width
 from .text import plain
@@ -97,7 +98,7 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
     n = len(gen.steps)
     st.session_state["step"] = min(max(1, st.session_state.get("step", 1)), n)
     playing = st.session_state.get("gen_play", False)
-    fragment = st.fragment(_show_step, run_every=PLAY_SECONDS if playing else None)
+    fragment = st.fragment(guarded(_show_step), run_every=PLAY_SECONDS if playing else None)
     fragment(source, gen, name)
 
 

@@ -15,6 +15,7 @@ from streamlit.errors import StreamlitSecretNotFoundError
 from ..hosting import ModelRefusedError, budget, hub_model_bytes, is_public
 from ..pretrained import INDUCTION_MODEL, InvalidModelNameError, ModelDownloadError, PretrainedModel, load_model
 from ..pretrained.loading import import_model_code
+from .pandas_guard import import_pandas
 
 
 def secret(key: str) -> str | None:
@@ -65,20 +66,25 @@ page_drawn = threading.Event()  # set by page.py at the end of each run: a first
 
 
 def warm_up(wait: float = 0.0, wanted: threading.Event | None = None, painted: threading.Event | None = None) -> None:
-    """Load both bundled models into get_model's cache, with the keys page.py will ask for (it runs at server start).
+    """Load both bundled models into get_model's cache, with the keys page.py will ask for (it runs at server start),
+    then import pandas.
 
     wait: seconds to let a first page be drawn, and then painted in its browser (`painted`: set when a browser says
     it has painted a chart, app.py), before the loads (~2.5 s of imports mostly, which would share the CPU with
-    them), unless `wanted` is set meanwhile: a page that needs a model is on its way."""
-    deadline = time.monotonic() + wait
-
-    def waiting() -> bool:
-        return not (wanted is not None and wanted.is_set()) and time.monotonic() < deadline
-
-    for event in (page_drawn, painted):
-        while event is not None and not event.is_set() and waiting():
-            event.wait(0.05)
+    them), unless `wanted` is set meanwhile: a page that needs a model is on its way; and again before pandas."""
+    _until_painted(wait, wanted, painted)
     import_model_code()
     max_tokens = budget(secret=secret).max_tokens if is_public(secret=secret) else None
     for name in ("", INDUCTION_MODEL):
         get_model(name, False, max_tokens)
+    _until_painted(wait, None, painted)  # a page that wanted a model may still be drawing: pandas can wait
+    import_pandas()  # for tables; a first page goes without it (pandas_guard)
+
+
+def _until_painted(wait: float, wanted: threading.Event | None, painted: threading.Event | None) -> None:
+    """Wait at most `wait` seconds for a first page drawn (page_drawn) and painted (painted), or for `wanted`."""
+    deadline = time.monotonic() + wait
+    for event in (page_drawn, painted):
+        while (event is not None and not event.is_set() and not (wanted is not None and wanted.is_set())
+               and time.monotonic() < deadline):
+            event.wait(0.05)

@@ -35,6 +35,7 @@ from ..formulas import formulas
 from ..long import LongTrace
 from ..params import MAX_LONG_TOKENS, client_number
 from ..trace import AttentionTrace
+from .pandas_guard import guarded
 from .state import current, write_url
 from .style import column_width, is_narrow, page_width
 
@@ -333,6 +334,7 @@ MOVE_MARK_JS = """<style>:has(> .st-key-zoom_mark:only-child) {{display: none}}<
 
 
 @st.fragment
+@guarded
 def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
     """The zoom of a long input. A fragment: moving it reruns this part only, not the overview above (12 heads of
     128 x 128 cells and 4096 labels a side to send and draw again); the overview's red squares move in the browser.
