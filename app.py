@@ -81,7 +81,8 @@ class PreloadElements:
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
         chunks = [f"./static/js/{p.name}" for name in FIRST_PAGE_ELEMENTS for p in STATIC_JS.glob(f"{name}.*.js")]
-        self.link = "".join(f'<link rel="modulepreload" href="{c}">' for c in chunks).encode() + VIEWPORT_JS + PAINTED_JS
+        self.link = "".join(f'<link rel="modulepreload" href="{c}">' for c in chunks).encode()
+        self.scripts = VIEWPORT_JS + PAINTED_JS  # at the end of <head>: after the viewport's <meta> (a phone's width)
 
     async def __call__(self, scope: Message, receive: Callable[[], Awaitable[Message]],
                        send: Callable[[Message], Awaitable[None]]) -> None:
@@ -111,7 +112,7 @@ class PreloadElements:
             body.append(message.get("body", b""))
             if message.get("more_body", False):
                 return
-            page = b"".join(body).replace(b"<head>", b"<head>" + self.link, 1)
+            page = b"".join(body).replace(b"<head>", b"<head>" + self.link, 1).replace(b"</head>", self.scripts + b"</head>", 1)
             headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
             await send({**start, "headers": [*headers, (b"content-length", str(len(page)).encode())]})
             await send({"type": "http.response.body", "body": page})

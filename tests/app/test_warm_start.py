@@ -65,7 +65,8 @@ def test_the_index_page_preloads_the_first_pages_frontend_chunks() -> None:
     links = [part.split(b'"')[0].decode() for part in body.split(b'<link rel="modulepreload" href="')[1:]]
     assert any("/PlotlyChart." in link for link in links) and len(links) >= len(app.FIRST_PAGE_ELEMENTS)
     assert all((app.STATIC_JS / link.rsplit("/", 1)[1]).is_file() for link in links)  # files Streamlit serves
-    assert body.startswith(b"<!doctype html><html><head><link") and body.endswith(b"<title>x</title></head><body></body></html>")
+    assert body.startswith(b"<!doctype html><html><head><link")
+    assert body.endswith(b"<title>x</title>" + app.VIEWPORT_JS + app.PAINTED_JS + b"</head><body></body></html>")
     assert dict(start["headers"])[b"content-length"] == str(len(body)).encode()
     assert not app.MODELS_WANTED.is_set()
     serve(("/", b"mode=Pretrained&layer=2"), b"text/html", page)

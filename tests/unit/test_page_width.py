@@ -36,4 +36,28 @@ def test_the_index_page_sends_the_viewport_width_in_that_cookie() -> None:
     import app
 
     assert f'"{style.VIEWPORT_COOKIE}=" + document.documentElement.clientWidth'.encode() in app.VIEWPORT_JS
-    assert app.VIEWPORT_JS in app.PreloadElements(None).link
+    assert app.VIEWPORT_JS in app.PreloadElements(None).scripts
+
+
+def test_the_viewport_is_read_after_the_pages_viewport_meta() -> None:
+    """Before <meta name="viewport"> a phone's layout viewport is 980 px wide, not its screen's width."""
+    import asyncio
+    from pathlib import Path
+
+    import app
+
+    index = (Path(st.__file__).parent / "static" / "index.html").read_bytes()
+    sent: list[dict] = []
+
+    async def streamlit_index(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/html")]})
+        await send({"type": "http.response.body", "body": index})
+
+    async def record(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "/", "query_string": b""}
+    asyncio.run(app.PreloadElements(streamlit_index)(scope, None, record))
+    page = b"".join(m.get("body", b"") for m in sent[1:])
+    assert b'name="viewport"' in page and app.VIEWPORT_JS in page
+    assert page.index(b'name="viewport"') < page.index(app.VIEWPORT_JS) < page.index(b"</head>")
