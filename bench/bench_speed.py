@@ -290,9 +290,10 @@ ACTIVE_LAYER_JS = """() => {
 }"""
 
 THUMBNAIL_JS = """([layer, head, heads]) => {
-    const gd = document.querySelector('.st-key-overview .js-plotly-plot'), L = gd._fullLayout;
-    const n = layer * heads + head + 1, xa = L['xaxis' + n], ya = L['yaxis' + n], box = gd.getBoundingClientRect();
-    return [box.left + xa._offset + xa._length / 2, box.top + ya._offset + ya._length / 2];
+    // the centre of a thumbnail: its subplot's drag area (Plotly's DOM), not Plotly's private layout
+    const gd = document.querySelector('.st-key-overview .js-plotly-plot'), n = layer * heads + head + 1;
+    const box = gd.querySelector(`.nsewdrag[data-subplot="${n === 1 ? 'xy' : `x${n}y${n}`}"]`).getBoundingClientRect();
+    return [box.left + box.width / 2, box.top + box.height / 2];
 }"""
 
 NO_STATUS = "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
