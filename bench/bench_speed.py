@@ -368,7 +368,7 @@ def layer_buttons(server: Server, browser, tokens: int, text: str, changes: int)
             (pw_parts if playwright else js_parts).append(((r["tDom"] - r["start"]) / 1e3, (r["tFrame"] - r["tDom"]) / 1e3))
             if playwright:
                 pw_driver.append(driver)
-            wait_for_query(page, rf"layer={layer}(&|$)", timeout=10)
+            wait_for_query(page, rf"layer={layer}(&|$)", timeout=60)  # a loaded machine can take its time
             settle(page, r["tDom"])
             told.append(page.evaluate("(t) => window.__ws.sends.find(s => s > t)", r["tDom"]) - r["start"])
             active = layer
