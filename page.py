@@ -21,7 +21,7 @@ st.set_page_config(page_title="mha-viz: multi-head attention, visible", layout="
 PLOTLY_CHUNK = next((p.name for p in (Path(st.__file__).parent / "static/static/js").glob("PlotlyChart.*.js")), None)
 if PLOTLY_CHUNK:  # every run, so that what follows keeps its place on the page (mha_viz/ui/body.py)
     with st.container(key="plotly_preload"):  # hidden: it takes no room on the page
-        st.html(f"""<style>[data-testid="stLayoutWrapper"]:has(> .st-key-plotly_preload) {{display: none}}</style><script>{{
+        st.html(f"""<style>:has(> .st-key-plotly_preload:only-child) {{display: none}}</style><script>{{
             const main = document.querySelector('script[src*="/static/js/index."]');
             import(new URL("./{PLOTLY_CHUNK}", main ? main.src : document.baseURI)).catch(() => {{}});}}</script>""",
                 unsafe_allow_javascript=True)

@@ -290,9 +290,10 @@ ACTIVE_LAYER_JS = """() => {
 }"""
 
 THUMBNAIL_JS = """([layer, head, heads]) => {
-    const gd = document.querySelector('.st-key-overview .js-plotly-plot'), L = gd._fullLayout;
-    const n = layer * heads + head + 1, xa = L['xaxis' + n], ya = L['yaxis' + n], box = gd.getBoundingClientRect();
-    return [box.left + xa._offset + xa._length / 2, box.top + ya._offset + ya._length / 2];
+    // the centre of a thumbnail: its subplot's drag area (Plotly's DOM), not Plotly's private layout
+    const gd = document.querySelector('.st-key-overview .js-plotly-plot'), n = layer * heads + head + 1;
+    const box = gd.querySelector(`.nsewdrag[data-subplot="${n === 1 ? 'xy' : `x${n}y${n}`}"]`).getBoundingClientRect();
+    return [box.left + box.width / 2, box.top + box.height / 2];
 }"""
 
 NO_STATUS = "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
@@ -367,7 +368,7 @@ def layer_buttons(server: Server, browser, tokens: int, text: str, changes: int)
             (pw_parts if playwright else js_parts).append(((r["tDom"] - r["start"]) / 1e3, (r["tFrame"] - r["tDom"]) / 1e3))
             if playwright:
                 pw_driver.append(driver)
-            wait_for_query(page, rf"layer={layer}(&|$)", timeout=10)
+            wait_for_query(page, rf"layer={layer}(&|$)", timeout=60)  # a loaded machine can take its time
             settle(page, r["tDom"])
             told.append(page.evaluate("(t) => window.__ws.sends.find(s => s > t)", r["tDom"]) - r["start"])
             active = layer

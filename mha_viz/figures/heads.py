@@ -30,6 +30,8 @@ MAX_CELLS_PER_SIDE = 128  # a longer matrix is drawn max-pooled; `window` shows 
 LABEL_PX = 14  # a token label needs this many px along its axis, or labels are thinned to every n-th
 COLOUR_BAR_PX = 90  # a vertical colour bar beside the heads
 COMPACT_BAR_PX = 48  # a horizontal colour bar above them (narrow figures)
+COLORSCALE = "Blues"  # of the weights, from 0 to the largest shown
+BACKGROUND = "#eeeeee"  # behind the heatmaps: where a cell is NaN (masked)
 
 
 def grid_columns(n: int, tokens: int, width: float, wanted: int | None = None) -> int:
@@ -189,10 +191,10 @@ def heads_grid(
                         title={"text": value_name, "side": "right"})
     layout.update(
         title=title_layout,
-        coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": max(top, 1e-9), "colorbar": colorbar},
+        coloraxis={"colorscale": COLORSCALE, "cmin": 0.0, "cmax": max(top, 1e-9), "colorbar": colorbar},
         height=height,
         margin={"l": left_px, "r": 10, "t": top_px, "b": bottom_px},
-        plot_bgcolor="#eeeeee",
+        plot_bgcolor=BACKGROUND,
         meta={"label_step": step},
     )
     return go.Figure({"data": traces, "layout": layout})

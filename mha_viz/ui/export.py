@@ -153,4 +153,5 @@ def export_controls(
             "Link to this view (copy it with the button at the right):" if link.startswith("http")
             else "Add this to the app's address to share this view:"
         )
-        st.code(link, language=None, wrap_lines=True)
+        with st.container(key="share_link"):  # its copy button always shows (mha_viz/ui/style.py)
+            st.code(link, language=None, wrap_lines=True)

@@ -2,7 +2,9 @@
 // weights sent once.
 //
 // data: bytes = [uint32 n, little-endian][n bytes of JSON header][uint16 values, little-endian]
-//   header: {layers, heads, rows, cols, lo, hi, labels, active, chart, param, thumbnails, subtitle}
+//   header: {layers, heads, rows, cols, lo, hi, labels, active, chart, param, thumbnails, subtitle, paint}
+//   paint: {colorscale: [[position, [r, g, b]], ...], background: [r, g, b], downward}: how the chart colours
+//   its heatmaps, sent by the server (layer_switch.paint_style), so that only Plotly's public API is used
 //   values: [layers, heads, rows, cols]; 65535 is NaN, else lo + v * ((hi - lo) / 65534), kept as float32
 //   (the server picks each v so that this value's toFixed(3), the hover's %{z:.3f}, is the true value's;
 //   layer_switch.py states the error bound; decode exactly this way)
@@ -18,6 +20,7 @@
 //   server, whose rerun redraws the page with that head open.
 const NAN = 65535;
 const SETTLE_MS = 400;
+const REDRAW_MS = 250; // Plotly's own redraw of the grid follows the fast paint at most this late (sooner when idle)
 
 function decode(bytes) {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -164,7 +167,8 @@ function layerButtons(meta, matrices, root, subtitle, setTriggerValue, focused) 
       const redraw = () => window.Plotly.update(gd, { z: zs }, { "coloraxis.cmax": top }, zs.map((_, i) => i));
       // Plotly redraws the whole grid (axes, titles, colour bar: ~60-90 ms for 12 heads); the heatmap images
       // alone take a few ms. Paint those now, and let Plotly bring the rest in line once the browser is idle.
-      if (paintHeatmaps(gd, zs, top)) idle(() => active === layer && redraw(), { timeout: 250 });
+      // Until then the hover reads the old values (Plotly's redraw follows within REDRAW_MS).
+      if (paintHeatmaps(gd, zs, top, meta.paint)) idle(() => active === layer && redraw(), { timeout: REDRAW_MS });
       else redraw();
     }
     const url = new URL(window.location.href);
@@ -178,24 +182,13 @@ function layerButtons(meta, matrices, root, subtitle, setTriggerValue, focused) 
 }
 
 function colorAt(scale, t) {
-  // Plotly's colour for t in [0, 1] on a colour scale [[position, "rgb(r, g, b)"], ...]: linear in RGB.
+  // Plotly's colour for t in [0, 1] on a colour scale [[position, [r, g, b]], ...]: linear in RGB.
   let i = 1;
   while (i < scale.length - 1 && scale[i][0] < t) i++;
   const [p0, c0] = scale[i - 1];
   const [p1, c1] = scale[i];
   const f = p1 > p0 ? Math.min(1, Math.max(0, (t - p0) / (p1 - p0))) : 0;
   return c0.map((v, k) => Math.round(v + f * (c1[k] - v)));
-}
-
-function rgb(color) {
-  // [r, g, b] of "rgb(r, g, b)", "rgba(...)", "#rrggbb" or "#rgb"; [] for anything else.
-  const text = String(color).trim();
-  const hex = text.match(/^#([0-9a-f]{3}|[0-9a-f]{6})$/i);
-  if (hex) {
-    const h = hex[1].length === 3 ? [...hex[1]].map((d) => d + d).join("") : hex[1];
-    return [0, 2, 4].map((i) => parseInt(h.slice(i, i + 2), 16));
-  }
-  return /^rgba?\(/.test(text) ? (text.match(/[\d.]+/g) || []).slice(0, 3).map(Number) : [];
 }
 
 function bmp(z, scale, top, downward, background) {
@@ -228,24 +221,16 @@ function bmp(z, scale, top, downward, background) {
   return "data:image/bmp;base64," + btoa(text);
 }
 
-function paintHeatmaps(gd, zs, top) {
+function paintHeatmaps(gd, zs, top, paint) {
   // Draw each head's new z straight into the <image> Plotly drew for it (one pixel a cell, scaled without
-  // smoothing), with the colour axis's scale from 0 to top, and give Plotly's computed data the new z (what
-  // hover reads until Plotly's own redraw). False when the chart is not laid out as expected: then Plotly
-  // redraws it all.
+  // smoothing), with the server's colour scale from 0 to top (paint: see the header). False when the chart is
+  // not drawn as expected (one image per head) or the paint is missing: then Plotly redraws it all.
   const images = gd.querySelectorAll(".heatmaplayer image");
-  const layout = gd._fullLayout;
-  const axis = layout && layout.coloraxis;
-  if (images.length !== zs.length || !axis || !Array.isArray(axis.colorscale)) return false;
-  const scale = axis.colorscale.map(([p, c]) => [p, rgb(c)]);
-  const background = rgb(layout.plot_bgcolor);
-  if (scale.some(([, c]) => c.length !== 3) || background.length !== 3) return false;
+  if (!paint || images.length !== zs.length || !Array.isArray(paint.colorscale)) return false;
+  const { colorscale, background, downward } = paint;
   zs.forEach((z, i) => {
-    const yaxis = layout[gd.data[i].yaxis.replace("y", "yaxis")];
-    const downward = yaxis && yaxis.range && yaxis.range[0] > yaxis.range[1]; // row 0 at the top
     images[i].style.imageRendering = "pixelated";
-    images[i].setAttribute("href", bmp(z, scale, top, downward, background));
-    if (gd.calcdata && gd.calcdata[i] && gd.calcdata[i][0]) gd.calcdata[i][0].z = z; // what hover reads
+    images[i].setAttribute("href", bmp(z, colorscale, top, downward, background));
   });
   return true;
 }

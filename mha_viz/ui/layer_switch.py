@@ -22,8 +22,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
+import plotly.graph_objects as go
 import streamlit as st
+from plotly.colors import hex_to_rgb, unlabel_rgb
 
+from ..figures import heads
 from ..limits import MAX_LAYERS, client_int
 
 MAX_BYTES = 8 * 2**20  # larger stacks (e.g. 32 layers x 32 heads at 128 tokens) switch through the server
@@ -48,6 +51,15 @@ button[aria-pressed="true"] { background: var(--st-primary-color, #ff4b4b); bord
 """,
     js=(Path(__file__).with_name("layer_switch.js")).read_text(encoding="utf-8"),
 )
+
+
+def paint_style() -> dict:
+    """What the browser needs to paint heads_figure's heatmap images itself, sent with the buttons instead of read
+    from Plotly's computed layout: the colour scale as [[position, [r, g, b]], ...] (the one Plotly draws, the
+    figure's own explicit list), the background of a NaN cell as [r, g, b], and whether row 0 is at the top."""
+    scale = go.layout.Coloraxis(colorscale=heads.COLORSCALE).colorscale
+    return {"colorscale": [[float(p), [int(v) for v in unlabel_rgb(c)]] for p, c in scale],
+            "background": list(hex_to_rgb(heads.BACKGROUND)), "downward": True}  # heads_figure: autorange="reversed"
 
 
 def pack(stack: np.ndarray, labels: list[str]) -> bytes:
@@ -129,7 +141,7 @@ def layer_buttons(payload: bytes, layer: int, chart: str | None, key: str, on_ch
             on_change(picked)
 
     _component(data=with_header(payload, active=layer, chart=chart, param="layer", thumbnails=None,
-                                subtitle=list(subtitle)), key=key, on_layer_change=changed)
+                                subtitle=list(subtitle), paint=paint_style()), key=key, on_layer_change=changed)
 
 
 def open_on_click(payload: bytes, chart: str, thumbnails: str, key: str) -> None:

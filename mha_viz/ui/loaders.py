@@ -62,28 +62,29 @@ def model_size(name: str) -> int:
     return size
 
 
-BROWSER_PAINT = 1.5  # seconds a browser takes to paint a first page after its script has run (this machine: ~1 s)
 page_drawn = threading.Event()  # set by page.py at the end of each run: a first page has been drawn
 
 
-def warm_up(wait: float = 0.0, wanted: threading.Event | None = None) -> None:
-    """Load both bundled models into get_model's cache, with the keys page.py will ask for (it runs at server start).
+def warm_up(wait: float = 0.0, wanted: threading.Event | None = None, painted: threading.Event | None = None) -> None:
+    """Load both bundled models into get_model's cache, with the keys page.py will ask for (it runs at server start),
+    then import pandas.
 
-    wait: seconds to let a first page finish drawing first, and its browser BROWSER_PAINT seconds more to paint it
-    (the loads, ~2.5 s of imports mostly, would share the CPU with them), unless `wanted` is set meanwhile: a page
-    that needs a model is on its way."""
-    deadline = time.monotonic() + wait
-    while not page_drawn.is_set() and not (wanted is not None and wanted.is_set()) and time.monotonic() < deadline:
-        page_drawn.wait(0.05)
-    painted = page_drawn.is_set() and not (wanted is not None and wanted.is_set())
-    if painted:
-        time.sleep(min(wait, BROWSER_PAINT))  # the browser is still painting that page: leave it the CPU
+    wait: seconds to let a first page be drawn, and then painted in its browser (`painted`: set when a browser says
+    it has painted a chart, app.py), before the loads (~2.5 s of imports mostly, which would share the CPU with
+    them), unless `wanted` is set meanwhile: a page that needs a model is on its way; and again before pandas."""
+    _until_painted(wait, wanted, painted)
     import_model_code()
     max_tokens = budget(secret=secret).max_tokens if is_public(secret=secret) else None
     for name in ("", INDUCTION_MODEL):
         get_model(name, False, max_tokens)
-    # pandas (for tables; a first page goes without it, see pandas_guard) once that page is drawn and painted:
-    # its ~0.3 s of imports would slow it. A page already painted above needs no second wait.
-    if not painted and page_drawn.wait(wait):
-        time.sleep(min(wait, BROWSER_PAINT))
-    import_pandas()
+    _until_painted(wait, None, painted)  # a page that wanted a model may still be drawing: pandas can wait
+    import_pandas()  # for tables; a first page goes without it (pandas_guard)
+
+
+def _until_painted(wait: float, wanted: threading.Event | None, painted: threading.Event | None) -> None:
+    """Wait at most `wait` seconds for a first page drawn (page_drawn) and painted (painted), or for `wanted`."""
+    deadline = time.monotonic() + wait
+    for event in (page_drawn, painted):
+        while (event is not None and not event.is_set() and not (wanted is not None and wanted.is_set())
+               and time.monotonic() < deadline):
+            event.wait(0.05)

@@ -12,13 +12,11 @@ from ..figures.common import COMPACT_PX, NARROW_PX, WIDE_PX
 CSS = """
 <style>
 /* Formulas wider than the screen scroll sideways instead of running off the edge. */
-.stMarkdown .katex-display, [data-testid="stMarkdownContainer"] .katex-display { overflow-x: auto; overflow-y: hidden;
-  padding-bottom: 4px; }
-/* The copy button of a code block (the share link) shows without hovering: phones cannot hover. */
-[data-testid="stCode"] [data-testid="stElementToolbarButton"], [data-testid="stCode"] div:has(> div > [data-testid="stElementToolbarButton"]) {
-  opacity: 1 !important; visibility: visible !important; }
+.katex-display { overflow-x: auto; overflow-y: hidden; padding-bottom: 4px; }
+/* The copy button of the share link's code block shows without hovering: phones cannot hover. */
+.st-key-share_link div:has(button), .st-key-share_link button { opacity: 1 !important; visibility: visible !important; }
 /* A chart's toolbar shows while one of its buttons has the keyboard's focus, not only under the mouse. */
-.js-plotly-plot .modebar-group:focus-within { opacity: 1 !important; transition: none !important; }
+.modebar-group:focus-within { opacity: 1 !important; transition: none !important; }
 /* The width probe takes no room: cancel the gap the page puts after it. */
 .st-key-page_width_probe { margin-bottom: -1rem; }
 </style>
@@ -26,9 +24,14 @@ CSS = """
 WIDTH_KEY = "page_width"
 MIN_WIDTH, MAX_WIDTH = 240, 8000  # a measured width outside these is not believed
 RESIZE_STEP_PX = 24  # the browser reports a new width only when it moved by this much (each report is a rerun)
+VIEWPORT_COOKIE = "mha_viz_viewport"  # the browser's viewport width, set by the index page before it connects (app.py)
+# Streamlit 1.67's wide layout (measured in Chromium): up to 768 px the sidebar starts collapsed and the main column
+# has 1 rem of padding a side; wider, the sidebar takes 300 px, and from about 864 px the padding is 5 rem a side.
+COLLAPSED_BELOW_PX, SIDEBAR_PX, WIDE_PADDING_FROM_PX = 769, 300, 864
 
 # The probe measures the main column (its own width: it stretches across it) and reports it as state "width" when
-# it first renders and whenever it changes by RESIZE_STEP_PX, after the resizing pauses.
+# it differs by RESIZE_STEP_PX from the width the page was laid out for (known; always, when that is not known), after
+# the resizing pauses. Each report reruns the page: on a first page, a report interrupts the first run.
 _probe = st.components.v2.component(
     "mha_viz.page_width",
     html="<span></span>",
@@ -57,7 +60,7 @@ def page_style() -> None:
     """Add the page-wide CSS (a style-only st.html takes no room on the page) and the width probe."""
     st.html(CSS)
     with st.container(key="page_width_probe"):
-        _probe(key=WIDTH_KEY, data={"known": _measured(), "step": RESIZE_STEP_PX}, height=0,
+        _probe(key=WIDTH_KEY, data={"known": _measured() or _estimated(), "step": RESIZE_STEP_PX}, height=0,
                on_width_change=lambda: None)
 
 
@@ -71,10 +74,26 @@ def _measured() -> int | None:
     return int(value) if MIN_WIDTH <= value <= MAX_WIDTH else None
 
 
+def _estimated() -> int | None:
+    """The main column's width in px as Streamlit's wide layout makes it of the viewport width the index page sent
+    (a cookie: app.py), or None without one. A first page laid out for it needs no second run when the probe finds
+    it right within RESIZE_STEP_PX (a resized or closed sidebar: the probe's report corrects it)."""
+    try:
+        value = st.context.cookies.get(VIEWPORT_COOKIE)
+    except (AttributeError, RuntimeError):
+        return None
+    viewport = int(value) if isinstance(value, str) and value.isdigit() and len(value) < 6 else 0
+    if not MIN_WIDTH <= viewport <= MAX_WIDTH:
+        return None
+    if viewport < COLLAPSED_BELOW_PX:
+        return viewport - 32
+    return viewport - SIDEBAR_PX - (160 if viewport >= WIDE_PADDING_FROM_PX else 32)
+
+
 def page_width() -> int:
     """The px the page's figures are drawn across: the main column's measured width; before the browser has said,
-    a phone's for a phone's user agent, else a desktop page's."""
-    return _measured() or (COMPACT_PX if _phone_agent() else WIDE_PX)
+    the width its viewport gives (_estimated), else a phone's for a phone's user agent, else a desktop page's."""
+    return _measured() or _estimated() or (COMPACT_PX if _phone_agent() else WIDE_PX)
 
 
 def is_narrow() -> bool:

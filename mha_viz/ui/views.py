@@ -323,7 +323,7 @@ class _WhileHeld:
 
 
 ZOOM_HEADS = 4  # heads the zoom shows unless others are picked (each is 128 x 128 cells to send and draw)
-MOVE_MARK_JS = """<style>[data-testid="stLayoutWrapper"]:has(> .st-key-zoom_mark) {{display: none}}</style><script>{{
+MOVE_MARK_JS = """<style>:has(> .st-key-zoom_mark:only-child) {{display: none}}</style><script>{{
     const gd = document.querySelector('.st-key-heads_long .js-plotly-plot');
     if (gd && window.Plotly && gd.layout && Array.isArray(gd.layout.shapes)) {{
         const update = {{}};

@@ -65,7 +65,8 @@ def test_the_index_page_preloads_the_first_pages_frontend_chunks() -> None:
     links = [part.split(b'"')[0].decode() for part in body.split(b'<link rel="modulepreload" href="')[1:]]
     assert any("/PlotlyChart." in link for link in links) and len(links) >= len(app.FIRST_PAGE_ELEMENTS)
     assert all((app.STATIC_JS / link.rsplit("/", 1)[1]).is_file() for link in links)  # files Streamlit serves
-    assert body.startswith(b"<!doctype html><html><head><link") and body.endswith(b"<title>x</title></head><body></body></html>")
+    assert body.startswith(b"<!doctype html><html><head><link")
+    assert body.endswith(b"<title>x</title>" + app.VIEWPORT_JS + app.PAINTED_JS + b"</head><body></body></html>")
     assert dict(start["headers"])[b"content-length"] == str(len(body)).encode()
     assert not app.MODELS_WANTED.is_set()
     serve(("/", b"mode=Pretrained&layer=2"), b"text/html", page)
@@ -113,3 +114,45 @@ def test_downloads_are_sent_uncompressed_and_other_responses_keep_gzip() -> None
     assert b"content-encoding" not in headers and sent == body
     headers, sent = results["other"]
     assert headers[b"content-encoding"] == b"gzip" and len(sent) < len(body)
+
+
+def test_the_model_loads_wait_for_the_browser_to_say_it_painted(monkeypatch) -> None:
+    from mha_viz.ui import loaders
+
+    loads: list[str] = []
+    monkeypatch.setattr(loaders, "import_model_code", lambda: None)
+    monkeypatch.setattr(loaders, "get_model", lambda name, *args: loads.append(name))
+    monkeypatch.setattr(loaders, "page_drawn", threading.Event())
+    painted = threading.Event()
+    loaders.page_drawn.set()  # a first page's script has run; its browser has not painted it yet
+    worker = threading.Thread(target=loaders.warm_up, kwargs={"wait": 120.0, "painted": painted})
+    worker.start()
+    worker.join(1.0)
+    assert worker.is_alive() and loads == []  # no guessed paint time: still waiting for the browser
+    painted.set()
+    worker.join(60)
+    assert not worker.is_alive() and len(loads) == 2
+
+
+def test_the_index_page_reports_its_first_painted_chart_to_the_server() -> None:
+    import asyncio
+
+    import app
+
+    page = b"<!doctype html><html><head><title>x</title></head><body></body></html>"
+    body = serve(("/", b""), b"text/html; charset=utf-8", page)[1]
+    assert app.PAINTED_JS in body and b"sendBeacon" in app.PAINTED_JS and app.PAINTED_PATH.encode() in app.PAINTED_JS
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def never(*args):
+        raise AssertionError("the beacon is answered by the middleware, not passed on")
+
+    app.PAINTED.clear()
+    scope = {"type": "http", "method": "POST", "path": "/base" + app.PAINTED_PATH, "query_string": b""}
+    worker = threading.Thread(target=asyncio.run, args=(app.PreloadElements(never)(scope, None, send),))
+    worker.start()
+    worker.join()
+    assert app.PAINTED.is_set() and sent[0]["status"] == 204

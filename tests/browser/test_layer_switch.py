@@ -15,13 +15,29 @@ from tests.unit.test_layer_switch_stack import minilm_traces, to_fixed_3  # noqa
 
 needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
                                     reason=f"{CHROMIUM} not installed")
-Z_JS = "(key) => document.querySelector(`.st-key-${key} .js-plotly-plot`).calcdata.map(c => c[0].z.map(r => Array.from(r)))"
+# z of every heatmap from a chart's public data (gd.data; Plotly's typed-array spec decoded)
+GD_Z_JS = """(gd) => gd.data.map(t => {
+    const z = t.z;
+    if (Array.isArray(z)) return z.map(r => Array.from(r, v => v === null ? NaN : v));
+    const bytes = Uint8Array.from(atob(z.bdata), c => c.charCodeAt(0));
+    const kinds = {f4: Float32Array, f8: Float64Array};
+    const flat = Array.from(new kinds[z.dtype](bytes.buffer));
+    const [rows, cols] = String(z.shape).split(',').map(Number);
+    return Array.from({length: rows}, (_, r) => flat.slice(r * cols, (r + 1) * cols));
+})"""
+DATA_Z_JS = f"(key) => ({GD_Z_JS})(document.querySelector(`.st-key-${{key}} .js-plotly-plot`))"
+Z_JS = DATA_Z_JS
+# resolves with the chart's z as Plotly's own redraw after the fast paint leaves it (this chart's redraw, from the
+# browser's numbers: the server's rerun mounts a new chart)
+REPLOTTED_JS = f"""(key) => {{ const gd = document.querySelector(`.st-key-${{key}} .js-plotly-plot`);
+    return new Promise(done => gd.once('plotly_afterplot', () => done(({GD_Z_JS})(gd)))); }}"""
 SWITCH_JS = """(layer) => {
     const host = [...document.querySelector('.st-key-layer_switch').querySelectorAll('*')].find(e => e.shadowRoot);
     host.shadowRoot.querySelectorAll('button')[layer].click();
 }"""
 
 
+HREFS_JS = "(key) => [...document.querySelectorAll(`.st-key-${key} .heatmaplayer image`)].map(e => e.getAttribute('href'))"
 SHADOW = "[...document.querySelector('.st-key-layer_switch').querySelectorAll('*')].find(e => e.shadowRoot).shadowRoot"
 MARK_JS = f"() => {SHADOW}.querySelectorAll('button').forEach(b => b.dataset.drawn = 'before')"
 REDRAWN_JS = f"() => !{SHADOW}.querySelector('button[data-drawn]')"  # a rerun at another layer draws new buttons
@@ -48,16 +64,19 @@ def test_a_layer_button_repaints_before_the_server_hears_and_the_server_agrees(s
         old = page.evaluate(Z_JS, "heads")
         before = len(sent)
         page.evaluate(MARK_JS)
-        page.evaluate(SWITCH_JS, 3)  # synchronous: the chart is repainted when this returns
-        client = page.evaluate(Z_JS, "heads")
+        hrefs = page.evaluate(HREFS_JS, "heads")
+        page.evaluate(f"() => {{ window.redrawn = ({REPLOTTED_JS})('heads'); }}")
+        page.evaluate(SWITCH_JS, 3)  # synchronous: the heatmap images are repainted when this returns
         assert len(sent) == before  # nothing went to the server yet
+        assert all(a != b for a, b in zip(page.evaluate(HREFS_JS, "heads"), hrefs, strict=True))
+        client = page.evaluate("() => window.redrawn")  # then Plotly's own redraw, from the same numbers
         assert not np.allclose(np.array(client), np.array(old))
         wait_for_query(page, r"layer=3")  # the URL follows at once
         page.wait_for_function(REDRAWN_JS, timeout=60_000)  # then the server reran at layer 3
         page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
         assert len(sent) > before
         server_z = np.array(page.evaluate(Z_JS, "heads"))
-        assert np.abs(np.array(client) - server_z).max() <= 1e-4  # the browser drew the server's numbers
+        assert np.nanmax(np.abs(np.array(client) - server_z)) <= 1e-4  # the browser drew the server's numbers
         assert page.get_by_text("encoder layer 3 of 6").count() == 1
         # Three quick steps cost one rerun, at the last layer.
         page.evaluate(MARK_JS)
@@ -71,11 +90,11 @@ def test_a_layer_button_repaints_before_the_server_hears_and_the_server_agrees(s
     assert errors == []
 
 
-FIXED_JS = """(key) => document.querySelector(`.st-key-${key} .js-plotly-plot`).calcdata.map(
-    c => c[0].z.map(r => Array.from(r, v => Number.isNaN(v) ? 'NaN' : v.toFixed(3))))"""
-HOVER_JS = """(head, row, col) => {
-    // Plotly's own hover label of one cell of the heads chart ("... weight 0.123 ...")
-    const gd = document.querySelector('.st-key-heads .js-plotly-plot'), trace = gd.data[head];
+FIXED_GD_JS = f"""(gd) => ({GD_Z_JS})(gd).map(z => z.map(r => r.map(v => Number.isNaN(v) ? 'NaN' : v.toFixed(3))))"""
+FIXED_JS = f"(key) => ({FIXED_GD_JS})(document.querySelector(`.st-key-${{key}} .js-plotly-plot`))"
+HOVER_JS = """(gd, head, row, col) => {
+    // Plotly's own hover label of one cell of a heads chart ("... weight 0.123 ...")
+    const trace = gd.data[head];
     window.Plotly.Fx.hover(gd, {xval: col, yval: row}, trace.xaxis + trace.yaxis);
     return gd.querySelector('.hoverlayer').textContent;
 }"""
@@ -99,10 +118,14 @@ def test_hover_after_a_layer_click_shows_the_servers_three_decimals(server: str,
         wait_for_heatmaps(page, 12, timeout=180)
         page.get_by_role("button", name="3", exact=True).wait_for()
         page.wait_for_timeout(1000)
-        # one synchronous call: the click repaints, then the hover and the digits are read before any rerun
+        # the click repaints; once Plotly has redrawn that chart, its hover and digits are read
         page.evaluate(MARK_JS)
-        label, client = page.evaluate(f"""() => {{ ({SWITCH_JS})(3);
-            return [({HOVER_JS})({head}, {row}, {col}), ({FIXED_JS})('heads')]; }}""")
+        label, client = page.evaluate(f"""async () => {{
+            const gd = document.querySelector('.st-key-heads .js-plotly-plot');
+            const read = new Promise(done => gd.once('plotly_afterplot',  // this chart's own redraw after the click
+                () => done([({HOVER_JS})(gd, {head}, {row}, {col}), ({FIXED_GD_JS})(gd)])));
+            ({SWITCH_JS})(3);
+            return await read; }}""")
         page.wait_for_function(REDRAWN_JS, timeout=60_000)  # the server reran at layer 3
         page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
         page.wait_for_timeout(500)
@@ -115,7 +138,6 @@ def test_hover_after_a_layer_click_shows_the_servers_three_decimals(server: str,
         page.close()
 
 
-HREFS_JS = "(key) => [...document.querySelectorAll(`.st-key-${key} .heatmaplayer image`)].map(e => e.getAttribute('href'))"
 CELLS_JS = """async ([hrefs, rows, cols]) => {
     // Heatmap images sampled at each cell's centre: [heads][rows * cols][r, g, b]
     return Promise.all(hrefs.map(async (href) => {
