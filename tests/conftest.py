@@ -21,6 +21,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "without it they save them into a temporary folder")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Torch computes on one thread in every test process: the tests' matrices are tiny, and on a busy 2-core
+    machine a second intra-op thread makes them up to 10x slower (a softmax of 12 x 12: 9 ms instead of 1 ms);
+    with pytest-xdist's two workers, one thread each fills the two cores. Training sets its own count (1)."""
+    torch.set_num_threads(1)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its folder's layer; a test file outside the layer folders is an error, not a test that
@@ -47,7 +54,8 @@ def assets(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="module")
 def one_thread():
-    """One intra-op thread: on a busy 2-core machine a second one makes small matmuls ~10x slower."""
+    """One intra-op thread (already so for the whole session, see pytest_configure; kept for modules that say so,
+    and for a test that changed the count)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
