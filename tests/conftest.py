@@ -2,8 +2,11 @@
 
 A test's layer is the folder it lives in: tests/unit (the library), tests/app (the page in AppTest), tests/browser
 (real servers: `streamlit run`, nginx, Chromium). Each test gets that folder's marker; plain `pytest` runs
-`-m "not browser"` (pyproject.toml), `pytest -m browser` the browser tests, `bash .ci/run` all three layers."""
+`-m "not browser and not slow"` in one pytest-xdist worker per core (pyproject.toml), `pytest -m browser` the
+browser tests in one process, `bash .ci/run` all three layers, slow tests included."""
 
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,47 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-assets", action="store_true",
                      help="browser tests save their screenshots into assets/ (the README's pictures); "
                           "without it they save them into a temporary folder")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Torch computes on one thread in every test process: the tests' matrices are tiny, and on a busy 2-core
+    machine a second intra-op thread makes them up to 10x slower (a softmax of 12 x 12: 9 ms instead of 1 ms);
+    with pytest-xdist's two workers, one thread each fills the two cores. Training sets its own count (1)."""
+    torch.set_num_threads(1)
+
+
+class _Selects(dict):
+    """The names of a marker expression, read as "is this the layer?" (and, or, not, parentheses: Python's)."""
+
+    def __init__(self, layer: str) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def __missing__(self, name: str) -> bool:
+        return name == self.layer
+
+
+def selects(markexpr: str, layer: str) -> bool:
+    """Whether `-m markexpr` selects tests of `layer` (an expression of more than names, and, or, not and
+    parentheses, or one that does not parse: assume it does; pytest reports the errors)."""
+    if not markexpr.strip():
+        return True
+    if not re.fullmatch(r"[\w\s()]+", markexpr):
+        return True
+    try:
+        return bool(eval(markexpr, {"__builtins__": {}}, _Selects(layer)))  # names and operators only (above)
+    except SyntaxError:
+        return True
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject.toml's addopts): the unit and app tests in one worker per core (at most 4: each worker
+    imports torch, transformers and Streamlit); the browser tests in this one process, one after the other, as
+    they were written to run (each starts a server and Chromium and waits for the page)."""
+    if selects(config.getoption("markexpr"), "browser"):
+        return 0
+    return min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -47,7 +91,8 @@ def assets(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="module")
 def one_thread():
-    """One intra-op thread: on a busy 2-core machine a second one makes small matmuls ~10x slower."""
+    """One intra-op thread (already so for the whole session, see pytest_configure; kept for modules that say so,
+    and for a test that changed the count)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

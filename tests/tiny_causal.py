@@ -5,8 +5,11 @@ bundled MiniLM tokenizer (vocabulary 30522; [SEP] = 102 is their end-of-sequence
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
+import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaConfig, PretrainedConfig
 
 from mha_viz.pretrained import PretrainedModel, bundled_model_dir
 
@@ -51,3 +54,23 @@ def random_causal_lm(config, seed: int = 0) -> torch.nn.Module:
 def tiny_causal(name: str, seed: int = 0) -> PretrainedModel:
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
     return PretrainedModel(build_lm(name, seed), tokenizer, name=f"tiny-{name}")
+
+
+def saved_random_models(configs: Mapping[str, Callable[[], PretrainedConfig]], auto_class: type,
+                        tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Each config's random model (auto_class.from_config, seed 0, matrices ~ N(0, 0.2), vectors as initialised)
+    saved with the bundled tokenizer in a temporary folder, as the app loads a model: {name: folder}."""
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    out = {}
+    for name, config in configs.items():
+        torch.manual_seed(0)
+        model = auto_class.from_config(config())
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() > 1:
+                    p.normal_(0.0, 0.2)
+        folder = tmp_path_factory.mktemp(name)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        out[name] = str(folder)
+    return out

@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 import transformers as tf
 from streamlit.testing.v1 import AppTest
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel
 
 from mha_viz.parts import VIEWS
-from mha_viz.pretrained import bundled_model_dir
 from mha_viz.pretrained.deberta import C2P, P2C
 from tests.app.test_app import APP
+from tests.tiny_causal import saved_random_models
 
 V = 30522
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
@@ -33,20 +32,7 @@ CONFIGS = {  # family -> (config, what "Why one score" names besides q·k)
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
-    out = {}
-    for name, (config, _) in CONFIGS.items():
-        torch.manual_seed(0)
-        model = AutoModel.from_config(config())
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.dim() > 1:
-                    p.normal_(0.0, 0.2)
-        folder = tmp_path_factory.mktemp(name)
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        out[name] = str(folder)
-    return out
+    return saved_random_models({name: config for name, (config, _) in CONFIGS.items()}, AutoModel, tmp_path_factory)
 
 
 def app_with(folder: str, view: str) -> AppTest:

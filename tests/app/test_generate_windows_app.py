@@ -8,13 +8,13 @@ import json
 
 import numpy as np
 import pytest
-import torch
 import transformers as tf
 from streamlit.testing.v1 import AppTest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from mha_viz.pretrained import PretrainedModel, bundled_model_dir
+from mha_viz.pretrained import PretrainedModel
 from tests.app.test_app import APP, z_matrix
+from tests.tiny_causal import saved_random_models
 
 V = 30522
 W = 4
@@ -32,20 +32,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
-    out = {}
-    for name, (config, _) in CONFIGS.items():
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config())
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.dim() > 1:
-                    p.normal_(0.0, 0.2)
-        folder = tmp_path_factory.mktemp(name)
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        out[name] = str(folder)
-    return out
+    return saved_random_models({name: config for name, (config, _) in CONFIGS.items()}, AutoModelForCausalLM, tmp_path_factory)
 
 
 def chart(at: AppTest, key: str) -> dict:

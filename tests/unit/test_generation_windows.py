@@ -28,6 +28,9 @@ BASE = {"vocab_size": V, "hidden_size": 32, "num_hidden_layers": 4, "num_attenti
 ALTERNATE = (W, None, W, None)  # sliding, full, sliding, full
 ALL = (W,) * 4
 QWEN_LAST = (None, None, W, W)  # Qwen2/Qwen3: layers from max_window_layers on slide
+# 4 small experts, not the real 64-256 (and per-layer embeddings of 30522 x 8 for Gemma 4, not 262144 x 256):
+# the windows under test do not depend on them, and the real sizes build 20-270M parameters
+FEW_EXPERTS = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 # family -> (config, each layer's window as the model's code applies it)
 FAMILIES: dict[str, tuple[Callable[[], tf.PretrainedConfig], tuple[int | None, ...]]] = {
     "mistral": (lambda: tf.MistralConfig(**BASE, sliding_window=W), ALL),
@@ -61,12 +64,16 @@ FAMILIES: dict[str, tuple[Callable[[], tf.PretrainedConfig], tuple[int | None, .
     "granite_swa": (lambda: tf.AutoConfig.for_model("granite_swa", **BASE, sliding_window=W), (None, W, W, W)),
     "cohere2_moe": (lambda: tf.AutoConfig.for_model("cohere2_moe", **BASE, head_dim=8, sliding_window=W),
                     (W, W, W, None)),
-    "afmoe": (lambda: tf.AutoConfig.for_model("afmoe", **BASE, head_dim=8, sliding_window=W), (W, W, W, None)),
-    "exaone_moe": (lambda: tf.AutoConfig.for_model("exaone_moe", **BASE, head_dim=8, sliding_window=W),
+    "afmoe": (lambda: tf.AutoConfig.for_model("afmoe", **BASE, **FEW_EXPERTS, head_dim=8, sliding_window=W),
+              (W, W, W, None)),
+    "exaone_moe": (lambda: tf.AutoConfig.for_model("exaone_moe", **BASE, **FEW_EXPERTS, head_dim=8, sliding_window=W),
                    (W, W, W, None)),
-    "mimo_v2_flash": (lambda: tf.AutoConfig.for_model("mimo_v2_flash", **BASE, head_dim=8, sliding_window=W),
-                      (None, W, W, W)),
-    "gemma4": (lambda: tf.AutoConfig.for_model("gemma4_text", **BASE, head_dim=8, sliding_window=W), (W, W, W, None)),
+    "mimo_v2_flash": (lambda: tf.AutoConfig.for_model("mimo_v2_flash", **BASE, head_dim=8, sliding_window=W,
+                                                      n_routed_experts=4, num_experts_per_tok=2,
+                                                      moe_intermediate_size=32), (None, W, W, W)),
+    "gemma4": (lambda: tf.AutoConfig.for_model("gemma4_text", **BASE, head_dim=8, sliding_window=W,
+                                               vocab_size_per_layer_input=V, hidden_size_per_layer_input=8),
+               (W, W, W, None)),
     "ministral3": (lambda: tf.AutoConfig.for_model("ministral3", **BASE, head_dim=8, sliding_window=W), ALL),
     "doge": (lambda: tf.AutoConfig.for_model("doge", **BASE, sliding_window=W), ALL),
     "lfm3 (convolutions between attention layers)": (lambda: tf.AutoConfig.for_model(

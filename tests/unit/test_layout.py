@@ -1,5 +1,5 @@
 """Figures laid out for the width they are drawn at: heads a row, stacked panels, wrapped titles under the toolbar,
-legends that get their rows, labels turned only when they must (the browser checks are in test_layout_browser.py)."""
+legends that get their rows, labels turned only when they must (the page's are in tests/app/test_layout_app.py, the browser's in tests/browser/test_layout_browser.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,12 @@ import math
 
 import numpy as np
 import pytest
-import streamlit as st
 
 import mha_viz
 from mha_viz.figures import common, heads_figure, lines_figure, output_path_figure
 from mha_viz.figures import heads as heads_module
 from mha_viz.figures.generation import next_token_figure
 from mha_viz.sources import configurable_trace
-from tests.app.test_app import new_app
 
 SENTENCE = "The animal didn't cross the street because it was too tired"
 TOOLBAR_PX = 32  # the chart toolbar's strip: titles and legends go under it
@@ -116,23 +114,3 @@ def test_the_lines_legend_gets_the_rows_it_needs(width: int) -> None:
     assert fig.layout.legend.title.text is None
     legend_top = (1 - fig.layout.legend.y) * fig.layout.height
     assert legend_top >= TOOLBAR_PX - 1  # under the toolbar
-
-
-def test_one_head_is_singular_in_the_captions() -> None:
-    at = new_app(h="1", d_model="16").run()
-    captions = " ".join(c.value for c in at.caption)
-    assert "h = 1 head ·" in captions and "1 head (numbered from 0)" in captions and "1 heads" not in captions
-    assert common.plural(1, "head") == "1 head" and common.plural(4, "head") == "4 heads"
-
-
-@pytest.mark.parametrize("reported", [float("nan"), -5, "wide", True, 1e12, None])
-def test_a_width_the_browser_reports_is_believed_only_when_it_is_a_width(reported: object) -> None:
-    from mha_viz.ui import style
-
-    st.session_state[style.WIDTH_KEY] = {"width": reported}
-    try:
-        assert style.page_width() == style.WIDE_PX
-        st.session_state[style.WIDTH_KEY] = {"width": 500}
-        assert style.page_width() == 500 and style.is_narrow()
-    finally:
-        del st.session_state[style.WIDTH_KEY]
