@@ -267,13 +267,23 @@ def test_heavy_requests_are_training_writing_model_analysis_and_long_texts(state
 def test_heavy_pages_are_drawn_one_at_a_time_and_light_pages_at_once() -> None:
     from mha_viz.ui import fair
 
+    from streamlit.runtime import Runtime
+
     light, heavy = new_app(h="2", text="light page"), new_app(h="2", text=LONG)
     drawn = threading.Event()
     drawing = threading.Thread(target=lambda: heavy.run(timeout=120) and drawn.set())
     thread, release = hold_turn(fair, "another session")  # another session's heavy page is being drawn
     try:
         drawing.start()
+        deadline = time.monotonic() + 60
+        while not fair._queue and time.monotonic() < deadline:  # the heavy page is in the queue, its run started
+            time.sleep(0.05)
+        assert fair._queue
+        # AppTest keeps its mock Runtime in one global and clears it when a run ends: the heavy page, still
+        # running, gets its own back once the light page's run is over (two servers' sessions each have theirs).
+        heavy_runtime = Runtime._instance
         light.run(timeout=60)
+        Runtime._instance = heavy_runtime
         assert not light.exception and len(light.get("plotly_chart")) > 0  # drawn beside it
         assert not drawn.wait(2)  # the heavy page waits for its turn
     finally:
