@@ -265,9 +265,9 @@ def test_heavy_requests_are_training_writing_model_analysis_and_long_texts(state
 
 
 def test_heavy_pages_are_drawn_one_at_a_time_and_light_pages_at_once() -> None:
-    from mha_viz.ui import fair
-
     from streamlit.runtime import Runtime
+
+    from mha_viz.ui import fair
 
     light, heavy = new_app(h="2", text="light page"), new_app(h="2", text=LONG)
     drawn = threading.Event()
