@@ -413,8 +413,11 @@ def thumbnails(server: Server, browser, tokens: int, text: str, changes: int) ->
             answered_first += r["received"] != 0
             times.append((r["tFrame"] - r["start"]) / 1e3)
             split.append(((r["tDom"] - r["start"]) / 1e3, (r["tFrame"] - r["tDom"]) / 1e3))
-            title = page.evaluate("() => document.querySelector('.st-key-opened_heads .js-plotly-plot').layout.title.text")
-            wrong += title != f"layer {layer}"
+            try:  # the heatmap is painted at once, the title by Plotly's redraw once the page is idle (<= 0.25 s)
+                page.wait_for_function("(t) => document.querySelector('.st-key-opened_heads .js-plotly-plot')"
+                                       ".layout.title.text === t", arg=f"layer {layer}", polling=20, timeout=1000)
+            except PlaywrightTimeout:
+                wrong += 1
             try:  # the overview's click event goes to the server at once (seen not to, at 512 tokens)
                 page.wait_for_function("(t) => window.__ws.sends.some(s => s > t)", arg=r["start"], polling=50,
                                        timeout=5000)

@@ -79,6 +79,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
 
 function openOnClick(meta, matrices) {
   // Repaint the one-head chart when a thumbnail of the overview is clicked.
+  let opened = 0; // the latest click's number: an earlier click's late redraw is dropped
   function open(event) {
     const point = event && event.points && event.points[0];
     const target = point && point.customdata;
@@ -86,9 +87,15 @@ function openOnClick(meta, matrices) {
     if (!Array.isArray(target) || !gd || !window.Plotly || gd.data.length !== 1) return;
     const [layer, head] = target.map(Number);
     const { zs, tops } = matrices(layer);
-    window.Plotly.update(gd, { z: [zs[head]] }, {
-      "coloraxis.cmax": Math.max(tops[head], 1e-9), "title.text": `layer ${layer}`, "annotations[0].text": meta.labels[head],
+    const top = Math.max(tops[head], 1e-9);
+    const redraw = () => window.Plotly.update(gd, { z: [zs[head]] }, {
+      "coloraxis.cmax": top, "title.text": `layer ${layer}`, "annotations[0].text": meta.labels[head],
     }, [0]);
+    // As the layer buttons do: the heatmap now, Plotly's redraw (title, head label, colour bar) once idle.
+    const click = ++opened;
+    const current = () => click === opened && gd.isConnected; // not a later click's, not a chart a rerun replaced
+    if (paintHeatmaps(gd, [zs[head]], top, meta.paint)) idle(() => current() && redraw(), { timeout: REDRAW_MS });
+    else redraw();
   }
   // The overview chart is redrawn (a new element) after every rerun: listen on whichever is there
   // when a pointer goes down on it, before its click.
@@ -168,7 +175,9 @@ function layerButtons(meta, matrices, root, subtitle, setTriggerValue, focused) 
       // Plotly redraws the whole grid (axes, titles, colour bar: ~60-90 ms for 12 heads); the heatmap images
       // alone take a few ms. Paint those now, and let Plotly bring the rest in line once the browser is idle.
       // Until then the hover reads the old values (Plotly's redraw follows within REDRAW_MS).
-      if (paintHeatmaps(gd, zs, top, meta.paint)) idle(() => active === layer && redraw(), { timeout: REDRAW_MS });
+      if (paintHeatmaps(gd, zs, top, meta.paint)) {
+        idle(() => active === layer && gd.isConnected && redraw(), { timeout: REDRAW_MS }); // not a replaced chart
+      }
       else redraw();
     }
     const url = new URL(window.location.href);

@@ -146,5 +146,6 @@ def layer_buttons(payload: bytes, layer: int, chart: str | None, key: str, on_ch
 
 def open_on_click(payload: bytes, chart: str, thumbnails: str, key: str) -> None:
     """A click on a thumbnail of the chart with key `thumbnails` (points with customdata [layer, head]) repaints
-    the one-head chart with key `chart` at once; the thumbnails' own click event tells the server."""
-    _component(data=with_header(payload, chart=chart, thumbnails=thumbnails), key=key, height=0)
+    the one-head chart with key `chart` at once (its heatmap painted, then Plotly's redraw of its title and colour
+    bar once the browser is idle); the thumbnails' own click event tells the server."""
+    _component(data=with_header(payload, chart=chart, thumbnails=thumbnails, paint=paint_style()), key=key, height=0)

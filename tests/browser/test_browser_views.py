@@ -23,18 +23,37 @@ if not Path(CHROMIUM).exists():
 
 PHONE_UA = ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
             "Version/17.0 Mobile/15E148 Safari/604.1")
+# Reading a chart through Plotly's public state only: gd.data and gd.layout (the figure as sent, with the ranges
+# Plotly's autorange writes back) and the subplot's drag box (its data-subplot attribute) for where it is drawn.
+# VALUES: a trace's array as the figure sent it, a list or Plotly's base64 spec {dtype, bdata, shape}.
+VALUES = """const values = (v) => {
+    if (!v || Array.isArray(v) || ArrayBuffer.isView(v) || typeof v.bdata !== 'string') return v;
+    const types = {f4: Float32Array, f8: Float64Array, i1: Int8Array, u1: Uint8Array, i2: Int16Array,
+                   u2: Uint16Array, i4: Int32Array, u4: Uint32Array};
+    const flat = new types[v.dtype](Uint8Array.from(atob(v.bdata), (c) => c.charCodeAt(0)).buffer);
+    const shape = String(v.shape === undefined ? flat.length : v.shape).split(',').map(Number);
+    if (shape.length === 1) return Array.from(flat);
+    return Array.from({length: shape[0]}, (_, r) => Array.from(flat.subarray(r * shape[1], (r + 1) * shape[1])));
+};"""
 # A data point of a Plotly chart, in page pixels: [chart index, trace index, point index] -> [x, y].
 POINT_JS = """([chart, curve, point]) => {
+    """ + VALUES + """
     const gd = document.querySelectorAll('.js-plotly-plot')[chart];
-    const trace = gd._fullData[curve];
-    const xa = gd._fullLayout[trace.xaxis.replace('x', 'xaxis')], ya = gd._fullLayout[trace.yaxis.replace('y', 'yaxis')];
-    const box = gd.getBoundingClientRect();
-    return [box.left + xa._offset + xa.l2p(trace.x[point]), box.top + ya._offset + ya.l2p(trace.y[point])];
+    const trace = gd.data[curve], xname = trace.xaxis || 'x', yname = trace.yaxis || 'y';
+    const [x0, x1] = gd.layout[xname.replace('x', 'xaxis')].range, [y0, y1] = gd.layout[yname.replace('y', 'yaxis')].range;
+    const box = gd.querySelector(`.nsewdrag[data-subplot="${xname}${yname}"]`).getBoundingClientRect();
+    const x = values(trace.x)[point], y = values(trace.y)[point];
+    return [box.left + (x - x0) / (x1 - x0) * box.width, box.top + (y1 - y) / (y1 - y0) * box.height];
 }"""
 LINES_JS = """(chart) => {
     const gd = document.querySelectorAll('.js-plotly-plot')[chart];
-    if (!gd || !gd._fullData) return -1;  // between two paints
-    return gd._fullData.filter(t => t.mode === 'lines' && t.x.length > 1).reduce((n, t) => n + t.x.length / 3, 0);
+    if (!gd || !gd.data) return -1;  // between two paints
+    return gd.data.filter(t => t.mode === 'lines' && t.x.length > 1).reduce((n, t) => n + t.x.length / 3, 0);
+}"""
+# The index of the first trace of chart 0 for which `test` (a JS expression of t, values) holds.
+FIND_JS = """(test) => {
+    """ + VALUES + """
+    return document.querySelector('.js-plotly-plot').data.findIndex((t) => eval(test));
 }"""
 
 
@@ -117,8 +136,8 @@ def test_clicking_an_overview_thumbnail_opens_that_head(server: str, browser, as
         page.goto(f"{server}/?mode=Pretrained&view=Overview")
         settle(page)
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 1")
-        curve = page.evaluate("() => document.querySelector('.js-plotly-plot')._fullData.findIndex("
-                              "t => t.type === 'scatter' && t.customdata[0][0] === 3 && t.customdata[0][1] === 5)")
+        curve = page.evaluate(FIND_JS, "t.type === 'scatter' && values(t.customdata)[0][0] === 3 "
+                                       "&& values(t.customdata)[0][1] === 5")
         x, y = page.evaluate(POINT_JS, [0, curve, 4])  # the centre of layer 3, head 5
         page.mouse.move(x, y)
         page.get_by_text("layer 3, head 5").wait_for(timeout=30_000)  # the hover says what a click opens
@@ -140,7 +159,7 @@ def test_lines_view_hover_shows_the_top_keys_and_a_click_keeps_one_tokens_lines(
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 1")
         page.screenshot(path=str(assets / "lines.png"))
         every = page.evaluate(LINES_JS, 0)
-        curve = page.evaluate("() => document.querySelector('.js-plotly-plot')._fullData.findIndex(t => t.name === 'query tokens')")
+        curve = page.evaluate(FIND_JS, "t.name === 'query tokens'")
         x, y = page.evaluate(POINT_JS, [0, curve, 5])
         page.mouse.move(x, y)
         page.get_by_text("only this query's lines").wait_for(timeout=30_000)
@@ -252,7 +271,7 @@ def test_watch_the_bundled_model_write_and_open_the_head_that_wrote_a_token(serv
         wait_for_query(page, r"step=2")
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 4", timeout=60_000)
         dla = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].findIndex("
-                            "gd => gd._fullData.some(t => t.type === 'scatter' && t.customdata))")
+                            "gd => gd.data.some(t => t.type === 'scatter' && t.customdata))")
         x, y = page.evaluate(POINT_JS, [dla, 1, 1 * 4 + 2])  # layer 1, head 2 of the attribution heatmap
         page.mouse.move(x, y)
         page.get_by_text("click to open this head").wait_for(timeout=30_000)  # the chart takes clicks now

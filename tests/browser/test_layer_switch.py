@@ -194,14 +194,17 @@ def test_an_overview_thumbnail_opens_its_head_before_the_server_answers(server: 
         page.wait_for_selector(".st-key-opened_heads .js-plotly-plot", timeout=180_000)
         page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
         x, y = page.evaluate("""() => {
-            const gd = document.querySelector('.st-key-overview .js-plotly-plot'), L = gd._fullLayout;
-            const xa = L['xaxis' + (3 * 12 + 5 + 1)], ya = L['yaxis' + (3 * 12 + 5 + 1)], box = gd.getBoundingClientRect();
-            return [box.left + xa._offset + xa._length / 2, box.top + ya._offset + ya._length / 2];
+            const n = 3 * 12 + 5 + 1, gd = document.querySelector('.st-key-overview .js-plotly-plot');
+            const box = gd.querySelector(`.nsewdrag[data-subplot="x${n}y${n}"]`).getBoundingClientRect();
+            return [box.left + box.width / 2, box.top + box.height / 2];
         }""")  # the centre of the thumbnail of layer 3, head 5
         page.mouse.move(x, y)
         page.get_by_text("layer 3, head 5").first.wait_for(timeout=30_000)  # hovered: the chart takes clicks now
+        hrefs = page.evaluate(HREFS_JS, "opened_heads")
+        page.evaluate(f"() => {{ window.redrawn = ({REPLOTTED_JS})('opened_heads'); }}")
         page.mouse.click(x, y)
-        client = page.evaluate(Z_JS, "opened_heads")
+        page.wait_for_function(f"(old) => ({HREFS_JS})('opened_heads')[0] !== old[0]", arg=hrefs)  # painted at once
+        client = page.evaluate("() => window.redrawn")  # then Plotly's own redraw (title, colour bar), same numbers
         title = page.evaluate("() => document.querySelector('.st-key-opened_heads .js-plotly-plot').layout.title.text")
         assert title == "layer 3"  # opened in the browser, before any rerun could have drawn it
         wait_for_query(page, r"layer=3.*compare=5|compare=5.*layer=3")

@@ -49,3 +49,17 @@ def test_the_checks_see_what_they_look_for() -> None:
     assert PRIVATE_FIELD.search("box.left + xa._offset") and not PRIVATE_FIELD.search("gd.layout.shapes")
     assert any(javascript(ROOT / "mha_viz" / "ui" / "layer_switch.js"))
     assert any("<script" in js for path in sources() if path.suffix == ".py" for js in javascript(path))
+
+
+PLOTLY_PRIVATE = re.compile(r"_fullLayout|_fullData|calcdata|\._offset|\._length|\.l2p\(")
+
+
+def test_tests_and_benchmarks_read_charts_through_plotly_public_state() -> None:
+    """The browser tests, their harness and the benchmarks find points and values through gd.data, gd.layout and
+    the drawn SVG, not Plotly's private state (they would break with Plotly's next release as the app would)."""
+    files = [p for folder in ("tests", "harness", "bench") for p in (ROOT / folder).rglob("*.py")
+             if p != Path(__file__).resolve()]
+    assert PLOTLY_PRIVATE.search("box.left + xa._offset; gd._fullData") and not PLOTLY_PRIVATE.search("gd.layout.xaxis")
+    found = [f"{path.relative_to(ROOT)}: {match.group()}" for path in files
+             for match in PLOTLY_PRIVATE.finditer(path.read_text(encoding="utf-8"))]
+    assert found == []
