@@ -46,9 +46,11 @@ POINT_JS = """([chart, curve, point]) => {
     return [box.left + (x - x0) / (x1 - x0) * box.width, box.top + (y1 - y) / (y1 - y0) * box.height];
 }"""
 LINES_JS = """(chart) => {
+    """ + VALUES + """
     const gd = document.querySelectorAll('.js-plotly-plot')[chart];
     if (!gd || !gd.data) return -1;  // between two paints
-    return gd.data.filter(t => t.mode === 'lines' && t.x.length > 1).reduce((n, t) => n + t.x.length / 3, 0);
+    const xs = gd.data.filter(t => t.mode === 'lines').map(t => values(t.x) || []);
+    return xs.filter(x => x.length > 1).reduce((n, x) => n + x.length / 3, 0);
 }"""
 # The index of the first trace of chart 0 for which `test` (a JS expression of t, values) holds.
 FIND_JS = """(test) => {
@@ -159,6 +161,7 @@ def test_lines_view_hover_shows_the_top_keys_and_a_click_keeps_one_tokens_lines(
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 1")
         page.screenshot(path=str(assets / "lines.png"))
         every = page.evaluate(LINES_JS, 0)
+        assert every > 4  # every head's lines
         curve = page.evaluate(FIND_JS, "t.name === 'query tokens'")
         x, y = page.evaluate(POINT_JS, [0, curve, 5])
         page.mouse.move(x, y)
