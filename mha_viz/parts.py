@@ -67,13 +67,9 @@ class Part:
 
 
 def capable(source: object, flag: str) -> bool:
-    """Whether a source has a capability flag ("layers", "causal_lm", "trainable", "long", ...): its attribute of
-    that name, false when it has none. A pretrained source without a causal_lm flag is causal when its model is a
-    decoder."""
-    value = getattr(source, flag, None)
-    if value is None and flag == "causal_lm":
-        value = getattr(getattr(source, "model", None), "kind", None) == "decoder"
-    return bool(value)
+    """Whether a source has a capability flag (mha_viz.sources.Source: "num_layers", "causal_lm", "trainable",
+    "long", ...): its attribute of that name, false when it has none."""
+    return bool(getattr(source, flag, None))
 
 
 _CORE: dict[str, StateField] = {}  # the page's own fields (mha_viz.params), before any part's
