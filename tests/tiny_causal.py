@@ -40,15 +40,21 @@ def build_lm(name: str, seed: int = 0) -> torch.nn.Module:
     return model
 
 
-def random_causal_lm(config, seed: int = 0) -> torch.nn.Module:
-    """A seeded random causal LM of any family from its config, eager attention: matrices ~ N(0, 0.2), vectors
-    (biases, norm weights) their init + N(0, 0.1) (drawn with randn, unlike build_lm's normal_)."""
+def random_model(auto_class, config, seed: int = 0) -> torch.nn.Module:
+    """A seeded random model of any family from its config (auto_class: AutoModel, AutoModelForCausalLM, ...),
+    eager attention: matrices ~ N(0, 0.2), vectors (biases, norm weights) their init + N(0, 0.1) (drawn with randn,
+    unlike build_lm's normal_)."""
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    model = auto_class.from_config(config, attn_implementation="eager")
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn_like(p) * 0.2 if p.dim() > 1 else p + torch.randn_like(p) * 0.1)
     return model
+
+
+def random_causal_lm(config, seed: int = 0) -> torch.nn.Module:
+    """random_model with its language-model head: a seeded random causal LM of any family."""
+    return random_model(AutoModelForCausalLM, config, seed)
 
 
 def tiny_causal(name: str, seed: int = 0) -> PretrainedModel:

@@ -25,6 +25,7 @@ from mha_viz.pretrained.architectures import ADAPTERS, adapter_for
 from mha_viz.pretrained.deberta import C2P, P2C
 from mha_viz.pretrained.fallback import FallbackAdapter
 from mha_viz.pretrained.generic import GenericAdapter
+from tests.tiny_causal import random_model
 
 V = 30522  # the MiniLM vocabulary
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
@@ -105,13 +106,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(config: tf.PretrainedConfig, seed: int = 0) -> torch.nn.Module:
-    """A seeded random model: matrices ~ N(0, 0.2), vectors (biases, norm weights) their init + N(0, 0.1)."""
-    torch.manual_seed(seed)
-    model = AutoModel.from_config(config, attn_implementation="eager")
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn_like(p) * 0.2 if p.dim() > 1 else p + torch.randn_like(p) * 0.1)
-    return model
+    """A seeded random base model (no LM head), drawn as tests/tiny_causal.random_model draws."""
+    return random_model(AutoModel, config, seed)
 
 
 @pytest.fixture(scope="module")
@@ -525,7 +521,12 @@ NON_TEXT = {
 def test_vision_and_audio_models_are_refused_at_once(tokenizer, tmp_path, name):
     config, reads = NON_TEXT[name]
     model = AutoModel.from_config(config(), attn_implementation="eager")
-    message = f"'{name}' models {reads}, not token ids: mha-viz traces text models only"
+    refused_as_object_and_folder(model, tokenizer, tmp_path,
+                                 f"'{name}' models {reads}, not token ids: mha-viz traces text models only")
+
+
+def refused_as_object_and_folder(model, tokenizer, tmp_path, message: str) -> None:
+    """PretrainedModel(model) and load_model(its saved folder) both raise ModelLoadError matching message."""
     with pytest.raises(ModelLoadError, match=message):
         PretrainedModel(model, tokenizer)
     model.save_pretrained(tmp_path)
@@ -556,13 +557,8 @@ def test_banded_attention_is_refused_not_mislabelled(tokenizer, tmp_path, name):
         banded = model(input_ids=torch.tensor([[101, 2417, 4419, 14523, 102]]), output_attentions=True)
     weights = (banded.encoder_attentions if name == "led" else banded.attentions)[0][0]  # (H, 5, window + 1)
     assert weights.shape == (4, 5, 5) and not (weights[:, 0, :2] > 0).any()  # not keys: offsets -2 ... +2
-    message = f"'{name}' reports its attention weights as bands around each token"
-    with pytest.raises(ModelLoadError, match=message):
-        PretrainedModel(model, tokenizer)
-    model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
-    with pytest.raises(ModelLoadError, match=message):
-        load_model(tmp_path)
+    refused_as_object_and_folder(model, tokenizer, tmp_path,
+                                 f"'{name}' reports its attention weights as bands around each token")
 
 
 @pytest.mark.parametrize("name", ["deberta-v2", "bloom", "t5"])
