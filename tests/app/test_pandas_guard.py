@@ -78,10 +78,10 @@ def test_heavy_work_in_a_run_without_pandas_imports_it_and_lets_the_others_go_on
             t.start()
         for t in threads:
             t.join(timeout=60)
-        print(log)
+        print(sorted(log[:2]), log[2:])  # which of the first two is logged first is a race; both come before the end
     """)
-    assert lines == [str([("heavy work starts", True), ("other session imported pandas", True),
-                          ("first page ended", True)])]
+    assert lines == [str([("heavy work starts", True), ("other session imported pandas", True)]) + " "
+                     + str([("first page ended", True)])]
 
 
 def test_fragments_and_page_runs_nest_in_one_thread_and_a_run_finds_a_pandas_imported_elsewhere() -> None:
