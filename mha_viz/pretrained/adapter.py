@@ -323,6 +323,12 @@ class Adapter:
         W, b = in_out(site.out)  # (H*d_v, d_out), (d_out,)
         return W.T, b
 
+    def pre_norm(self, part: str, layer: int) -> nn.Module | None:
+        """The norm through which (part, layer)'s attention reads the residual stream in a pre-norm model (its queries;
+        its keys and values too, except in cross-attention); None where the attention reads the stream itself
+        (post-norm models: BERT, BART, DeBERTa) or this adapter does not say. mha_viz.weights folds it."""
+        return None
+
     def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module] | None:
         """A decoder-only model's blocks, in order, and the norm between the last block and the LM head
         (what direct logit attribution needs); None where this adapter does not know them."""

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from .adapter import Adapter, loaded
 from .encoded import Encoded
+from .norms import norm_affine
 
 if TYPE_CHECKING:
     from .interface import TextModel
@@ -123,18 +124,15 @@ def _frozen_norm(
 ) -> tuple[str, float, Callable[[Tensor], Tensor], Tensor, Tensor | None]:
     """(kind, s, centre, gamma (d,), beta (d,) or None) of the final norm, its scale s measured on x (d,);
     gamma = offset + weight (offset 1 for Gemma's RMSNorm)."""
-    d = x.shape[-1]
-    weight = getattr(norm, "weight", None)
-    gamma = torch.ones(d, dtype=torch.float64) if weight is None else offset + weight.detach().double().cpu()  # (d,)
-    if isinstance(norm, nn.LayerNorm):
-        s = float(torch.sqrt(x.var(unbiased=False) + norm.eps))  # sqrt(var(x) + eps)
-        beta = None if norm.bias is None else norm.bias.detach().double().cpu()  # (d,)
-        return "LayerNorm", s, lambda part: part - part.mean(-1, keepdim=True), gamma, beta
-    if type(norm).__name__.endswith("RMSNorm"):  # LlamaRMSNorm and its copies (Mistral, Qwen, Phi-3, Gemma)
-        eps = getattr(norm, "variance_epsilon", None) or norm.eps
-        s = float(torch.sqrt(x.pow(2).mean() + eps))  # sqrt(mean(x^2) + eps)
-        return "RMSNorm", s, lambda part: part, gamma, None
-    raise ValueError(f"logit attribution does not know the final norm {type(norm).__name__}")
+    try:
+        kind, gamma, beta, eps = norm_affine(norm, x.shape[-1], offset)
+    except ValueError:
+        raise ValueError(f"logit attribution does not know the final norm {type(norm).__name__}") from None
+    if kind == "LayerNorm":
+        s = float(torch.sqrt(x.var(unbiased=False) + eps))  # sqrt(var(x) + eps)
+        return kind, s, lambda part: part - part.mean(-1, keepdim=True), gamma, beta
+    s = float(torch.sqrt(x.pow(2).mean() + eps))  # sqrt(mean(x^2) + eps)
+    return kind, s, lambda part: part, gamma, None
 
 
 def supported_architectures() -> list[str]:

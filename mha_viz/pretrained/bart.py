@@ -38,6 +38,10 @@ class OPTAdapter(Adapter):
         a = self.base.decoder.layers[layer].self_attn
         return Site(a, a.q_proj, a.k_proj, a.v_proj, a.out_proj, a.num_heads, a.num_heads, a.head_dim)
 
+    def pre_norm(self, part: str, layer: int) -> nn.Module | None:
+        """self_attn_layer_norm, before the attention where do_layer_norm_before (OPT-350m normalises after)."""
+        return self.base.decoder.layers[layer].self_attn_layer_norm if self.model.config.do_layer_norm_before else None
+
     @property
     def attribution_unavailable(self) -> str | None:
         cfg = self.model.config

@@ -34,6 +34,9 @@ class BloomAdapter(Adapter):
         return Site(a, a.query_key_value, a.query_key_value, a.query_key_value, a.dense, a.num_heads, a.num_heads,
                     a.head_dim)
 
+    def pre_norm(self, part: str, layer: int) -> nn.Module:
+        return self.base.h[layer].input_layernorm
+
     def scale(self, site: Site) -> float:
         return float(site.attention.inv_norm_factor)
 
@@ -59,6 +62,10 @@ class FalconAdapter(Adapter):
         a = self.base.h[layer].self_attention
         return Site(a, a.query_key_value, a.query_key_value, a.query_key_value, a.dense, a.num_heads,
                     a.num_kv_heads, a.head_dim)
+
+    def pre_norm(self, part: str, layer: int) -> nn.Module:
+        block = self.base.h[layer]
+        return block.ln_attn if hasattr(block, "ln_attn") else block.input_layernorm  # new architecture: two norms
 
     def scale(self, site: Site) -> float:
         return float(site.attention.inv_norm_factor)

@@ -30,6 +30,9 @@ class GPT2Adapter(Adapter):
         a = self.base.h[layer].attn
         return Site(a, a.c_attn, a.c_attn, a.c_attn, a.c_proj, a.num_heads, a.num_heads, a.head_dim)
 
+    def pre_norm(self, part: str, layer: int) -> nn.Module:
+        return self.base.h[layer].ln_1
+
     def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
         return self.base.h, self.base.ln_f
 
@@ -44,6 +47,9 @@ class GPTNeoAdapter(Adapter):
     def site(self, part: str, layer: int) -> Site:
         a = self.base.h[layer].attn.attention
         return Site(a, a.q_proj, a.k_proj, a.v_proj, a.out_proj, a.num_heads, a.num_heads, a.head_dim)
+
+    def pre_norm(self, part: str, layer: int) -> nn.Module:
+        return self.base.h[layer].ln_1
 
     def scale(self, site: Site) -> float:
         return 1.0  # GPT-Neo does not scale its scores

@@ -26,6 +26,9 @@ class GPTBigCodeAdapter(Adapter):
         a = self.base.h[layer].attn
         return Site(a, a.c_attn, a.c_attn, a.c_attn, a.c_proj, a.num_heads, a.kv_heads, a.head_dim)
 
+    def pre_norm(self, part: str, layer: int) -> nn.Module:
+        return self.base.h[layer].ln_1
+
     def qkv_columns(self, site: Site, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         if site.num_kv_heads == 1:  # multi-query: [Q | K | V]
             return super().qkv_columns(site, x)

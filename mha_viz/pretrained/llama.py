@@ -31,6 +31,9 @@ class LlamaAdapter(Adapter):
         H, KV = self.model.config.num_attention_heads, self.model.config.num_key_value_heads
         return Site(a, *(getattr(a, name) for name in self.projections), H, KV, a.head_dim)
 
+    def pre_norm(self, part: str, layer: int) -> nn.Module:
+        return self.base.layers[layer].input_layernorm
+
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         return replace(super().variations(part, site, rec, q, k), rotary=rotary_of(rec), window=self.window(site))
 

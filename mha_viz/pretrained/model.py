@@ -21,7 +21,8 @@ from torch import nn
 
 from ..sampling import GREEDY, Sampling
 from ..trace import AttentionTrace
-from . import attribution, generation
+from ..weights import HeadWeights
+from . import attribution, generation, weights
 from .adapter import HeadMasks, TraceRequest, to_numpy
 from .architectures import adapter_for
 from .encoded import Coverage, Encoded
@@ -233,6 +234,11 @@ class PretrainedModel:
         at its measured scale. See mha_viz.pretrained.attribution."""
         with self._lock:
             return attribution.logit_attribution(self, text, ids=ids, position=position, token=token)
+
+    def head_weights(self, part: str | None = None) -> HeadWeights:
+        """Every head's W_Q, W_K, W_V, W_O of part's self-attention layers, with the embeddings and the unembedding,
+        norms folded in (mha_viz.weights)."""
+        return weights.model_weights(self, self._part(part))
 
     def _head_masks(self, part: str, head_masks: dict[int, Sequence[float]] | None) -> HeadMasks:
         """Knockout hooks for {layer: head_mask} of part, checked: layers in range, one finite value per head."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from .adapter import Adapter, Recorder, Site, Variations, register, rotary_of
 
@@ -25,6 +25,10 @@ class ModernBertAdapter(Adapter):
         a = self.base.layers[layer].attn
         H = self.model.config.num_attention_heads
         return Site(a, a.Wqkv, a.Wqkv, a.Wqkv, a.Wo, H, H, a.head_dim)
+
+    def pre_norm(self, part: str, layer: int) -> nn.Module | None:
+        norm = self.base.layers[layer].attn_norm
+        return None if isinstance(norm, nn.Identity) else norm  # layer 0 reads the normalised embeddings as they are
 
     def scale(self, site: Site) -> float:
         return site.head_dim**-0.5

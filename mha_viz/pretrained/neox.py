@@ -34,6 +34,9 @@ class GPTNeoXAdapter(Adapter):
         H = self.model.config.num_attention_heads
         return Site(a, a.query_key_value, a.query_key_value, a.query_key_value, a.dense, H, H, a.head_size)
 
+    def pre_norm(self, part: str, layer: int) -> nn.Module:
+        return self.base.layers[layer].input_layernorm
+
     def qkv_columns(self, site: Site, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         return interleaved(x, site.num_heads, site.head_dim)
 

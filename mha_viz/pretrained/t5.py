@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from .adapter import Adapter, Recorder, Site, Variations, register
 
@@ -27,6 +27,10 @@ class T5Adapter(Adapter):
         block = stack.block[layer]
         a = block.layer[1].EncDecAttention if part == "cross" else block.layer[0].SelfAttention
         return Site(a, a.q, a.k, a.v, a.o, a.n_heads, a.n_heads, a.key_value_proj_dim)
+
+    def pre_norm(self, part: str, layer: int) -> nn.Module:
+        stack = self.base.encoder if part == "encoder" else self.base.decoder
+        return stack.block[layer].layer[1 if part == "cross" else 0].layer_norm
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         variations = super().variations(part, site, rec, q, k)

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ..trace import AttentionTrace
+from ..weights import HeadWeights, per_head_out
 from .model import TinyAttentionModel
 from .tasks import get_task
 
@@ -43,6 +44,19 @@ class TrainedLayer:
                                    seed=self.seed)
         model.load_state_dict({name: torch.from_numpy(np.array(a)) for name, a in self.state.items()})
         return model.eval()
+
+    def head_weights(self, part: str | None = None) -> HeadWeights:
+        """The attention layer's W_Q, W_K, W_V, W_O with the token and position embeddings (mha_viz.weights); no
+        norm to fold, and no unembedding: each relation has its own readout (state["readout.weight"])."""
+        spec = get_task(self.task)
+        a = {name.removeprefix("attention."): np.asarray(x, dtype=np.float32) for name, x in self.state.items()}
+        return HeadWeights(
+            W_Q=a["W_Q"][None], W_K=a["W_K"][None], W_V=a["W_V"][None],
+            W_O=per_head_out(a["W_O"], self.num_heads)[None],
+            **{b: a[b][None] for b in ("b_Q", "b_K", "b_V", "b_O") if b in a},  # one layer: [1, ...]
+            W_E=a["tok_emb.weight"], W_pos=a["pos_emb.weight"], vocab=tuple(spec.vocab),
+            name=f"trained on {self.task}, h={self.num_heads}",
+        )
 
     def parse(self, sequence: str | Sequence[str]) -> tuple[str, ...]:
         """The task's tokens of a sequence ("a b c" or ["a", "b", "c"]); ValueError saying what is wrong."""
