@@ -71,6 +71,7 @@ class Gemma2Adapter(LlamaAdapter):
     """Gemma2: soft-capped scores, sliding windows on alternate layers, norms after attention and MLP."""
 
     architectures = ("gemma2",)
+    norm_weight_offset = 1.0  # its RMSNorms multiply by (1 + weight), as Gemma's do
     attribution_unavailable = (
         "Gemma2 normalises each attention output (post_attention_layernorm) before adding it to the residual "
         "stream and soft-caps the final logits, so its logits do not split into one term per head"

@@ -78,6 +78,11 @@ def model_weights(model: TextModel, part: str) -> HeadWeights:
     W_E = to_numpy(embedding.weight)  # (V, d_model)
     table = _position_table(adapter.base)
     W_pos = None if table is None else to_numpy(table.weight)
+    d_model = layers[0]["W_Q"].shape[1]
+    if W_E.shape[1] != d_model:  # ELECTRA, ALBERT: small embeddings projected up to d_model
+        notes.append(f"the embeddings ({W_E.shape[1]} wide) are projected into the {d_model}-wide stream: W_E and "
+                     "W_pos are left out")
+        W_E = W_pos = None
     W_U, b_U = _unembedding(model) if part == "decoder" and model.kind == "decoder" else (None, None)
     if norm == "LayerNorm":  # a direction of all ones is invisible to every reader: writers centred
         W_O, W_E, W_pos = centre_writer(W_O), centre_writer(W_E), centre_writer(W_pos)
@@ -86,7 +91,7 @@ def model_weights(model: TextModel, part: str) -> HeadWeights:
     if adapter.norm_weight_offset:
         notes.append("the token embeddings are scaled by sqrt(d_model) before the first layer (Gemma); W_E is the "
                      "table as stored")
-    vocab = tuple(model.tokenizer.convert_ids_to_tokens(list(range(W_E.shape[0]))))
+    vocab = _vocabulary(model.tokenizer, embedding.weight.shape[0])
     return HeadWeights(
         W_Q=stack("W_Q"), W_K=stack("W_K"), W_V=stack("W_V"), W_O=W_O,
         b_Q=stack("b_Q"), b_K=stack("b_K"), b_V=stack("b_V"), b_O=b_O,
@@ -95,6 +100,15 @@ def model_weights(model: TextModel, part: str) -> HeadWeights:
         notes=tuple(notes),
         name=model.name,
     )
+
+
+def _vocabulary(tokenizer: object, size: int) -> tuple[str, ...]:
+    """Token i's string for every row of the embedding table; "<id i>" for rows the tokenizer has no token for (tables
+    padded past the vocabulary)."""
+    known = min(size, len(tokenizer))
+    tokens = tokenizer.convert_ids_to_tokens(list(range(known)))
+    return tuple(t if isinstance(t, str) else f"<id {i}>" for i, t in enumerate(tokens)) + tuple(
+        f"<id {i}>" for i in range(known, size))
 
 
 def _unembedding(model: TextModel) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -25,6 +25,7 @@ from mha_viz.pretrained.architectures import ADAPTERS, adapter_for
 from mha_viz.pretrained.deberta import C2P, P2C
 from mha_viz.pretrained.fallback import FallbackAdapter
 from mha_viz.pretrained.generic import GenericAdapter
+from mha_viz.pretrained.norms import norm_affine
 from tests.tiny_causal import random_model
 
 V = 30522  # the MiniLM vocabulary
@@ -235,6 +236,41 @@ def test_projection_weights_are_the_models_own(models, traced, name):
             real = real[list(t.kv_heads)] if t.kv_heads is not None and i else real  # K/V heads per query head
             ours = np.einsum("td,hdk->htk", x.numpy(), W) + (0.0 if b is None else b[:, None])
             np.testing.assert_allclose(ours, real, atol=1e-5, err_msg=f"{name} {part} {'QKV'[i]}")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_head_weights_fold_the_norm_each_attention_reads_through(models, name):
+    """In a real forward pass the query projection reads exactly pre_norm(x) (the adapter names the right norm), and
+    HeadWeights' folded W_Q on the raw stream x, over the norm's scale s, gives the same queries (mha_viz.weights)."""
+    m = models[name]
+    for part in (p for p in m.parts if p != "cross"):
+        w = m.head_weights(part)
+        assert w.W_Q.shape[:2] == (m.num_layers[part], m.num_heads[part])
+        for layer in range(m.num_layers[part]):
+            site, norm = m.adapter.site(part, layer), m.adapter.pre_norm(part, layer)
+            if norm is None:
+                continue
+            seen: dict = {}
+
+            def keep(key, *tensors, seen=seen):  # a hook that looks and returns None: it changes nothing
+                seen.setdefault(key, tuple(t[0] for t in tensors))
+
+            hooks = [norm.register_forward_hook(lambda mod, args, out: keep("norm", args[0], out)),
+                     site.q.register_forward_pre_hook(lambda mod, args: keep("read", args[0]))]
+            try:
+                m.final_hidden(TEXTS[0], part=part, **texts(m))
+            finally:
+                for hook in hooks:
+                    hook.remove()
+            x, normed = seen["norm"]  # (T, d_model) each
+            assert torch.equal(seen["read"][0], normed), f"{name} {part} {layer}: the queries read another norm"
+            kind, _, _, eps = norm_affine(norm, x.shape[-1], m.adapter.norm_weight_offset)
+            x = x.double()
+            s = (x.var(-1, unbiased=False, keepdim=True) if kind == "LayerNorm" else x.pow(2).mean(-1, keepdim=True))
+            s = torch.sqrt(s + eps).numpy()  # (T, 1)
+            folded = np.einsum("td,hdk->htk", x.numpy(), w.W_Q[layer]) / s + (0.0 if w.b_Q is None else w.b_Q[layer][:, None])
+            np.testing.assert_allclose(folded, real_qkv(name, site, normed.float())[0], atol=2e-4,
+                                       err_msg=f"{name} {part} layer {layer}")
 
 
 @pytest.mark.parametrize("name", FAMILIES)
