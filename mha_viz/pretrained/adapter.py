@@ -259,7 +259,7 @@ class Adapter:
     knockout = True  # heads can be switched off (their concat blocks scaled before W_O)
     mask_argument = "attention_mask"  # name of the attention module's mask parameter
     attribution_unavailable: str | None = None  # why direct logit attribution cannot split this model's logits
-    norm_weight_offset = 0.0  # the final norm multiplies by (offset + weight): 1 for Gemma's RMSNorm
+    norm_weight_offset = 0.0  # the RMSNorms multiply by (offset + weight): 1 for Gemma and Gemma2
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
