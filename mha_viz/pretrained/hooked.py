@@ -32,10 +32,12 @@ import torch
 from torch import Tensor
 
 from ..attention import Variations, attend
+from ..sampling import GREEDY, Sampling
 from ..trace import AttentionTrace
 from .adapter import max_abs_diff, to_numpy
 from .encoded import Coverage, Encoded
 from .errors import ModelLoadError
+from .generation import Generation, GenerationStep, sampling_distribution
 
 POSITIONS = ("standard", "rotary", "shortformer")  # positional_embedding_type values a trace reproduces
 _POST_NORM = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")  # q/k norms over all heads, post-norms
@@ -163,7 +165,7 @@ class HookedModel:
         """
         part = self._part(part, decoder_text)
         layer = self._layer(layer)
-        mask = None if head_mask is None else self._mask(head_mask, f"head_mask")
+        mask = None if head_mask is None else self._mask(head_mask, "head_mask")
         return self._traces(text, [layer], part, mask)[0]
 
     def traces(self, text: str, *, part: str | None = None, decoder_text: str | None = None
@@ -307,9 +309,49 @@ class HookedModel:
             final = self.hooked.ln_final(store["resid"]) if hasattr(self.hooked, "ln_final") else store["resid"]
         return to_numpy(final)
 
-    def generate(self, prompt: str, max_new_tokens: int, sampling: Any = None) -> Any:
-        raise ValueError(f"generation is not available for TransformerLens models ({self.name}); "
-                         "use HookedTransformer.generate")
+    def generate(self, prompt: str, max_new_tokens: int, sampling: Sampling = GREEDY) -> Generation:
+        """Write up to max_new_tokens tokens after prompt (read as encode() reads it, [BOS] first), as
+        PretrainedModel.generate does (mha_viz.pretrained.generation), without a KV cache: one whole forward pass a
+        step, whose hook_pattern rows of the last query are the step's attentions. Stops after the tokenizer's EOS."""
+        reason = self.next_token_unavailable
+        if reason is not None:
+            raise ValueError(f"generation is unavailable: {reason}")
+        if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        if not isinstance(sampling, Sampling):
+            raise TypeError(f"sampling must be a mha_viz.sampling.Sampling, got {type(sampling).__name__}")
+        enc = self.encode(prompt)
+        room = self.max_tokens - len(enc.ids) - enc.dropped
+        if max_new_tokens > room:
+            raise ValueError(f"the prompt has {len(enc.ids) + enc.dropped} tokens and {self.name} reads at most "
+                             f"{self.max_tokens}: " + (f"at most {room} new tokens fit, not {max_new_tokens}"
+                                                       if room > 0 else "no room for new tokens"))
+        generator = torch.Generator(device=self.cfg.device).manual_seed(sampling.seed)
+        ids, steps, stop_reason = list(enc.ids), [], "max_new_tokens"
+        L = self.cfg.n_layers
+        for _ in range(int(max_new_tokens)):
+            patterns: dict[int, Tensor] = {}
+            hooks = [(f"blocks.{layer}.attn.hook_pattern", self._keep(patterns, layer)) for layer in range(L)]
+            with self._lock:
+                logits = self._run(ids, hooks, return_type="logits")[0, -1].float()  # (V,)
+            probs = sampling_distribution(logits, sampling)  # (V,)
+            token_id = int(logits.argmax()) if sampling.greedy else int(torch.multinomial(probs, 1, generator=generator))
+            attentions = torch.stack([patterns[layer][:, -1] for layer in range(L)])  # (L, H, keys)
+            steps.append(GenerationStep(token_id, self.tokenizer.convert_ids_to_tokens(token_id), to_numpy(probs),
+                                        to_numpy(attentions)))
+            if token_id == self.tokenizer.eos_token_id:
+                stop_reason = "eos"
+                break
+            ids.append(token_id)
+        return Generation(
+            prompt_ids=enc.ids,
+            prompt_tokens=enc.tokens,
+            steps=tuple(steps),
+            stop_reason=stop_reason,
+            text=self.tokenizer.decode([s.token_id for s in steps], skip_special_tokens=True),
+            sampling=sampling,
+            windows=tuple(self._window(block.attn) for block in self.hooked.blocks),
+        )
 
     def logit_attribution(self, *args: Any, **kwargs: Any) -> Any:
         raise ValueError(f"logit attribution is not available for TransformerLens models ({self.name}) yet; "

@@ -178,3 +178,17 @@ def test_importing_mha_viz_pretrained_does_not_import_transformer_lens() -> None
     code = "import sys, mha_viz.pretrained, mha_viz; mha_viz.load_model; print('transformer_lens' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_greedy_generation_writes_what_transformer_lens_generate_writes() -> None:
+    ht = hooked(**CONFIGS["shortformer, local window, soft-cap"])
+    model = load_model(ht)
+    gen = model.generate("red fox blue", 6)
+    tokens = ht.to_tokens("red fox blue")  # (1, 4)
+    with torch.no_grad():
+        theirs = ht.generate(tokens, max_new_tokens=6, do_sample=False, stop_at_eos=False, verbose=False)
+    assert gen.token_ids == tuple(theirs[0, tokens.shape[1]:].tolist())
+    assert gen.prompt_ids == tuple(tokens[0].tolist()) and gen.windows == (3, None)
+    last = model.attentions_for_ids(gen.input_ids(2))[:, :, -1]  # (L, H, keys): the query that predicted step 2
+    assert close(gen.steps[2].attentions, last, 1e-6)
+    assert close(gen.steps[0].probs, model.next_token_probs("red fox blue"), 1e-6)
