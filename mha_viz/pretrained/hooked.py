@@ -1,8 +1,10 @@
 """TransformerLens: a HookedTransformer opened up like a PretrainedModel (load_model(hooked) returns a HookedModel).
 
-    >>> from transformer_lens import HookedTransformer          # doctest: +SKIP
-    >>> model = mha_viz.load_model(HookedTransformer.from_pretrained("gpt2"))
-    >>> model.trace("The cat sat", layer=3).meta["check"]       # max abs errors against TransformerLens's cache
+    >>> import mha_viz
+    >>> from transformer_lens import HookedTransformer                          # doctest: +SKIP
+    >>> model = mha_viz.load_model(HookedTransformer.from_pretrained("gpt2"))  # doctest: +SKIP
+    >>> model.trace("The cat sat", layer=3).meta["check"]  # doctest: +SKIP
+    {'weights vs hook_pattern': ..., 'head outputs vs hook_z': ..., 'concat @ W_O^T + b vs hook_attn_out': ...}
 
 One traced forward pass (HookedTransformer.hooks) records, for each traced layer l, blocks.l.attn's
     hook_q [pos, head, d_head], hook_k, hook_v [pos, kv_head, d_head]   (kv_head < head: grouped-query attention)
@@ -78,8 +80,9 @@ class HookedModel:
     mha_viz.sources.ModelSource and the app's views take it. The part is "decoder" (causal attention) or "encoder"
     (attention_dir "bidirectional"). See the module docstring for hooks, tokens and prepend_bos.
 
-    max_tokens: longer texts are cut; at most (and by default) cfg.n_ctx. ModelLoadError for a configuration whose
-    attention mha-viz does not reproduce (unsupported()), or a model without a tokenizer.
+    The model is switched to eval mode in place. max_tokens: longer texts are cut; at most (and by default)
+    cfg.n_ctx. ModelLoadError for a configuration whose attention mha-viz does not reproduce (unsupported()), or a
+    model without a tokenizer.
     """
 
     architecture = "HookedTransformer"
