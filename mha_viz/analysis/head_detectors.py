@@ -61,7 +61,7 @@ def repeated_tokens(
     tokenizer = model.tokenizer
     first = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
     prefix = [] if first is None else [first]
-    vocab_size = min(len(tokenizer), model.model.get_input_embeddings().num_embeddings)
+    vocab_size = min(len(tokenizer), model.vocab_size)
     candidates = np.setdiff1d(np.arange(vocab_size), tokenizer.all_special_ids)  # (V',)
     n = min(length, (model.max_tokens - len(prefix)) // 2, len(candidates))
     if n < 2 or batch < 1:

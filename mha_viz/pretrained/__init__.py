@@ -14,7 +14,8 @@ GPTBigCode, GPT-Neo, GPT-NeoX, OPT, Bloom, Falcon, LLaMA, Mistral, Qwen2, Qwen3,
 (mha_viz.pretrained.architectures.ADAPTERS). Any other text architecture gives the model's weights plus
 the concat, head outputs, W_O and output of its located output projection (generic.py), or the weights
 alone; vision, audio and multimodal models are refused (ModelLoadError). load_model(dtype=, device_map=)
-opens models larger than one device.
+opens models larger than one device. load_model(hooked_transformer) opens a TransformerLens HookedTransformer
+(a HookedModel: traces checked against its own cache; mha_viz.pretrained.hooked).
 """
 
 from .attribution import LogitAttribution
@@ -26,6 +27,7 @@ from .errors import (
     ModelNotInstalledError,
 )
 from .generation import Generation, GenerationStep
+from .hooked import HookedModel, hooked_weights
 from .loading import (
     BUNDLED_MODEL,
     BUNDLED_SHA256,
@@ -44,6 +46,7 @@ __all__ = [
     "INDUCTION_SHA256",
     "Generation",
     "GenerationStep",
+    "HookedModel",
     "InvalidModelNameError",
     "LogitAttribution",
     "ModelDownloadError",
@@ -52,6 +55,7 @@ __all__ = [
     "ModelNotInstalledError",
     "PretrainedModel",
     "bundled_model_dir",
+    "hooked_weights",
     "induction_model_dir",
     "load_model",
 ]

@@ -26,6 +26,7 @@ from .errors import (
     ModelLoadError,
     ModelNotInstalledError,
 )
+from .hooked import HookedModel, is_hooked_transformer
 from .modality import non_text_reason
 from .model import PretrainedModel
 
@@ -79,7 +80,7 @@ def import_model_code() -> None:
 
 
 def load_model(
-    name_or_path: str | os.PathLike | None = None,
+    name_or_path: str | os.PathLike | Any | None = None,
     *,
     sha256: str | None = None,
     max_tokens: int | None = None,
@@ -88,7 +89,8 @@ def load_model(
     device_map: str | dict | None = None,
     max_memory: dict | None = None,
     offload_folder: str | os.PathLike | None = None,
-) -> PretrainedModel:
+    tokenizer: Any = None,
+) -> PretrainedModel | HookedModel:
     """Load a model to trace.
 
     None: the bundled all-MiniLM-L6-v2, refused unless its weights have the known sha256.
@@ -104,7 +106,13 @@ def load_model(
     Raises ModelLoadError (or a subclass) when the model cannot be loaded, e.g. a vision or audio model,
     or weights that are not all finite numbers. One model loads at a time in a process: two threads that
     import transformers' lazy modules at once can fail, and two loads at once double the memory peak.
+    A TransformerLens HookedTransformer object: that model as a HookedModel (mha_viz.pretrained.hooked), read with
+    tokenizer (default: its own) and max_tokens; the other arguments are for names and folders.
     """
+    if is_hooked_transformer(name_or_path):
+        return HookedModel(name_or_path, tokenizer, max_tokens=max_tokens)
+    if tokenizer is not None:
+        raise ValueError("tokenizer is for a HookedTransformer object; a named model loads its own")
     placement = Placement(dtype, device_map, max_memory, offload_folder)
     placement.kwargs()  # bad arguments fail before anything is read
     with _LOADING:

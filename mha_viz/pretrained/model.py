@@ -75,6 +75,11 @@ class PretrainedModel:
     def __repr__(self) -> str:
         return f"PretrainedModel({self.name!r}, {self.architecture}, {self.kind}, layers={self.num_layers})"
 
+    @property
+    def vocab_size(self) -> int:
+        """How many token ids the input embeddings have."""
+        return self.model.get_input_embeddings().num_embeddings
+
     def tokens(self, text: str, *, decoder: bool = False) -> list[str]:
         """The model's tokens for text, special tokens included; decoder=True: as the decoder reads it."""
         return list(self.encode(text, decoder=decoder).tokens)
@@ -158,7 +163,7 @@ class PretrainedModel:
             raise ValueError(f"{self.name} is an encoder-decoder model; attentions_for_ids needs one self-attention "
                              "stack (an encoder or a decoder-only model)")
         ids = list(ids)
-        vocab_size = self.model.get_input_embeddings().num_embeddings
+        vocab_size = self.vocab_size
         if not 1 <= len(ids) <= self.max_tokens:
             raise ValueError(f"need 1 ... {self.max_tokens} token ids for {self.name}, got {len(ids)}")
         if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < vocab_size for i in ids):
