@@ -17,7 +17,7 @@ Folded norms. A pre-norm model reads the residual stream x through a norm, norm(
     norm(x) W = (x C diag(gamma) W) / s + beta W,    C = I - 1 1^T / d  (LayerNorm),  I (RMSNorm)
 and the folded weights are W' = C diag(gamma) W, b' = b + beta W: what the head does to x, up to the positive,
 input-dependent 1/s, which no weight can hold. Under LayerNorm a direction of all ones is invisible to every reader,
-so weights that write into the stream (W_O, W_E, W_pos) are centred too (their mean over d_model removed), as
+so weights that write into the stream (W_O, b_O, W_E, W_pos) are centred too (their mean over d_model removed), as
 TransformerLens does. The final norm is folded into W_U the same way. Post-norm models (BERT, BART) read the
 normalised stream itself: nothing to fold. `folded` says what was done, `notes` where the weights and the model's
 computation still differ.

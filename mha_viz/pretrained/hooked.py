@@ -36,10 +36,12 @@ from torch import Tensor
 from ..attention import Variations, attend
 from ..sampling import GREEDY, Sampling
 from ..trace import AttentionTrace
+from ..weights import HeadWeights, centre_writer, fold_reader
 from .adapter import max_abs_diff, to_numpy
 from .encoded import Coverage, Encoded
 from .errors import ModelLoadError
 from .generation import Generation, GenerationStep, sampling_distribution
+from .weights import vocabulary
 
 POSITIONS = ("standard", "rotary", "shortformer")  # positional_embedding_type values a trace reproduces
 _POST_NORM = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")  # q/k norms over all heads, post-norms
@@ -361,6 +363,43 @@ class HookedModel:
                          "see TransformerLens's ActivationCache.decompose_resid / logit_attrs")
 
     # Helpers
+
+    def head_weights(self, part: str | None = None) -> HeadWeights:
+        """Every head's weights with the norms folded (mha_viz.weights.HeadWeights), from hooked_weights: each
+        block's ln1 folded into W_Q, W_K, W_V and ln_final into W_U where TransformerLens has not folded them already
+        (normalization "LN"/"RMS"; "LNPre"/"RMSPre" hold folded weights), LayerNorm readers and writers centred."""
+        self._part(part)
+        w = hooked_weights(self)
+        norm = {"LN": "LayerNorm", "LNPre": "LayerNorm", "RMS": "RMSNorm", "RMSPre": "RMSNorm"}.get(w["normalization"])
+        centre = norm == "LayerNorm"
+        if w["normalization"] in ("LN", "RMS"):
+            for layer, block in enumerate(self.hooked.blocks):
+                gamma, beta = (None if p is None else to_numpy(p) for p in (block.ln1.w, getattr(block.ln1, "b", None)))
+                for x in "QKV":
+                    w[f"W_{x}"][layer], w[f"b_{x}"][layer] = fold_reader(w[f"W_{x}"][layer], w[f"b_{x}"][layer], gamma,
+                                                                         beta, centre)
+            final = self.hooked.ln_final
+            beta = getattr(final, "b", None)
+            w["W_U"], w["b_U"] = fold_reader(w["W_U"], w["b_U"], to_numpy(final.w), None if beta is None else to_numpy(beta),
+                                             centre)
+        elif centre:  # LNPre: the norms' weights are folded already; the centring is redone (idempotent)
+            for x in "QKV":
+                w[f"W_{x}"] = w[f"W_{x}"] - w[f"W_{x}"].mean(axis=-2, keepdims=True)
+            w["W_U"] = w["W_U"] - w["W_U"].mean(axis=0, keepdims=True)
+        if centre:
+            w["W_O"], w["b_O"], w["W_E"], w["W_pos"] = (centre_writer(w[n]) for n in ("W_O", "b_O", "W_E", "W_pos"))
+        folded = {"LN": "each block's ln1 folded into W_Q, W_K, W_V and ln_final into W_U",
+                  "RMS": "each block's ln1 folded into W_Q, W_K, W_V and ln_final into W_U",
+                  "LNPre": "the norms' weights were folded by TransformerLens already",
+                  "RMSPre": "the norms' weights were folded by TransformerLens already"}.get(w["normalization"],
+                                                                                             "no norms: nothing to fold")
+        if centre:
+            folded += "; readers and writers centred (the mean over d_model removed), as a LayerNorm reads them"
+        return HeadWeights(
+            **{n: w[n] for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_E", "W_pos", "W_U", "b_U")},
+            vocab=vocabulary(self.tokenizer, w["W_E"].shape[0]),
+            norm=norm, folded=folded + "; the input-dependent 1/s of the norm is left out", name=self.name,
+        )
 
     def _run(self, ids: list[int], hooks: list[tuple[str, Callable]], return_type: str | None = None) -> Any:
         """One forward pass on ids (batch of one) with hooks on; the caller holds the lock."""

@@ -85,13 +85,13 @@ def model_weights(model: TextModel, part: str) -> HeadWeights:
         W_E = W_pos = None
     W_U, b_U = _unembedding(model) if part == "decoder" and model.kind == "decoder" else (None, None)
     if norm == "LayerNorm":  # a direction of all ones is invisible to every reader: writers centred
-        W_O, W_E, W_pos = centre_writer(W_O), centre_writer(W_E), centre_writer(W_pos)
+        W_O, b_O, W_E, W_pos = (centre_writer(W) for W in (W_O, b_O, W_E, W_pos))
     if getattr(adapter, "attribution_unavailable", None) and model.kind == "decoder":
         notes.append(adapter.attribution_unavailable)
     if adapter.norm_weight_offset:
         notes.append("the token embeddings are scaled by sqrt(d_model) before the first layer (Gemma); W_E is the "
                      "table as stored")
-    vocab = _vocabulary(model.tokenizer, embedding.weight.shape[0])
+    vocab = vocabulary(model.tokenizer, embedding.weight.shape[0])
     return HeadWeights(
         W_Q=stack("W_Q"), W_K=stack("W_K"), W_V=stack("W_V"), W_O=W_O,
         b_Q=stack("b_Q"), b_K=stack("b_K"), b_V=stack("b_V"), b_O=b_O,
@@ -102,7 +102,7 @@ def model_weights(model: TextModel, part: str) -> HeadWeights:
     )
 
 
-def _vocabulary(tokenizer: object, size: int) -> tuple[str, ...]:
+def vocabulary(tokenizer: object, size: int) -> tuple[str, ...]:
     """Token i's string for every row of the embedding table; "<id i>" for rows the tokenizer has no token for (tables
     padded past the vocabulary)."""
     known = min(size, len(tokenizer))
@@ -130,6 +130,6 @@ def _folded(norm: str | None, unembedding: bool) -> str:
         return "nothing folded: the attention reads the residual stream as it is (a post-norm model)"
     centred = " and centred (the mean over d_model removed)" if norm == "LayerNorm" else ""
     final = "; the final norm folded into W_U" if unembedding else ""
-    writers = "; W_O, W_E and W_pos centred, as a LayerNorm reads them" if norm == "LayerNorm" else ""
+    writers = "; W_O, b_O, W_E and W_pos centred, as a LayerNorm reads them" if norm == "LayerNorm" else ""
     return (f"each layer's {norm} folded into W_Q, W_K and W_V (its weight multiplied in{centred}, its bias moved "
             f"into the biases){writers}{final}; the input-dependent 1/s of the norm is left out")

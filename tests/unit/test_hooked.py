@@ -192,3 +192,27 @@ def test_greedy_generation_writes_what_transformer_lens_generate_writes() -> Non
     last = model.attentions_for_ids(gen.input_ids(2))[:, :, -1]  # (L, H, keys): the query that predicted step 2
     assert close(gen.steps[2].attentions, last, 1e-6)
     assert close(gen.steps[0].probs, model.next_token_probs("red fox blue"), 1e-6)
+
+
+@pytest.mark.parametrize("normalization", ["LN", "RMS"])
+def test_head_weights_fold_the_norms_as_transformer_lens_processes_them(normalization: str) -> None:
+    """HookedModel.head_weights folds each block's ln1 and ln_final (random weights and biases, so they count) into
+    the matrices exactly as TransformerLens's process_weights_ does (fold_ln, center_writing_weights)."""
+    import copy
+
+    ht = hooked(normalization_type=normalization)
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, p in ht.named_parameters():
+            if "ln" in name:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    ours = load_model(ht).head_weights()
+    processed = copy.deepcopy(ht)
+    processed.process_weights_(fold_ln=True, center_writing_weights=True, center_unembed=False)
+    theirs = hooked_weights(processed)
+    assert ours.norm == {"LN": "LayerNorm", "RMS": "RMSNorm"}[normalization]
+    for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "W_E", "W_pos", "W_U", "b_U"):
+        np.testing.assert_allclose(getattr(ours, name), theirs[name], atol=2e-5, err_msg=name)
+    value_bias = np.einsum("lhv,lhvd->ld", ours.b_V, ours.W_O)  # TransformerLens moves b_V into b_O (fold_value_biases)
+    np.testing.assert_allclose(ours.b_O + value_bias, theirs["b_O"], atol=2e-5)
+    assert not np.allclose(ours.W_Q, hooked_weights(ht)["W_Q"], atol=1e-3)  # folding changed something
