@@ -150,3 +150,27 @@ def test_bad_kinds_and_single_layers_say_why() -> None:
         composition_scores(w, "q")
     with pytest.raises(ValueError, match="kind must be one of q, k, v"):
         composition_scores(build_weights(np.random.default_rng(0), L=2, H=2, d=8, d_k=4, d_v=4), "x")
+
+
+@pytest.mark.parametrize("width", [340, 1000])
+def test_the_heatmap_has_writers_as_rows_readers_as_columns_and_marks_the_baseline(width) -> None:
+    from mha_viz.figures.common import describe
+    from mha_viz.figures.composition import composition_figure
+
+    w = build_weights(np.random.default_rng(2), L=3, H=2, d=16, d_k=4, d_v=4)
+    c = composition(w, "k", draws=8)
+    fig = composition_figure(c.scores, c.baseline, "k", title="K-composition", width=width)
+    (heatmap,) = fig.data
+    z = np.asarray(heatmap.z)
+    assert z.shape == (4, 4) and z.dtype == np.float32
+    np.testing.assert_allclose(z[:2], c.scores[0, :, 1:, :].reshape(2, 4), rtol=1e-6)  # layer 0 writes to 1 and 2
+    np.testing.assert_allclose(z[2:, 2:], c.scores[1, :, 2, :], rtol=1e-6)
+    assert np.isnan(z[2:, :2]).all()  # layer 1 cannot write to layer 1
+    assert list(fig.layout.yaxis.ticktext) == ["0.0", "0.1", "1.0", "1.1"]
+    assert list(fig.layout.xaxis.ticktext) == ["1.0", "1.1", "2.0", "2.1"]
+    assert list(fig.layout.yaxis.tickvals) == [0, 1, 2, 3]
+    assert c.baseline in heatmap.colorbar.tickvals and f"{c.baseline:.3f}" in heatmap.colorbar.title.text
+    assert (heatmap.colorbar.orientation == "h") == (width < 600)
+    assert "K-composition" in describe(fig)
+    with pytest.raises(ValueError, match="2 or more layers"):
+        composition_figure(c.scores[:1, :, :1], c.baseline, "k")
