@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from ..names import COMPOSITION_KINDS
 from ..weights import HeadWeights, head_weights
 
-KINDS = ("q", "k", "v")
+KINDS = COMPOSITION_KINDS
 KIND_NAMES = {"q": "Q-composition", "k": "K-composition", "v": "V-composition"}
 _CHUNK = 1 << 22  # the most float64 entries of one block of products (32 MB)
 
@@ -54,6 +55,7 @@ class CompositionScores:
     draws: int
     seed: int
     name: str = ""
+    folded: str = ""  # how the norms were folded into the weights (HeadWeights.folded)
 
     @property
     def title(self) -> str:
@@ -155,7 +157,7 @@ def composition(model: Any, kind: str, *, part: str | None = None, draws: int = 
     d_v, d_k = w.W_V.shape[-1], w.W_Q.shape[-1]
     mean, std = random_baseline(w.d_model, d_v, d_v if kind == "v" else d_k, kind, draws=draws, seed=seed)
     labels = tuple(f"{layer}.{head}" for layer in range(w.num_layers) for head in range(w.num_heads))
-    return CompositionScores(_scores(w, kind), mean, std, kind, labels, draws, seed, w.name)
+    return CompositionScores(_scores(w, kind), mean, std, kind, labels, draws, seed, w.name, w.folded)
 
 
 def composition_scores(model: Any, kind: str, *, part: str | None = None) -> np.ndarray:
