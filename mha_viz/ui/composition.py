@@ -50,9 +50,10 @@ def render(c: SectionContext) -> None:
         f"over {result.draws} seeded draws): a score well above that is chosen by the weights. "
         f"Weights: {result.folded}."
     )
-    chart(composition_figure(result.scores, result.baseline, kind, title=f"{KIND_NAMES[kind]} of {c.name}",
+    model = result.name or c.name  # the model, not this layer: every layer's heads are in the figure
+    chart(composition_figure(result.scores, result.baseline, kind, title=f"{KIND_NAMES[kind]} of {model}",
                              width=page_width()),
-          "analysis_composition", f"{c.name}-composition-{kind}")
+          "analysis_composition", f"{model.replace('/', '-')}-composition-{kind}")
     if kind == "k" and source.causal_lm:
         try:
             detected = source.head_scores(seed=0)

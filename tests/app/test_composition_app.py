@@ -41,6 +41,7 @@ def test_the_induction_models_k_composition_shows_the_previous_token_head_feedin
     assert list(fig["layout"]["yaxis"]["ticktext"]) == ["0.0", "0.1", "0.2", "0.3"]
     assert (np.argmax(z, axis=0) == 2).all()  # head 0.2, the previous-token head, highest in every column
     assert "random" in fig["data"][0]["colorbar"]["title"]["text"]
+    assert fig["layout"]["title"]["text"] == "K-composition of mha-viz/induction-2l"
     words = " ".join(m.value for m in at.markdown)
     assert "previous-token head 0.2" in words and "mechanism of induction" in words
     assert "1.0, 1.1, 1.2, 1.3" in words
