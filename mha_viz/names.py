@@ -2,4 +2,5 @@
 (mha_viz.params) reads them without loading the models."""
 
 DETECTOR_KINDS = ("previous", "duplicate", "induction")  # mha_viz.analysis.KINDS: the head detectors
+COMPOSITION_KINDS = ("q", "k", "v")  # mha_viz.analysis.composition.KINDS: Q-, K- and V-composition
 TASK_NAMES = ("prev-first", "prev-2back-first", "prev-match")  # the keys of mha_viz.training.TASKS, in order

@@ -26,7 +26,7 @@ from .limits import (
     MAX_TOKENS,
     client_int,
 )
-from .names import DETECTOR_KINDS, TASK_NAMES
+from .names import COMPOSITION_KINDS, DETECTOR_KINDS, TASK_NAMES
 from .parts import SECTIONS, VIEWS, Part, StateField, all_fields, core_fields
 from .text import DEFAULT_TEXT
 
@@ -327,6 +327,11 @@ SECTIONS.register(Part("Head detectors", _TRACE_MODES, _ANALYSIS + "head_detecto
                        help="Previous-token, duplicate-token and induction scores of every head.",
                        fields=(StateField("detector", "induction", _one_of(DETECTORS),
                                           "one of " + ", ".join(DETECTORS)),)))
+
+SECTIONS.register(Part("Composition", ("Pretrained",), "mha_viz.ui.composition:render", needs=("composable",),
+                       help="How much each head reads what an earlier head writes (Q-, K-, V-composition).",
+                       fields=(StateField("composition", "k", _one_of(COMPOSITION_KINDS),
+                                          "one of " + ", ".join(COMPOSITION_KINDS)),)))
 
 DEFAULTS = ViewState()
 

@@ -10,6 +10,7 @@ and says what else it can do, so that a view asks what a source can do, not what
     source.causal_lm         a causal language model: generate() and logit_attribution() work
     source.trainable         mha-viz's own layer (d_model, h), which mha_viz.training can train on a task
     source.long              is_long() and long_trace() read inputs longer than max_tokens
+    source.composable        two or more self-attention layers with known weights: heads compose across layers
 Sources are frozen dataclasses: equal arguments, equal sources (an app can cache on them).
 """
 
@@ -142,6 +143,7 @@ class ConfigurableSource:
     causal_lm: ClassVar[bool] = False
     trainable: ClassVar[bool] = True
     long: ClassVar[bool] = True
+    composable: ClassVar[bool] = False  # one layer
 
     def trace(self, layer: int = 0) -> AttentionTrace:
         _single_layer(layer)
@@ -184,6 +186,7 @@ class TrainedSource:
     causal_lm: ClassVar[bool] = False  # causal attention over task tokens, but no language model head
     trainable: ClassVar[bool] = True
     long: ClassVar[bool] = False
+    composable: ClassVar[bool] = False  # one layer
 
     def trace(self, layer: int = 0) -> AttentionTrace:
         _single_layer(layer)
@@ -216,6 +219,12 @@ class ModelSource:
         """Whether the model predicts next tokens (a decoder-only model with its LM head): model.next_token_unavailable
         says why not."""
         return self.model.next_token_unavailable is None
+
+    @property
+    def composable(self) -> bool:
+        """Whether heads of one layer can compose with heads of a later one (mha_viz.analysis.composition): a
+        self-attention stack (not cross-attention) of two or more layers whose weights are opened up."""
+        return self.part != "cross" and self.num_layers >= 2 and self.model.adapter.unavailable is None
 
     def trace(self, layer: int) -> AttentionTrace:
         return self.model.trace(self.text, layer, part=self.part, decoder_text=self.decoder_text)

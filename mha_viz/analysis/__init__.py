@@ -1,6 +1,7 @@
 """Analyses of AttentionTraces (numpy in, numpy out): which heads do what, and which heads matter."""
 
 from .compare import Comparison, compare_traces
+from .composition import CompositionScores, composition, composition_scores
 from .concat_sum import ConcatVsSum, concat_vs_sum
 from .contribution import contribution_norms, norm_attention, transformed_value_norms
 from .head_detectors import KINDS, detect_heads, detector_scores, head_scores, repeated_tokens
@@ -24,6 +25,7 @@ from .tokens import without_tokens
 __all__ = [
     "KINDS",
     "Comparison",
+    "CompositionScores",
     "ConcatVsSum",
     "HeadStats",
     "ModelKnockout",
@@ -32,6 +34,8 @@ __all__ = [
     "attention_rollout",
     "cluster_order",
     "compare_traces",
+    "composition",
+    "composition_scores",
     "concat_vs_sum",
     "contribution_norms",
     "detect_heads",

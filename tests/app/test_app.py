@@ -172,6 +172,9 @@ def test_every_analysis_section_renders_for_the_configurable_model() -> None:
     at = new_app(view="Analysis").run()
     assert at.dataframe  # the sortable head-statistics table
     for section in SECTIONS:
+        if section not in at.button_group(key="section").options:  # e.g. Composition: it needs two layers
+            assert SECTIONS.part(section).needs, section
+            continue
         at.button_group(key="section").set_value(section).run()
         if section == "Compare":
             at.text_input(key="other_text").set_value("The animal didn't cross the road because it was too wide").run()
