@@ -143,7 +143,8 @@ def from_trace(trace: AttentionTrace) -> HeadWeights:
 def head_weights(source: Any, part: str | None = None) -> HeadWeights:
     """The HeadWeights of a model, a trained layer, a source or one layer's trace:
     an AttentionTrace -> from_trace; anything with a head_weights(part) method (PretrainedModel, TrainedLayer) ->
-    that; a source (mha_viz.sources) -> its model's, its trained layer's, or its layer's trace's. TypeError for anything else."""
+    that; a source (mha_viz.sources) -> its model's, its trained layer's, or its layer's trace's. TypeError for
+    anything else."""
     from .trace import AttentionTrace
 
     if isinstance(source, AttentionTrace):
