@@ -1,5 +1,14 @@
 """Analyses of AttentionTraces (numpy in, numpy out): which heads do what, and which heads matter."""
 
+from .circuits import (
+    CopyingScores,
+    HeadSingularValues,
+    TokenCircuit,
+    copying_scores,
+    ov_circuit,
+    qk_circuit,
+    singular_values,
+)
 from .compare import Comparison, compare_traces
 from .concat_sum import ConcatVsSum, concat_vs_sum
 from .contribution import contribution_norms, norm_attention, transformed_value_norms
@@ -25,15 +34,19 @@ __all__ = [
     "KINDS",
     "Comparison",
     "ConcatVsSum",
+    "CopyingScores",
+    "HeadSingularValues",
     "HeadStats",
     "ModelKnockout",
     "Redundancy",
     "ScoreTerms",
+    "TokenCircuit",
     "attention_rollout",
     "cluster_order",
     "compare_traces",
     "concat_vs_sum",
     "contribution_norms",
+    "copying_scores",
     "detect_heads",
     "detector_scores",
     "head_divergence",
@@ -49,10 +62,13 @@ __all__ = [
     "near_duplicates",
     "next_token_knockout",
     "norm_attention",
+    "ov_circuit",
+    "qk_circuit",
     "redundancy",
     "relative_change",
     "repeated_tokens",
     "score_terms",
+    "singular_values",
     "special_positions",
     "trace_head_stats",
     "transformed_value_norms",
