@@ -164,3 +164,29 @@ def test_weights_without_embeddings_say_what_they_lack() -> None:
         eig = np.linalg.eigvals(w.W_OV(0, head))
         big = eig[np.abs(eig) > 1e-6 * np.abs(eig).max()]
         assert c.scores[0, head] == pytest.approx((big.real > 0).mean())
+
+
+def test_the_figures_draw_the_numbers_on_integer_token_axes_in_float32(weights) -> None:
+    import json
+
+    from mha_viz.figures.circuits import copying_figure, singular_values_figure, token_table_figure, top_k_figure
+    from tests.plotly_json import heatmaps, z_matrix
+
+    c = copying_scores(weights)
+    fig = json.loads(copying_figure(c.scores, title="copying", width=390).to_json())
+    np.testing.assert_allclose(z_matrix(heatmaps(fig)[0]), c.scores, rtol=1e-6)
+    sv = singular_values(weights, 1, 0)
+    bars = [t for t in json.loads(singular_values_figure(sv.qk, sv.ov).to_json())["data"] if t["type"] == "bar"]
+    assert len(bars) == 2 and bars[0]["y"]["dtype"] == "f4"
+    ov = ov_circuit(weights, 1, 0)
+    table = json.loads(token_table_figure(ov.values, ov.row_labels, ov.column_vocab, row_axis=ov.row_axis,
+                                          column_axis=ov.column_axis, colour="logit", width=1000).to_json())
+    (heat,) = heatmaps(table)
+    assert heat["z"]["dtype"] == "f4" and z_matrix(heat).shape == (169, 169)
+    assert table["layout"]["xaxis"]["tickmode"] == "array" and "fox" in table["layout"]["yaxis"]["ticktext"]
+    top = ov_circuit(weights, 1, 0, top_k=3, sample=5)
+    small = json.loads(top_k_figure(top.values, top.columns, top.row_labels, top.column_vocab, row_axis="source",
+                                    column_axis="output token", colour="logit", width=390).to_json())
+    (heat,) = heatmaps(small)
+    assert np.array(heat["text"]).shape == (5, 3) and heat["text"][0][0] == top.column_vocab[top.columns[0, 0]]
+    assert small["layout"]["yaxis"]["ticktext"] == list(top.row_labels)
