@@ -45,6 +45,7 @@ PARTS = ("encoder", "decoder", "cross")
 WEIGHTS = ("random", "trained")  # configurable mode: random Xavier weights, or trained on a task
 DETECTORS = DETECTOR_KINDS
 COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
+CIRCUITS = ("OV", "QK", "QK positions")  # the Circuits section's token tables
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 
 
@@ -327,6 +328,11 @@ SECTIONS.register(Part("Head detectors", _TRACE_MODES, _ANALYSIS + "head_detecto
                        help="Previous-token, duplicate-token and induction scores of every head.",
                        fields=(StateField("detector", "induction", _one_of(DETECTORS),
                                           "one of " + ", ".join(DETECTORS)),)))
+SECTIONS.register(Part(
+    "Circuits", _TRACE_MODES, "mha_viz.ui.circuits:render",
+    help="Why a head does what it does, from its weights: QK and OV circuits, singular values, copying scores.",
+    fields=(StateField("circuit", CIRCUITS[0], _one_of(CIRCUITS), "one of " + ", ".join(CIRCUITS)),
+            StateField("circuit_k", 10, lambda r: _int(r, 1, 50), "a number of columns per row from 1 to 50"))))
 
 SECTIONS.register(Part("Composition", ("Pretrained",), "mha_viz.ui.composition:render", needs=("composable",),
                        help="How much each head reads what an earlier head writes (Q-, K-, V-composition).",

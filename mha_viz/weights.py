@@ -142,8 +142,9 @@ def from_trace(trace: AttentionTrace) -> HeadWeights:
 
 def head_weights(source: Any, part: str | None = None) -> HeadWeights:
     """The HeadWeights of a model, a trained layer, a source or one layer's trace:
-    a HeadWeights -> itself; an AttentionTrace -> from_trace; anything with a head_weights(part) method (PretrainedModel, TrainedLayer) ->
-    that; a source (mha_viz.sources) -> its model's, or its layer's trace's. TypeError for anything else."""
+    a HeadWeights -> itself; an AttentionTrace -> from_trace; anything with a head_weights(part) method
+    (PretrainedModel, TrainedLayer) -> that; a source (mha_viz.sources) -> its model's, its trained layer's, or its
+    layer's trace's. TypeError for anything else."""
     from .trace import AttentionTrace
 
     if isinstance(source, HeadWeights):
@@ -155,6 +156,9 @@ def head_weights(source: Any, part: str | None = None) -> HeadWeights:
     model = getattr(source, "model", None)
     if model is not None and hasattr(model, "head_weights"):
         return model.head_weights(part if part is not None else getattr(source, "part", None))
+    trained = getattr(source, "layer", None)  # a TrainedSource: its layer's weights keep the task's embeddings
+    if trained is not None and hasattr(trained, "head_weights"):
+        return trained.head_weights(part)
     if hasattr(source, "trace") and getattr(source, "num_layers", None) == 1:
         return from_trace(source.trace(0))
     raise TypeError(f"no head weights for a {type(source).__name__}: give a PretrainedModel, a TrainedLayer, a "

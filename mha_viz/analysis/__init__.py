@@ -1,5 +1,14 @@
 """Analyses of AttentionTraces (numpy in, numpy out): which heads do what, and which heads matter."""
 
+from .circuits import (
+    CopyingScores,
+    HeadSingularValues,
+    TokenCircuit,
+    copying_scores,
+    ov_circuit,
+    qk_circuit,
+    singular_values,
+)
 from .compare import Comparison, compare_traces
 from .composition import CompositionScores, composition, composition_scores
 from .concat_sum import ConcatVsSum, concat_vs_sum
@@ -27,10 +36,13 @@ __all__ = [
     "Comparison",
     "CompositionScores",
     "ConcatVsSum",
+    "CopyingScores",
+    "HeadSingularValues",
     "HeadStats",
     "ModelKnockout",
     "Redundancy",
     "ScoreTerms",
+    "TokenCircuit",
     "attention_rollout",
     "cluster_order",
     "compare_traces",
@@ -38,6 +50,7 @@ __all__ = [
     "composition_scores",
     "concat_vs_sum",
     "contribution_norms",
+    "copying_scores",
     "detect_heads",
     "detector_scores",
     "head_divergence",
@@ -53,10 +66,13 @@ __all__ = [
     "near_duplicates",
     "next_token_knockout",
     "norm_attention",
+    "ov_circuit",
+    "qk_circuit",
     "redundancy",
     "relative_change",
     "repeated_tokens",
     "score_terms",
+    "singular_values",
     "special_positions",
     "trace_head_stats",
     "transformed_value_norms",

@@ -306,3 +306,22 @@ def test_head_detectors_screenshot_and_a_click_opens_the_head(server: str, brows
     finally:
         assert page.errors == []
         page.close()
+
+
+def test_circuits_fit_a_phone_and_a_desktop_and_the_copying_ov_circuit_screenshot(server: str, browser,
+                                                                                   assets: Path) -> None:
+    url = server + "/?mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section=Circuits&layer=1&head=1"
+    for width in (390, 1400):
+        page = new_page(browser, viewport={"width": width, "height": 1200})
+        try:
+            page.goto(url)
+            settle(page)
+            table = page.locator(".st-key-figure_circuits_table")
+            table.locator(".gtitle").filter(has_text="OV circuit").wait_for(timeout=60_000)
+            assert page.locator(".js-plotly-plot").count() == 3  # copying scores, singular values, the OV table
+            assert page.evaluate("() => document.documentElement.scrollWidth") <= width  # nothing runs off the edge
+            if width == 1400:
+                table.screenshot(path=str(assets / "circuits-ov.png"))
+        finally:
+            assert page.errors == []
+            page.close()

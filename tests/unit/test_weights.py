@@ -102,6 +102,11 @@ def test_a_trace_and_a_trained_layer_give_their_own_weights() -> None:
     t, lw = layer.trace(), layer.head_weights()
     np.testing.assert_allclose(np.einsum("htv,hvd->htd", t.head_outputs, lw.W_O[0]), t.head_contributions(), atol=1e-5)
     assert lw.vocab[:3] == ("a", "b", "c") and lw.W_U is None
+    from mha_viz.sources import TrainedSource
+
+    sw = head_weights(TrainedSource(layer, ""))  # the source of the trained layers: its embeddings kept
+    np.testing.assert_array_equal(sw.W_E, lw.W_E)
+    assert sw.vocab == lw.vocab
 
 
 def test_what_has_no_head_weights_says_why() -> None:
