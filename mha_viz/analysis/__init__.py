@@ -16,6 +16,7 @@ from .knockout import (
     next_token_knockout,
     relative_change,
 )
+from .readout import DirectLogits, Readout, direct_logits, model_readout, trained_readout
 from .redundancy import Redundancy, cluster_order, head_divergence, js_divergence, near_duplicates, redundancy
 from .rollout import attention_rollout
 from .score_terms import ScoreTerms, score_terms
@@ -25,8 +26,10 @@ __all__ = [
     "KINDS",
     "Comparison",
     "ConcatVsSum",
+    "DirectLogits",
     "HeadStats",
     "ModelKnockout",
+    "Readout",
     "Redundancy",
     "ScoreTerms",
     "attention_rollout",
@@ -36,6 +39,7 @@ __all__ = [
     "contribution_norms",
     "detect_heads",
     "detector_scores",
+    "direct_logits",
     "head_divergence",
     "head_mask",
     "head_scores",
@@ -46,6 +50,7 @@ __all__ = [
     "knockout_ranking",
     "model_knockout",
     "model_knockout_ranking",
+    "model_readout",
     "near_duplicates",
     "next_token_knockout",
     "norm_attention",
@@ -55,6 +60,7 @@ __all__ = [
     "score_terms",
     "special_positions",
     "trace_head_stats",
+    "trained_readout",
     "transformed_value_norms",
     "visible_keys",
     "without_tokens",
