@@ -6,6 +6,8 @@ h=1 the one head serves both relations; the bundled induction model's induction 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -95,3 +97,28 @@ def test_a_model_with_a_large_vocabulary_is_refused() -> None:
     model = tiny_causal("gpt2")  # the MiniLM tokenizer's 30522 tokens
     with pytest.raises(ValueError, match="token maps"):
         model_readout(model)
+
+
+def test_the_figures_have_integer_token_axes_one_colour_axis_and_words() -> None:
+    from mha_viz.figures.common import describe
+    from mha_viz.figures.readout import contributions_heatmap, token_map_figure
+
+    r = trained_readout(shipped(2))
+    fig = contributions_heatmap(r.contributions, r.heads, r.answers, title="direct contributions", width=1000)
+    (heat,) = fig.data
+    assert list(heat.x) == [0, 1] and list(heat.y) == [0, 1] and heat.zmid == 0
+    assert list(fig.layout.xaxis.ticktext) == ["previous", "first"] and list(fig.layout.yaxis.ticktext) == [
+        "head 0", "head 1"]
+    words = describe(fig)
+    assert "'head 0' (row 0) × 'previous'" in words and f"{r.contributions[0, 0]:.3g}" in words
+    (h,) = r.serving()[0]
+    tokens = token_map_figure(r.token_maps[h, 0], r.vocab, title="head map", width=1000)
+    (heat,) = tokens.data
+    assert np.asarray(heat.z).shape == (26, 26) and list(tokens.layout.xaxis.ticktext) == list("abcdefghijklmnopqrstuvwxyz")
+    assert tokens.layout.yaxis.scaleanchor == "x" and heat.colorbar.orientation is None
+    narrow = token_map_figure(r.token_maps[h, 0], r.vocab, width=340)
+    assert narrow.data[0].colorbar.orientation == "h"  # above the plot: the map keeps the phone's width
+    strongest = re.findall(r"source token \(attended\) (\d+)\)? × (?:'\w' \()?answer token (\d+)", describe(tokens))
+    assert len(strongest) == 3 and all(s == a for s, a in strongest)  # the words name the diagonal: a copy
+    with pytest.raises(ValueError, match="expected"):
+        token_map_figure(r.token_maps[h, 0][:5], r.vocab)
