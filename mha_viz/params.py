@@ -327,6 +327,11 @@ SECTIONS.register(Part("Head detectors", _TRACE_MODES, _ANALYSIS + "head_detecto
                        help="Previous-token, duplicate-token and induction scores of every head.",
                        fields=(StateField("detector", "induction", _one_of(DETECTORS),
                                           "one of " + ", ".join(DETECTORS)),)))
+# W_O at work: offered where a source has a known readout over a small vocabulary (the token_readout flag: a trained
+# layer's relation readouts, a small language model's unembedding), in every mode such a source appears in.
+SECTIONS.register(Part("W_O at work", _TRACE_MODES, "mha_viz.ui.readout:wo_at_work", needs=("token_readout",),
+                       help="Each head's block of W_O followed to the readout: what it writes for the right answer.",
+                       fields=(StateField("wo_answer", 0, lambda r: _int(r, 0, 7), "an answer number from 0 to 7"),)))
 
 DEFAULTS = ViewState()
 

@@ -10,6 +10,8 @@ and says what else it can do, so that a view asks what a source can do, not what
     source.causal_lm         a causal language model: generate() and logit_attribution() work
     source.trainable         mha-viz's own layer (d_model, h), which mha_viz.training can train on a task
     source.long              is_long() and long_trace() read inputs longer than max_tokens
+    source.token_readout     a known readout over a small vocabulary, to follow each head's W_O to (a trained layer's
+                             relation readouts, a small language model's unembedding): mha_viz.analysis.readout
 Sources are frozen dataclasses: equal arguments, equal sources (an app can cache on them).
 """
 
@@ -184,6 +186,7 @@ class TrainedSource:
     causal_lm: ClassVar[bool] = False  # causal attention over task tokens, but no language model head
     trainable: ClassVar[bool] = True
     long: ClassVar[bool] = False
+    token_readout: ClassVar[bool] = True  # one readout per relation over the task's few tokens
 
     def trace(self, layer: int = 0) -> AttentionTrace:
         _single_layer(layer)
@@ -216,6 +219,15 @@ class ModelSource:
         """Whether the model predicts next tokens (a decoder-only model with its LM head): model.next_token_unavailable
         says why not."""
         return self.model.next_token_unavailable is None
+
+    @property
+    def token_readout(self) -> bool:
+        """Whether each head's W_O can be followed to the unembedding over the whole vocabulary: a causal language
+        model's decoder with at most analysis.readout.MAX_VOCAB tokens (the bundled induction model)."""
+        from .analysis.readout import MAX_VOCAB
+
+        return (self.part == "decoder" and self.causal_lm
+                and self.model.model.get_input_embeddings().num_embeddings <= MAX_VOCAB)
 
     def trace(self, layer: int) -> AttentionTrace:
         return self.model.trace(self.text, layer, part=self.part, decoder_text=self.decoder_text)
