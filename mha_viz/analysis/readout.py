@@ -145,6 +145,11 @@ def _count(share: float, V: int) -> str:
     return f"{round(share * V)} of {V}"
 
 
+def _span(counts: np.ndarray) -> str:
+    lo, hi = int(counts.min()), int(counts.max())
+    return str(lo) if lo == hi else f"{lo} to {hi}"
+
+
 def _centre(a: np.ndarray) -> np.ndarray:
     return a - a.mean(-1, keepdims=True)
 
@@ -210,7 +215,7 @@ def trained_readout(layer: TrainedLayer, tokens: np.ndarray | None = None) -> Re
         name=f"trained on {layer.task}, h={layer.num_heads}", heads=tuple(f"head {h}" for h in range(layer.num_heads)),
         answers=spec.relation_names, contributions=contributions, rest=rest, logit=(own * counted).sum((0, 1)) / n,
         queries=n, vocab=tuple(spec.vocab), token_maps=maps, centred=True, rest_label="b_O and the readout's bias",
-        method=f"averaged over {int(n.min())}-{int(n.max())} queries of {len(tokens)} sequences where each relation is "
+        method=f"averaged over {_span(n)} queries of {len(tokens)} sequences where each relation is "
                "defined and its key differs from the other relations'; logits centred over the vocabulary",
     )
 

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from .common import NARROW_PX, WIDE_PX, f32, pair_labels, symmetric_range, title_block, token_axis, token_label
 
 MAX_TOKEN_MAP_PX = 720  # a token map is square; wider than this it only grows in empty margins
+LABEL_GAP_PX = 20  # the least room between two labelled tokens
 
 
 def _colorbar(width: int, title: str) -> dict:
@@ -59,7 +60,7 @@ def token_map_figure(token_map: np.ndarray, vocab: Sequence[str], *, title: str 
     width = width or WIDE_PX
     narrow = width < NARROW_PX
     side = min(width, MAX_TOKEN_MAP_PX) - (40 if narrow else 110)  # the plot's side: labels and the colour bar
-    step = max(1, -(-V * 12 // max(side, 1)))  # a label every step tokens, ~12 px apart
+    step = max(1, -(-V * LABEL_GAP_PX // max(side, 1)))  # a label every step tokens
     m = symmetric_range(z)
     labels = pair_labels(list(vocab), list(vocab))
     fig = go.Figure(go.Heatmap(
