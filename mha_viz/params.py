@@ -338,6 +338,11 @@ SECTIONS.register(Part("Composition", ("Pretrained",), "mha_viz.ui.composition:r
                        help="How much each head reads what an earlier head writes (Q-, K-, V-composition).",
                        fields=(StateField("composition", "k", _one_of(COMPOSITION_KINDS),
                                           "one of " + ", ".join(COMPOSITION_KINDS)),)))
+# W_O at work: offered where a source has a known readout over a small vocabulary (the token_readout flag: a trained
+# layer's relation readouts, a small language model's unembedding), in every mode such a source appears in.
+SECTIONS.register(Part("W_O at work", _TRACE_MODES, "mha_viz.ui.readout:wo_at_work", needs=("token_readout",),
+                       help="Each head's block of W_O followed to the readout: what it writes for the right answer.",
+                       fields=(StateField("wo_answer", 0, lambda r: _int(r, 0, 7), "an answer number from 0 to 7"),)))
 
 DEFAULTS = ViewState()
 

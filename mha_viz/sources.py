@@ -11,6 +11,8 @@ and says what else it can do, so that a view asks what a source can do, not what
     source.trainable         mha-viz's own layer (d_model, h), which mha_viz.training can train on a task
     source.long              is_long() and long_trace() read inputs longer than max_tokens
     source.composable        two or more self-attention layers with known weights: heads compose across layers
+    source.token_readout     a known readout over a small vocabulary, to follow each head's W_O to (a trained layer's
+                             relation readouts, a small language model's unembedding): mha_viz.analysis.readout
 Sources are frozen dataclasses: equal arguments, equal sources (an app can cache on them).
 """
 
@@ -187,6 +189,7 @@ class TrainedSource:
     trainable: ClassVar[bool] = True
     long: ClassVar[bool] = False
     composable: ClassVar[bool] = False  # one layer
+    token_readout: ClassVar[bool] = True  # one readout per relation over the task's few tokens
 
     def trace(self, layer: int = 0) -> AttentionTrace:
         _single_layer(layer)
@@ -224,7 +227,15 @@ class ModelSource:
     def composable(self) -> bool:
         """Whether heads of one layer can compose with heads of a later one (mha_viz.analysis.composition): a
         self-attention stack (not cross-attention) of two or more layers whose weights are opened up."""
-        return self.part != "cross" and self.num_layers >= 2 and self.model.adapter.unavailable is None
+        return self.part != "cross" and self.num_layers >= 2 and self.model.unavailable is None
+
+    @property
+    def token_readout(self) -> bool:
+        """Whether each head's W_O can be followed to the unembedding over the whole vocabulary: a causal language
+        model's decoder with at most analysis.readout.MAX_VOCAB tokens (the bundled induction model)."""
+        from .analysis.readout import MAX_VOCAB
+
+        return self.part == "decoder" and self.causal_lm and self.model.vocab_size <= MAX_VOCAB
 
     def trace(self, layer: int) -> AttentionTrace:
         return self.model.trace(self.text, layer, part=self.part, decoder_text=self.decoder_text)

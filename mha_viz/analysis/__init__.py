@@ -26,6 +26,7 @@ from .knockout import (
     next_token_knockout,
     relative_change,
 )
+from .readout import DirectLogits, Readout, direct_logits, model_readout, trained_readout
 from .redundancy import Redundancy, cluster_order, head_divergence, js_divergence, near_duplicates, redundancy
 from .rollout import attention_rollout
 from .score_terms import ScoreTerms, score_terms
@@ -38,8 +39,10 @@ __all__ = [
     "ConcatVsSum",
     "CopyingScores",
     "HeadSingularValues",
+    "DirectLogits",
     "HeadStats",
     "ModelKnockout",
+    "Readout",
     "Redundancy",
     "ScoreTerms",
     "TokenCircuit",
@@ -53,6 +56,7 @@ __all__ = [
     "copying_scores",
     "detect_heads",
     "detector_scores",
+    "direct_logits",
     "head_divergence",
     "head_mask",
     "head_scores",
@@ -63,6 +67,7 @@ __all__ = [
     "knockout_ranking",
     "model_knockout",
     "model_knockout_ranking",
+    "model_readout",
     "near_duplicates",
     "next_token_knockout",
     "norm_attention",
@@ -75,6 +80,7 @@ __all__ = [
     "singular_values",
     "special_positions",
     "trace_head_stats",
+    "trained_readout",
     "transformed_value_norms",
     "visible_keys",
     "without_tokens",
