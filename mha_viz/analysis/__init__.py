@@ -6,7 +6,9 @@ from .contribution import contribution_norms, norm_attention, transformed_value_
 from .head_detectors import KINDS, detect_heads, detector_scores, head_scores, repeated_tokens
 from .head_stats import HeadStats, head_stats, special_positions, trace_head_stats, visible_keys
 from .knockout import (
+    ABLATIONS,
     ModelKnockout,
+    ablation_values,
     head_mask,
     knocked_output,
     knockout_effect,
@@ -16,19 +18,38 @@ from .knockout import (
     next_token_knockout,
     relative_change,
 )
+from .patching import (
+    PAIRS,
+    PatchingPair,
+    PatchingResult,
+    PathPatching,
+    activation_patching,
+    pairs_for,
+    patch_heads,
+    patching_unavailable,
+    path_patching,
+    path_patching_scan,
+)
 from .redundancy import Redundancy, cluster_order, head_divergence, js_divergence, near_duplicates, redundancy
 from .rollout import attention_rollout
 from .score_terms import ScoreTerms, score_terms
 from .tokens import without_tokens
 
 __all__ = [
+    "ABLATIONS",
     "KINDS",
+    "PAIRS",
     "Comparison",
     "ConcatVsSum",
     "HeadStats",
     "ModelKnockout",
+    "PatchingPair",
+    "PatchingResult",
+    "PathPatching",
     "Redundancy",
     "ScoreTerms",
+    "ablation_values",
+    "activation_patching",
     "attention_rollout",
     "cluster_order",
     "compare_traces",
@@ -49,6 +70,11 @@ __all__ = [
     "near_duplicates",
     "next_token_knockout",
     "norm_attention",
+    "pairs_for",
+    "patch_heads",
+    "patching_unavailable",
+    "path_patching",
+    "path_patching_scan",
     "redundancy",
     "relative_change",
     "repeated_tokens",
