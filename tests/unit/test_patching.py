@@ -378,7 +378,9 @@ def test_mean_and_resample_ablation_set_the_heads_output_as_a_hook_would(tiny):
     d = tiny.model.config.hidden_size // 4
     ref_concat = tiny.trace(reference, layer).concat  # (T, H*d_v)
     for ablation, array in (("mean", ref_concat.mean(0)), ("resample", ref_concat)):
-        def hook(m, args, value=torch.from_numpy(array)):
+        value = torch.from_numpy(array)
+
+        def hook(m, args, value=value):
             x = args[0].clone()
             x[..., head * d : (head + 1) * d] = value[..., head * d : (head + 1) * d]
             return (x,)
