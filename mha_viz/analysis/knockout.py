@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..names import ABLATION_KINDS
 from ..trace import AttentionTrace
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
 
 
-ABLATIONS = ("zero", "mean", "resample")
+ABLATIONS = ABLATION_KINDS
 
 
 def head_mask(num_heads: int, off: Collection[int]) -> np.ndarray:

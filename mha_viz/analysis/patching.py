@@ -34,14 +34,13 @@ import torch
 from torch import Tensor, nn
 
 from ..limits import MAX_PATCH_PASSES
+from ..names import PATCH_DIRECTIONS, PATCH_METRICS, PATCH_SITES
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
     from ..pretrained.adapter import Site
 
-SITES = ("head", "head_position", "residual", "pattern")
-DIRECTIONS = ("denoise", "noise")
-METRICS = ("logit_diff", "logprob", "prob")
+SITES, DIRECTIONS, METRICS = PATCH_SITES, PATCH_DIRECTIONS, PATCH_METRICS
 THROUGH = ("q", "k", "v")
 BATCH = 16  # patched sequences per forward pass
 
