@@ -44,10 +44,9 @@ def patching_figure(result: PatchingResult, *, title: str | None = None, width: 
     else:
         z, rows = scores, [f"L{layer}" for layer in range(scores.shape[0])]
     by_position = result.site in ("head_position", "residual")
-    text = np.where(np.isfinite(z), np.round(z, 2), np.nan)
     fig = go.Figure(go.Heatmap(
-        z=f32(z), zmin=-1.0, zmax=1.0, zmid=0.0, colorscale="RdBu", colorbar=COLOUR_BAR, text=f32(text),
-        texttemplate="%{text}" if z.size <= 400 else None,
+        z=f32(z), zmin=-1.0, zmax=1.0, zmid=0.0, colorscale="RdBu", colorbar=COLOUR_BAR,
+        texttemplate="%{z:.2f}" if z.size <= 400 else None,
         hovertemplate=("%{y}, %{x}: %{z:.3f}<extra></extra>"),
     ))  # fmt: skip
     if by_position:
