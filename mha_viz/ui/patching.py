@@ -87,9 +87,8 @@ def render(c: SectionContext) -> None:
     limit = MAX_PATCH_PASSES if c.max_passes is None else c.max_passes * BATCH
     question = (clean, corrupted, answer.strip(), wrong.strip() if metric == "logit_diff" else None, metric, site,
                 direction, limit)
-    try:
-        with heavy("Patching"):
-            result = c.source.memo(("patching", *question), lambda: _run(model, *question))
+    try:  # a question asked before (by any session on this model and text) is not computed again
+        result = c.source.memo(("patching", *question), lambda: _run(model, *question))
     except ValueError as err:
         st.warning(f"Cannot patch: {plain(str(err))}")
         return
@@ -98,14 +97,17 @@ def render(c: SectionContext) -> None:
 
 def _run(model, clean: str, corrupted: str, answer: str, wrong: str | None, metric: str, site: str, direction: str,
          limit: int) -> PatchingResult:
-    bar = st.progress(0.0, text="Patching…")
-    try:
-        return activation_patching(
-            model, clean, corrupted, answer=_as_token(model, answer),
-            wrong=None if wrong is None else _as_token(model, wrong), metric=metric, site=site, direction=direction,
-            max_passes=limit, on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} patched"))
-    finally:
-        bar.empty()
+    """The patching itself, as heavy work (one at a time across sessions), with a progress bar."""
+    with heavy("Patching"):
+        bar = st.progress(0.0, text="Patching…")
+        try:
+            return activation_patching(
+                model, clean, corrupted, answer=_as_token(model, answer),
+                wrong=None if wrong is None else _as_token(model, wrong), metric=metric, site=site,
+                direction=direction, max_passes=limit,
+                on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} patched"))
+        finally:
+            bar.empty()
 
 
 def _show(result: PatchingResult, name: str) -> None:

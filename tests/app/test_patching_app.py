@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from mha_viz.analysis import PAIRS
+from mha_viz.analysis import PAIRS, activation_patching
 from mha_viz.params import CAUSAL_EXAMPLE, SECTIONS
 from mha_viz.pretrained import INDUCTION_MODEL
 from tests.app.test_app import new_app, z_matrix
@@ -100,3 +100,21 @@ def test_knockout_says_which_ablation_it_used() -> None:
     assert not np.allclose(zero, resampled)
     at.radio(key="ablation").set_value("mean").run()
     assert not at.exception and any("mean ablation" in c.value for c in at.caption)
+
+
+def test_a_question_asked_again_is_not_computed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mha_viz.ui.patching as ui
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["direction"])
+        return activation_patching(*args, **kwargs)
+
+    monkeypatch.setattr(ui, "activation_patching", counted)
+    at = new_app(**CAUSAL, view="Analysis", section="Patching", patch_pair="induction: repeated word changes").run()
+    assert not at.exception and at.text_input(key="patch_wrong").value == "sky"
+    at.radio(key="patch_direction").set_value("noise").run()
+    at.radio(key="patch_direction").set_value("denoise").run()
+    at.text_input(key="patch_answer").set_value("fox").run()  # unchanged: a rerun
+    assert not at.exception and calls == ["denoise", "noise"]
