@@ -316,22 +316,23 @@ def gpt2_in_both():
     [("head", "get_act_patch_attn_head_out_all_pos"), ("residual", "get_act_patch_resid_pre"),
      ("pattern", "get_act_patch_attn_head_pattern_all_pos"), ("head_position", "get_act_patch_attn_head_out_by_pos")],
 )
-def test_denoising_equals_transformer_lens_patching(gpt2_in_both, site, tl_name):
+@pytest.mark.parametrize("direction", ["denoise", "noise"])
+def test_patching_equals_transformer_lens_patching(gpt2_in_both, site, tl_name, direction):
     from transformer_lens import patching
 
     model, hooked = gpt2_in_both
     vocab = model.tokenizer.get_vocab()
-    clean_ids, corrupted_ids = _ids(model, CLEAN), _ids(model, CORRUPTED)
-    _, clean_cache = hooked.run_with_cache(clean_ids)
+    source, target = (CLEAN, CORRUPTED) if direction == "denoise" else (CORRUPTED, CLEAN)
+    _, source_cache = hooked.run_with_cache(_ids(model, source))
 
     def metric(logits):
         return logits[0, -1, vocab[ANSWER]] - logits[0, -1, vocab[WRONG]]
 
     with torch.no_grad():
-        expected = getattr(patching, tl_name)(hooked, corrupted_ids, clean_cache, metric).numpy()
+        expected = getattr(patching, tl_name)(hooked, _ids(model, target), source_cache, metric).numpy()
     if site == "head_position":
         expected = expected.transpose(0, 2, 1)  # TransformerLens: [layer, pos, head]
-    ours = activation_patching(model, CLEAN, CORRUPTED, answer=ANSWER, wrong=WRONG, site=site)
+    ours = activation_patching(model, CLEAN, CORRUPTED, answer=ANSWER, wrong=WRONG, site=site, direction=direction)
     np.testing.assert_allclose(ours.raw(), expected, atol=2e-4)
     assert np.ptp(expected) > 1e-2  # the units differ, so the comparison means something
 
