@@ -21,6 +21,7 @@ MAX_NEW_TOKENS = 64
 MAX_STEPS = 5000
 MAX_MODEL_CHARS = 200  # a hub id or a folder
 MAX_SEQUENCE_CHARS = 200  # a trained layer's input: at most seq_len task tokens
+MAX_PATCH_PASSES = 4096  # patched sequences of one activation patching (e.g. 12 layers x 12 heads x 28 positions)
 MAX_CLICKED_HEADS = 1024  # a click may open any head of a pretrained model (a link: MAX_HEADS); the views clamp
 
 

@@ -4,3 +4,7 @@
 DETECTOR_KINDS = ("previous", "duplicate", "induction")  # mha_viz.analysis.KINDS: the head detectors
 COMPOSITION_KINDS = ("q", "k", "v")  # mha_viz.analysis.composition.KINDS: Q-, K- and V-composition
 TASK_NAMES = ("prev-first", "prev-2back-first", "prev-match")  # the keys of mha_viz.training.TASKS, in order
+PATCH_SITES = ("head", "head_position", "residual", "pattern")  # mha_viz.analysis.patching.SITES
+PATCH_DIRECTIONS = ("denoise", "noise")  # mha_viz.analysis.patching.DIRECTIONS
+PATCH_METRICS = ("logit_diff", "logprob", "prob")  # mha_viz.analysis.patching.METRICS
+ABLATION_KINDS = ("zero", "mean", "resample")  # mha_viz.analysis.knockout.ABLATIONS

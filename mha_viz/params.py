@@ -26,7 +26,15 @@ from .limits import (
     MAX_TOKENS,
     client_int,
 )
-from .names import COMPOSITION_KINDS, DETECTOR_KINDS, TASK_NAMES
+from .names import (
+    ABLATION_KINDS,
+    COMPOSITION_KINDS,
+    DETECTOR_KINDS,
+    PATCH_DIRECTIONS,
+    PATCH_METRICS,
+    PATCH_SITES,
+    TASK_NAMES,
+)
 from .parts import SECTIONS, VIEWS, Part, StateField, all_fields, core_fields
 from .text import DEFAULT_TEXT
 
@@ -299,7 +307,11 @@ SECTIONS.register(Part("Contribution", _TRACE_MODES, _ANALYSIS + "contribution",
 SECTIONS.register(Part("Knockout", _TRACE_MODES, _ANALYSIS + "knockout", arrays=("head_outputs", "W_O", "output"),
                        help="Switch heads off and measure what changes.",
                        fields=(StateField("off", (), _heads, _HEAD_LIST),
-                               StateField("rank_final", False, _bool, _BOOL))))
+                               StateField("rank_final", False, _bool, _BOOL),
+                               StateField("ablation", "zero", _one_of(ABLATION_KINDS),
+                                          "one of " + ", ".join(ABLATION_KINDS)),
+                               StateField("ablation_text", "", _text, f"at most {MAX_TEXT_CHARS} characters",
+                                          MAX_TEXT_CHARS))))
 SECTIONS.register(Part("Rollout", _TRACE_MODES, _ANALYSIS + "rollout",
                        help="Attention chained through the layers (Abnar and Zuidema 2020).",
                        fields=(StateField("rollout_layer", None, _optional_int(MAX_LAYERS - 1),
@@ -442,3 +454,15 @@ def checked_field(name: str, value: object) -> object:
     top = {"layer": MAX_LAYERS, "head": MAX_CLICKED_HEADS}.get(name, MAX_LONG_TOKENS)
     checked = client_int(value, 0, top - 1)
     return getattr(DEFAULTS, name) if checked is None else checked
+SECTIONS.register(Part(
+    "Patching", _TRACE_MODES, "mha_viz.ui.patching:render", needs=("causal_lm",),
+    help="Which heads and positions carry a behaviour: activation patching between a clean and a corrupted prompt.",
+    fields=(StateField("patch_pair", "", _short_text(100), "a ready-made pair's name, at most 100 characters", 100),
+            StateField("patch_clean", "", _short_text(2000), "at most 2000 characters", 2000),
+            StateField("patch_corrupted", "", _short_text(2000), "at most 2000 characters", 2000),
+            StateField("patch_answer", "", _short_text(100), "a token, at most 100 characters", 100),
+            StateField("patch_wrong", "", _short_text(100), "a token, at most 100 characters", 100),
+            StateField("patch_metric", "logit_diff", _one_of(PATCH_METRICS), "one of " + ", ".join(PATCH_METRICS)),
+            StateField("patch_site", "head", _one_of(PATCH_SITES), "one of " + ", ".join(PATCH_SITES)),
+            StateField("patch_direction", "denoise", _one_of(PATCH_DIRECTIONS),
+                       "one of " + ", ".join(PATCH_DIRECTIONS)))))

@@ -16,7 +16,9 @@ from .contribution import contribution_norms, norm_attention, transformed_value_
 from .head_detectors import KINDS, detect_heads, detector_scores, head_scores, repeated_tokens
 from .head_stats import HeadStats, head_stats, special_positions, trace_head_stats, visible_keys
 from .knockout import (
+    ABLATIONS,
     ModelKnockout,
+    ablation_values,
     head_mask,
     knocked_output,
     knockout_effect,
@@ -26,6 +28,18 @@ from .knockout import (
     next_token_knockout,
     relative_change,
 )
+from .patching import (
+    PAIRS,
+    PatchingPair,
+    PatchingResult,
+    PathPatching,
+    activation_patching,
+    pairs_for,
+    patch_heads,
+    patching_unavailable,
+    path_patching,
+    path_patching_scan,
+)
 from .readout import DirectLogits, Readout, direct_logits, model_readout, trained_readout
 from .redundancy import Redundancy, cluster_order, head_divergence, js_divergence, near_duplicates, redundancy
 from .rollout import attention_rollout
@@ -33,7 +47,9 @@ from .score_terms import ScoreTerms, score_terms
 from .tokens import without_tokens
 
 __all__ = [
+    "ABLATIONS",
     "KINDS",
+    "PAIRS",
     "Comparison",
     "CompositionScores",
     "ConcatVsSum",
@@ -42,10 +58,15 @@ __all__ = [
     "HeadSingularValues",
     "HeadStats",
     "ModelKnockout",
+    "PatchingPair",
+    "PatchingResult",
+    "PathPatching",
     "Readout",
     "Redundancy",
     "ScoreTerms",
     "TokenCircuit",
+    "ablation_values",
+    "activation_patching",
     "attention_rollout",
     "cluster_order",
     "compare_traces",
@@ -72,6 +93,11 @@ __all__ = [
     "next_token_knockout",
     "norm_attention",
     "ov_circuit",
+    "pairs_for",
+    "patch_heads",
+    "patching_unavailable",
+    "path_patching",
+    "path_patching_scan",
     "qk_circuit",
     "redundancy",
     "relative_change",

@@ -1,5 +1,10 @@
 """Head knockout: switch heads off (their block of the concat zeroed before W_O), measure the change.
 
+Through a whole pretrained model a head can be ablated three ways (ABLATIONS):
+    zero      its block of the concat before W_O set to 0
+    mean      set to its mean over the positions of reference texts (default: the text itself), at every position
+    resample  set to its block, position by position, from a reference text of the same token length
+
 In one layer no model is needed: the output splits into one term per head,
     output = sum_h head_h W_O^(h)T + b_O,   so   knocked(K) = sum_{h not in K} head_h W_O^(h)T + b_O
     effect(K) = ||output - knocked(K)|| / ||output|| = ||sum_{h in K} head_h W_O^(h)T|| / ||output||
@@ -10,16 +15,20 @@ hidden state (and, for a causal language model, on the next-token distribution).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..names import ABLATION_KINDS
 from ..trace import AttentionTrace
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
+
+
+ABLATIONS = ABLATION_KINDS
 
 
 def head_mask(num_heads: int, off: Collection[int]) -> np.ndarray:
@@ -70,6 +79,7 @@ class ModelKnockout:
     tokens: tuple[str, ...]  # the positions of the final hidden state
     hidden: np.ndarray  # (T, d_model) final hidden state, all heads on
     knocked: np.ndarray  # (T, d_model) final hidden state, heads off
+    ablation: str = "zero"  # how the heads were switched off: zero, mean or resample (ABLATIONS)
 
     @property
     def effect(self) -> float:
@@ -85,6 +95,52 @@ def _final_tokens(model: PretrainedModel, text: str, part: str, decoder_text: st
     return tuple(model.tokens(text if decoder_text is None or not decoder else decoder_text, decoder=decoder))
 
 
+def ablation_values(
+    model: PretrainedModel,
+    text: str,
+    layer: int,
+    ablation: str,
+    reference: str | Sequence[str] | None = None,
+    *,
+    part: str | None = None,
+    decoder_text: str | None = None,
+) -> np.ndarray | None:
+    """What an ablated head of (part, layer) is set to, for every head: [H, d_v] (mean) or [H, T, d_v] (resample),
+    None for zero ablation. reference: the text(s) it is taken from (mean: default text; resample: required, one
+    text of text's token length, read by the encoder and the decoder alike in an encoder-decoder)."""
+    if ablation not in ABLATIONS:
+        raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
+    if ablation == "zero":
+        return None
+    part = part or model.parts[0]
+    references = [text] if reference is None and ablation == "mean" else (
+        [reference] if isinstance(reference, str) else list(reference or []))
+    if not references or (ablation == "resample" and len(references) != 1):
+        raise ValueError(f"{ablation} ablation needs {'one reference text' if ablation == 'resample' else 'reference texts'}")
+    H = model.num_heads[part]
+    blocks = []
+    for ref in references:
+        ref_decoder = None if model.kind != "encoder-decoder" or part == "encoder" else ref
+        concat = model.trace(ref, layer, part=part, decoder_text=ref_decoder).require("concat")  # (T_ref, H*d_v)
+        blocks.append(concat.reshape(len(concat), H, -1).transpose(1, 0, 2))  # (H, T_ref, d_v)
+    if ablation == "mean":
+        return np.concatenate(blocks, axis=1).mean(axis=1)  # (H, d_v): mean over every position of every reference
+    T = len(_final_tokens(model, text, part, decoder_text))
+    if blocks[0].shape[1] != T:
+        raise ValueError(f"resample ablation needs a reference text of the same token length: {blocks[0].shape[1]} "
+                         f"tokens instead of {T}")
+    return blocks[0]  # (H, T, d_v)
+
+
+def _knocked_hidden(model: PretrainedModel, text: str, layer: int, off: Collection[int], values: np.ndarray | None,
+                    part: str, decoder_text: str | None) -> np.ndarray:
+    if values is None:
+        return model.final_hidden(text, part=part, decoder_text=decoder_text,
+                                  head_masks={layer: head_mask(model.num_heads[part], off)})
+    return model.final_hidden(text, part=part, decoder_text=decoder_text,
+                              head_values={layer: {h: values[h] for h in off}})
+
+
 def model_knockout(
     model: PretrainedModel,
     text: str,
@@ -93,14 +149,18 @@ def model_knockout(
     *,
     part: str | None = None,
     decoder_text: str | None = None,
+    ablation: str = "zero",
+    reference: str | Sequence[str] | None = None,
 ) -> ModelKnockout:
-    """Final hidden states with and without heads `off` of (part, layer), through the real model."""
+    """Final hidden states with and without heads `off` of (part, layer), through the real model; ablation and
+    reference as in ablation_values."""
     part = part or model.parts[0]
-    mask = head_mask(model.num_heads[part], off)
+    values = ablation_values(model, text, layer, ablation, reference, part=part, decoder_text=decoder_text)
     return ModelKnockout(
         tokens=_final_tokens(model, text, part, decoder_text),
         hidden=model.final_hidden(text, part=part, decoder_text=decoder_text),
-        knocked=model.final_hidden(text, part=part, decoder_text=decoder_text, head_masks={layer: mask}),
+        knocked=_knocked_hidden(model, text, layer, off, values, part, decoder_text),
+        ablation=ablation,
     )
 
 
@@ -112,26 +172,42 @@ def model_knockout_ranking(
     part: str | None = None,
     decoder_text: str | None = None,
     on_pass: Callable[[int, int], None] | None = None,
+    ablation: str = "zero",
+    reference: str | Sequence[str] | None = None,
 ) -> np.ndarray:
-    """[H]: relative change of the final hidden state when each head of (part, layer) alone is off.
+    """[H]: relative change of the final hidden state when each head of (part, layer) alone is ablated (ablation
+    and reference as in ablation_values).
 
     One forward pass per head, plus one without knockout; on_pass(done, total) after each.
     """
     part = part or model.parts[0]
     H = model.num_heads[part]
+    values = ablation_values(model, text, layer, ablation, reference, part=part, decoder_text=decoder_text)
     hidden = model.final_hidden(text, part=part, decoder_text=decoder_text)
     changes = []
     for h in range(H):
-        knocked = model.final_hidden(text, part=part, decoder_text=decoder_text, head_masks={layer: head_mask(H, [h])})
+        knocked = _knocked_hidden(model, text, layer, [h], values, part, decoder_text)
         changes.append(relative_change(hidden, knocked))
         if on_pass is not None:
             on_pass(h + 1, H)
     return np.array(changes)
 
 
-def next_token_knockout(model: PretrainedModel, text: str, layer: int, off: Collection[int]) -> tuple[np.ndarray, np.ndarray]:
+def next_token_knockout(
+    model: PretrainedModel,
+    text: str,
+    layer: int,
+    off: Collection[int],
+    *,
+    ablation: str = "zero",
+    reference: str | Sequence[str] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Next-token probabilities [vocab] after text, all heads on and with heads `off` of decoder layer
-    `layer` switched off. Needs a causal language model with its LM head (see
-    PretrainedModel.next_token_unavailable)."""
-    mask = head_mask(model.num_heads["decoder"], off)
-    return model.next_token_probs(text), model.next_token_probs(text, head_masks={layer: mask})
+    `layer` ablated (ablation and reference as in ablation_values). Needs a causal language model with its LM
+    head (see PretrainedModel.next_token_unavailable)."""
+    values = ablation_values(model, text, layer, ablation, reference, part="decoder")
+    if values is None:
+        knocked = model.next_token_probs(text, head_masks={layer: head_mask(model.num_heads["decoder"], off)})
+    else:
+        knocked = model.next_token_probs(text, head_values={layer: {h: values[h] for h in off}})
+    return model.next_token_probs(text), knocked

@@ -191,6 +191,40 @@ class HeadMasks:
         return (scale_heads(args[0], mask), *args[1:])  # (1, T, H*d_v)
 
 
+class HeadValues:
+    """Heads set to given values, for one forward pass: (site, {head: value (T, d_v) or (d_v,)}) pairs.
+
+    A pre-hook on each site's output projection replaces those heads' blocks of the concat (mean or resample
+    ablation) on the site.call-th call only, like HeadMasks.
+    """
+
+    def __init__(self, values: Sequence[tuple[Site, dict[int, Tensor]]] = ()) -> None:
+        self.values = list(values)
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def __enter__(self) -> Self:
+        self._handles += [
+            site.out.register_forward_pre_hook(partial(self._set, site, heads, itertools.count()))
+            for site, heads in self.values
+        ]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    @staticmethod
+    def _set(site: Site, heads: dict[int, Tensor], calls: Iterator[int], module: nn.Module, args: tuple) -> tuple | None:
+        if next(calls) != site.call:
+            return None
+        x = args[0].clone()  # (1, T, H*d_v)
+        d = x.shape[-1] // site.num_heads
+        for h, value in heads.items():
+            x[..., h * d : (h + 1) * d] = value.to(x)
+        return (x, *args[1:])
+
+
 def in_out(module: nn.Module) -> tuple[Tensor, Tensor | None]:
     """A projection's weight as (d_in, n_out), x W + b, and its bias (n_out,): nn.Linear stores (n_out, d_in),
     GPT-2's Conv1D (d_in, n_out)."""

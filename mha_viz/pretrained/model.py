@@ -23,7 +23,7 @@ from ..sampling import GREEDY, Sampling
 from ..trace import AttentionTrace
 from ..weights import HeadWeights
 from . import attribution, generation, weights
-from .adapter import HeadMasks, TraceRequest, to_numpy
+from .adapter import HeadMasks, HeadValues, TraceRequest, to_numpy
 from .architectures import adapter_for
 from .encoded import Coverage, Encoded
 from .modality import refuse_non_text
@@ -79,6 +79,11 @@ class PretrainedModel:
     def vocab_size(self) -> int:
         """How many token ids the input embeddings have."""
         return self.model.get_input_embeddings().num_embeddings
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held around every hooked forward pass: hold it around your own (hooks are per module)."""
+        return self._lock
 
     def tokens(self, text: str, *, decoder: bool = False) -> list[str]:
         """The model's tokens for text, special tokens included; decoder=True: as the decoder reads it."""
@@ -179,14 +184,16 @@ class PretrainedModel:
         part: str | None = None,
         decoder_text: str | None = None,
         head_masks: dict[int, Sequence[float]] | None = None,
+        head_values: dict[int, dict[int, np.ndarray]] | None = None,
     ) -> np.ndarray:
         """The last hidden state [T, d_model] of part's stack (the encoder's for "encoder", else the
         decoder's), with head_masks {layer of part: one value per head} applied inside the real model:
-        0 knocks a head out (its concat block is zeroed before W_O), 1 keeps it."""
+        0 knocks a head out (its concat block is zeroed before W_O), 1 keeps it. head_values {layer: {head:
+        [T, d_v] or [d_v]}} sets heads' concat blocks instead (mean and resample ablation)."""
         part = self._part(part)
         enc, dec = self._inputs(text, decoder_text)
-        masks = self._head_masks(part, head_masks)
-        with self._lock, masks:
+        masks, values = self._head_masks(part, head_masks), self._head_values(part, head_values)
+        with self._lock, masks, values:
             outputs = self._forward(enc, dec)
         return to_numpy(self.adapter.final_hidden(outputs, part)[0])
 
@@ -201,14 +208,21 @@ class PretrainedModel:
                     "load it with AutoModelForCausalLM and wrap it: PretrainedModel(model, tokenizer)")
         return None
 
-    def next_token_probs(self, text: str, *, head_masks: dict[int, Sequence[float]] | None = None) -> np.ndarray:
-        """softmax(logits) of the LM head after the last token of text: [vocab]; head_masks as in final_hidden."""
+    def next_token_probs(
+        self,
+        text: str,
+        *,
+        head_masks: dict[int, Sequence[float]] | None = None,
+        head_values: dict[int, dict[int, np.ndarray]] | None = None,
+    ) -> np.ndarray:
+        """softmax(logits) of the LM head after the last token of text: [vocab]; head_masks and head_values as in
+        final_hidden."""
         reason = self.next_token_unavailable
         if reason is not None:
             raise ValueError(f"next-token probabilities are unavailable: {reason}")
         enc = self.encode(text)
-        masks = self._head_masks("decoder", head_masks)
-        with self._lock, masks, torch.no_grad():
+        masks, values = self._head_masks("decoder", head_masks), self._head_values("decoder", head_values)
+        with self._lock, masks, values, torch.no_grad():
             ids = torch.tensor([list(enc.ids)], device=self.adapter.device())  # (1, T)
             logits = self.model(input_ids=ids, use_cache=False).logits  # (1, T, vocab)
         return to_numpy(logits[0, -1].float().softmax(-1))  # (vocab,)
@@ -256,6 +270,18 @@ class PretrainedModel:
                 raise ValueError(f"head_masks[{layer}] needs {self.num_heads[part]} finite values, one per head")
             sites.append((self.adapter.site(part, self._layer(part, layer)), mask))
         return HeadMasks(sites)
+
+    def _head_values(self, part: str, head_values: dict[int, dict[int, np.ndarray]] | None) -> HeadValues:
+        """Hooks setting {layer: {head: value [T, d_v] or [d_v]}} of part, checked: layers and heads in range."""
+        if head_values and not self.adapter.knockout:
+            raise ValueError(f"heads cannot be set: {self.unavailable}")
+        sites = []
+        for layer, heads in (head_values or {}).items():
+            site = self.adapter.site(part, self._layer(part, layer))
+            if not all(isinstance(h, (int, np.integer)) and 0 <= h < site.num_heads for h in heads):
+                raise ValueError(f"head_values[{layer}] names heads outside 0 ... {site.num_heads - 1}")
+            sites.append((site, {int(h): torch.as_tensor(np.asarray(v, dtype=np.float32)) for h, v in heads.items()}))
+        return HeadValues(sites)
 
     def _forward(self, enc: Encoded, dec: Encoded | None) -> Any:
         return self.adapter.forward(enc.ids, None if dec is None else dec.ids)

@@ -14,6 +14,7 @@ import numpy as np
 import streamlit as st
 
 from ..analysis import (
+    ABLATIONS,
     attention_rollout,
     compare_traces,
     concat_vs_sum,
@@ -244,21 +245,59 @@ def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int,
                          placeholder="Pick heads to knock out…",
                          help="A head switched off has its block of the concat zeroed before W_O.")
     whole = source if source.model is not None else None  # a whole model behind the layer
+    ablation, reference = _ablation_choice(whole)
     where = ("inside the real model (its concat block is zeroed before W_O, so later layers see the change)"
              if whole is not None else "from the trace: output = sum of the kept heads' contributions + b_O")
     st.caption(f"Relative change ‖out − out_knocked‖ / ‖out‖, computed {where}.")
     per_token = {"this layer's output (after W_O)": (trace.query_tokens, knockout_effect(trace, off, axis=-1))}
     cols = st.columns(2)
     labelled_value(cols[0], "Change in this layer's output", f"{knockout_effect(trace, off):.1%}")
+    try:
+        _model_knockout(whole, name, layer, H, off, ablation, reference, max_passes, cols[1], per_token,
+                        knockout_ranking(trace))
+    except ValueError as err:
+        st.warning(f"Cannot {ablation}-ablate: {plain(str(err))}")
+
+
+def _ablation_choice(whole: TraceSource | None) -> tuple[str, str | None]:
+    """The ablation through the model (zero, mean or resample) and its reference text (None: the text itself)."""
+    if whole is None:
+        return "zero", None
+    ablation = st.radio("Ablation", ABLATIONS, key="ablation", horizontal=True, format_func=ABLATION_LABELS.get,
+                        help="Zero: the head's block of the concat set to 0. Mean: set to its mean over the positions "
+                        "of a reference text (default: this text). Resample: set, position by position, to its block "
+                        "on another text of the same token length.")
+    if ablation == "zero":
+        return ablation, None
+    reference = st.text_input("Reference text" + (" (same token length)" if ablation == "resample" else ""),
+                              key="ablation_text", max_chars=5000,
+                              placeholder="this text" if ablation == "mean" else "another text of as many tokens…")
+    return ablation, reference.strip() or None
+
+
+ABLATION_LABELS = {"zero": "zero", "mean": "mean over a reference", "resample": "resample from another text"}
+
+
+def _model_knockout(whole: TraceSource | None, name: str, layer: int, H: int, off: list[int], ablation: str,
+                    reference: str | None, max_passes: int | None, column, per_token: dict,
+                    layer_ranking: np.ndarray) -> None:
+    """Knockout through the whole model with the chosen ablation, said in every label."""
+    if whole is not None and ablation == "resample" and reference is None:
+        st.info("Resample ablation takes each head's output from another text: type one of the same token length.")
+        return
     if whole is not None and off:
         with heavy("Knockout through the model"):
             result = model_knockout(whole.model, whole.text, layer, off, part=whole.part,
-                                    decoder_text=whole.decoder_text)
-        labelled_value(cols[1], "Change in the final hidden state", f"{result.effect:.1%}")
-        per_token["final hidden state (end of the model)"] = (result.tokens, result.per_token)
+                                    decoder_text=whole.decoder_text, ablation=ablation, reference=reference)
+        labelled_value(column, "Change in the final hidden state", f"{result.effect:.1%}")
+        per_token[f"final hidden state (end of the model, {result.ablation} ablation)"] = (result.tokens,
+                                                                                          result.per_token)
+        st.caption(f"Through the model: **{result.ablation} ablation** of head(s) {', '.join(map(str, off))}"
+                   + ("" if result.ablation == "zero" else f", reference: {plain(reference or 'this text')!s}")
+                   + ". This layer's own change is zero ablation, computed from the trace.")
     if off:
         chart(knockout_figure(per_token), "analysis_knockout", f"{name}-knockout")
-    effects = {"this layer's output": knockout_ranking(trace)}
+    effects = {"this layer's output": layer_ranking}
     if whole is not None and st.toggle("Also rank by the final hidden state (one forward pass per head)",
                                        key="rank_final"):
         if max_passes is not None and H > max_passes:
@@ -267,8 +306,9 @@ def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int,
         else:
             with heavy("Ranking every head through the model"):
                 bar = st.progress(0.0, text="Switching off one head at a time…")
-                effects["final hidden state"] = model_knockout_ranking(
+                effects[f"final hidden state ({ablation} ablation)"] = model_knockout_ranking(
                     whole.model, whole.text, layer, part=whole.part, decoder_text=whole.decoder_text,
+                    ablation=ablation, reference=reference,
                     on_pass=lambda done, total: bar.progress(done / total, text=f"Head {done} of {total} switched off"))
                 bar.empty()
     chart(ranking_figure(effects), "analysis_ranking", f"{name}-ranking")
@@ -278,7 +318,8 @@ def _knockout(trace: AttentionTrace, name: str, source: TraceSource, layer: int,
     if reason is not None:
         st.info(f"Next-token view unavailable: {reason}.")
     elif off:
-        probs, knocked = next_token_knockout(whole.model, whole.text, layer, off)
+        probs, knocked = next_token_knockout(whole.model, whole.text, layer, off, ablation=ablation,
+                                             reference=reference)
         chart(next_token_figure(probs, knocked, whole.model.tokenizer.convert_ids_to_tokens), "analysis_next_token",
               f"{name}-next-token")
 
