@@ -134,7 +134,11 @@ def pairs_for(model_name: str) -> dict[str, PatchingPair]:
 def patching_unavailable(model: PretrainedModel) -> str | None:
     """Why activation patching cannot run on model, or None when it can."""
     reason = model.next_token_unavailable
-    if reason is None and not model.adapter.knockout:
+    adapter = getattr(model, "adapter", None)
+    if reason is None and adapter is None:
+        reason = (f"{model.name} is not a Hugging Face model: patching hooks its modules (for a TransformerLens "
+                  "model, transformer_lens.patching patches it through its own hook points)")
+    elif reason is None and not adapter.knockout:
         reason = f"its attention layers are not opened up: {model.unavailable}"
     return reason
 
