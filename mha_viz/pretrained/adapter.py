@@ -161,21 +161,18 @@ class Recorder:
             self._active = False
 
 
-class HeadMasks:
-    """Head knockout in several layers at once, for one forward pass: (site, head_mask (H,)) pairs.
+class ConcatHooks:
+    """Pre-hooks on output projections for one forward pass: (site, what to do) pairs; change() rewrites the concat
+    (1, T, H*d_v) on the site.call-th call only, so one shared layer (ALBERT) is changed where it runs as that layer."""
 
-    A pre-hook on each site's output projection scales the concat blocks (scale_heads) on the
-    site.call-th call only, so one shared layer (ALBERT) is masked where it runs as that layer.
-    """
-
-    def __init__(self, masks: Sequence[tuple[Site, Tensor]] = ()) -> None:
-        self.masks = list(masks)
+    def __init__(self, entries: Sequence[tuple[Site, Any]] = ()) -> None:
+        self.entries = list(entries)
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
     def __enter__(self) -> Self:
         self._handles += [
-            site.out.register_forward_pre_hook(partial(self._scale, site.call, mask, itertools.count()))
-            for site, mask in self.masks
+            site.out.register_forward_pre_hook(partial(self._on_call, site, what, itertools.count()))
+            for site, what in self.entries
         ]
         return self
 
@@ -184,45 +181,36 @@ class HeadMasks:
             handle.remove()
         self._handles.clear()
 
-    @staticmethod
-    def _scale(call: int, mask: Tensor, calls: Iterator[int], module: nn.Module, args: tuple) -> tuple | None:
-        if next(calls) != call:
-            return None
-        return (scale_heads(args[0], mask), *args[1:])  # (1, T, H*d_v)
-
-
-class HeadValues:
-    """Heads set to given values, for one forward pass: (site, {head: value (T, d_v) or (d_v,)}) pairs.
-
-    A pre-hook on each site's output projection replaces those heads' blocks of the concat (mean or resample
-    ablation) on the site.call-th call only, like HeadMasks.
-    """
-
-    def __init__(self, values: Sequence[tuple[Site, dict[int, Tensor]]] = ()) -> None:
-        self.values = list(values)
-        self._handles: list[torch.utils.hooks.RemovableHandle] = []
-
-    def __enter__(self) -> Self:
-        self._handles += [
-            site.out.register_forward_pre_hook(partial(self._set, site, heads, itertools.count()))
-            for site, heads in self.values
-        ]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-
-    @staticmethod
-    def _set(site: Site, heads: dict[int, Tensor], calls: Iterator[int], module: nn.Module, args: tuple) -> tuple | None:
+    def _on_call(self, site: Site, what: Any, calls: Iterator[int], module: nn.Module, args: tuple) -> tuple | None:
         if next(calls) != site.call:
             return None
-        x = args[0].clone()  # (1, T, H*d_v)
+        return (self.change(site, what, args[0]), *args[1:])
+
+    @staticmethod
+    def change(site: Site, what: Any, concat: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+class HeadMasks(ConcatHooks):
+    """Head knockout in several layers at once: (site, head_mask (H,)) pairs; the concat blocks are scaled
+    (scale_heads)."""
+
+    @staticmethod
+    def change(site: Site, what: Tensor, concat: Tensor) -> Tensor:
+        return scale_heads(concat, what)  # (1, T, H*d_v)
+
+
+class HeadValues(ConcatHooks):
+    """Heads set to given values (mean or resample ablation): (site, {head: value (T, d_v) or (d_v,)}) pairs; those
+    heads' blocks of the concat are replaced."""
+
+    @staticmethod
+    def change(site: Site, what: dict[int, Tensor], concat: Tensor) -> Tensor:
+        x = concat.clone()  # (1, T, H*d_v)
         d = x.shape[-1] // site.num_heads
-        for h, value in heads.items():
+        for h, value in what.items():
             x[..., h * d : (h + 1) * d] = value.to(x)
-        return (x, *args[1:])
+        return x
 
 
 def in_out(module: nn.Module) -> tuple[Tensor, Tensor | None]:

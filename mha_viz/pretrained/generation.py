@@ -161,6 +161,18 @@ def eos_token_ids(lm: torch.nn.Module) -> set[int]:
     return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
 
 
+def check_request(model: TextModel, max_new_tokens: object, sampling: object) -> None:
+    """ValueError for a model that cannot generate or a max_new_tokens that is not an integer >= 1, TypeError for a
+    sampling that is not a Sampling."""
+    reason = model.next_token_unavailable
+    if reason is not None:
+        raise ValueError(f"generation is unavailable: {reason}")
+    if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling must be a mha_viz.sampling.Sampling, got {type(sampling).__name__}")
+
+
 @torch.no_grad()
 def generate(
     model: TextModel,
@@ -174,13 +186,7 @@ def generate(
     would not fit the model's positions (model.max_tokens); the prompt is never truncated. ValueError too when
     a layer's cache returns fewer keys than its sliding window explains (its row's keys could not be labelled).
     """
-    reason = model.next_token_unavailable
-    if reason is not None:
-        raise ValueError(f"generation is unavailable: {reason}")
-    if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if not isinstance(sampling, Sampling):
-        raise TypeError(f"sampling must be a mha_viz.sampling.Sampling, got {type(sampling).__name__}")
+    check_request(model, max_new_tokens, sampling)
     tokenizer, lm = model.tokenizer, model.model
     prompt_ids = tuple(tokenizer(prompt, verbose=False)["input_ids"])
     if not prompt_ids:

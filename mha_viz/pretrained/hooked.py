@@ -40,7 +40,7 @@ from ..weights import HeadWeights, centre_writer, fold_reader
 from .adapter import max_abs_diff, to_numpy
 from .encoded import Coverage, Encoded
 from .errors import ModelLoadError
-from .generation import Generation, GenerationStep, sampling_distribution
+from .generation import Generation, GenerationStep, check_request, sampling_distribution
 from .weights import vocabulary
 
 POSITIONS = ("standard", "rotary", "shortformer")  # positional_embedding_type values a trace reproduces
@@ -318,13 +318,7 @@ class HookedModel:
         """Write up to max_new_tokens tokens after prompt (read as encode() reads it, [BOS] first), as
         PretrainedModel.generate does (mha_viz.pretrained.generation), without a KV cache: one whole forward pass a
         step, whose hook_pattern rows of the last query are the step's attentions. Stops after the tokenizer's EOS."""
-        reason = self.next_token_unavailable
-        if reason is not None:
-            raise ValueError(f"generation is unavailable: {reason}")
-        if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        if not isinstance(sampling, Sampling):
-            raise TypeError(f"sampling must be a mha_viz.sampling.Sampling, got {type(sampling).__name__}")
+        check_request(self, max_new_tokens, sampling)
         enc = self.encode(prompt)
         room = self.max_tokens - len(enc.ids) - enc.dropped
         if max_new_tokens > room:
