@@ -476,7 +476,7 @@ def _concat_vs_sum(trace: AttentionTrace, name: str) -> None:
     chart(concat_sum_figure(result, trace.query_tokens), "analysis_concat_sum", f"{name}-concat-vs-sum")
 
 
-def _open_head(chart_key: str) -> None:
+def open_head(chart_key: str) -> None:
     """A click on a layers x heads cell opens that head: its layer in the layer control, the head below."""
     event = st.session_state.get(chart_key)
     picked = picked_head(event.selection.points) if event is not None else None
@@ -517,7 +517,7 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
     chart(logit_attribution_figure(dla.heads, dla.terms, dla.token,
                                    title=f"After {tokens[position]!r} (position {position}): the logit of "
                                    f"{dla.token!r} (p = {dla.probability:.1%})", width=page_width()),
-          "analysis_dla", f"{name}-logit-attribution", on_select=lambda: _open_head("analysis_dla"))
+          "analysis_dla", f"{name}-logit-attribution", on_select=lambda: open_head("analysis_dla"))
     open_head_picker("_open_head_dla", *dla.heads.shape)
     error = abs(dla.total - dla.logit)
     st.caption(f"Every head and term adds up to **{dla.total:.4f}**; the model's own logit is **{dla.logit:.4f}** "
@@ -546,7 +546,7 @@ def _head_detectors(name: str, source: TraceSource) -> None:
     left, right = st.columns([3, 2])
     with left:
         chart(head_scores_figure(scores[kind], kind, width=column_width(0.6)), "analysis_detectors", f"{name}-{kind}-heads",
-              on_select=lambda: _open_head("analysis_detectors"))
+              on_select=lambda: open_head("analysis_detectors"))
         open_head_picker("_open_head_detectors", *scores[kind].shape)
     L, H = scores[kind].shape
     rows = {"layer": np.repeat(np.arange(L), H), "head": np.tile(np.arange(H), L),

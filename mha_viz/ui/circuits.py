@@ -18,7 +18,7 @@ from ..analysis.circuits import FULL_VOCAB, TokenCircuit
 from ..figures.circuits import copying_figure, singular_values_figure, token_table_figure, top_k_figure
 from ..params import CIRCUITS
 from ..weights import HeadWeights, head_weights
-from .analysis import SectionContext, _open_head
+from .analysis import SectionContext, open_head
 from .cache import cached
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
@@ -64,7 +64,7 @@ def render(c: SectionContext) -> None:
     with left:
         chart(copying_figure(copying.scores, title="Copying score of every head (share of positive eigenvalues)",
                              width=page_width() if narrow else column_width(0.5)),
-              "circuits_copying", f"{c.name}-copying", on_select=lambda: _open_head("circuits_copying"))
+              "circuits_copying", f"{c.name}-copying", on_select=lambda: open_head("circuits_copying"))
         if L > 1:
             open_head_picker("_open_head_circuits", L, H)
         else:
