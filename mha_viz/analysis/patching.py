@@ -317,9 +317,11 @@ class _Runs:
             raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
         if (metric == "logit_diff") != (wrong is not None):
             raise ValueError("the logit difference needs a wrong token, and only it uses one")
+        from ..pretrained.attribution import vocab_id
+
         self.model, self.metric, self.direction = model, metric, direction
         vocab = model.model.get_output_embeddings().weight.shape[0]
-        self.answer, self.wrong = _token_id(model, answer, vocab), None if wrong is None else _token_id(model, wrong, vocab)
+        self.answer, self.wrong = vocab_id(model, answer, vocab), None if wrong is None else vocab_id(model, wrong, vocab)
         encoded = [model.encode(text) for text in (clean, corrupted)]
         if len(encoded[0].ids) != len(encoded[1].ids):
             raise ValueError(f"the clean and the corrupted prompt must have the same number of tokens: "
@@ -398,17 +400,6 @@ class _Runs:
         run.resid = [resid[i] for i in range(len(resid))]
         run.pattern = [a[0].detach() for a in self.model.adapter.model_attentions(out, "decoder")]
         return run
-
-
-def _token_id(model: PretrainedModel, token: int | str, vocab: int) -> int:
-    if isinstance(token, str):
-        ids = model.tokenizer.convert_tokens_to_ids([token])
-        if not ids or ids[0] is None or (ids[0] == model.tokenizer.unk_token_id and token != model.tokenizer.unk_token):
-            raise ValueError(f"{token!r} is not a token of {model.name}'s vocabulary")
-        token = ids[0]
-    if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < vocab:
-        raise ValueError(f"a token must be a token string or an id in 0 ... {vocab - 1}, got {token!r}")
-    return int(token)
 
 
 def _hidden(args: tuple, kwargs: dict) -> Tensor:

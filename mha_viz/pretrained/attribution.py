@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from .adapter import Adapter, loaded
 from .encoded import Encoded
-from .norms import norm_affine
+from .norms import NormAffine, norm_affine
 
 if TYPE_CHECKING:
     from .interface import TextModel
@@ -119,20 +119,59 @@ class _Capture:
         return hook
 
 
-def _frozen_norm(
-    norm: nn.Module, x: Tensor, offset: float = 0.0
-) -> tuple[str, float, Callable[[Tensor], Tensor], Tensor, Tensor | None]:
-    """(kind, s, centre, gamma (d,), beta (d,) or None) of the final norm, its scale s measured on x (d,);
-    gamma = offset + weight (offset 1 for Gemma's RMSNorm)."""
-    try:
-        kind, gamma, beta, eps = norm_affine(norm, x.shape[-1], offset)
-    except ValueError:
-        raise ValueError(f"logit attribution does not know the final norm {type(norm).__name__}") from None
+def frozen(affine: NormAffine, x: Tensor) -> tuple[str, float, Callable[[Tensor], Tensor], Tensor, Tensor | None]:
+    """(kind, s, centre, gamma, beta) of a norm whose scale s is measured on x (d,) and then frozen: linear."""
+    kind, gamma, beta, eps = affine
     if kind == "LayerNorm":
         s = float(torch.sqrt(x.var(unbiased=False) + eps))  # sqrt(var(x) + eps)
         return kind, s, lambda part: part - part.mean(-1, keepdim=True), gamma, beta
     s = float(torch.sqrt(x.pow(2).mean() + eps))  # sqrt(mean(x^2) + eps)
     return kind, s, lambda part: part, gamma, None
+
+
+def split_logit(enc: Encoded, position: int, token_id: int, token: str, logits: Tensor, parts: dict[str, Tensor],
+                heads: Tensor, x: Tensor, norm: NormAffine, u: Tensor, b_U: float | None) -> LogitAttribution:
+    """The LogitAttribution of logits[token_id] (logits (V,) at position) from the residual stream's parts at
+    position (each (d,), in order), every head's part heads (L, H, d), their sum's real value x (d,), the final norm
+    (frozen at its scale on x), the unembedding row u = W_U[token] (d,) and its bias b_U[token]; all float64."""
+    residual_error = float((sum(parts.values()) + heads.sum((0, 1)) - x).abs().max())
+    kind, s, centre, gamma, beta = frozen(norm, x)
+    direction = u * gamma / s  # (d,): term = direction . centre(part)
+    terms = {name: float(direction @ centre(part)) for name, part in parts.items()}
+    if beta is not None:
+        terms["final norm bias"] = float(u @ beta)  # u . beta
+    if b_U is not None:
+        terms["unembedding bias"] = float(b_U)  # b_U[token]
+    return LogitAttribution(
+        tokens=enc.tokens,
+        position=position,
+        token_id=token_id,
+        token=token,
+        heads=(centre(heads) @ direction).numpy(),  # (L, H)
+        terms=terms,
+        logit=float(logits[token_id]),
+        probability=float(logits.softmax(-1)[token_id]),
+        norm=kind,
+        norm_scale=s,
+        residual_error=residual_error,
+    )
+
+
+def checked_request(model: TextModel, text: str | None, ids: Sequence[int] | None, position: int) -> tuple[Encoded, int]:
+    """The input as the model reads it (text, or ids exactly as given) and position as an index 0 ... T-1."""
+    if (text is None) == (ids is None):
+        raise ValueError("give either text or ids")
+    if ids is not None:
+        ids = [int(i) for i in ids]
+        if not ids:
+            raise ValueError("ids is empty")
+        enc = Encoded(tuple(ids), tuple(model.tokenizer.convert_ids_to_tokens(ids)), 0)
+    else:
+        enc = model.encode(text)
+    T = len(enc.ids)
+    if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -T <= position < T:
+        raise ValueError(f"position must be an integer in {-T} ... {T - 1} for {T} tokens, got {position!r}")
+    return enc, int(position) % T
 
 
 def supported_architectures() -> list[str]:
@@ -142,7 +181,7 @@ def supported_architectures() -> list[str]:
     return sorted(t for t, cls in ADAPTERS.items() if cls.residual_stream is not Adapter.residual_stream)
 
 
-def _token_id(model: TextModel, token: int | str, vocab_size: int) -> int:
+def vocab_id(model: TextModel, token: int | str, vocab_size: int) -> int:
     if isinstance(token, str):
         vocab = model.tokenizer.get_vocab()
         if token not in vocab:
@@ -175,24 +214,12 @@ def logit_attribution(
     if reason is not None:
         raise ValueError(f"logit attribution is unavailable: {reason}")
     blocks, norm = layout
-    if (text is None) == (ids is None):
-        raise ValueError("give either text or ids")
-    if ids is not None:
-        ids = [int(i) for i in ids]
-        if not ids:
-            raise ValueError("ids is empty")
-        enc = Encoded(tuple(ids), tuple(model.tokenizer.convert_ids_to_tokens(ids)), 0)
-    else:
-        enc = model.encode(text)
-    T = len(enc.ids)
-    if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -T <= position < T:
-        raise ValueError(f"position must be an integer in {-T} ... {T - 1} for {T} tokens, got {position!r}")
-    position = int(position) % T
+    enc, position = checked_request(model, text, ids, position)
     sites = [model.adapter.site("decoder", layer) for layer in range(len(blocks))]
     with _Capture(list(blocks), [site.out for site in sites], norm, position) as capture:
         ids = torch.tensor([list(enc.ids)], device=model.adapter.device())  # (1, T)
         logits = model.model(input_ids=ids, use_cache=False).logits[0, position]  # (V,)
-    token_id = int(logits.argmax()) if token is None else _token_id(model, token, len(logits))
+    token_id = int(logits.argmax()) if token is None else vocab_id(model, token, len(logits))
 
     logits = logits.double().cpu()  # (V,)
     unembedding = model.model.get_output_embeddings()
@@ -211,28 +238,11 @@ def logit_attribution(
                 parts[f"layer {layer} attention bias"] = b_O.detach().double().cpu()  # (d,)
             parts[f"layer {layer} MLP"] = capture.block_out[layer] - previous - capture.attention[layer]  # (d,)
             previous = capture.block_out[layer]
-        heads = torch.stack(head_parts)  # (L, H, d)
-        x = capture.final  # (d,)
-        residual_error = float((sum(parts.values()) + heads.sum((0, 1)) - x).abs().max())
-
-        kind, s, centre, gamma, beta = _frozen_norm(norm, x, model.adapter.norm_weight_offset)
+        try:
+            affine = norm_affine(norm, capture.final.shape[-1], model.adapter.norm_weight_offset)
+        except ValueError:
+            raise ValueError(f"logit attribution does not know the final norm {type(norm).__name__}") from None
         u = unembedding.weight[token_id].detach().double().cpu()  # (d,) W_U[token]
-        direction = u * gamma / s  # (d,): term = direction . centre(part)
-        terms = {name: float(direction @ centre(part)) for name, part in parts.items()}
-        if beta is not None:
-            terms["final norm bias"] = float(u @ beta)  # u . beta
-        if getattr(unembedding, "bias", None) is not None:
-            terms["unembedding bias"] = float(unembedding.bias[token_id])  # b_U[token]
-    return LogitAttribution(
-        tokens=enc.tokens,
-        position=position,
-        token_id=token_id,
-        token=model.tokenizer.convert_ids_to_tokens(token_id),
-        heads=(centre(heads) @ direction).numpy(),  # (L, H)
-        terms=terms,
-        logit=float(logits[token_id]),
-        probability=float(logits.softmax(-1)[token_id]),
-        norm=kind,
-        norm_scale=s,
-        residual_error=residual_error,
-    )
+        b_U = None if getattr(unembedding, "bias", None) is None else float(unembedding.bias[token_id])
+        return split_logit(enc, position, token_id, model.tokenizer.convert_ids_to_tokens(token_id), logits, parts,
+                           torch.stack(head_parts), capture.final, affine, u, b_U)  # heads (L, H, d)

@@ -38,9 +38,11 @@ from ..sampling import GREEDY, Sampling
 from ..trace import AttentionTrace
 from ..weights import HeadWeights, centre_writer, fold_reader
 from .adapter import max_abs_diff, to_numpy
+from .attribution import LogitAttribution, checked_request, split_logit, vocab_id
 from .encoded import Coverage, Encoded
 from .errors import ModelLoadError
 from .generation import Generation, GenerationStep, check_request, sampling_distribution
+from .norms import NormAffine
 from .weights import vocabulary
 
 POSITIONS = ("standard", "rotary", "shortformer")  # positional_embedding_type values a trace reproduces
@@ -352,9 +354,43 @@ class HookedModel:
             windows=tuple(self._window(block.attn) for block in self.hooked.blocks),
         )
 
-    def logit_attribution(self, *args: Any, **kwargs: Any) -> Any:
-        raise ValueError(f"logit attribution is not available for TransformerLens models ({self.name}) yet; "
-                         "see TransformerLens's ActivationCache.decompose_resid / logit_attrs")
+    def logit_attribution(self, text: str | None = None, *, ids: Sequence[int] | None = None, position: int = -1,
+                          token: int | str | None = None) -> LogitAttribution:
+        """Direct logit attribution as PretrainedModel.logit_attribution gives it (mha_viz.pretrained.attribution),
+        from one forward pass's hook points at position: the embeddings (blocks.0.hook_resid_pre), each head's
+        hook_z block times its W_O, each layer's b_O, each block's MLP (hook_resid_post - hook_resid_pre -
+        hook_attn_out), through ln_final frozen at its scale on the last block's hook_resid_post."""
+        reason = self.next_token_unavailable
+        if reason is not None:
+            raise ValueError(f"logit attribution is unavailable: {reason}")
+        if self.cfg.normalization_type is None:
+            raise ValueError(f"logit attribution is unavailable: {self.name} has no final norm to freeze")
+        enc, position = checked_request(self, text, ids, position)
+        store: dict[str, Tensor] = {}
+        L = self.cfg.n_layers
+        names = [f"blocks.{l}.{n}" for l in range(L) for n in ("hook_resid_pre", "attn.hook_z", "hook_attn_out",
+                                                                  "hook_resid_post")]
+        with self._lock:
+            logits = self._run(list(enc.ids), [(n, self._keep(store, n)) for n in names], "logits")[0, position]
+        token_id = int(logits.argmax()) if token is None else vocab_id(self, token, logits.shape[-1])
+        at = {name: t[position].double().cpu() for name, t in store.items()}  # each (d,), or (H, d_head) for z
+        parts: dict[str, Tensor] = {"embeddings": at["blocks.0.hook_resid_pre"]}
+        heads = []  # per layer (H, d)
+        for l, block in enumerate(self.hooked.blocks):
+            heads.append(torch.einsum("hv,hvd->hd", at[f"blocks.{l}.attn.hook_z"], block.attn.W_O.detach().double().cpu()))
+            parts[f"layer {l} attention bias"] = block.attn.b_O.detach().double().cpu()  # (d,)
+            parts[f"layer {l} MLP"] = (at[f"blocks.{l}.hook_resid_post"] - at[f"blocks.{l}.hook_resid_pre"]
+                                       - at[f"blocks.{l}.hook_attn_out"])  # (d,)
+        final = self.hooked.ln_final
+        d = self.cfg.d_model
+        gamma, beta = (getattr(final, n, None) for n in ("w", "b"))
+        affine = NormAffine("RMSNorm" if self.cfg.normalization_type in ("RMS", "RMSPre") else "LayerNorm",
+                            torch.ones(d, dtype=torch.float64) if gamma is None else gamma.detach().double().cpu(),
+                            None if beta is None else beta.detach().double().cpu(), self.cfg.eps)
+        u = self.hooked.W_U[:, token_id].detach().double().cpu()  # (d,)
+        return split_logit(enc, position, token_id, self.tokenizer.convert_ids_to_tokens(token_id),
+                           logits.double().cpu(), parts, torch.stack(heads), at[f"blocks.{L - 1}.hook_resid_post"],
+                           affine, u, float(self.hooked.b_U[token_id]))
 
     # Helpers
 

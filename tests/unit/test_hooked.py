@@ -216,3 +216,19 @@ def test_head_weights_fold_the_norms_as_transformer_lens_processes_them(normaliz
     value_bias = np.einsum("lhv,lhvd->ld", ours.b_V, ours.W_O)  # TransformerLens moves b_V into b_O (fold_value_biases)
     np.testing.assert_allclose(ours.b_O + value_bias, theirs["b_O"], atol=2e-5)
     assert not np.allclose(ours.W_Q, hooked_weights(ht)["W_Q"], atol=1e-3)  # folding changed something
+
+
+def test_logit_attribution_adds_up_to_the_logit_and_equals_transformer_lens_per_head(pair) -> None:
+    """Each head's direct contribution equals TransformerLens's own (stack_head_results with apply_ln, the final
+    norm's scale at that position, times W_U[:, token]), and all terms add up to the model's logit."""
+    ht, model, _ = pair
+    tokens = ht.to_tokens(TEXT)
+    logits, cache = ht.run_with_cache(tokens)
+    for position in (3, -1):
+        a = model.logit_attribution(TEXT, position=position)
+        assert a.token_id == int(logits[0, position].argmax())
+        assert abs(a.total - a.logit) < 1e-4 and a.logit == pytest.approx(float(logits[0, position, a.token_id]), abs=1e-5)
+        assert a.residual_error < 1e-4
+        stacked = cache.stack_head_results(layer=-1, pos_slice=position, apply_ln=True)  # (L*H, 1, d)
+        theirs = (stacked[:, 0] @ ht.W_U[:, a.token_id]).detach().numpy().reshape(a.heads.shape)
+        np.testing.assert_allclose(a.heads, theirs, atol=1e-4)
