@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import mha_viz.params  # noqa: F401 - registers the app's views and sections, which PAGES lists
 from harness.browser import CHROMIUM, wait_for_query
 from mha_viz.parts import SECTIONS, VIEWS
 from tests.axe import ALL, AXE_VERSION, axe_path, axe_violations, summary
