@@ -484,5 +484,5 @@ SECTIONS.register(Part(
                        "one of " + ", ".join(PATCH_DIRECTIONS)),
             # path patching: the receiver heads ("layer.head"; none: the model's default receivers) and their input
             StateField("patch_receivers", (), _layer_heads,
-                       f"heads as layer.head, comma-separated, e.g. 1.0,1.3 (at most {MAX_RECEIVERS})"),
+                       f"heads as layer.head, comma-separated, e.g. 1.0,1.3, at most {MAX_RECEIVERS}"),
             StateField("patch_through", "k", _one_of(PATCH_THROUGH), "one of " + ", ".join(PATCH_THROUGH)))))
