@@ -146,6 +146,7 @@ def test_path_patching_names_the_previous_token_head_as_the_induction_heads_key_
     assert z.shape == (2, 4) and np.isnan(z[1]).all()  # no path from layer 1 into layer 1
     assert np.nanargmax(z) == 2 and z[0, 2] == pytest.approx(0.916, abs=0.01)  # 0.2, the previous-token head
     assert "keys (1.0, 1.1, 1.2, 1.3)" in fig["layout"]["title"]["text"]
+    assert [(a["y"], a["text"]) for a in fig["layout"]["annotations"]] == [(1, "no path to the receivers")]
     words = [m.value for m in at.markdown if "Top sender" in m.value]
     assert len(words) == 1 and "head 0.2" in words[0] and "restores 0.92" in words[0]
     at.radio(key="patch_through").set_value("q").run()  # through the queries 0.2 carries nothing
