@@ -163,15 +163,15 @@ def _run(model, clean: str, corrupted: str, answer: str, wrong: str | None, metr
     path patching scan of every sender head to path's (receivers, through)."""
     with heavy("Patching"):
         bar = st.progress(0.0, text="Patching…")
-        tokens = {"answer": _as_token(model, answer), "wrong": None if wrong is None else _as_token(model, wrong),
+        common = {"answer": _as_token(model, answer), "wrong": None if wrong is None else _as_token(model, wrong),
                   "metric": metric, "direction": direction, "max_passes": limit}
         try:
             if path is not None:
                 return path_patching_scan(
-                    model, clean, corrupted, receivers=path[0], through=path[1], **tokens,
+                    model, clean, corrupted, receivers=path[0], through=path[1], **common,
                     on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} senders patched"))
             return activation_patching(
-                model, clean, corrupted, site=site, **tokens,
+                model, clean, corrupted, site=site, **common,
                 on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} patched"))
         finally:
             bar.empty()
