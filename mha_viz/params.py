@@ -30,9 +30,10 @@ from .names import (
     ABLATION_KINDS,
     COMPOSITION_KINDS,
     DETECTOR_KINDS,
+    PATCH_CHOICES,
     PATCH_DIRECTIONS,
     PATCH_METRICS,
-    PATCH_SITES,
+    PATCH_THROUGH,
     TASK_NAMES,
 )
 from .parts import SECTIONS, VIEWS, Part, StateField, all_fields, core_fields
@@ -54,6 +55,7 @@ WEIGHTS = ("random", "trained")  # configurable mode: random Xavier weights, or 
 DETECTORS = DETECTOR_KINDS
 COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
 CIRCUITS = ("OV", "QK", "QK positions")  # the Circuits section's token tables
+MAX_RECEIVERS = 64  # receiver heads of path patching a link may name
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 
 
@@ -150,6 +152,20 @@ def _optional_width(raw: str) -> int | None:
 
 def _heads(raw: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(_int(p, 0, MAX_HEADS - 1) for p in raw.split(",") if p.strip()))
+
+
+def _layer_heads(raw: str) -> tuple[str, ...]:
+    """"1.0,1.3" -> ("1.0", "1.3"): heads as layer.head (a layer below MAX_LAYERS, a head below MAX_CLICKED_HEADS)."""
+    heads = []
+    for part in (p.strip() for p in raw.split(",")):
+        if part:
+            layer, dot, head = part.partition(".")
+            if not dot:
+                raise ValueError
+            heads.append(f"{_int(layer, 0, MAX_LAYERS - 1)}.{_int(head, 0, MAX_CLICKED_HEADS - 1)}")
+    if len(heads) > MAX_RECEIVERS:
+        raise ValueError
+    return tuple(dict.fromkeys(heads))
 
 
 def _optional_int(hi: int):
@@ -463,6 +479,10 @@ SECTIONS.register(Part(
             StateField("patch_answer", "", _short_text(100), "a token, at most 100 characters", 100),
             StateField("patch_wrong", "", _short_text(100), "a token, at most 100 characters", 100),
             StateField("patch_metric", "logit_diff", _one_of(PATCH_METRICS), "one of " + ", ".join(PATCH_METRICS)),
-            StateField("patch_site", "head", _one_of(PATCH_SITES), "one of " + ", ".join(PATCH_SITES)),
+            StateField("patch_site", "head", _one_of(PATCH_CHOICES), "one of " + ", ".join(PATCH_CHOICES)),
             StateField("patch_direction", "denoise", _one_of(PATCH_DIRECTIONS),
-                       "one of " + ", ".join(PATCH_DIRECTIONS)))))
+                       "one of " + ", ".join(PATCH_DIRECTIONS)),
+            # path patching: the receiver heads ("layer.head"; none: the model's default receivers) and their input
+            StateField("patch_receivers", (), _layer_heads,
+                       f"heads as layer.head, comma-separated, e.g. 1.0,1.3, at most {MAX_RECEIVERS}"),
+            StateField("patch_through", "k", _one_of(PATCH_THROUGH), "one of " + ", ".join(PATCH_THROUGH)))))

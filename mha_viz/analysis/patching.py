@@ -34,14 +34,14 @@ import torch
 from torch import Tensor, nn
 
 from ..limits import MAX_PATCH_PASSES
-from ..names import PATCH_DIRECTIONS, PATCH_METRICS, PATCH_SITES
+from ..names import PATCH_DIRECTIONS, PATCH_METRICS, PATCH_SITES, PATCH_THROUGH
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
     from ..pretrained.adapter import Site
 
 SITES, DIRECTIONS, METRICS = PATCH_SITES, PATCH_DIRECTIONS, PATCH_METRICS
-THROUGH = ("q", "k", "v")
+THROUGH = PATCH_THROUGH
 BATCH = 16  # patched sequences per forward pass
 
 Unit = tuple[int, ...]  # (layer, head), (layer, head, position) or (layer, position)
@@ -263,7 +263,8 @@ def path_patching_scan(
     receivers = _receivers(run, receivers, through)
     last = max(layer for layer, _ in receivers)
     senders = [(layer, h) for layer in range(last) for h in range(run.H)]
-    _check_passes(2 * len(senders), max_passes, f"path patching through {through}")
+    _check_passes(2 * len(senders), max_passes, f"path patching through {through}",
+                  "pick receivers in an earlier layer (fewer heads before them send)")
     scores = np.full((run.L, run.H), np.nan)
     for start in range(0, len(senders), BATCH):
         batch = senders[start : start + BATCH]
@@ -274,10 +275,10 @@ def path_patching_scan(
     return run.result(scores, f"path_{through}", raw=False, detail={"receivers": receivers})
 
 
-def _check_passes(n: int, max_passes: int, what: str) -> None:
+def _check_passes(n: int, max_passes: int, what: str,
+                  hint: str = "patch heads over all positions, or use shorter prompts") -> None:
     if n > max_passes:
-        raise ValueError(f"{what} needs {n} patched passes through the model, more than the limit of {max_passes}; "
-                         "patch heads over all positions, or use shorter prompts")
+        raise ValueError(f"{what} needs {n} patched passes through the model, more than the limit of {max_passes}; {hint}")
 
 
 def _receivers(run: _Runs, receivers: Sequence[tuple[int, int]], through: str) -> tuple[tuple[int, int], ...]:

@@ -1,6 +1,6 @@
 """Figures of causal patching: normalised scores (0 = the corrupted run, 1 = the clean run) as heatmaps.
 
-    head, pattern, path_*   layers x heads
+    head, pattern, path_*   layers x heads (path_*: sender heads, NaN rows say "no path"; receivers named in the title)
     head_position           (layer, head) rows x positions
     residual                layers x positions
 One colour axis: white at 0 (the corrupted run), blue towards 1 (the clean run), red below 0; cells print their
@@ -29,7 +29,11 @@ def patching_title(result: PatchingResult) -> str:
     """What was patched and measured, in words."""
     metric = (f"logit({result.answer}) − logit({result.wrong})" if result.metric == "logit_diff"
               else f"{'log ' if result.metric == 'logprob' else ''}p({result.answer})")
-    return (f"Patching {SITE_WORDS.get(result.site, result.site)}, {DIRECTION_WORDS[result.direction]}: {metric}, "
+    receivers = result.detail.get("receivers")
+    site = SITE_WORDS.get(result.site, result.site)
+    if receivers:
+        site += " (" + ", ".join(f"{layer}.{h}" for layer, h in receivers) + ")"
+    return (f"Patching {site}, {DIRECTION_WORDS[result.direction]}: {metric}, "
             f"clean {result.clean:.3g}, corrupted {result.corrupted:.3g}")
 
 
@@ -58,7 +62,10 @@ def patching_figure(result: PatchingResult, *, title: str | None = None, width: 
         H = z.shape[1]
         fig.update_xaxes(tickmode="array", tickvals=list(range(H)), ticktext=[f"H{h}" for h in range(H)],
                          title={"text": "sender head" if result.site.startswith("path") else "head"},
-                         range=[-0.5, H - 0.5], fixedrange=True)
+                         range=[-0.5, H - 0.5], fixedrange=True, showgrid=False, zeroline=False)
+        for row in np.flatnonzero(np.isnan(z).all(axis=1)):  # path patching: no sender here reaches a receiver
+            fig.add_annotation(x=(H - 1) / 2, y=int(row), text="no path to the receivers", showarrow=False,
+                               font={"color": "#666666"})
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(rows))), ticktext=rows,
                      title={"text": "layer, head" if scores.ndim == 3 else "layer"},
                      range=[len(rows) - 0.5, -0.5], fixedrange=True)

@@ -7,11 +7,21 @@ import io
 import numpy as np
 import streamlit as st
 
-from ..analysis.patching import BATCH, PAIRS, PatchingResult, activation_patching, pairs_for, patching_unavailable
+from ..analysis.patching import (
+    BATCH,
+    PAIRS,
+    PatchingResult,
+    activation_patching,
+    pairs_for,
+    patching_unavailable,
+    path_patching_scan,
+)
 from ..figures.patching import patching_figure
 from ..limits import MAX_PATCH_PASSES
-from ..names import PATCH_DIRECTIONS, PATCH_METRICS, PATCH_SITES
+from ..names import PATCH_CHOICES, PATCH_DIRECTIONS, PATCH_METRICS, PATCH_THROUGH
+from ..pretrained import INDUCTION_MODEL
 from .analysis import SectionContext
+from .composition import DETECTED
 from .fair import heavy
 from .state import value as field_value
 from .style import page_width
@@ -20,7 +30,9 @@ from .views import chart, labelled_value
 
 OWN_PAIR = ""  # patch_pair for a pair the user types
 SITE_LABELS = {"head": "head outputs", "head_position": "head outputs by position",
-               "residual": "residual stream", "pattern": "attention patterns"}
+               "residual": "residual stream", "pattern": "attention patterns", "path": "path to receivers"}
+THROUGH_LABELS = {"q": "queries", "k": "keys", "v": "values"}
+_RECEIVERS_FOR = "_patch_receivers_for"  # the model whose heads patch_receivers was last checked against
 METRIC_LABELS = {"logit_diff": "logit difference", "logprob": "log-prob of the answer", "prob": "prob of the answer"}
 DIRECTION_LABELS = {"denoise": "denoise (clean into corrupted)", "noise": "noise (corrupted into clean)"}
 
@@ -75,9 +87,14 @@ def render(c: SectionContext) -> None:
     wrong = b.text_input("Wrong token", key="patch_wrong", max_chars=100, placeholder="for the logit difference",
                          disabled=metric != "logit_diff")
     s, d = st.columns(2)
-    site = s.radio("Patch", PATCH_SITES, key="patch_site", format_func=SITE_LABELS.get, horizontal=True)
+    site = s.radio("Patch", PATCH_CHOICES, key="patch_site", format_func=SITE_LABELS.get, horizontal=True)
     direction = d.radio("Direction", PATCH_DIRECTIONS, key="patch_direction", format_func=DIRECTION_LABELS.get,
                         horizontal=True)
+    path = None
+    if site == "path":
+        path = _path_choices(c, model)
+        if path is None:
+            return
     if not corrupted.strip() or not answer.strip():
         st.info("Type a corrupted prompt and the answer token the clean prompt should lead to.")
         return
@@ -86,7 +103,7 @@ def render(c: SectionContext) -> None:
         return
     limit = MAX_PATCH_PASSES if c.max_passes is None else c.max_passes * BATCH
     question = (clean, corrupted, answer.strip(), wrong.strip() if metric == "logit_diff" else None, metric, site,
-                direction, limit)
+                direction, limit, path)
     try:  # a question asked before (by any session on this model and text) is not computed again
         result = c.source.memo(("patching", *question), lambda: _run(model, *question))
     except ValueError as err:
@@ -95,16 +112,66 @@ def render(c: SectionContext) -> None:
     _show(result, c.name)
 
 
+def _path_choices(c: SectionContext, model) -> tuple[tuple[tuple[int, int], ...], str] | None:
+    """The receiver heads and their input (q, k or v) for path patching, or None (with a message) when there is no
+    sender to scan. Receivers a link names that the model does not have are left out with a warning; none named
+    (or none left on another model): the default receivers."""
+    L, H = model.num_layers["decoder"], model.adapter.site("decoder", 0).num_heads
+    options = [f"{layer}.{h}" for layer in range(L) for h in range(H)]
+    chosen = list(field_value("patch_receivers") or ())
+    bad = [r for r in chosen if r not in options]
+    if bad:
+        st.warning(f"Receiver heads {', '.join(map(plain, bad))} are not heads of {plain(model.name)} "
+                   f"(layers 0 … {L - 1}, heads 0 … {H - 1}): left out.")
+        chosen = [r for r in chosen if r in options]
+    if not chosen and st.session_state.get(_RECEIVERS_FOR) != model.name:
+        chosen = _default_receivers(c, model, L, H)
+    st.session_state["patch_receivers"] = chosen
+    st.session_state[_RECEIVERS_FOR] = model.name
+    r, t = st.columns([3, 1])
+    picked = r.multiselect("Receiver heads (layer.head)", options, key="patch_receivers",
+                           help="Path patching (Wang et al. 2022) patches each earlier sender head's effect on these "
+                                "heads only, through their queries, keys or values.")
+    through = t.radio("Through their", PATCH_THROUGH, key="patch_through", format_func=THROUGH_LABELS.get,
+                      horizontal=True)
+    receivers = tuple(sorted(tuple(int(i) for i in p.split(".")) for p in picked))
+    if not receivers:
+        st.info("Pick at least one receiver head.")
+        return None
+    if max(layer for layer, _ in receivers) == 0:
+        st.info("Receivers in layer 0 have no earlier heads to send to them: pick a receiver in a later layer.")
+        return None
+    return receivers, through
+
+
+def _default_receivers(c: SectionContext, model, L: int, H: int) -> list[str]:
+    """On the bundled induction model its induction heads (the head detectors' score above DETECTED), else the heads
+    of the last layer."""
+    if model.name == INDUCTION_MODEL:
+        try:
+            found = np.argwhere(c.source.head_scores(seed=0)["induction"] > DETECTED)
+        except ValueError:
+            found = np.empty((0, 2), dtype=int)
+        if len(found):
+            return [f"{int(layer)}.{int(h)}" for layer, h in found]
+    return [f"{L - 1}.{h}" for h in range(H)]
+
+
 def _run(model, clean: str, corrupted: str, answer: str, wrong: str | None, metric: str, site: str, direction: str,
-         limit: int) -> PatchingResult:
-    """The patching itself, as heavy work (one at a time across sessions), with a progress bar."""
+         limit: int, path: tuple[tuple[tuple[int, int], ...], str] | None) -> PatchingResult:
+    """The patching itself, as heavy work (one at a time across sessions), with a progress bar; site "path": the
+    path patching scan of every sender head to path's (receivers, through)."""
     with heavy("Patching"):
         bar = st.progress(0.0, text="Patching…")
+        common = {"answer": _as_token(model, answer), "wrong": None if wrong is None else _as_token(model, wrong),
+                  "metric": metric, "direction": direction, "max_passes": limit}
         try:
+            if path is not None:
+                return path_patching_scan(
+                    model, clean, corrupted, receivers=path[0], through=path[1], **common,
+                    on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} senders patched"))
             return activation_patching(
-                model, clean, corrupted, answer=_as_token(model, answer),
-                wrong=None if wrong is None else _as_token(model, wrong), metric=metric, site=site,
-                direction=direction, max_passes=limit,
+                model, clean, corrupted, site=site, **common,
                 on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} patched"))
         finally:
             bar.empty()
@@ -115,6 +182,36 @@ def _show(result: PatchingResult, name: str) -> None:
     labelled_value(cols[0], f"Clean run ({METRIC_LABELS[result.metric]})", f"{result.clean:.4g}")
     labelled_value(cols[1], f"Corrupted run ({METRIC_LABELS[result.metric]})", f"{result.corrupted:.4g}")
     chart(patching_figure(result, width=page_width()), "analysis_patching", f"{name}-patching-{result.site}")
+    if result.site.startswith("path_"):
+        st.markdown(path_words(result))
+    else:
+        _site_caption(result)
+    st.download_button("Scores as CSV", _csv(result), file_name=f"{name}-patching-{result.site}.csv",
+                       mime="text/csv", key="patching_csv")
+
+
+def path_words(result: PatchingResult) -> str:
+    """The path patching scan in words, from its numbers: the sender that moves the metric most, and the next."""
+    moved = np.abs(result.scores.astype(np.float64) - (result.direction == "noise"))  # NaN where no path
+    ranked = np.argsort(-np.nan_to_num(moved, nan=-1.0), axis=None)  # most moved first, no-path cells last
+    order = [u for u in (tuple(int(i) for i in np.unravel_index(k, moved.shape)) for k in ranked) if not np.isnan(moved[u])]
+    receivers = ", ".join(f"{layer}.{h}" for layer, h in result.detail["receivers"])
+    reads = THROUGH_LABELS[result.site.removeprefix("path_")]
+    (tl, th), score = order[0], float(result.scores[order[0]])
+    effect = (f"restores {score:.2f} of the clean run" if result.direction == "denoise"
+              else f"leaves {score:.2f} of the clean run (removes {1 - score:.2f})")
+    words = (f"**Top sender: head {tl}.{th}** (layer {tl}, head {th}). Patched only along its path into the {reads} "
+             f"of the receivers {receivers}, it {effect}")
+    if len(order) > 1:
+        (nl, nh) = order[1]
+        words += f"; the next sender, {nl}.{nh}, scores {float(result.scores[nl, nh]):.2f}"
+    return (words + ". Each cell: one sender head's output taken from the other run and passed on to the receivers "
+            f"only by the residual stream and the MLPs (every other head frozen), the receivers' {reads} alone "
+            "patched with what arrives (Wang et al. 2022); empty cells: heads in or after the last receiver's layer, "
+            "which have no path to it.")
+
+
+def _site_caption(result: PatchingResult) -> None:
     best = np.unravel_index(np.nanargmax(np.abs(result.scores - (result.direction == "noise"))), result.scores.shape)
     where = {2: "layer {}, head {}", 3: "layer {}, head {}, position {}"}[len(best)]
     if result.site == "residual":
@@ -123,8 +220,6 @@ def _show(result: PatchingResult, name: str) -> None:
                f"last token. The unit that moves it most: {where.format(*(int(i) for i in best))} "
                f"({result.scores[best]:.2f}). The residual stream is taken where each layer's block starts (before "
                "its norm and attention).")
-    st.download_button("Scores as CSV", _csv(result), file_name=f"{name}-patching-{result.site}.csv",
-                       mime="text/csv", key="patching_csv")
 
 
 def _csv(result: PatchingResult) -> str:
@@ -133,5 +228,9 @@ def _csv(result: PatchingResult) -> str:
     out.write(f"# clean: {' '.join(result.tokens)}\n# corrupted: {' '.join(result.corrupted_tokens)}\n"
               f"# answer: {result.answer}; wrong: {result.wrong}; metric: {result.metric}; site: {result.site}; "
               f"direction: {result.direction}; clean {result.clean:.6g}; corrupted {result.corrupted:.6g}\n")
+    if "receivers" in result.detail:
+        out.write("# path patching: rows = sender layers, columns = sender heads, nan = no path; receivers: "
+                  + " ".join(f"{layer}.{h}" for layer, h in result.detail["receivers"])
+                  + f"; through: {result.site.removeprefix('path_')}\n")
     np.savetxt(out, result.scores.reshape(-1, result.scores.shape[-1]), delimiter=",", fmt="%.6g")
     return out.getvalue()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from mha_viz.analysis import PAIRS, activation_patching
+from mha_viz.analysis import PAIRS, activation_patching, path_patching_scan
 from mha_viz.params import CAUSAL_EXAMPLE, SECTIONS
 from mha_viz.pretrained import INDUCTION_MODEL
 from tests.app.test_app import new_app, z_matrix
@@ -118,3 +119,90 @@ def test_a_question_asked_again_is_not_computed_again(monkeypatch: pytest.Monkey
     at.radio(key="patch_direction").set_value("denoise").run()
     at.text_input(key="patch_answer").set_value("fox").run()  # unchanged: a rerun
     assert not at.exception and calls == ["denoise", "noise"]
+
+
+# ---- path patching --------------------------------------------------------------------------------------------
+LONGER = "induction: longer repeat"
+PATH = {**CAUSAL, "view": "Analysis", "section": "Patching", "patch_pair": LONGER, "patch_site": "path"}
+
+
+def test_path_patching_names_the_previous_token_head_as_the_induction_heads_key_sender(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import mha_viz.ui.patching as ui
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["through"])
+        return path_patching_scan(*args, **kwargs)
+
+    monkeypatch.setattr(ui, "path_patching_scan", counted)
+    at = new_app(**PATH).run()
+    assert not at.exception and not at.error
+    assert at.multiselect(key="patch_receivers").value == ["1.0", "1.1", "1.2", "1.3"]  # the detected induction heads
+    assert at.radio(key="patch_through").value == "k"
+    fig = chart(at, "analysis_patching")
+    z = z_matrix(fig["data"][0])
+    assert z.shape == (2, 4) and np.isnan(z[1]).all()  # no path from layer 1 into layer 1
+    assert np.nanargmax(z) == 2 and z[0, 2] == pytest.approx(0.916, abs=0.01)  # 0.2, the previous-token head
+    assert "keys (1.0, 1.1, 1.2, 1.3)" in fig["layout"]["title"]["text"]
+    assert [(a["y"], a["text"]) for a in fig["layout"]["annotations"]] == [(1, "no path to the receivers")]
+    words = [m.value for m in at.markdown if "Top sender" in m.value]
+    assert len(words) == 1 and "head 0.2" in words[0] and "restores 0.92" in words[0]
+    at.radio(key="patch_through").set_value("q").run()  # through the queries 0.2 carries nothing
+    q = z_matrix(chart(at, "analysis_patching")["data"][0])
+    assert abs(q[0, 2]) < 0.1 and not any("head 0.2**" in m.value for m in at.markdown)
+    at.radio(key="patch_through").set_value("k").run()  # asked before: from the cache
+    assert not at.exception and calls == ["k", "q"]
+    assert query(at, "patch_receivers") == "1.0,1.1,1.2,1.3" and query(at, "patch_site") == "path"
+    assert query(at, "patch_pair") == LONGER
+
+
+def test_a_shared_link_opens_the_same_receivers_and_input() -> None:
+    at = new_app(**PATH, patch_receivers="1.3,1.1", patch_through="v", patch_direction="noise").run()
+    assert not at.exception and not at.error
+    assert at.multiselect(key="patch_receivers").value == ["1.3", "1.1"] and at.radio(key="patch_through").value == "v"
+    fig = chart(at, "analysis_patching")
+    assert "values (1.1, 1.3)" in fig["layout"]["title"]["text"] and "corrupted activation" in fig["layout"]["title"]["text"]
+    at.multiselect(key="patch_receivers").unselect("1.3").run()
+    assert not at.exception and "values (1.1)" in chart(at, "analysis_patching")["layout"]["title"]["text"]
+    assert query(at, "patch_receivers") == "1.1" and query(at, "patch_through") == "v"
+    assert query(at, "patch_direction") == "noise"
+
+
+def test_bad_receivers_from_a_link_get_a_notice_not_an_exception() -> None:
+    at = new_app(**PATH, patch_receivers="1.9,1.2").run()  # 1.9: the model has 4 heads a layer
+    assert not at.exception
+    assert any("1.9 are not heads" in w.value for w in at.warning)
+    assert at.multiselect(key="patch_receivers").value == ["1.2"]
+    assert "keys (1.2)" in chart(at, "analysis_patching")["layout"]["title"]["text"]
+    at = new_app(**PATH, patch_receivers="one.two", patch_through="w").run()  # not heads at all: the URL's notice
+    assert not at.exception
+    assert any("receivers='one.two' is not valid" in w.value for w in at.warning)
+    assert any("through='w' is not valid" in w.value for w in at.warning)
+    assert at.multiselect(key="patch_receivers").value == ["1.0", "1.1", "1.2", "1.3"]  # the defaults
+    at = new_app(**PATH, patch_receivers="0.1").run()  # layer 0 has no earlier heads
+    assert not at.exception and any("no earlier heads" in i.value for i in at.info)
+    assert not [c for c in at.get("plotly_chart") if c.key == "analysis_patching"]
+
+
+def test_a_path_scan_over_the_pass_limit_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mha_viz.ui.patching as ui
+
+    monkeypatch.setattr(ui, "MAX_PATCH_PASSES", 6)  # 4 senders x 2 passes
+    at = new_app(**PATH).run()
+    assert not at.exception
+    assert any("needs 8 patched passes" in w.value and "earlier layer" in w.value for w in at.warning)
+
+
+def test_the_path_scan_exports_with_its_receivers() -> None:
+    from mha_viz.pretrained import load_model
+    from mha_viz.ui.patching import _csv
+
+    p = PAIRS[LONGER]
+    result = path_patching_scan(load_model(INDUCTION_MODEL), p.clean, p.corrupted, receivers=[(1, 0), (1, 2)], through="k",
+                                answer=p.answer, wrong=p.wrong, direction="denoise")
+    text = _csv(result)
+    assert "receivers: 1.0 1.2; through: k" in text
+    rows = np.loadtxt(io.StringIO(text), delimiter=",")
+    np.testing.assert_allclose(rows, result.scores, atol=1e-5, equal_nan=True)
