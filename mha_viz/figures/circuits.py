@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .common import (
+    CHAR_EM,
     PANEL_TITLE_PX,
     WIDE_PX,
     f32,
@@ -25,6 +26,8 @@ from .common import (
 from .generation import head_scores_figure
 
 TABLE_TICKS = 40  # the most labelled ticks on a token axis of a whole table
+TOP_AXIS_PX = 75  # a top axis's tick labels and title, under the figure's title
+ROW_TICK_PX, COLUMN_TICK_PX = 14, 17  # the least room per labelled row / slanted column (12 px labels): none overlap
 
 
 def copying_figure(scores: np.ndarray, *, title: str | None = None, width: int | None = None) -> go.Figure:
@@ -65,9 +68,11 @@ def token_table_figure(values: np.ndarray, row_labels: Sequence[str], column_lab
     hover = f"{row_axis} %{{y}}<br>{column_axis} %{{x}}<br>{colour} %{{z:.3g}}<extra></extra>"
     fig = go.Figure(go.Heatmap(z=f32(values), zmid=0, zmin=-m, zmax=m, colorscale="RdBu", hovertemplate=hover,
                                colorbar={"title": {"text": colour}, "thickness": 12}))
-    fig.update_xaxes(token_axis(list(column_labels), column_axis, max_ticks=TABLE_TICKS), range=[-0.5, C - 0.5],
+    x_ticks, y_ticks = (int(min(TABLE_TICKS, max(2, px // gap))) for px, gap in ((w - 160, COLUMN_TICK_PX),
+                                                                                  (plot_px, ROW_TICK_PX)))
+    fig.update_xaxes(token_axis(list(column_labels), column_axis, max_ticks=x_ticks), range=[-0.5, C - 0.5],
                      tickangle=-60, side="top")
-    fig.update_yaxes(token_axis(list(row_labels), row_axis, max_ticks=TABLE_TICKS), range=[R - 0.5, -0.5])
+    fig.update_yaxes(token_axis(list(row_labels), row_axis, max_ticks=y_ticks), range=[R - 0.5, -0.5])
     title_layout, top = title_block(title, w - 20, below_px=110)  # the column labels sit on top
     fig.update_layout(title=title_layout, height=top + plot_px + 30, margin={"l": 10, "r": 10, "t": top, "b": 10},
                       dragmode=False)
@@ -81,19 +86,24 @@ def top_k_figure(values: np.ndarray, columns: np.ndarray, row_labels: Sequence[s
     in each cell: row r, rank i shows column_vocab[columns[r, i]]."""
     R, k = values.shape
     w = width or WIDE_PX
-    names = np.array([[token_label(column_vocab[c], 12) if np.isfinite(v) else "" for c, v in zip(row_ids, row_values,
-                                                                                                    strict=True)]
-                      for row_ids, row_values in zip(columns, values, strict=True)], dtype=object)
+    font_px = 11 if w >= 600 else 9
+    fits = int((w - 220) / k / (CHAR_EM * font_px))  # characters a cell holds (the row labels and colour bar aside)
+    tokens = [[column_vocab[c] if np.isfinite(v) else "" for c, v in zip(row_ids, row_values, strict=True)]
+              for row_ids, row_values in zip(columns, values, strict=True)]
+    names = np.array([[token_label(t, min(12, fits)) if t and fits >= 3 else "" for t in row] for row in tokens],
+                     dtype=object)  # too narrow for 3 characters: the hover names the token
+    hover_data = [[[token_label(t, 24) if t else "", i + 1, token_label(row_labels[r], 24)] for i, t in enumerate(row)]
+                  for r, row in enumerate(tokens)]
     m = symmetric_range(values)
     fig = go.Figure(go.Heatmap(z=f32(values), zmid=0, zmin=-m, zmax=m, colorscale="RdBu", text=names,
-                               texttemplate="%{text}", textfont={"size": 11 if w >= 600 else 9},
-                               hovertemplate=f"{row_axis} %{{y}}<br>rank %{{x}}: %{{text}}<br>{colour} %{{z:.3g}}"
-                                             "<extra></extra>",
+                               texttemplate="%{text}", textfont={"size": font_px}, customdata=hover_data,
+                               hovertemplate=f"{row_axis} %{{customdata[2]}}<br>rank %{{customdata[1]}}: %{{customdata[0]}}<br>"
+                                             f"{colour} %{{z:.3g}}<extra></extra>",
                                colorbar={"title": {"text": colour}, "thickness": 12}))
     fig.update_xaxes(index_axis(k, f"rank of the {column_axis} (1 = largest)"), tickmode="array",
                      tickvals=list(range(k)), ticktext=[str(i + 1) for i in range(k)], side="top")
     fig.update_yaxes(token_axis(list(row_labels), row_axis, step=1), range=[R - 0.5, -0.5])
-    title_layout, top = title_block(title, w - 20, below_px=50)
+    title_layout, top = title_block(title, w - 20, below_px=TOP_AXIS_PX)
     fig.update_layout(title=title_layout, height=top + 22 * R + 30, margin={"l": 10, "r": 10, "t": top, "b": 10},
                       dragmode=False)
     return fig

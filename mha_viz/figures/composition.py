@@ -12,6 +12,7 @@ from .common import NARROW_PX, WIDE_PX, f32, title_block, token_axis
 READS = {"q": "queries", "k": "keys", "v": "values"}
 MAX_TEXT_CELLS = 256  # values printed in the cells up to this many cells
 COLOUR_BAR_PX = 90
+TICK_PX = 17  # the least room per labelled head on an axis (12 px labels, slanted on the x axis past 12 heads)
 
 
 def composition_figure(scores: np.ndarray, baseline: float, kind: str, *, title: str | None = None,
@@ -42,8 +43,8 @@ def composition_figure(scores: np.ndarray, baseline: float, kind: str, *, title:
     if compact:
         bar_px = 70
         colorbar.update(orientation="h", x=0.0, xanchor="left", y=0, yanchor="bottom", yref="container",
-                        thickness=10, lenmode="pixels", len=int(min(320, 0.8 * width)),
-                        title={"text": f"score (random: {baseline:.3f})", "side": "top"})
+                        thickness=10, lenmode="pixels", len=int(min(320, 0.8 * width) - 50),
+                        title={"text": "score", "side": "right"})  # beside the bar: Plotly draws a "top" title on it
     text = np.where(np.isfinite(grid), np.round(grid, 2), np.nan) if n * n <= MAX_TEXT_CELLS else None
     heatmap = go.Heatmap(
         z=f32(grid), zmin=0.0, zmax=cmax, colorscale="Blues", colorbar=colorbar, name=kind_name,
@@ -58,14 +59,17 @@ def composition_figure(scores: np.ndarray, baseline: float, kind: str, *, title:
         fig.add_shape(type="line", x0=at, x1=at, y0=-0.5, y1=n - 0.5, line={"color": "#555", "width": 1})
         fig.add_shape(type="line", y0=at, y1=at, x0=-0.5, x1=n - 0.5, line={"color": "#555", "width": 1})
     left_px, bottom_px = 70, 60 + bar_px
-    title_layout, top_px = title_block(title, width - 20)
+    title_layout, top_px = title_block(title, width - 20, below_px=8)  # the first row's label reaches above the plot
     side = max(120, min(width - left_px - 10 - (0 if compact else COLOUR_BAR_PX), 640))
+    ticks = max(2, int(side // TICK_PX))
     fig.update_layout(
         title=title_layout, height=int(side + top_px + bottom_px), dragmode=False, hovermode="closest",
         margin={"l": left_px, "r": 10, "t": top_px, "b": bottom_px}, plot_bgcolor="#eeeeee",
-        xaxis={**token_axis(cols, "reading head (layer.head)"), "range": [-0.5, n - 0.5], "constrain": "domain",
+        xaxis={**token_axis(cols, "reading head (layer.head)", max_ticks=ticks), "range": [-0.5, n - 0.5],
+               "constrain": "domain",
                "fixedrange": True, "tickangle": -60 if n > 12 else 0},
-        yaxis={**token_axis(rows, "writing head (layer.head)"), "range": [n - 0.5, -0.5], "constrain": "domain",
+        yaxis={**token_axis(rows, "writing head (layer.head)", max_ticks=ticks), "range": [n - 0.5, -0.5],
+               "constrain": "domain",
                "scaleanchor": "x", "fixedrange": True},
     )
     return fig

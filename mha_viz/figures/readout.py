@@ -40,7 +40,7 @@ def contributions_heatmap(contributions: np.ndarray, heads: Sequence[str], answe
         hovertemplate="%{customdata[0]} → %{customdata[1]}: %{z:+.3f}<extra></extra>",
         colorbar=_colorbar(width, "logit")))
     bar_px = 60 if narrow else 0
-    title_layout, top = title_block(title, width - 20, below_px=bar_px)
+    title_layout, top = title_block(title, width - 20, below_px=bar_px + 8)  # the first row's label reaches above
     fig.update_xaxes(token_axis(list(answers), "the readout's answer"), range=[-0.5, R - 0.5], fixedrange=True,
                      side="bottom")
     fig.update_yaxes(token_axis(list(heads)), range=[H - 0.5, -0.5], fixedrange=True)
@@ -69,7 +69,7 @@ def token_map_figure(token_map: np.ndarray, vocab: Sequence[str], *, title: str 
         hovertemplate=("source %{customdata[0]} → answer %{customdata[1]}: %{z:+.2f}<extra></extra>"
                        if labels is not None else "source %{y} → answer %{x}: %{z:+.2f}<extra></extra>")))
     bar_px = 60 if narrow else 0
-    title_layout, top = title_block(title, width - 20, below_px=bar_px)
+    title_layout, top = title_block(title, width - 20, below_px=bar_px + 8)  # the first row's label reaches above
     fig.update_xaxes(token_axis(list(vocab), "answer token", step=step), range=[-0.5, V - 0.5], tickangle=-90,
                      constrain="domain")
     fig.update_yaxes(token_axis(list(vocab), "source token (attended)", step=step), range=[V - 0.5, -0.5],

@@ -50,6 +50,11 @@ PROBLEMS_JS = """() => {
                 problems.push(`chart ${n}: "${t.text}" runs past the chart's edge`);
             if (barBox && barBox.width > 0 && hit(r, barBox)) problems.push(`chart ${n}: "${t.text}" under the toolbar`);
         }
+        const frames = [...plot.querySelectorAll('.nsewdrag')].map(e => e.getBoundingClientRect());
+        for (const fill of [...plot.querySelectorAll('.cbfill')].map(e => e.getBoundingClientRect())) {
+            for (const t of texts) if (hit(t.r, fill)) problems.push(`chart ${n}: "${t.text}" on a colour bar`);
+            if (frames.some(f => hit(f, fill))) problems.push(`chart ${n}: a colour bar covers the plot`);
+        }
         for (let i = 0; i < texts.length; i++)
             for (let j = i + 1; j < texts.length; j++)
                 if (!(texts[i].rotated && texts[j].rotated) && hit(texts[i].r, texts[j].r))
@@ -195,3 +200,26 @@ def test_other_views_fit_their_width(server: str, browser, query: str, width: in
     finally:
         assert page.errors == []
         page.close()
+
+
+IND = "mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section="
+
+
+@pytest.mark.parametrize(("query", "widths"), [
+    (IND + "Circuits", (390, 1024, 1400, 2560)),
+    (IND + "Composition", (390, 1024, 1400, 2560)),
+    (IND + "Patching", (390, 2560)),  # 1400 and the README's shot: test_patching_browser
+    (IND + "W_O+at+work", (1024, 2560)),  # 390 and 1400: test_readout_browser
+    ("mode=Pretrained&view=Analysis&section=Circuits", (390, 1400)),  # a large vocabulary: sampled top-k rows
+    ("mode=Pretrained&view=Analysis&section=Composition", (390, 1400)),  # 6 x 12 heads
+    ("mode=Train&h=2&view=Analysis&section=Circuits", (390,)),  # a 26-token table
+])
+def test_new_analysis_sections_fit_every_width(server: str, browser, query: str, widths: tuple[int, ...]) -> None:
+    for width in widths:
+        page = open_page(browser, server, query, width, is_mobile=width == 390)
+        try:
+            assert page.locator('[data-testid="stException"]').count() == 0
+            check(page, f"{query.split('=')[-1]}-{'minilm-' if 'model=' not in query else ''}{width}")
+        finally:
+            assert page.errors == []
+            page.close()

@@ -190,3 +190,36 @@ def test_the_figures_draw_the_numbers_on_integer_token_axes_in_float32(weights) 
     (heat,) = heatmaps(small)
     assert np.array(heat["text"]).shape == (5, 3) and heat["text"][0][0] == top.column_vocab[top.columns[0, 0]]
     assert small["layout"]["yaxis"]["ticktext"] == list(top.row_labels)
+
+
+def test_a_table_on_a_phone_labels_no_closer_than_a_label_needs(weights) -> None:
+    """The induction model's 169 x 169 OV table at 358 px: labelled rows 14 px apart or more, slanted columns 17."""
+    from mha_viz.figures.circuits import token_table_figure
+
+    ov = ov_circuit(weights, 1, 0)
+    fig = token_table_figure(ov.values, ov.row_labels, ov.column_vocab, row_axis=ov.row_axis,
+                             column_axis=ov.column_axis, colour="logit", width=358)
+    plot_height = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b - 20  # 20: under the last row
+    plot_width = 358 - 160  # the room the figure leaves the columns (row labels and colour bar aside)
+    rows, columns = fig.layout.yaxis.tickvals, fig.layout.xaxis.tickvals
+    assert (rows[1] - rows[0]) * plot_height / 169 >= 14 and (columns[1] - columns[0]) * plot_width / 169 >= 17
+
+
+def test_a_top_k_cell_prints_no_more_than_it_holds_and_the_hover_says_the_rank_the_axis_shows(weights) -> None:
+    """Ten ranks on a phone: no token wider than its cell (the hover still names it in full); the hover's rank is
+    the axis's (1 = largest), not the column's index."""
+    from mha_viz.figures.circuits import top_k_figure
+    from mha_viz.figures.common import CHAR_EM
+
+    top = ov_circuit(weights, 1, 0, top_k=10, sample=5)
+    for width in (358, 1100):
+        fig = top_k_figure(top.values, top.columns, top.row_labels, top.column_vocab, row_axis="source",
+                           column_axis="output token", colour="logit", width=width)
+        (heat,) = fig.data
+        cell_px = (width - 220) / 10
+        assert all(len(t) * CHAR_EM * heat.textfont.size <= cell_px for row in heat.text for t in row)
+        ranks = [[d[1] for d in row] for row in heat.customdata]
+        assert all(r == [int(t) for t in fig.layout.xaxis.ticktext] for r in ranks)
+        assert "%{customdata[1]}" in heat.hovertemplate and "%{x}" not in heat.hovertemplate
+        assert [d[0] for d in heat.customdata[0]] == [top.column_vocab[c] for c in top.columns[0]]
+    assert any(t for row in heat.text for t in row)  # the wide figure prints the tokens

@@ -169,8 +169,23 @@ def test_the_heatmap_has_writers_as_rows_readers_as_columns_and_marks_the_baseli
     assert list(fig.layout.yaxis.ticktext) == ["0.0", "0.1", "1.0", "1.1"]
     assert list(fig.layout.xaxis.ticktext) == ["1.0", "1.1", "2.0", "2.1"]
     assert list(fig.layout.yaxis.tickvals) == [0, 1, 2, 3]
-    assert c.baseline in heatmap.colorbar.tickvals and f"{c.baseline:.3f}" in heatmap.colorbar.title.text
+    assert c.baseline in heatmap.colorbar.tickvals and f"random {c.baseline:.2f}" in heatmap.colorbar.ticktext
     assert (heatmap.colorbar.orientation == "h") == (width < 600)
+    if width >= 600:  # a phone's bar has its title beside it, short: the ticks name the baseline
+        assert f"{c.baseline:.3f}" in heatmap.colorbar.title.text
     assert "K-composition" in describe(fig)
     with pytest.raises(ValueError, match="2 or more layers"):
         composition_figure(c.scores[:1, :, :1], c.baseline, "k")
+
+
+@pytest.mark.parametrize("width", [358, 1100])
+def test_a_model_with_many_heads_labels_heads_no_closer_than_a_label_needs(width) -> None:
+    """MiniLM's 6 x 12 heads: 60 writers and 60 readers. Every labelled head has 17 px or more on both axes."""
+    from mha_viz.figures.composition import composition_figure
+
+    rng = np.random.default_rng(0)
+    fig = composition_figure(rng.random((6, 12, 6, 12)), 0.05, "k", title="K-composition", width=width)
+    side = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b  # the square plot's side
+    for axis in (fig.layout.xaxis, fig.layout.yaxis):
+        gap = (axis.tickvals[1] - axis.tickvals[0]) * side / 60
+        assert gap >= 17
