@@ -44,7 +44,7 @@ def composition_figure(scores: np.ndarray, baseline: float, kind: str, *, title:
         bar_px = 70
         colorbar.update(orientation="h", x=0.0, xanchor="left", y=0, yanchor="bottom", yref="container",
                         thickness=10, lenmode="pixels", len=int(min(320, 0.8 * width) - 50),
-                        title={"text": "score", "side": "right"})  # beside the bar: Plotly draws a "top" title on it
+                        title={"text": ""})  # a phone's bar has no room for a title: the caption names the score
     text = np.where(np.isfinite(grid), np.round(grid, 2), np.nan) if n * n <= MAX_TEXT_CELLS else None
     heatmap = go.Heatmap(
         z=f32(grid), zmin=0.0, zmax=cmax, colorscale="Blues", colorbar=colorbar, name=kind_name,
