@@ -390,7 +390,7 @@ class HookedModel:
         u = self.hooked.W_U[:, token_id].detach().double().cpu()  # (d,)
         return split_logit(enc, position, token_id, self.tokenizer.convert_ids_to_tokens(token_id),
                            logits.double().cpu(), parts, torch.stack(heads), at[f"blocks.{L - 1}.hook_resid_post"],
-                           affine, u, float(self.hooked.b_U[token_id]))
+                           affine, u, float(self.hooked.b_U[token_id].detach()))
 
     # Helpers
 
