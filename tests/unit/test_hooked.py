@@ -222,8 +222,8 @@ def test_logit_attribution_adds_up_to_the_logit_and_equals_transformer_lens_per_
     """Each head's direct contribution equals TransformerLens's own (stack_head_results with apply_ln, the final
     norm's scale at that position, times W_U[:, token]), and all terms add up to the model's logit."""
     ht, model, _ = pair
-    tokens = ht.to_tokens(TEXT)
-    logits, cache = ht.run_with_cache(tokens)
+    with torch.no_grad():
+        logits, cache = ht.run_with_cache(ht.to_tokens(TEXT))
     for position in (3, -1):
         a = model.logit_attribution(TEXT, position=position)
         assert a.token_id == int(logits[0, position].argmax())
