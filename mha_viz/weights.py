@@ -99,18 +99,28 @@ def per_head_out(W_O: np.ndarray, num_heads: int) -> np.ndarray:
     return np.ascontiguousarray(W_O.T.reshape(num_heads, -1, d_out))
 
 
+FOLD_COLUMNS = 4096  # columns folded at a time: an unembedding of 50k tokens never exists twice in float64
+
+
 def fold_reader(W: np.ndarray, b: np.ndarray | None, gamma: np.ndarray, beta: np.ndarray | None,
                 centre: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """Fold a norm into weights that read the stream through it: W [..., d, n] -> C diag(gamma) W and
-    b [..., n] -> b + beta W (module docstring). Computed in float64, returned as float32."""
-    W = W.astype(np.float64)
-    if beta is not None:
-        shift = np.einsum("d,...dn->...n", beta.astype(np.float64), W)  # beta W, with W as the model holds it
+    b [..., n] -> b + beta W (module docstring). Computed in float64, FOLD_COLUMNS columns at a time, returned as
+    float32."""
+    out = np.empty(W.shape, dtype=np.float32)
+    shift = None if beta is None else np.empty(W.shape[:-2] + W.shape[-1:], dtype=np.float64)  # beta W
+    g = gamma.astype(np.float64)[:, None]  # (d, 1)
+    for start in range(0, W.shape[-1], FOLD_COLUMNS):
+        cols = np.asarray(W[..., start : start + FOLD_COLUMNS], dtype=np.float64)  # [..., d, c] as the model holds it
+        if shift is not None:
+            shift[..., start : start + cols.shape[-1]] = np.einsum("d,...dc->...c", beta.astype(np.float64), cols)
+        folded = g * cols  # diag(gamma) W
+        if centre:
+            folded -= folded.mean(axis=-2, keepdims=True)  # C diag(gamma) W: the all-ones direction removed
+        out[..., start : start + cols.shape[-1]] = folded
+    if shift is not None:
         b = shift if b is None else b + shift
-    folded = gamma.astype(np.float64)[:, None] * W  # diag(gamma) W
-    if centre:
-        folded = folded - folded.mean(axis=-2, keepdims=True)  # C diag(gamma) W: the all-ones direction removed
-    return folded.astype(np.float32), None if b is None else np.asarray(b, dtype=np.float32)
+    return out, None if b is None else np.asarray(b, dtype=np.float32)
 
 
 def centre_writer(W: np.ndarray | None) -> np.ndarray | None:

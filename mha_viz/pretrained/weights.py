@@ -116,11 +116,11 @@ def _unembedding(model: TextModel) -> tuple[np.ndarray | None, np.ndarray | None
     if model.next_token_unavailable is not None:
         return None, None
     head = model.model.get_output_embeddings()
-    W_U = head.weight.detach().double().cpu().numpy().T  # (d_model, V)
+    W_U = to_numpy(head.weight).T  # (d_model, V), float32 (a view where the model is float32 on the CPU)
     b_U = None if getattr(head, "bias", None) is None else head.bias.detach().double().cpu().numpy()
     layout = model.adapter.residual_stream()
     if layout is None:
-        return W_U.astype(np.float32), None if b_U is None else b_U.astype(np.float32)
+        return W_U, None if b_U is None else b_U.astype(np.float32)
     kind, gamma, beta, _ = norm_affine(layout[1], W_U.shape[0], model.adapter.norm_weight_offset)
     return fold_reader(W_U, b_U, gamma.numpy(), None if beta is None else beta.numpy(), kind == "LayerNorm")
 

@@ -119,3 +119,19 @@ def test_what_has_no_head_weights_says_why() -> None:
         from_trace(configurable_trace("a b", MHAConfig(d_model=8, num_heads=2), context="c d e"))
     with pytest.raises(ValueError, match="part must be one of"):
         head_weights(ModelSource(tiny_causal("gpt2"), "a b", "cross"))
+
+
+def test_folding_a_few_columns_at_a_time_equals_folding_all_at_once(monkeypatch) -> None:
+    """fold_reader works FOLD_COLUMNS columns at a time (an unembedding is never copied whole in float64)."""
+    import mha_viz.weights as weights
+
+    rng = np.random.default_rng(0)
+    W, b = rng.normal(size=(2, 8, 11)), rng.normal(size=(2, 11))
+    gamma, beta = rng.normal(size=8), rng.normal(size=8)
+    whole = weights.fold_reader(W, b, gamma, beta, True)
+    monkeypatch.setattr(weights, "FOLD_COLUMNS", 3)
+    for ours, expected in zip(weights.fold_reader(W, b, gamma, beta, True), whole, strict=True):
+        np.testing.assert_allclose(ours, expected, rtol=1e-6)
+    folded = gamma[:, None] * W
+    np.testing.assert_allclose(whole[0], folded - folded.mean(axis=-2, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(whole[1], b + np.einsum("d,hdn->hn", beta, W), rtol=1e-5)
