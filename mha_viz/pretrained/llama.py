@@ -1,10 +1,11 @@
-"""Rotary decoders: LLaMA, Mistral, Qwen2, Qwen3, Gemma, Gemma2, Phi, Phi-3.
+"""Rotary decoders: LLaMA, Mistral, Qwen2, Qwen3, Gemma, Gemma2, Gemma 3, Phi, Phi-3.
 
     Q = x W_Q (H heads), K = x W_K, V = x W_V (KV heads; KV < H shares each K/V head among H/KV)
     Qwen3, Phi (qk_layernorm): q, k = norm(q), norm(k) per head, before the rotation
     RoPE: x' = x * cos + rotate_half(x) * sin on the first r dims of Q and K (Phi: r < d_k, partial)
     scores = scale * Q' K'^T + mask     causal; a sliding window on Mistral's, Qwen's and Gemma2's local layers
     Gemma2: scale = query_pre_attn_scalar^-1/2, scores soft-capped: c * tanh(scores / c) before the mask
+    Gemma 3: Gemma2's layout with q/k norms (as Qwen3's) instead of soft-capping; sliding windows on local layers
     Phi-3: one fused qkv_proj, [Q | K | V] side by side
 """
 
@@ -79,6 +80,22 @@ class Gemma2Adapter(LlamaAdapter):
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         return replace(super().variations(part, site, rec, q, k), softcap=site.attention.attn_logit_softcapping)
+
+
+@register
+class Gemma3Adapter(Gemma2Adapter):
+    """Gemma 3 (text): Gemma2's scale, windows and norms, with an RMSNorm on each query and key head (q_norm, k_norm)
+    before the rotation; local and global layers get rotary tables of their own (each module's position_embeddings)."""
+
+    architectures = ("gemma3_text",)
+    attribution_unavailable = (
+        "Gemma 3 normalises each attention output (post_attention_layernorm) before adding it to the residual "
+        "stream, so its logits do not split into one term per head"
+    )
+
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        a = site.attention
+        return replace(super().variations(part, site, rec, q, k), q_norm=a.q_norm, k_norm=a.k_norm)
 
 
 @register

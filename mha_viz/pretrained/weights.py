@@ -34,10 +34,13 @@ def _position_table(base: nn.Module) -> nn.Embedding | None:
 @torch.no_grad()
 def model_weights(model: TextModel, part: str) -> HeadWeights:
     """HeadWeights of part ("encoder" or "decoder") of an opened-up model. ValueError for cross-attention (it reads
-    two streams), a model whose attention is not opened up, or layers of different shapes."""
+    two streams), a model whose attention is not opened up or has no weights per head (multi-head latent
+    attention), or layers of different shapes."""
     adapter = model.adapter
     if adapter.unavailable is not None:
         raise ValueError(f"the heads' weights are unknown: {adapter.unavailable}")
+    if getattr(adapter, "weights_unavailable", None):  # traced in full, but no W_Q, W_K, W_V per head (MLA)
+        raise ValueError(f"the heads' weights are not matrices per head: {adapter.weights_unavailable}")
     if part == "cross":
         raise ValueError("cross-attention reads the decoder for its queries and the encoder for its keys and values; "
                          "circuits and composition are computed for self-attention stacks")

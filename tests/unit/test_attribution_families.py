@@ -2,7 +2,8 @@
 attention and MLP (GPT-NeoX, Phi, Falcon), ALiBi (Bloom), local layers (GPT-Neo), fused qkv (Phi-3; multi-query GPTBigCode), q/k norms
 (Qwen3), Gemma's scaled embeddings and (1 + weight) RMSNorm. The terms must add up to the model's own logit and
 each head's term must be its traced contribution through the frozen final norm, recomputed here from the model's
-own modules; Gemma2 and post-norm OPT are refused with the reason."""
+own modules, also for DeepSeek's multi-head latent attention with a mixture-of-experts MLP; Gemma2, Gemma 3 and
+post-norm OPT are refused with the reason."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from tests.tiny_causal import random_causal_lm
 V = 30522
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
          "max_position_embeddings": 64, "bos_token_id": 101, "eos_token_id": 102, "pad_token_id": 0}  # fmt: skip
+MLA = {"q_lora_rank": 12, "kv_lora_rank": 8, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5,
+       "num_key_value_heads": 4, "moe_intermediate_size": 16, "n_routed_experts": 4, "num_experts_per_tok": 2,
+       "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1}  # fmt: skip
 CONFIGS = {
     "gpt_neo": lambda: tf.GPTNeoConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, window_size=4,
                                        attention_types=[[["global", "local"], 1]], max_position_embeddings=64,
@@ -37,6 +41,8 @@ CONFIGS = {
     "phi3": lambda: tf.Phi3Config(vocab_size=V, num_key_value_heads=2, **SMALL),
     "qwen3": lambda: tf.Qwen3Config(vocab_size=V, num_key_value_heads=2, head_dim=8, **SMALL),
     "gemma": lambda: tf.GemmaConfig(vocab_size=V, num_key_value_heads=1, head_dim=8, **SMALL),
+    "deepseek_v3": lambda: tf.DeepseekV3Config(vocab_size=V, **MLA, **SMALL),  # layer 1 a mixture of experts
+    "deepseek_v2": lambda: tf.DeepseekV2Config(vocab_size=V, **{**MLA, "q_lora_rank": None}, **SMALL),
 }  # fmt: skip
 TEXT = "the quick brown fox jumps over the lazy dog"
 
@@ -123,11 +129,16 @@ def test_gemma_embeddings_are_scaled_by_the_square_root_of_d_model(models):
     assert a.terms["embeddings"] == pytest.approx(float(expected), abs=1e-5)
 
 
-def test_gemma2_and_post_norm_opt_are_refused_with_the_reason(tokenizer):
+def test_gemma2_gemma3_and_post_norm_opt_are_refused_with_the_reason(tokenizer):
     gemma2 = tf.Gemma2Config(vocab_size=V, num_key_value_heads=2, head_dim=8, **SMALL)
     m = PretrainedModel(random_causal_lm(gemma2), tokenizer)
     assert m.unavailable is None  # traced in full, only the attribution is refused
     with pytest.raises(ValueError, match="Gemma2 normalises each attention output .* soft-caps the final logits"):
+        m.logit_attribution(TEXT)
+    gemma3 = tf.Gemma3TextConfig(vocab_size=V, num_key_value_heads=2, head_dim=8, **SMALL)
+    m = PretrainedModel(random_causal_lm(gemma3), tokenizer)
+    assert m.unavailable is None
+    with pytest.raises(ValueError, match="Gemma 3 normalises each attention output"):
         m.logit_attribution(TEXT)
     opt = tf.OPTConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
                        word_embed_proj_dim=32, max_position_embeddings=64, do_layer_norm_before=False)

@@ -37,6 +37,13 @@ ENC_DEC = {
     "pad_token_id": 0, "eos_token_id": 102, "forced_eos_token_id": 102,
 }  # fmt: skip
 TOKENS = {"pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102}
+MLA = {  # multi-head latent attention: small latents, d_k = 6 + 4 != d_v = 5; layer 1 a mixture of 4 experts
+    "q_lora_rank": 12, "kv_lora_rank": 8, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5,
+    "num_key_value_heads": 4, "moe_intermediate_size": 16, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
+}  # fmt: skip
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+        "mscale": 1.0, "mscale_all_dim": 1.0}  # fmt: skip
 # family -> (README name, config); variants of one model_type exercise its other layouts and options
 FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
     "bert": ("BERT", lambda: tf.BertConfig(vocab_size=V, **SMALL)),
@@ -85,12 +92,21 @@ FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
     "gemma2": ("Gemma2", lambda: tf.Gemma2Config(
         vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4, attn_logit_softcapping=2.0,
         query_pre_attn_scalar=8, **SMALL, **TOKENS)),
+    "gemma3": ("Gemma 3", lambda: tf.Gemma3TextConfig(
+        vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4, query_pre_attn_scalar=8,
+        layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS)),
+    "deepseek_v3": ("DeepSeek-V3", lambda: tf.DeepseekV3Config(vocab_size=V, **MLA, **SMALL, **TOKENS)),
+    "deepseek_v3 (rotary not interleaved, YaRN)": ("DeepSeek-V3", lambda: tf.DeepseekV3Config(
+        vocab_size=V, **MLA, **SMALL, **TOKENS, rope_interleave=False, rope_parameters=YARN)),
+    "deepseek_v2": ("DeepSeek-V2", lambda: tf.DeepseekV2Config(
+        vocab_size=V, **{**MLA, "q_lora_rank": None}, **SMALL, **TOKENS)),
     "phi": ("Phi", lambda: tf.PhiConfig(vocab_size=V, partial_rotary_factor=0.5, qk_layernorm=True, **SMALL, **TOKENS)),
     "phi3": ("Phi-3", lambda: tf.Phi3Config(vocab_size=V, num_key_value_heads=2, **SMALL, **TOKENS)),
     "t5": ("T5", lambda: tf.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                                      decoder_start_token_id=0, pad_token_id=0, eos_token_id=102)),
     "bart": ("BART", lambda: tf.BartConfig(vocab_size=V, bos_token_id=101, decoder_start_token_id=102, **ENC_DEC)),
 }  # fmt: skip
+MLA_FAMILIES = [name for name in FAMILIES if name.startswith("deepseek")]  # multi-head latent attention
 GENERIC = {  # text architectures without an adapter: the generic path
     "gptj": lambda: tf.GPTJConfig(vocab_size=V, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64, **TOKENS),
     "mpnet": lambda: tf.MPNetConfig(vocab_size=V, **SMALL),
@@ -230,6 +246,9 @@ def test_projection_weights_are_the_models_own(models, traced, name):
     for part in m.parts:
         site = m.adapter.site(part, 0)
         t = next(t for _, p, layer, t, _ in traced(name) if (p, layer) == (part, 0))
+        if name in MLA_FAMILIES:  # no matrix per head maps x to MLA's keys (test_mla_has_no_head_weights_and_says_why)
+            assert t.W_Q is None and t.W_K is None and t.W_V is None
+            continue
         x = torch.randn(5, t.W_Q.shape[1], generator=torch.Generator().manual_seed(0))  # (5, d_in)
         for i, (W, b, real) in enumerate(zip((t.W_Q, t.W_K, t.W_V), (t.b_Q, t.b_K, t.b_V), real_qkv(name, site, x),
                                              strict=True)):
@@ -243,6 +262,8 @@ def test_head_weights_fold_the_norm_each_attention_reads_through(models, name):
     """In a real forward pass the query projection reads exactly pre_norm(x) (the adapter names the right norm), and
     HeadWeights' folded W_Q on the raw stream x, over the norm's scale s, gives the same queries (mha_viz.weights)."""
     m = models[name]
+    if name in MLA_FAMILIES:
+        pytest.skip("MLA has no W_Q, W_K, W_V per head: test_mla_has_no_head_weights_and_says_why checks its norm")
     for part in (p for p in m.parts if p != "cross"):
         w = m.head_weights(part)
         assert w.W_Q.shape[:2] == (m.num_layers[part], m.num_heads[part])
@@ -378,7 +399,7 @@ def test_falcon_layouts_share_keys_and_values_as_the_model_does(models, traced):
 
 
 @pytest.mark.parametrize(("name", "window", "local"), [("gpt_neo", 4, [1]), ("mistral", 4, [0, 1]),
-                                                      ("gemma2", 4, [0]), ("modernbert", 3, [1])])
+                                                      ("gemma2", 4, [0]), ("gemma3", 4, [0]), ("modernbert", 3, [1])])
 def test_sliding_windows_are_the_models_own(traced, name, window, local):
     for text, _, layer, t, _ in traced(name):
         i, j = np.indices(t.weights.shape[-2:])
@@ -399,7 +420,8 @@ def test_gpt_neo_does_not_scale_and_gemma2_soft_caps(traced):
         assert np.abs(logit[visible]).max() > 2.0  # and the cap really bites on this input
 
 
-@pytest.mark.parametrize(("name", "rotary_dims"), [("gpt_neox", 4), ("phi", 4), ("qwen3", 8), ("gemma", 8)])
+@pytest.mark.parametrize(("name", "rotary_dims"), [("gpt_neox", 4), ("phi", 4), ("qwen3", 8), ("gemma", 8),
+                                                  ("gemma3", 8)])
 def test_rotary_turns_only_its_dims_after_the_head_norms(models, name, rotary_dims):
     """Position 0 is not rotated; later positions are, on the first rotary_dims dims only; q/k norms come first."""
     m = models[name]
@@ -415,7 +437,7 @@ def test_rotary_turns_only_its_dims_after_the_head_norms(models, name, rotary_di
     if site.fused:
         q = m.adapter.qkv_columns(site, q)[0]
     q = q.view(T, 4, d).transpose(0, 1)  # (H, T, d) before norm and rotation
-    norm = getattr(site.attention, {"qwen3": "q_norm", "phi": "q_layernorm"}.get(name, ""), None)
+    norm = getattr(site.attention, {"qwen3": "q_norm", "gemma3": "q_norm", "phi": "q_layernorm"}.get(name, ""), None)
     with torch.no_grad():
         q = (norm(q) if norm is not None else q).numpy()
     np.testing.assert_allclose(t.queries[:, 0], q[:, 0], atol=1e-5)  # position 0: cos 1, sin 0
@@ -429,6 +451,47 @@ def test_hiding_special_tokens_keeps_the_score_terms_aligned(traced):
     shown = without_tokens(t, {"[CLS]", "[SEP]"})
     assert shown.score_bias[C2P].shape == shown.weights.shape
     np.testing.assert_array_equal(shown.score_bias[P2C], t.score_bias[P2C][:, 1:-1, 1:-1])
+
+
+@pytest.mark.parametrize("name", MLA_FAMILIES)
+def test_mla_keys_and_values_are_the_cached_latent_up_projected(models, traced, name):
+    """The trace keeps what MLA caches per token: the latent c_KV (meta["kv_latent"]) and one rotary key part shared
+    by every head (meta["k_rope"]). The model's own kv_b_proj on that latent gives every head's position-free key
+    dims and its values; the rotary dims of the keys are the same in every head."""
+    a = models[name].model.layers[0].self_attn
+    n, r, d_v, H = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.num_heads
+    for text, _, layer, t, _ in traced(name):
+        kv_b = models[name].model.layers[layer].self_attn.kv_b_proj
+        S = t.weights.shape[-1]
+        assert t.meta["kv_latent"].shape == (S, a.kv_lora_rank) and t.meta["rope_dim"] == r
+        assert (t.d_k, t.d_v) == (r + n, d_v) and "latent" in t.meta["mla"]
+        with torch.no_grad():
+            up = kv_b(torch.as_tensor(t.meta["kv_latent"])).view(S, H, n + d_v).transpose(0, 1).numpy()  # (H, S, n + d_v)
+        np.testing.assert_allclose(t.keys[..., r:], up[..., :n], atol=1e-5, err_msg=f"{name} {layer} {text[:10]}")
+        np.testing.assert_allclose(t.values, up[..., n:], atol=1e-5)
+        np.testing.assert_array_equal(t.keys[..., :r], np.broadcast_to(t.meta["k_rope"], (H, S, r)))
+        assert np.abs(t.keys[..., r:] - t.keys[:1, :, r:]).max() > 1e-2  # while the position-free dims differ
+        assert np.abs(t.meta["kv_latent"]).max() > 0.1
+
+
+@pytest.mark.parametrize("name", MLA_FAMILIES)
+def test_mla_has_no_head_weights_and_says_why(models, name):
+    """head_weights is refused with the reason, and pre_norm is what both the query and the latent projections read."""
+    m = models[name]
+    with pytest.raises(ValueError, match="multi-head latent attention has no W_K and W_V per head"):
+        m.head_weights("decoder")
+    for layer in range(2):
+        a, norm = m.model.layers[layer].self_attn, m.adapter.pre_norm("decoder", layer)
+        readers = (a.q_proj if a.q_lora_rank is None else a.q_a_proj, a.kv_a_proj_with_mqa)
+        seen = []
+        hooks = [norm.register_forward_hook(lambda mod, args, out, seen=seen: seen.append(out[0])),
+                 *(p.register_forward_pre_hook(lambda mod, args, seen=seen: seen.append(args[0][0])) for p in readers)]
+        try:
+            m.final_hidden(TEXTS[0])
+        finally:
+            for hook in hooks:
+                hook.remove()
+        assert len(seen) == 3 and torch.equal(seen[0], seen[1]) and torch.equal(seen[0], seen[2]), (name, layer)
 
 
 # ------------------------------------------------------------------------------ negative controls
@@ -451,6 +514,10 @@ NEGATIVE = {
         bias={C2P: ADAPTERS["deberta-v2"].variations(self, *a).bias[C2P]})}),
     "bloom": ("Bloom without ALiBi",
               {"variations": lambda self, *a: replace(ADAPTERS["bloom"].variations(self, *a), bias={})}),
+    "deepseek_v3": ("DeepSeek-V3's interleaved rotary pairs read as rotate-half pairs",
+                    {"rope_order": lambda self, site: list(range(site.attention.qk_rope_head_dim))}),
+    "deepseek_v2": ("DeepSeek-V2's interleaved rotary pairs read as rotate-half pairs",
+                    {"rope_order": lambda self, site: list(range(site.attention.qk_rope_head_dim))}),
     "albert": ("ALBERT always reading the first call", {"site": lambda self, part, layer: replace(
         ADAPTERS["albert"].site(self, part, layer), call=0)}),
 }
