@@ -123,7 +123,7 @@ def test_what_has_no_head_weights_says_why() -> None:
 
 def test_folding_a_few_columns_at_a_time_equals_folding_all_at_once(monkeypatch) -> None:
     """fold_reader works FOLD_COLUMNS columns at a time (an unembedding is never copied whole in float64)."""
-    import mha_viz.weights as weights
+    from mha_viz import weights
 
     rng = np.random.default_rng(0)
     W, b = rng.normal(size=(2, 8, 11)), rng.normal(size=(2, 11))
