@@ -38,6 +38,7 @@ from .names import (
 )
 from .parts import SECTIONS, VIEWS, Part, StateField, all_fields, core_fields
 from .text import DEFAULT_TEXT
+from .variants_cost import VARIANTS
 
 EXAMPLES = {
     "Ambiguous 'it'": DEFAULT_TEXT,
@@ -306,8 +307,32 @@ VIEWS.register(Part("Analysis", _TRACE_MODES, "mha_viz.ui.view_parts:analysis", 
                     help="Which heads do what, and which heads matter: the analysis sections.",
                     fields=(StateField("section", "Head statistics", _one_of(SECTIONS),
                                        _one_of_registered(SECTIONS)),)))
-VIEWS.register(Part("Shapes & cost", ("Configurable",), "mha_viz.ui.view_parts:shapes",
-                    help="Every matrix's shape and the layer's cost in parameters and operations."))
+# The variants compared under Shapes & cost: prefixed cost_, because they price a layer beside MHA and do not change
+# the layer the page computes (a configurable-mode `variant` control would).
+CONTEXTS = tuple(2**i for i in range(8, 21))  # 256 ... 1,048,576 tokens
+SINKS = ("none", "logit", "tokens")  # no sink, a learned sink logit per head (gpt-oss), the first 4 tokens kept
+
+
+def _context(raw: str) -> int:
+    value = int(raw.strip())
+    if value not in CONTEXTS:
+        raise ValueError
+    return value
+
+
+VIEWS.register(Part(
+    "Shapes & cost", ("Configurable",), "mha_viz.ui.view_parts:shapes",
+    help="Every matrix's shape and the layer's cost in parameters and operations, and attention variants beside MHA.",
+    fields=(StateField("cost_variant", "gqa", _one_of(VARIANTS), "one of " + ", ".join(VARIANTS)),
+            StateField("cost_kv_heads", 1, lambda r: _int(r, 1, MAX_HEADS), f"a number of KV heads from 1 to {MAX_HEADS}"),
+            StateField("cost_kv_latent", 16, lambda r: _int(r, 1, 4096), "a latent width from 1 to 4096"),
+            StateField("cost_q_latent", 0, lambda r: _int(r, 0, 4096), "0 (none) or a latent width up to 4096"),
+            StateField("cost_rope_dim", 4, lambda r: _int(r, 0, 256), "a number of rotary dimensions from 0 to 256"),
+            StateField("cost_window", 64, lambda r: _int(r, 1, CONTEXTS[-1]), f"a window from 1 to {CONTEXTS[-1]}"),
+            StateField("cost_sinks", "none", _one_of(SINKS), "one of " + ", ".join(SINKS)),
+            StateField("cost_moh_k", 1, lambda r: _int(r, 1, MAX_HEADS), f"a number of heads from 1 to {MAX_HEADS}"),
+            StateField("cost_context", 8192, _context,
+                       f"a power of two from {CONTEXTS[0]} to {CONTEXTS[-1]}"))))
 VIEWS.register(Part("Formulas", ("Configurable",), "mha_viz.ui.view_parts:formulas",
                     help="The layer's equations with this layer's sizes."))
 

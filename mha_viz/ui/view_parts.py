@@ -22,6 +22,7 @@ from .analysis import ModelLoader, analysis_view
 from .generate import generate_view
 from .style import column_width, is_narrow
 from .training import training_page
+from .variants_cost import variants_cost_view
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,7 @@ def analysis(c: ViewContext) -> None:
 
 def shapes(c: ViewContext) -> None:
     views.cost_view(c.cfg, *c.sizes(), cross=c.trace.cross)
+    variants_cost_view(c.cfg)
 
 
 def formulas(c: ViewContext) -> None:
