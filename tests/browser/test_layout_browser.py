@@ -213,6 +213,7 @@ IND = "mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section="
     ("mode=Pretrained&view=Analysis&section=Circuits", (390, 1400)),  # a large vocabulary: sampled top-k rows
     ("mode=Pretrained&view=Analysis&section=Composition", (390, 1400)),  # 6 x 12 heads
     ("mode=Train&h=2&view=Analysis&section=Circuits", (390,)),  # a 26-token table
+    ("view=Shapes+%26+cost&cost_variant=mla", (390, 1024, 1400, 2560)),  # the variants' costs, the presets' table
 ])
 def test_new_analysis_sections_fit_every_width(server: str, browser, query: str, widths: tuple[int, ...]) -> None:
     for width in widths:
