@@ -87,6 +87,11 @@ FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
         query_pre_attn_scalar=8, **SMALL, **TOKENS)),
     "phi": ("Phi", lambda: tf.PhiConfig(vocab_size=V, partial_rotary_factor=0.5, qk_layernorm=True, **SMALL, **TOKENS)),
     "phi3": ("Phi-3", lambda: tf.Phi3Config(vocab_size=V, num_key_value_heads=2, **SMALL, **TOKENS)),
+    "gpt_oss": ("gpt-oss", lambda: tf.GptOssConfig(
+        vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4, num_local_experts=4, num_experts_per_tok=2,
+        layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS)),
+    "diffllama": ("DiffLlama", lambda: tf.DiffLlamaConfig(vocab_size=V, num_key_value_heads=2, lambda_std_dev=0.3,
+                                                          **SMALL, **TOKENS)),
     "t5": ("T5", lambda: tf.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                                      decoder_start_token_id=0, pad_token_id=0, eos_token_id=102)),
     "bart": ("BART", lambda: tf.BartConfig(vocab_size=V, bos_token_id=101, decoder_start_token_id=102, **ENC_DEC)),
