@@ -5,7 +5,8 @@
 
 attend() is the one attention core: this module's configurable layer and every pretrained
 architecture's adapter (mha_viz.pretrained) call it, each with the variations its model uses
-(a Variations: scale, per-head q/k norms, rotary positions, additive biases, soft-capping, masks; and head masks).
+(a Variations: scale, per-head q/k norms, rotary positions, additive biases, soft-capping, masks, sink logits,
+differential pairs of maps, a norm on each head's output; and head masks).
 
 Parameters are stored per head, TransformerLens style:
     W_Q [H, d_model, d_k]   W_K [H, d_context, d_k]   W_V [H, d_context, d_v]   W_O [d_out, H*d_v]
@@ -45,8 +46,11 @@ class Attended(NamedTuple):
     keys: Tensor  # (..., H, S, d_k) likewise
     scores: Tensor  # (..., H, T, S) masked entries -inf
     weights: Tensor  # (..., H, T, S)
-    head_outputs: Tensor  # (..., H, T, d_v) after head_mask
+    head_outputs: Tensor  # (..., H, T, d_v) after head_norm and head_mask
     concat: Tensor  # (..., T, H*d_v) after head_mask: what W_O receives
+    values: Tensor  # (..., H, S, d_v) as the head outputs use them: v, or a differential pair's [v_i | v_(i+H)]
+    maps: Tensor  # (..., H_q, T, S) the softmax of each query head (= weights unless differential)
+    mixed: Tensor  # (..., H, T, d_v) weights @ values, before head_norm and head_mask
 
 
 def causal_mask(T: int, S: int, device: torch.device | None = None) -> Tensor:
@@ -107,6 +111,9 @@ class Variations:
     mask: Tensor | None = None  # the model's own mask: True (or -inf) where a key is hidden
     causal: bool = False
     window: int | None = None  # keys |i - j| >= window are hidden (with causal: the window - 1 keys before i)
+    sinks: Tensor | None = None  # (H,) one learned logit per head in each softmax, then dropped (gpt-oss)
+    differential: Tensor | float | None = None  # lambda, scalar or (H,): weights = map_i - lambda map_(i+H) (DiffLlama)
+    head_norm: Callable[[Tensor], Tensor] | None = None  # on each head's output before the concat (DiffLlama)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: Tensor | None = None) -> Attended:
@@ -121,7 +128,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: T
         scores  = scores + mask                         mask: True (or -inf) where a key is hidden
         scores  = -inf where j > i (causal) or |i - j| >= window
         weights = softmax(scores)                       over keys
-        head_h  = weights_h v_h;  concat = [head_0 | ... | head_{H-1}] scaled by head_mask (H,)
+        weights = softmax([scores | sink_h])[:, :S]     with sinks (H,): one more logit per row, its column
+                                                        dropped, so a row sums to 1 - sink mass (gpt-oss)
+        weights = maps_i - lambda maps_(i+H)            differential: q, k, v hold 2H heads, pairs (i, i + H);
+        v_i     = [v_i | v_(i+H)]                       the signed difference of two softmax maps (DiffLlama)
+        head_h  = head_norm(weights_h v_h);  concat = [head_0 | ... | head_{H-1}] scaled by head_mask (H,)
     """
     var = variations
     if var.q_norm is not None:
@@ -144,15 +155,30 @@ def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: T
         scores = scores.masked_fill(causal_mask(T, S, scores.device), float("-inf"))  # (..., H, T, S)
     if var.window is not None:
         scores = scores.masked_fill(window_mask(T, S, var.window, scores.device), float("-inf"))  # (..., H, T, S)
-    weights = scores.softmax(dim=-1)  # (..., H, T, S)
-    head_outputs = weights @ v  # (..., H, T, d_v)
+    if var.sinks is None:
+        maps = scores.softmax(dim=-1)  # (..., H, T, S)
+    else:  # as transformers' gpt-oss: [scores | sink], minus the row max, softmax, the sink column dropped
+        sink = var.sinks.to(scores).reshape(-1, 1, 1).expand(*scores.shape[:-1], 1)  # (..., H, T, 1)
+        logits = torch.cat((scores, sink), dim=-1)  # (..., H, T, S + 1)
+        maps = (logits - logits.max(dim=-1, keepdim=True).values).softmax(dim=-1)[..., :-1]  # (..., H, T, S)
+    weights, values = maps, v  # (..., H, T, S), (..., H, S, d_v)
+    if var.differential is not None:
+        if maps.shape[-3] % 2:
+            raise ValueError(f"differential attention pairs query heads: {maps.shape[-3]} is odd")
+        first, second = maps.chunk(2, dim=-3)  # (..., H, T, S) each: heads i and i + H
+        lam = torch.as_tensor(var.differential).to(maps).reshape(-1, 1, 1)  # (H or 1, 1, 1)
+        weights = first - lam * second  # (..., H, T, S)  signed: rows sum to 1 - lambda
+        values = torch.cat(v.chunk(2, dim=-3), dim=-1)  # (..., H, S, 2 d_v): [v_i | v_(i+H)]
+    mixed = weights @ values  # (..., H, T, d_v)
+    head_outputs = mixed if var.head_norm is None else var.head_norm(mixed)  # (..., H, T, d_v)
     concat = head_outputs.transpose(-3, -2).flatten(-2)  # (..., T, H*d_v)
     if head_mask is not None:
-        if head_mask.shape != (q.shape[-3],):
-            raise ValueError(f"head_mask needs one value per head: shape ({q.shape[-3]},), got {tuple(head_mask.shape)}")
+        H = weights.shape[-3]
+        if head_mask.shape != (H,):
+            raise ValueError(f"head_mask needs one value per head: shape ({H},), got {tuple(head_mask.shape)}")
         concat = scale_heads(concat, head_mask)  # (..., T, H*d_v)
-        head_outputs = concat.unflatten(-1, (q.shape[-3], -1)).transpose(-3, -2)  # (..., H, T, d_v)
-    return Attended(q, k, scores, weights, head_outputs, concat)
+        head_outputs = concat.unflatten(-1, (H, -1)).transpose(-3, -2)  # (..., H, T, d_v)
+    return Attended(q, k, scores, weights, head_outputs, concat, values, maps, mixed)
 
 
 class MultiHeadAttention(nn.Module):

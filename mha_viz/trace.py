@@ -3,7 +3,7 @@
 Layout: attention is [head, query, key]; per-head tensors are [head, position, dim].
     queries      [H, T, d_k]      keys     [H, S, d_k]      values [H, S, d_v]
     scores       [H, T, S]        scale * Q K^T (+ score_bias terms, soft-capped), masked entries -inf
-    weights      [H, T, S]        softmax(scores) over keys; each row sums to 1
+    weights      [H, T, S]        softmax(scores) over keys; each row sums to 1 (except with sinks, differential)
     head_outputs [H, T, d_v]      weights @ values
     concat       [T, H*d_v]       head outputs side by side, *before* W_O
     output       [T, d_out]       concat @ W_O^T + b_O, *after* W_O
@@ -15,6 +15,12 @@ Layout: attention is [head, query, key]; per-head tensors are [head, position, d
                  ALiBi (Bloom), DeBERTa's content->position and position->content terms; empty: none
     softcap      c of logit soft-capping (Gemma2), None: none.  In all:
                  scores = c * tanh((scale * Q K^T + sum(score_bias)) / c) + mask
+    sinks        [H] or None: a learned sink logit per head joins each row's softmax and its column is dropped
+                 (gpt-oss): weights = softmax([scores | sink_h])[:, :S], so a row sums to 1 - sink_mass
+    lambdas, maps, map_scores   differential attention (DiffLlama), else None: head h has two softmax maps
+                 maps [2, H, T, S] from the scores map_scores [2, H, T, S] of two query/key heads, and
+                 weights = maps[0] - lambdas[h] * maps[1] (signed; rows sum to 1 - lambda); queries, keys and
+                 scores are the first map's; values [H, S, 2 d] are the pair's [v_1 | v_2]
 T counts query tokens, S key tokens (S = T for self-attention). Heads are numbered from 0.
 """
 
@@ -56,6 +62,10 @@ class AttentionTrace:
     # kv_heads[h] is the key/value head that query head h reads (grouped-query attention);
     # None means one K/V head per query head.
     kv_heads: tuple[int, ...] | None = None
+    sinks: np.ndarray | None = None
+    lambdas: np.ndarray | None = None
+    maps: np.ndarray | None = None
+    map_scores: np.ndarray | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -78,6 +88,10 @@ class AttentionTrace:
             "b_Q": (H, d_k),
             "b_K": (H, d_k),
             "b_V": (H, d_v),
+            "sinks": (H,),
+            "lambdas": (H,),
+            "maps": (2, H, T, S),
+            "map_scores": (2, H, T, S),
         }
         for name, shape in expected.items():
             array = getattr(self, name)
@@ -118,6 +132,12 @@ class AttentionTrace:
     @property
     def d_out(self) -> int:
         return self.require("W_O").shape[0]
+
+    @property
+    def sink_mass(self) -> np.ndarray | None:
+        """[H, T]: the share of each row's softmax that went to the head's sink logit, 1 - sum_j weights[h, i, j];
+        None without sinks."""
+        return None if self.sinks is None else 1.0 - self.weights.sum(-1)
 
     @property
     def score_scale(self) -> float:

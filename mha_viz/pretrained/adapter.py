@@ -8,7 +8,8 @@ rest is the same for every architecture, for one layer and one input:
     variations = scale, q/k norms, rotary cos/sin, bias, soft-capping,        adapter, from the
                  the model's mask, causal, sliding window                     module's own arguments
     weights, head outputs, concat = mha_viz.attention.attend(q, k, v, variations, head_mask)
-                                                checked against the model's output_attentions
+                                                checked against the model's output_attentions (a differential
+                                                layer's: its 2H softmax maps, heads i and i + H paired)
     concat     = input of the output projection    forward pre-hook; head_mask scales blocks here
     output     = concat W_O^T + b_O                forward hook; checked against concat W_O^T + b_O
 """
@@ -258,6 +259,13 @@ def model_mask(mask: Tensor | None, *, keep: bool = False) -> Tensor | None:
     return m <= torch.finfo(m.dtype).min / 2
 
 
+def differential_columns(name: str, W: np.ndarray) -> np.ndarray:
+    """A projection of 2H paired query heads (i, i + H) as H differential heads' (attention.attend, differential):
+    W_Q, W_K (and biases) the first head's, W_V [H, d_in, 2 d] the pair's [W_V_i | W_V_(i+H)]."""
+    first, second = np.split(W, 2)  # (H, ..., d) each
+    return np.concatenate((first, second), axis=-1) if name[-1] == "V" else first
+
+
 def max_abs_diff(a: Tensor, b: Tensor) -> float:
     return float((a.float() - b.float()).detach().abs().max())
 
@@ -321,6 +329,11 @@ class Adapter:
             mask=model_mask(rec.arguments.get(self.mask_argument)),
             causal=self.causal(part),
         )
+
+    def trace_heads(self, maps: int) -> int:
+        """How many heads a trace has for a layer whose output_attentions holds `maps` maps: the same, except where
+        two maps make one head (differential attention: H / 2)."""
+        return maps
 
     def scale(self, site: Site) -> float:
         """The factor on Q K^T: the attention module's own `scaling` (1/sqrt(d_k) in most models)."""
@@ -445,21 +458,29 @@ class Adapter:
                 for name, W in self.projection_weights(site).items()
             }  # W_Q (H, d_model, d_k), W_K (H, d_context, d_k), W_V (H, d_context, d_v), biases (H, d)
             concat, output = rec.concat.float(), rec.output.float()  # (T, H*d_v), (T, d_out)
+            if var.differential is not None:  # 2H query heads paired (i, i + H): head i reads the first's Q, K
+                projections = {name: None if W is None else differential_columns(name, W)
+                               for name, W in projections.items()}
             check = {
-                "weights vs output_attentions": max_abs_diff(a.weights, reference),
+                ("weights vs output_attentions" if var.differential is None
+                 else "both softmax maps vs output_attentions"): max_abs_diff(a.maps, reference),
                 "head outputs vs concat": max_abs_diff(a.concat, concat),
                 "concat @ W_O^T + b vs output": max_abs_diff(concat @ W_O.T + (0.0 if b_O is None else b_O), output),
             }
             W_O_np, b_O_np = to_numpy(W_O), None if b_O is None else to_numpy(b_O)
         extra = {"window": var.window} if var.window is not None else {}
+        diff = var.differential is not None
+        n = a.weights.shape[0]  # heads of the trace: H, or H / 2 differential pairs
+        if var.head_norm is not None:
+            extra["head_norm"] = getattr(var.head_norm, "formula", "a norm on each head's output")
         return AttentionTrace(
             query_tokens=request.query_tokens,
             key_tokens=request.key_tokens,
             weights=to_numpy(a.weights),
-            queries=to_numpy(a.queries),
-            keys=to_numpy(a.keys),
-            values=to_numpy(v),
-            scores=to_numpy(a.scores),
+            queries=to_numpy(a.queries[:n]),
+            keys=to_numpy(a.keys[:n]),
+            values=to_numpy(a.values),
+            scores=to_numpy(a.scores[:n]),
             head_outputs=to_numpy(a.head_outputs),
             concat=to_numpy(concat),
             output=to_numpy(output),
@@ -471,7 +492,11 @@ class Adapter:
             softcap=var.softcap,
             causal=self.causal(part),
             cross=part == "cross",
-            kv_heads=kv_heads if site.num_kv_heads != site.num_heads else None,
+            kv_heads=kv_heads if site.num_kv_heads != site.num_heads and not diff else None,
+            sinks=None if var.sinks is None else to_numpy(var.sinks),
+            lambdas=to_numpy(torch.as_tensor(var.differential).float().expand(n)) if diff else None,
+            maps=to_numpy(a.maps.unflatten(0, (2, n))) if diff else None,
+            map_scores=to_numpy(a.scores.unflatten(0, (2, n))) if diff else None,
             meta={**request.layer_meta(layer), **extra, "model_dtype": str(reference.dtype).removeprefix("torch."), "check": check},
         )
 

@@ -7,13 +7,18 @@
     Gemma2: scale = query_pre_attn_scalar^-1/2, scores soft-capped: c * tanh(scores / c) before the mask
     Gemma 3: Gemma2's layout with q/k norms (as Qwen3's) instead of soft-capping; sliding windows on local layers
     Phi-3: one fused qkv_proj, [Q | K | V] side by side
+    gpt-oss: a learned sink logit per head joins each softmax and is dropped; sliding and full layers alternate
+    DiffLlama: query heads i and i + H/2 pair into one differential head, weights = softmax_i - lambda softmax_(i+H/2)
+        on values [v_i | v_(i+H/2)], lambda = exp(l_q1 . l_k1) - exp(l_q2 . l_k2) + lambda_init; each head's output
+        is then (1 - lambda_init) RMSNorm(head) before o_proj
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+import torch
 from torch import Tensor, nn
 
 from .adapter import Adapter, Recorder, Site, Variations, register, rotary_of
@@ -121,3 +126,47 @@ class Phi3Adapter(LlamaAdapter):
 
     architectures = ("phi3",)
     projections = ("qkv_proj", "qkv_proj", "qkv_proj", "o_proj")
+
+
+@register
+class GptOssAdapter(LlamaAdapter):
+    """gpt-oss: LLaMA's layout with a sink logit per head (self_attn.sinks) in every softmax, sliding windows on the
+    layers config.layer_types calls sliding; its rotary cos/sin come as (T, d/2), one angle per pair (x_i, x_(i+d/2))."""
+
+    architectures = ("gpt_oss",)
+
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        cos, sin = rotary_of(rec)  # (T, d/2) each: the same angle turns x_i and x_(i+d/2)
+        rotary = (torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1))  # (T, d) each, rotate_half's layout
+        return replace(super().variations(part, site, rec, q, k), rotary=rotary, sinks=site.attention.sinks.detach())
+
+
+@dataclass(frozen=True)
+class GroupNorm:
+    """DiffLlama's norm on each differential head's output: (1 - lambda_init) RMSNorm(head) over its 2 d dims."""
+
+    norm: nn.Module
+    factor: float
+    formula = "(1 - lambda_init) RMSNorm(weights @ values)"
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.factor * self.norm(x)
+
+
+@register
+class DiffLlamaAdapter(LlamaAdapter):
+    """DiffLlama: H query heads pair into H/2 differential heads (i, i + H/2); output_attentions holds the H softmax
+    maps, a trace's weights their signed difference map_i - lambda map_(i+H/2) (attention.attend, differential)."""
+
+    architectures = ("diffllama",)
+
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        a = site.attention
+        with torch.no_grad():
+            lam = (torch.exp((a.lambda_q1 * a.lambda_k1).float().sum()) - torch.exp((a.lambda_q2 * a.lambda_k2).float().sum())
+                   + a.lambda_init)  # lambda_full, one per layer
+        norm = GroupNorm(a.groupnorm, 1.0 - a.lambda_init)
+        return replace(super().variations(part, site, rec, q, k), differential=lam, head_norm=norm)
+
+    def trace_heads(self, maps: int) -> int:
+        return maps // 2

@@ -70,7 +70,7 @@ class PretrainedModel:
         outputs = self._forward(*self._inputs("attention", None))  # a probe: how many layers and heads
         attentions = {part: self.adapter.model_attentions(outputs, part) for part in self.parts}
         self.num_layers: dict[str, int] = {part: len(a) for part, a in attentions.items()}
-        self.num_heads: dict[str, int] = {part: a[0].shape[1] for part, a in attentions.items()}
+        self.num_heads: dict[str, int] = {part: self.adapter.trace_heads(a[0].shape[1]) for part, a in attentions.items()}
 
     def __repr__(self) -> str:
         return f"PretrainedModel({self.name!r}, {self.architecture}, {self.kind}, layers={self.num_layers})"

@@ -102,6 +102,11 @@ FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
         vocab_size=V, **{**MLA, "q_lora_rank": None}, **SMALL, **TOKENS)),
     "phi": ("Phi", lambda: tf.PhiConfig(vocab_size=V, partial_rotary_factor=0.5, qk_layernorm=True, **SMALL, **TOKENS)),
     "phi3": ("Phi-3", lambda: tf.Phi3Config(vocab_size=V, num_key_value_heads=2, **SMALL, **TOKENS)),
+    "gpt_oss": ("gpt-oss", lambda: tf.GptOssConfig(
+        vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4, num_local_experts=4, num_experts_per_tok=2,
+        layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS)),
+    "diffllama": ("DiffLlama", lambda: tf.DiffLlamaConfig(vocab_size=V, num_key_value_heads=2, lambda_std_dev=0.3,
+                                                          **SMALL, **TOKENS)),
     "t5": ("T5", lambda: tf.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                                      decoder_start_token_id=0, pad_token_id=0, eos_token_id=102)),
     "bart": ("BART", lambda: tf.BartConfig(vocab_size=V, bos_token_id=101, decoder_start_token_id=102, **ENC_DEC)),
@@ -197,15 +202,29 @@ def test_traces_equal_the_model_in_every_layer_and_part(models, traced, name):
         where = f"{name} {part} layer {layer} {text[:10]!r}"
         T, S = t.weights.shape[1:]
         assert not t.missing, where
-        assert np.abs(t.weights - reference).max() <= 1e-5, where  # the model's own output_attentions
+        if t.maps is None:
+            assert np.abs(t.weights - reference).max() <= 1e-5, where  # the model's own output_attentions
+        else:  # differential (DiffLlama): output_attentions holds the H maps of the H / 2 heads' pairs (i, i + H / 2)
+            assert np.abs(np.concatenate(t.maps) - reference).max() <= 1e-5, where
+            assert np.abs(t.maps[0] - t.lambdas[:, None, None] * t.maps[1] - t.weights).max() <= 1e-6, where
         bias = 0.0 if t.b_O is None else t.b_O
         assert np.abs(t.concat @ t.W_O.T + bias - t.output).max() <= 1e-4, where  # the real output projection
         assert np.abs(t.head_outputs.transpose(1, 0, 2).reshape(T, -1) - t.concat).max() <= 1e-5, where
-        assert np.abs(t.weights @ t.values - t.head_outputs).max() <= 1e-5, where
+        assert np.abs(head_norm(m, part, layer, t.weights @ t.values) - t.head_outputs).max() <= 1e-5, where
         assert max(t.meta["check"].values()) <= 1e-5, where
         assert (t.meta["part"], t.meta["layer"], t.causal) == (part, layer, part == "decoder"), where
         spread = max(spread, float(np.abs(t.weights - 1 / S).max()))
     assert spread > 0.1  # real attention patterns, so the comparisons mean something
+
+
+def head_norm(m: PretrainedModel, part: str, layer: int, mixed: np.ndarray) -> np.ndarray:
+    """What the model does to weights @ values (H, T, d_v) before the concat: nothing, except DiffLlama's
+    (1 - lambda_init) RMSNorm over each head's d_v, restated here from its modeling code."""
+    if m.architecture != "diffllama":
+        return mixed
+    a = m.adapter.site(part, layer).attention
+    rms = np.sqrt((mixed.astype(np.float64) ** 2).mean(-1, keepdims=True) + a.groupnorm.eps)
+    return (1 - a.lambda_init) * mixed / rms
 
 
 QKV_LAYOUTS = {  # how each fused projection's output splits into q, k and v, restated from the model's own code
@@ -253,6 +272,10 @@ def test_projection_weights_are_the_models_own(models, traced, name):
         for i, (W, b, real) in enumerate(zip((t.W_Q, t.W_K, t.W_V), (t.b_Q, t.b_K, t.b_V), real_qkv(name, site, x),
                                              strict=True)):
             real = real[list(t.kv_heads)] if t.kv_heads is not None and i else real  # K/V heads per query head
+            if t.maps is not None:  # differential: head i reads query head i's Q and K, and V of the pair (i, i + H)
+                real = real[list(site.kv_heads)] if i else real  # (2H, T, d)
+                first, second = np.split(real, 2)
+                real = np.concatenate((first, second), axis=-1) if i == 2 else first
             ours = np.einsum("td,hdk->htk", x.numpy(), W) + (0.0 if b is None else b[:, None])
             np.testing.assert_allclose(ours, real, atol=1e-5, err_msg=f"{name} {part} {'QKV'[i]}")
 
@@ -266,7 +289,8 @@ def test_head_weights_fold_the_norm_each_attention_reads_through(models, name):
         pytest.skip("MLA has no W_Q, W_K, W_V per head: test_mla_has_no_head_weights_and_says_why checks its norm")
     for part in (p for p in m.parts if p != "cross"):
         w = m.head_weights(part)
-        assert w.W_Q.shape[:2] == (m.num_layers[part], m.num_heads[part])
+        query_heads = m.adapter.site(part, 0).num_heads  # m.num_heads, or 2 per differential head (DiffLlama)
+        assert w.W_Q.shape[:2] == (m.num_layers[part], query_heads)
         for layer in range(m.num_layers[part]):
             site, norm = m.adapter.site(part, layer), m.adapter.pre_norm(part, layer)
             if norm is None:
@@ -399,7 +423,8 @@ def test_falcon_layouts_share_keys_and_values_as_the_model_does(models, traced):
 
 
 @pytest.mark.parametrize(("name", "window", "local"), [("gpt_neo", 4, [1]), ("mistral", 4, [0, 1]),
-                                                      ("gemma2", 4, [0]), ("gemma3", 4, [0]), ("modernbert", 3, [1])])
+                                                      ("gemma2", 4, [0]), ("gemma3", 4, [0]), ("modernbert", 3, [1]),
+                                                      ("gpt_oss", 4, [0])])
 def test_sliding_windows_are_the_models_own(traced, name, window, local):
     for text, _, layer, t, _ in traced(name):
         i, j = np.indices(t.weights.shape[-2:])
@@ -408,6 +433,54 @@ def test_sliding_windows_are_the_models_own(traced, name, window, local):
             visible &= j <= i
         assert np.all(t.weights[:, ~visible] == 0) and np.all(t.weights[:, visible] > 0), (name, layer, text)
         assert t.meta.get("window") == (window if layer in local else None)
+
+
+def test_gpt_oss_layers_alternate_as_its_config_says(models, traced):
+    assert models["gpt_oss"].model.config.layer_types == ["sliding_attention", "full_attention"]
+    assert [t.meta.get("window") for text, _, _, t, _ in traced("gpt_oss") if text == TEXTS[0]] == [4, None]
+
+
+def test_gpt_oss_sink_mass_is_what_each_rows_softmax_gave_the_sink_logit(models, traced):
+    """sink mass[h, i] = e^(s_h) / (e^(s_h) + sum_j e^(scores[h, i, j])) = 1 - sum_j weights[h, i, j], by hand."""
+    m = models["gpt_oss"]
+    for _, part, layer, t, reference in traced("gpt_oss"):
+        sinks = m.adapter.site(part, layer).attention.sinks.detach().numpy()  # (H,)
+        np.testing.assert_array_equal(t.sinks, sinks)
+        scores = t.scores.astype(np.float64)  # (H, T, S), hidden keys -inf
+        by_hand = np.exp(sinks)[:, None] / (np.exp(sinks)[:, None] + np.exp(scores).sum(-1))  # (H, T)
+        np.testing.assert_allclose(t.sink_mass, by_hand, atol=1e-6)
+        np.testing.assert_allclose(t.sink_mass, 1 - reference.sum(-1), atol=1e-6)  # the model's rows lack it too
+        np.testing.assert_allclose(t.weights, np.exp(scores) / (np.exp(sinks)[:, None] + np.exp(scores).sum(-1))[..., None],
+                                   atol=1e-6)
+        assert t.sink_mass.min() > 0 and t.sink_mass.mean() > 1e-2  # the sink takes a real share on this input
+
+
+def test_diffllama_lambda_and_both_maps_are_the_modules_own(models, traced):
+    """lambda = exp(l_q1 . l_k1) - exp(l_q2 . l_k2) + lambda_init, lambda_init = 0.8 - 0.6 exp(-0.3 layer); each map
+    is the softmax of its own scores; weights = map_1 - lambda map_2, whose rows sum to 1 - lambda; both maps are the
+    model's output_attentions (heads i and i + H/2); a wrong lambda is caught by the head outputs vs the real concat."""
+    m = models["diffllama"]
+    for _, part, layer, t, reference in traced("diffllama"):
+        a = m.adapter.site(part, layer).attention
+        p = {name: getattr(a, name).detach().double().numpy() for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")}
+        lam = np.exp(p["lambda_q1"] @ p["lambda_k1"]) - np.exp(p["lambda_q2"] @ p["lambda_k2"]) + 0.8 - 0.6 * np.exp(-0.3 * layer)
+        np.testing.assert_allclose(t.lambdas, lam, rtol=1e-6)
+        H = t.num_heads
+        assert t.maps.shape == (2, H, *t.weights.shape[1:]) and reference.shape[0] == 2 * H
+        e = np.exp(t.map_scores.astype(np.float64))  # (2, H, T, S)
+        np.testing.assert_allclose(t.maps, e / e.sum(-1, keepdims=True), atol=1e-6)
+        np.testing.assert_allclose(t.maps[0] - lam * t.maps[1], t.weights, atol=1e-6)
+        np.testing.assert_allclose(t.maps.reshape(reference.shape), reference, atol=1e-6)
+        np.testing.assert_allclose(t.weights.sum(-1), 1 - lam, atol=1e-5)
+        assert (t.weights.min() < 0 < t.weights.max()) == (lam > 0)  # signed where lambda > 0 (layer 1 here)
+        assert t.meta["check"]["head outputs vs concat"] <= 1e-5
+    wrong_lambda = wrong("diffllama", variations=lambda self, *a: replace(ADAPTERS["diffllama"].variations(self, *a),
+                                                                       differential=0.5))
+    m.adapter = wrong_lambda(m.model)
+    try:
+        assert m.trace(TEXTS[0], 1).meta["check"]["head outputs vs concat"] > 1e-3
+    finally:
+        m.adapter = adapter_for(m.model)
 
 
 def test_gpt_neo_does_not_scale_and_gemma2_soft_caps(traced):
@@ -512,6 +585,8 @@ NEGATIVE = {
     "deberta-v2": ("DeBERTa without p2c", {"variations": lambda self, *a: replace(
         ADAPTERS["deberta-v2"].variations(self, *a),
         bias={C2P: ADAPTERS["deberta-v2"].variations(self, *a).bias[C2P]})}),
+    "gpt_oss": ("gpt-oss without its sinks",
+                {"variations": lambda self, *a: replace(ADAPTERS["gpt_oss"].variations(self, *a), sinks=None)}),
     "bloom": ("Bloom without ALiBi",
               {"variations": lambda self, *a: replace(ADAPTERS["bloom"].variations(self, *a), bias={})}),
     "deepseek_v3": ("DeepSeek-V3's interleaved rotary pairs read as rotate-half pairs",
