@@ -202,14 +202,15 @@ class HeadMasks(ConcatHooks):
 
 
 class HeadValues(ConcatHooks):
-    """Heads set to given values (mean or resample ablation): (site, {head: value (T, d_v) or (d_v,)}) pairs; those
-    heads' blocks of the concat are replaced."""
+    """Heads set to given values (mean or resample ablation): (site, (H, {head: value (T, d_v) or (d_v,)})) pairs,
+    H the trace's heads (Adapter.trace_heads); those heads' blocks of the concat are replaced."""
 
     @staticmethod
-    def change(site: Site, what: dict[int, Tensor], concat: Tensor) -> Tensor:
+    def change(site: Site, what: tuple[int, dict[int, Tensor]], concat: Tensor) -> Tensor:
+        heads, values = what
         x = concat.clone()  # (1, T, H*d_v)
-        d = x.shape[-1] // site.num_heads
-        for h, value in what.items():
+        d = x.shape[-1] // heads
+        for h, value in values.items():
             x[..., h * d : (h + 1) * d] = value.to(x)
         return x
 
@@ -329,6 +330,8 @@ class Adapter:
             mask=model_mask(rec.arguments.get(self.mask_argument)),
             causal=self.causal(part),
         )
+
+    weights_unavailable: str | None = None  # why there is no W_Q, W_K, W_V per head (HeadWeights refuses), else None
 
     def trace_heads(self, maps: int) -> int:
         """How many heads a trace has for a layer whose output_attentions holds `maps` maps: the same, except where

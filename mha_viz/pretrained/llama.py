@@ -159,6 +159,10 @@ class DiffLlamaAdapter(LlamaAdapter):
     maps, a trace's weights their signed difference map_i - lambda map_(i+H/2) (attention.attend, differential)."""
 
     architectures = ("diffllama",)
+    weights_unavailable = (
+        "a differential head subtracts two softmax maps, each from its own query and key heads, and its output passes "
+        "a norm before W_O: one head has two W_QK and no single W_OV"
+    )
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         a = site.attention

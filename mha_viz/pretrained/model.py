@@ -277,10 +277,10 @@ class PretrainedModel:
             raise ValueError(f"heads cannot be set: {self.unavailable}")
         sites = []
         for layer, heads in (head_values or {}).items():
-            site = self.adapter.site(part, self._layer(part, layer))
-            if not all(isinstance(h, (int, np.integer)) and 0 <= h < site.num_heads for h in heads):
-                raise ValueError(f"head_values[{layer}] names heads outside 0 ... {site.num_heads - 1}")
-            sites.append((site, {int(h): torch.as_tensor(np.asarray(v, dtype=np.float32)) for h, v in heads.items()}))
+            site, H = self.adapter.site(part, self._layer(part, layer)), self.num_heads[part]
+            if not all(isinstance(h, (int, np.integer)) and 0 <= h < H for h in heads):
+                raise ValueError(f"head_values[{layer}] names heads outside 0 ... {H - 1}")
+            sites.append((site, (H, {int(h): torch.as_tensor(np.asarray(v, dtype=np.float32)) for h, v in heads.items()})))
         return HeadValues(sites)
 
     def _forward(self, enc: Encoded, dec: Encoded | None) -> Any:

@@ -39,7 +39,7 @@ def model_weights(model: TextModel, part: str) -> HeadWeights:
     adapter = model.adapter
     if adapter.unavailable is not None:
         raise ValueError(f"the heads' weights are unknown: {adapter.unavailable}")
-    if getattr(adapter, "weights_unavailable", None):  # traced in full, but no W_Q, W_K, W_V per head (MLA)
+    if adapter.weights_unavailable:  # traced in full, but no W_Q, W_K, W_V per head (MLA)
         raise ValueError(f"the heads' weights are not matrices per head: {adapter.weights_unavailable}")
     if part == "cross":
         raise ValueError("cross-attention reads the decoder for its queries and the encoder for its keys and values; "

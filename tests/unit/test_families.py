@@ -285,12 +285,13 @@ def test_head_weights_fold_the_norm_each_attention_reads_through(models, name):
     """In a real forward pass the query projection reads exactly pre_norm(x) (the adapter names the right norm), and
     HeadWeights' folded W_Q on the raw stream x, over the norm's scale s, gives the same queries (mha_viz.weights)."""
     m = models[name]
-    if name in MLA_FAMILIES:
-        pytest.skip("MLA has no W_Q, W_K, W_V per head: test_mla_has_no_head_weights_and_says_why checks its norm")
+    if m.adapter.weights_unavailable:  # MLA, differential attention: no W_Q, W_K, W_V per head, and it says why
+        with pytest.raises(ValueError, match="not matrices per head"):
+            m.head_weights()
+        return
     for part in (p for p in m.parts if p != "cross"):
         w = m.head_weights(part)
-        query_heads = m.adapter.site(part, 0).num_heads  # m.num_heads, or 2 per differential head (DiffLlama)
-        assert w.W_Q.shape[:2] == (m.num_layers[part], query_heads)
+        assert w.W_Q.shape[:2] == (m.num_layers[part], m.num_heads[part])
         for layer in range(m.num_layers[part]):
             site, norm = m.adapter.site(part, layer), m.adapter.pre_norm(part, layer)
             if norm is None:
@@ -350,6 +351,25 @@ def test_knockout_removes_exactly_the_heads_contribution(models, traced, name):
         assert np.all(silent.concat == 0) and np.all(silent.head_outputs == 0)
         np.testing.assert_allclose(silent.output, np.broadcast_to(0.0 if full.b_O is None else full.b_O,
                                                                   full.output.shape), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_head_set_to_its_own_output_changes_nothing_and_to_zero_is_knockout(models, traced, name):
+    """Mean and resample ablation set a head's block of the concat (HeadValues): set to the head's own traced output
+    the model is unchanged, set to zero it equals knockout (one block per traced head, two maps in DiffLlama's)."""
+    m = models[name]
+    part = m.parts[0]
+    layer = m.num_layers[part] - 1
+    full = next(t for text, p, lay, t, _ in traced(name) if (text, p, lay) == (TEXTS[0], part, layer))
+    hidden = m.final_hidden(TEXTS[0], part=part, **texts(m))
+    itself = m.final_hidden(TEXTS[0], part=part, head_values={layer: {1: full.head_outputs[1]}}, **texts(m))
+    np.testing.assert_allclose(itself, hidden, atol=1e-5)
+    zero = m.final_hidden(TEXTS[0], part=part, head_values={layer: {1: np.zeros_like(full.head_outputs[1])}},
+                          **texts(m))
+    H = m.num_heads[part]
+    knocked = m.final_hidden(TEXTS[0], part=part, head_masks={layer: [1, 0] + [1] * (H - 2)}, **texts(m))
+    np.testing.assert_allclose(zero, knocked, atol=1e-5)
+    assert not np.allclose(zero, hidden, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", [n for n in FAMILIES if n not in ("bert", "gpt2", "t5", "bart", "llama")])

@@ -407,3 +407,19 @@ def test_mean_and_resample_ablation_set_the_heads_output_as_a_hook_would(tiny):
         model_knockout(tiny, text, 0, [1], ablation="resample", reference="the dog")
     with pytest.raises(ValueError, match="ablation must be"):
         model_knockout(tiny, text, 0, [1], ablation="noise")
+
+
+def test_differential_heads_are_not_patched_one_query_head_at_a_time() -> None:
+    """DiffLlama's head is two softmax maps and a norm: patching refuses it with the reason, not wrong numbers."""
+    from transformers import AutoTokenizer, DiffLlamaConfig
+
+    from mha_viz.analysis import activation_patching, patching_unavailable
+    from mha_viz.pretrained import bundled_model_dir
+    from tests.tiny_causal import random_causal_lm
+
+    config = DiffLlamaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64)
+    model = PretrainedModel(random_causal_lm(config), AutoTokenizer.from_pretrained(bundled_model_dir()), name="diff")
+    assert "differential" in patching_unavailable(model)
+    with pytest.raises(ValueError, match="differential"):
+        activation_patching(model, "the cat sat", "the dog sat", answer="on", wrong="in")
