@@ -20,6 +20,11 @@ V = 30522
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
          "max_position_embeddings": 64}  # fmt: skip
 TOKENS = {"pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102}
+MLA = {  # DeepSeek-V3's latent attention, small; layer 1 a mixture of 4 experts in one group
+    "q_lora_rank": 12, "kv_lora_rank": 8, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5,
+    "num_key_value_heads": 4, "moe_intermediate_size": 16, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
+}  # fmt: skip
 CONFIGS = {  # family -> (config, what "Why one score" names besides q·k)
     "deberta-v2": (lambda: tf.DebertaV2Config(vocab_size=V, **SMALL, relative_attention=True,
                                               pos_att_type=["p2c", "c2p"], position_buckets=8), [C2P, P2C]),
@@ -27,6 +32,15 @@ CONFIGS = {  # family -> (config, what "Why one score" names besides q·k)
     "gemma2": (lambda: tf.Gemma2Config(vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4,
                                        attn_logit_softcapping=2.0, **SMALL, **TOKENS), ["soft-capped"]),
     "albert": (lambda: tf.AlbertConfig(vocab_size=V, embedding_size=16, **SMALL), []),
+    "gpt_oss": (lambda: tf.GptOssConfig(vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4,
+                                        num_local_experts=4, num_experts_per_tok=2,
+                                        layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS), []),
+    "diffllama": (lambda: tf.DiffLlamaConfig(vocab_size=V, num_key_value_heads=2, lambda_std_dev=0.3, **SMALL,
+                                             **TOKENS), []),
+    "deepseek_v3": (lambda: tf.DeepseekV3Config(vocab_size=V, **MLA, **SMALL, **TOKENS), []),
+    "gemma3": (lambda: tf.Gemma3TextConfig(vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4,
+                                           query_pre_attn_scalar=8, layer_types=["sliding_attention", "full_attention"],
+                                           **SMALL, **TOKENS), []),
 }  # fmt: skip
 
 
@@ -68,3 +82,18 @@ def test_why_one_score_names_what_the_model_adds(folders, name):
         assert term in why
     titles = [json.loads(c.proto.spec)["layout"].get("title", {}).get("text", "") for c in at.get("plotly_chart")]
     assert any("The parts of query" in t for t in titles) == bool(CONFIGS[name][1])
+
+
+@pytest.mark.parametrize("name", ["gpt_oss", "diffllama", "deepseek_v3", "gemma3"])
+def test_every_analysis_section_draws_or_says_why(folders, name):
+    """Sinks (rows that sum to less than 1), differential heads (signed weights, no W_QK per head) and latent attention
+    (no W_Q, W_K, W_V per head) reach every analysis section: each draws, or says why it cannot, never an exception."""
+    from mha_viz.parts import SECTIONS
+
+    at = app_with(folders[name], "Analysis")
+    for section in SECTIONS.menu("Pretrained"):
+        at.button_group(key="section").set_value(section).run()
+        assert not at.exception and not at.error, section
+    if name == "diffllama":  # signed weights: the divergence of distributions does not apply, and the page says so
+        at.button_group(key="section").set_value("Redundancy").run()
+        assert any("signed" in w.value for w in at.warning)

@@ -262,3 +262,14 @@ def test_concat_vs_sum_tells_on_a_sentence_shorter_than_a_head_is_wide() -> None
     assert not result.fits_any and result.concat_error < 1e-5
     assert result.fitted_error > 0.1 and result.mean_error > 0.1
 
+
+
+def test_the_divergence_of_heads_refuses_signed_weights() -> None:
+    """Differential attention's weights are a difference of two maps: not distributions, so no JSD (a clear error,
+    not NaN)."""
+    from mha_viz.analysis import head_divergence
+
+    w = np.full((2, 3, 3), 1 / 3)
+    w[1, 0] = [0.6, 0.5, -0.1]
+    with pytest.raises(ValueError, match="signed"):
+        head_divergence(w)
