@@ -8,13 +8,15 @@
     special     mean_i sum_{j in P} w_ij  share on the special tokens P (given as positions or strings)
     previous    mean_{i>=1} w_i,i-1     same: mean_i w_ii     next: mean_{i<=S-2} w_i,i+1
     distance    mean_i sum_j w_ij |i-j| mean attended distance, in tokens
+    sink        mean_i (1 - sum_j w_ij) share of the softmax a learned sink logit took (gpt-oss; trace_head_stats of
+                                        a trace with sinks), else None
 previous, same, next and distance compare query and key positions: NaN for cross-attention.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -33,6 +35,7 @@ class HeadStats:
     same: np.ndarray
     next: np.ndarray
     distance: np.ndarray
+    sink: np.ndarray | None = None
 
     @property
     def num_heads(self) -> int:
@@ -40,7 +43,8 @@ class HeadStats:
 
     def columns(self) -> dict[str, np.ndarray]:
         """A table: a 'head' column, then one column per statistic."""
-        return {"head": np.arange(self.num_heads), **{f.name: getattr(self, f.name) for f in fields(self)}}
+        return {"head": np.arange(self.num_heads),
+                **{f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}}
 
 
 def _mean(values: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
@@ -106,10 +110,12 @@ def visible_keys(trace: AttentionTrace) -> np.ndarray:
 
 
 def trace_head_stats(trace: AttentionTrace, special: Collection[str | int] = ()) -> HeadStats:
-    """head_stats of a trace: visibility from its scores or mask, special tokens by string or position."""
-    return head_stats(
+    """head_stats of a trace: visibility from its scores or mask, special tokens by string or position; with sinks,
+    the mean sink mass per head."""
+    stats = head_stats(
         trace.weights,
         visible=visible_keys(trace),
         special=special_positions(trace.key_tokens, special),
         positional=not trace.cross,
     )
+    return stats if trace.sink_mass is None else replace(stats, sink=trace.sink_mass.mean(-1).astype(np.float64))

@@ -36,7 +36,8 @@ def head_stats_figure(stats: HeadStats, *, width: int | None = None) -> go.Figur
     """Heads x statistics in [0, 1] as one heatmap (values written in), mean attended distance beside it
     (width: the px the figure is drawn at; titles wrap and labels turn to fit it)."""
     H = stats.num_heads
-    z = np.stack([getattr(stats, name) for name in SHARES], axis=1)  # (H, 7)
+    shares = SHARES + (("sink",) if stats.sink is not None else ())  # the sink's share where the model has sinks
+    z = np.stack([getattr(stats, name) for name in shares], axis=1)  # (H, 7 or 8)
     room = (width or WIDE_PX) - 70  # the head labels
     titles = [wrap("share / normalised value (0 … 1)", room * 0.74, PANEL_TITLE_PX),
               wrap("mean distance (tokens)", room * 0.22, PANEL_TITLE_PX)]
@@ -45,7 +46,7 @@ def head_stats_figure(stats: HeadStats, *, width: int | None = None) -> go.Figur
     fig.add_trace(
         go.Heatmap(z=f32(z), coloraxis="coloraxis", text=np.where(np.isfinite(z), np.round(z, 2), np.nan),
                    texttemplate="%{text}", hovertemplate="head %{y}<br>%{customdata}: %{z:.3f}<extra></extra>",
-                   customdata=np.broadcast_to(np.array(SHARES, dtype=object), z.shape)),
+                   customdata=np.broadcast_to(np.array(shares, dtype=object), z.shape)),
         row=1, col=1,
     )
     fig.add_trace(
@@ -53,8 +54,8 @@ def head_stats_figure(stats: HeadStats, *, width: int | None = None) -> go.Figur
                hovertemplate="head %{y}<br>mean distance %{x:.2f} tokens<extra></extra>"),
         row=1, col=2,
     )
-    fig.update_xaxes({"tickmode": "array", "tickvals": list(range(len(SHARES))), "ticktext": list(SHARES)},
-                     tickangle=token_tickangle(SHARES, room * 0.74), row=1, col=1)
+    fig.update_xaxes({"tickmode": "array", "tickvals": list(range(len(shares))), "ticktext": list(shares)},
+                     tickangle=token_tickangle(shares, room * 0.74), row=1, col=1)
     fig.update_yaxes(_head_axis(range(H)), autorange="reversed", row=1, col=1)
     fig.update_yaxes(showticklabels=False, autorange="reversed", row=1, col=2)
     fig.update_layout(

@@ -31,6 +31,7 @@ LABEL_PX = 14  # a token label needs this many px along its axis, or labels are 
 COLOUR_BAR_PX = 90  # a vertical colour bar beside the heads
 COMPACT_BAR_PX = 48  # a horizontal colour bar above them (narrow figures)
 COLORSCALE = "Blues"  # of the weights, from 0 to the largest shown
+SIGNED_COLORSCALE = "RdBu"  # of signed values (differential attention): red below 0, white at 0, blue above
 BACKGROUND = "#eeeeee"  # behind the heatmaps: where a cell is NaN (masked)
 
 
@@ -47,6 +48,17 @@ def grid_columns(n: int, tokens: int, width: float, wanted: int | None = None) -
 def label_step(n: int, side_px: float) -> int:
     """Label every step-th of n tokens along an axis side_px long, so that labels never overlap."""
     return max(1, -(-n * LABEL_PX // max(1, int(side_px))))
+
+
+def colour_range(shown: np.ndarray) -> dict:
+    """The colour axis of attention heatmaps: Blues from 0 to the largest value shown, or, when some value is
+    negative (differential attention's map1 - lambda * map2), a diverging scale centred at 0 (cmin = -cmax)."""
+    finite = shown[np.isfinite(shown)]
+    if finite.size and float(finite.min()) < 0:
+        top = float(np.abs(finite).max())
+        return {"colorscale": SIGNED_COLORSCALE, "cmin": -top, "cmax": top}
+    top = float(finite.max()) if finite.size else 1.0
+    return {"colorscale": COLORSCALE, "cmin": 0.0, "cmax": max(top, 1e-9)}
 
 
 def head_label(trace: AttentionTrace, head: int) -> str:
@@ -182,7 +194,6 @@ def heads_grid(
         layout[axis_key(yref)].update(y_axis if i % cols == 0 else {**y_axis, "showticklabels": False})
         if square:
             layout[axis_key(yref)]["scaleanchor"] = xref  # one position as tall as wide, whatever the page width
-    top = float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0
     colorbar = {"title": {"text": value_name}}
     if compact:  # a horizontal bar above the heads, not a column beside them
         bar_top = top_px - COMPACT_BAR_PX - (0 if one_title else 22) + 4
@@ -191,7 +202,7 @@ def heads_grid(
                         title={"text": value_name, "side": "right"})
     layout.update(
         title=title_layout,
-        coloraxis={"colorscale": COLORSCALE, "cmin": 0.0, "cmax": max(top, 1e-9), "colorbar": colorbar},
+        coloraxis={**colour_range(shown), "colorbar": colorbar},
         height=height,
         margin={"l": left_px, "r": 10, "t": top_px, "b": bottom_px},
         plot_bgcolor=BACKGROUND,

@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 from ..analysis.score_terms import score_terms
 from ..trace import AttentionTrace
 from .common import TOOLBAR_PX, f32, index_axis, symmetric_range, token_axis, token_label, token_tickangle
+from .heads import colour_range
 
 
 def scale_text(trace: AttentionTrace) -> str:
@@ -89,10 +90,12 @@ def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False
         )
     vec = symmetric_range(q, k, v, out)
     sc = symmetric_range(scores)
+    # 0..1, or centred at 0 for differential attention's signed map1 - lambda * map2
+    weight_range = colour_range(f32(weights)) if np.nanmin(weights) < 0 else {"colorscale": "Blues", "cmin": 0, "cmax": 1}
     fig.update_layout(
         coloraxis={"colorscale": "RdBu", "cmid": 0, "cmin": -vec, "cmax": vec, "colorbar": {"title": {"text": "Q,K,V,out"}, "x": 1.02, "len": 0.3, "y": 0.85}},
         coloraxis2={"colorscale": "PuOr", "cmin": -sc, "cmax": sc, "colorbar": {"title": {"text": "score"}, "x": 1.02, "len": 0.3, "y": 0.5}},
-        coloraxis3={"colorscale": "Blues", "cmin": 0, "cmax": 1, "colorbar": {"title": {"text": "weight"}, "x": 1.02, "len": 0.3, "y": 0.15}},
+        coloraxis3={**weight_range, "colorbar": {"title": {"text": "weight"}, "x": 1.02, "len": 0.3, "y": 0.15}},
         height=1240 if compact else 776,
         margin={"l": 10, "r": 10, "t": TOOLBAR_PX + 24, "b": 10},  # the panel titles under the toolbar
         plot_bgcolor="#eeeeee",

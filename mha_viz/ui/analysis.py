@@ -62,12 +62,17 @@ STAT_HELP = {
     "entropy": "Entropy of each row / log(number of keys the row may see): 1 = uniform, 0 = one key. "
     "Rows that see a single key (the first row under a causal mask) are skipped.",
     "confidence": "Mean of each row's largest weight.",
-    "first": "Mean weight on the first token.",
+    "first": "Mean weight on the first token. Often large: an attention sink. Softmax must put a row's mass "
+    "somewhere, so a head with nothing to read parks it on the first token (which every query can see); "
+    "StreamingLLM keeps the first tokens in its cache for this reason.",
     "special": "Mean total weight on special tokens.",
     "previous": "Mean weight on the previous token (rows that have one).",
     "same": "Mean weight on the token itself.",
     "next": "Mean weight on the next token (rows that have one).",
     "distance": "Mean attended distance Σ_j w_ij |i − j|, in tokens.",
+    "sink": "Mean sink mass 1 − Σ_j w_ij: the share of each row's softmax taken by the head's learned sink logit "
+    "(gpt-oss), which joins the softmax and is then dropped, so the head can attend to nothing instead of the "
+    "first token.",
 }
 ModelLoader = Callable[[str], "PretrainedModel"]
 
@@ -182,7 +187,9 @@ def _head_statistics(trace: AttentionTrace, special: Collection[str | int], name
     _clamp_heads(trace.num_heads)
     st.caption(
         "One row per head; click a column header to sort, a row to open that head. Shares are mean weights "
-        "over the query rows." + (" Cross-attention: previous/same/next/distance compare positions of two "
+        "over the query rows." + (" This model learns a sink logit per head: the sink column is the share of "
+                                  "each row it takes (rows of weights sum to 1 − sink)." if trace.sinks is not None
+                                  else "") + (" Cross-attention: previous/same/next/distance compare positions of two "
                                   "different sentences and are left empty." if trace.cross else "")
     )
     config = {column: st.column_config.NumberColumn(column, help=text, format="%.3f")

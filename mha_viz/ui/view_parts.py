@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import streamlit as st
 
 from ..analysis import without_tokens
@@ -105,7 +106,7 @@ def layer_payload(source: ModelSource, hidden: frozenset[str]) -> bytes | None:
     def pack() -> bytes | None:
         traces = [hide(t, hidden) or t for t in (source.trace(i) for i in range(source.num_layers))]
         stack = layer_stack(traces)  # (L, H, t, s)
-        if not layer_switch.fits(stack.shape):
+        if not layer_switch.fits(stack.shape) or np.nanmin(stack) < 0:  # the browser paints 0..max in Blues only
             return None
         return layer_switch.pack(stack, [head_label(traces[0], h) for h in range(stack.shape[1])])
 
@@ -140,8 +141,22 @@ def concat(c: ViewContext) -> None:
     views.output_path_view(c.drawn, c.name)
 
 
+def layer_windows(source: ModelSource) -> list[int | None]:
+    """Each layer's sliding window (None: full attention), from its trace, for the overview's row labels."""
+    return source.memo("layer windows", lambda: [source.trace(i).meta.get("window") for i in range(source.num_layers)])
+
+
+def overview_attentions(source: ModelSource, trace: AttentionTrace) -> np.ndarray:
+    """[L, H, T, S] for the overview: the model's own attention weights, or for differential attention (whose own
+    are the two softmax maps of each head) every layer's signed weights map1 - lambda * map2."""
+    if trace.lambdas is None:
+        return source.attentions()
+    return source.memo("signed weights", lambda: np.stack([source.trace(i).weights for i in range(source.num_layers)]))
+
+
 def overview(c: ViewContext) -> None:
-    views.overview_view(c.source.attentions(), c.drawn, c.layer, c.name)
+    views.overview_view(overview_attentions(c.source, c.trace), c.drawn, c.layer, c.name,
+                        windows=layer_windows(c.source))
     payload = layer_payload(c.source, c.hidden)
     if payload is not None:
         layer_switch.open_on_click(payload, chart="opened_heads", thumbnails="overview", key="open_on_click")

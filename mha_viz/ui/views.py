@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import json
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -230,6 +230,14 @@ def _head_format(h: int) -> str:
     return f"head {h}"
 
 
+def signed_weights_caption(trace: AttentionTrace) -> str:
+    """What a differential trace's colours mean: map1 - lambda * map2, signed, and this layer's lambda."""
+    lambdas = np.unique(np.round(trace.lambdas, 3))
+    said = f"λ = {lambdas[0]:.3f}" if len(lambdas) == 1 else "λ per head " + ", ".join(f"{x:.3f}" for x in trace.lambdas)
+    return (f"colour = differential weight map₁ − λ·map₂ ({said} in this layer): two softmax maps subtracted, so a "
+            "weight can be negative (red) and each row sums to 1 − λ. One colour scale for all heads, centred at 0.")
+
+
 def heads_view(trace: AttentionTrace, name: str, width: int | None = None) -> None:
     """Every head of the trace; width: the px of the column it is drawn in (default: the page's)."""
     H, T, S = trace.weights.shape
@@ -238,7 +246,8 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None) -> No
     step = fig.layout.meta["label_step"]
     st.caption(
         f"{plural(H, 'head')} (numbered from 0), each a {T}×{S} attention matrix: row = query token, column = key token, "
-        "colour = softmax weight (each row sums to 1). One colour scale for all heads."
+        + (signed_weights_caption(trace) if trace.lambdas is not None else
+           "colour = softmax weight (each row sums to 1). One colour scale for all heads.")
         + (f" Every {step}{'nd' if step == 2 else 'rd' if step == 3 else 'th'} token is labelled so that labels "
            "do not overlap; hover a cell for its tokens." if step > 1 else "")
     )
@@ -542,19 +551,28 @@ def _on_thumbnail_click() -> None:
         st.session_state["layer"], st.session_state["compare"] = picked[0], (picked[1],)
 
 
-def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, name: str) -> None:
-    """Layers x heads thumbnails; clicking one (or picking heads) opens it below, at full size."""
+def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, name: str,
+                  windows: Sequence[int | None] | None = None) -> None:
+    """Layers x heads thumbnails; clicking one (or picking heads) opens it below, at full size. windows: each layer's
+    sliding window (None: full attention)."""
     L, H = attentions.shape[:2]
+    kv = trace.kv_heads
     st.caption(
         f"All {L} layers × {H} heads at a glance (the model's own attention weights; long inputs are "
         "max-pooled in the thumbnails). Click a thumbnail to open that head below, or pick heads of the current layer."
+        + (f" Grouped-query attention: {H} query heads share {len(set(kv))} key/value heads; KVg under a column says "
+           "which K/V head it reads, and a line separates the groups." if kv else "")
+        + (" A row labelled (window w) is a sliding-window layer: each token sees only the last w tokens."
+           if windows and any(windows) else "")
+        + (" " + signed_weights_caption(trace) if trace.lambdas is not None else "")
     )
     _clamp_head_selection(H)
     chosen = st.multiselect(
         "Open heads of the current layer", list(range(H)), key="compare", format_func=_head_format,
         placeholder="Pick heads to open…",
     )
-    chart(overview_figure(attentions, selected=(layer, chosen[0]) if chosen else None), "overview",
+    chart(overview_figure(attentions, selected=(layer, chosen[0]) if chosen else None, kv_heads=kv, windows=windows),
+          "overview",
           f"{name}-overview", on_select=_on_thumbnail_click)
     if chosen:
         chart(heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, title=f"layer {layer}",
