@@ -26,7 +26,7 @@ def coloraxis(at, index: int = 0) -> dict:
     return json.loads(at.get("plotly_chart")[index].proto.spec)["layout"]["coloraxis"]
 
 
-def test_heads_view_draws_differential_weights_signed_and_says_lambda(folders):
+def test_heads_view_draws_differential_weights_signed_and_softmax_weights_from_zero(folders):
     at = app_with(folders["diffllama"], "Heads")
     assert not at.exception and not at.error
     axis = coloraxis(at)
@@ -35,13 +35,9 @@ def test_heads_view_draws_differential_weights_signed_and_says_lambda(folders):
     assert "λ = " in caption
     hover = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["hovertemplate"]
     assert "%{z:.3f}" in hover  # the signed value itself
-
-
-def test_heads_view_keeps_softmax_weights_on_zero_to_max(folders):
-    at = app_with(folders["gpt_oss"], "Heads")
-    assert not at.exception and not at.error
-    assert coloraxis(at)["cmin"] == 0 and coloraxis(at)["colorscale"][0][1] == "rgb(247,251,255)"  # Blues
-    assert not any("map₁" in c.value for c in at.caption)
+    softmax = app_with(folders["gpt_oss"], "Heads")  # ordinary softmax weights keep 0 ... max in Blues
+    assert coloraxis(softmax)["cmin"] == 0 and coloraxis(softmax)["colorscale"][0][1] == "rgb(247,251,255)"
+    assert not any("map₁" in c.value for c in softmax.caption)
 
 
 def test_head_statistics_show_the_sink_mass_of_gpt_oss(folders):

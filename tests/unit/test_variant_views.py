@@ -37,9 +37,10 @@ def test_differential_weights_are_drawn_signed_around_zero(models):
 
 def test_softmax_weights_stay_on_zero_to_one(models):
     trace = models["gpt_oss"].trace(TEXT, 1)
-    assert heads_figure(trace).layout.coloraxis.cmin == 0 and heads_figure(trace).layout.coloraxis.colorscale[0][1] != \
-        heads_figure(models["diffllama"].trace(TEXT, 1)).layout.coloraxis.colorscale[0][1]
-    assert (head_steps_figure(trace, 0).layout.coloraxis3.cmin, head_steps_figure(trace, 0).layout.coloraxis3.cmax) == (0, 1)
+    axis = heads_figure(trace).layout.coloraxis
+    assert axis.cmin == 0 and axis.colorscale != heads_figure(models["diffllama"].trace(TEXT, 1)).layout.coloraxis.colorscale
+    steps = head_steps_figure(trace, 0).layout.coloraxis3
+    assert (steps.cmin, steps.cmax) == (0, 1)
     assert overview_figure(models["gpt_oss"].attentions(TEXT)).layout.coloraxis.cmin == 0
 
 
