@@ -50,7 +50,8 @@ def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False
         f"Q = X W_Q  [{T}×{trace.d_k}]",
         f"K = {c} W_K  [{S}×{trace.d_k}]",
         f"scores = {scores_formula(trace)}  [{T}×{S}]" + ("  (masked: blank)" if trace.causal else ""),
-        f"weights = softmax(scores)  [{T}×{S}]",
+        (f"weights = softmax(scores)  [{T}×{S}]" if trace.lambdas is None  # differential: map₁ is softmax(scores)
+         else f"weights = map₁ − λ·map₂, λ = {trace.lambdas[head]:.3f}  [{T}×{S}]"),
         f"V = {c} W_V  [{S}×{trace.d_v}]",
         f"head output = weights · V  [{T}×{trace.d_v}]",
     )

@@ -30,6 +30,8 @@ def test_differential_weights_are_drawn_signed_around_zero(models):
     for axis in (heads_figure(trace).layout.coloraxis, head_steps_figure(trace, 0).layout.coloraxis3):
         assert axis.cmin < 0 and axis.cmin == -axis.cmax
         assert axis.cmax >= np.abs(trace.weights[0]).max() - 1e-6
+    titles = [a.text for a in head_steps_figure(trace, 0).layout.annotations]
+    assert f"weights = map₁ − λ·map₂, λ = {trace.lambdas[0]:.3f}  [{len(trace.query_tokens)}×{len(trace.key_tokens)}]" in titles
     signed = np.stack([models["diffllama"].trace(TEXT, layer).weights for layer in range(2)])  # what the app draws
     thumbnails = overview_figure(signed).layout.coloraxis
     assert thumbnails.cmin < 0 and thumbnails.cmin == -thumbnails.cmax
