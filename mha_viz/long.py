@@ -120,8 +120,7 @@ def long_trace(
     rows_per_chunk = bt * max(1, CHUNK_CELLS // (cfg.num_heads * S * bt))
     with torch.inference_mode():
         q = mha._project(x, mha.W_Q, mha.b_Q)  # (H, T, d_k)
-        k = mha._project(c, mha.W_K, mha.b_K)  # (H, S, d_k)
-        v = mha._project(c, mha.W_V, mha.b_V)  # (H, S, d_v)
+        k, v = mha.project_kv(c)  # (H, S, d_k), (H, S, d_v): grouped-query K/V repeated per query head
         H = q.shape[0]
         lse = torch.empty(H, T)  # (H, T)
         head_outputs = torch.empty(H, T, v.shape[-1])  # (H, T, d_v)
