@@ -107,3 +107,13 @@ def test_invalid_variant_values_fall_back_with_a_notice(params: dict[str, str], 
     assert not at.exception and not at.error
     assert f"URL parameter {name}=" in texts(at)
     assert len(heatmaps(heads_chart(at))) == 4  # the default layer is drawn
+
+
+@pytest.mark.parametrize("view", ["Lines", "One head", "Analysis", "Formulas"])
+def test_other_views_draw_a_gqa_layer(view: str) -> None:
+    at = new_app(h="8", variant="gqa", kv_heads="2", view=view).run()
+    assert not at.exception and not at.error and not at.warning  # the link is taken as it is: no notice
+    assert at.get("plotly_chart") or at.latex
+    assert "heads 0–3 read K/V head 0; heads 4–7 read K/V head 1" in texts(at)
+    if view == "One head":
+        assert "head 0 reads key/value head 0, so its K and V below are the same as those of heads 1, 2, 3" in texts(at)
