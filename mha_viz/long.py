@@ -55,7 +55,7 @@ class LongTrace:
     scale: float
     causal: bool = False
     cross: bool = False
-    kv_heads: None = None  # one K/V head per query head (for figures that label heads like AttentionTrace's)
+    kv_heads: tuple[int, ...] | None = None  # as AttentionTrace's: the K/V head of each query head (None: its own)
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -150,4 +150,5 @@ def long_trace(
         concat=concat.numpy(), output=output.numpy(), W_O=mha.W_O.detach().numpy().copy(),
         overview=overview.numpy(), block_rows=bt, block_cols=bs, scale=scale,
         causal=causal, cross=context is not None, meta={"model": "configurable"},
+        kv_heads=None if cfg.group_size == 1 else tuple(cfg.kv_head(h) for h in range(cfg.num_heads)),
     )

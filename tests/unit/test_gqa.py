@@ -131,3 +131,14 @@ def test_configurable_trace_passes_kv_heads() -> None:
     t = configurable_trace("the cat sat on the mat", MHAConfig(64, 8, kv_heads=2), seed=1, causal=True)
     assert t.kv_heads == (0, 0, 0, 0, 1, 1, 1, 1)
     assert np.array_equal(t.keys[3], t.keys[0]) and not np.allclose(t.keys[4], t.keys[0])
+
+
+def test_long_trace_of_a_gqa_layer_equals_the_full_trace() -> None:
+    from mha_viz.long import long_trace
+
+    mha = MultiHeadAttention(32, 8, kv_heads=2, seed=4)
+    x = torch.randn(40, 32)
+    full, long = mha(x, causal=True), long_trace(mha, x, causal=True, query_tokens=[str(i) for i in range(40)])
+    assert long.kv_heads == full.kv_heads == (0, 0, 0, 0, 1, 1, 1, 1)
+    assert np.array_equal(long.keys, full.keys) and np.allclose(long.output, full.output, atol=1e-6)
+    assert np.allclose(long.scores(slice(0, 40), slice(0, 40)), full.scores, atol=1e-5)
