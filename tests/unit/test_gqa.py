@@ -142,3 +142,13 @@ def test_long_trace_of_a_gqa_layer_equals_the_full_trace() -> None:
     assert long.kv_heads == full.kv_heads == (0, 0, 0, 0, 1, 1, 1, 1)
     assert np.array_equal(long.keys, full.keys) and np.allclose(long.output, full.output, atol=1e-6)
     assert np.allclose(long.scores(slice(0, 40), slice(0, 40)), full.scores, atol=1e-5)
+
+
+def test_formulas_name_the_kv_head_each_query_head_reads() -> None:
+    from mha_viz.formulas import formulas
+
+    gqa = " ".join(formulas(MHAConfig(64, 8, kv_heads=2), 5))
+    assert r"Q_h K_{g(h)}^\top" in gqa and r"g(h) = \lfloor h / 4 \rfloor \in \{0, 1\}" in gqa
+    assert "4\\, d_{model}^2" not in gqa  # W_K and W_V are smaller: no longer 4 d_model^2 weights
+    mha = " ".join(formulas(MHAConfig(64, 8), 5))
+    assert r"Q_h K_h^\top" in mha and "g(h)" not in mha
