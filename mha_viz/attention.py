@@ -9,7 +9,10 @@ architecture's adapter (mha_viz.pretrained) call it, each with the variations it
 differential pairs of maps, a norm on each head's output; and head masks).
 
 Parameters are stored per head, TransformerLens style:
-    W_Q [H, d_model, d_k]   W_K [H, d_context, d_k]   W_V [H, d_context, d_v]   W_O [d_out, H*d_v]
+    W_Q [H, d_model, d_k]   W_K [G, d_context, d_k]   W_V [G, d_context, d_v]   W_O [d_out, H*d_v]
+G = kv_heads key/value heads (G = H: multi-head attention; G < H: grouped-query, G = 1: multi-query): query head h
+reads K/V head h // (H / G). Its traces hold keys, values, W_K, W_V per query head (each K/V head repeated), as
+pretrained grouped-query traces do, with trace.kv_heads naming the K/V head of each query head.
 """
 
 from __future__ import annotations
@@ -194,21 +197,23 @@ class MultiHeadAttention(nn.Module):
         d_out: int | None = None,
         d_context: int | None = None,
         bias: bool = True,
+        kv_heads: int | None = None,
         seed: int | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        cfg = MHAConfig(d_model, num_heads, d_k=d_k, d_v=d_v, d_out=d_out, d_context=d_context, bias=bias)
+        cfg = MHAConfig(d_model, num_heads, d_k=d_k, d_v=d_v, d_out=d_out, d_context=d_context, bias=bias,
+                        kv_heads=kv_heads)
         self.config = cfg
-        H = cfg.num_heads
+        H, G = cfg.num_heads, cfg.kv_heads
         self.W_Q = nn.Parameter(torch.empty(H, cfg.d_model, cfg.d_k, dtype=dtype))
-        self.W_K = nn.Parameter(torch.empty(H, cfg.d_context, cfg.d_k, dtype=dtype))
-        self.W_V = nn.Parameter(torch.empty(H, cfg.d_context, cfg.d_v, dtype=dtype))
+        self.W_K = nn.Parameter(torch.empty(G, cfg.d_context, cfg.d_k, dtype=dtype))
+        self.W_V = nn.Parameter(torch.empty(G, cfg.d_context, cfg.d_v, dtype=dtype))
         self.W_O = nn.Parameter(torch.empty(cfg.d_out, H * cfg.d_v, dtype=dtype))
         if bias:
             self.b_Q = nn.Parameter(torch.zeros(H, cfg.d_k, dtype=dtype))
-            self.b_K = nn.Parameter(torch.zeros(H, cfg.d_k, dtype=dtype))
-            self.b_V = nn.Parameter(torch.zeros(H, cfg.d_v, dtype=dtype))
+            self.b_K = nn.Parameter(torch.zeros(G, cfg.d_k, dtype=dtype))
+            self.b_V = nn.Parameter(torch.zeros(G, cfg.d_v, dtype=dtype))
             self.b_O = nn.Parameter(torch.zeros(cfg.d_out, dtype=dtype))
         else:
             self.b_Q = self.b_K = self.b_V = self.b_O = None
@@ -216,7 +221,7 @@ class MultiHeadAttention(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self, seed: int | None = None) -> None:
-        """Xavier-uniform weights (fan-in = input width, fan-out = H * head width), zero biases."""
+        """Xavier-uniform weights (fan-in = input width, fan-out = heads * head width), zero biases."""
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
         for W, fan_in, fan_out in (
             (self.W_Q, self.W_Q.shape[1], self.W_Q.shape[0] * self.W_Q.shape[2]),
@@ -269,6 +274,19 @@ class MultiHeadAttention(nn.Module):
             y = y + b.reshape(H * d)
         return y.unflatten(-1, (H, d)).transpose(-3, -2)  # (..., H, T, d)
 
+    def per_query_head(self, t: Tensor) -> Tensor:
+        """A tensor over the G key/value heads (dim -3, or dim 0 of a weight) repeated for the H query heads:
+        K/V head g serves query heads g * H/G ... (g + 1) * H/G - 1 (no copy when G = H)."""
+        n = self.config.group_size
+        return t if n == 1 else t.repeat_interleave(n, dim=-3 if t.dim() >= 3 else 0)
+
+    def project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys (..., H, S, d_k) and values (..., H, S, d_v) of context (..., S, d_context), one per query head:
+        each of the G key/value heads computed once, then repeated for the query heads of its group."""
+        k = self._project(context, self.W_K, self.b_K)  # (..., G, S, d_k)
+        v = self._project(context, self.W_V, self.b_V)  # (..., G, S, d_v)
+        return self.per_query_head(k), self.per_query_head(v)  # (..., H, S, d_k), (..., H, S, d_v)
+
     def attend(
         self,
         x: Tensor,
@@ -288,8 +306,7 @@ class MultiHeadAttention(nn.Module):
         if c.shape[-1] != cfg.d_context:
             raise ValueError(f"context has width {c.shape[-1]}, the layer expects d_context={cfg.d_context}")
         q = self._project(x, self.W_Q, self.b_Q)  # (..., H, T, d_k)
-        k = self._project(c, self.W_K, self.b_K)  # (..., H, S, d_k)
-        v = self._project(c, self.W_V, self.b_V)  # (..., H, S, d_v)
+        k, v = self.project_kv(c)  # (..., H, S, d_k), (..., H, S, d_v): grouped-query K/V repeated per query head
         a = attend(q, k, v, Variations(scale=1.0 / math.sqrt(cfg.d_k), causal=causal), head_mask)
         output = a.concat @ self.W_O.T  # (..., T, d_out)
         if self.b_O is not None:
@@ -316,16 +333,20 @@ class MultiHeadAttention(nn.Module):
         T, S = t.weights.shape[-2:]
         qt = tuple(query_tokens) if query_tokens is not None else tuple(str(i) for i in range(T))
         kt = tuple(key_tokens) if key_tokens is not None else (qt if context is None else tuple(str(j) for j in range(S)))
+        kv = self.per_query_head  # W_K, W_V, b_K, b_V per query head, as the trace's keys and values
         weights = {name: None if p is None else p.detach().cpu().numpy().copy()  # copies: traces do not follow training
-                   for name, p in (("W_Q", self.W_Q), ("W_K", self.W_K), ("W_V", self.W_V), ("W_O", self.W_O),
-                                   ("b_Q", self.b_Q), ("b_K", self.b_K), ("b_V", self.b_V), ("b_O", self.b_O))}
+                   for name, p in (("W_Q", self.W_Q), ("W_K", kv(self.W_K)), ("W_V", kv(self.W_V)), ("W_O", self.W_O),
+                                   ("b_Q", self.b_Q), ("b_K", self.b_K if self.b_K is None else kv(self.b_K)),
+                                   ("b_V", self.b_V if self.b_V is None else kv(self.b_V)), ("b_O", self.b_O))}
+        cfg = self.config
         return AttentionTrace(
             query_tokens=qt,
             key_tokens=kt,
             **{name: tensor.detach().cpu().numpy() for name, tensor in t._asdict().items()},  # type: ignore[arg-type]
             **weights,
-            scale=1.0 / math.sqrt(self.config.d_k),
+            scale=1.0 / math.sqrt(cfg.d_k),
             causal=causal,
             cross=context is not None,
+            kv_heads=None if cfg.group_size == 1 else tuple(cfg.kv_head(h) for h in range(cfg.num_heads)),
             meta={"model": "configurable"},
         )

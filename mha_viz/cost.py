@@ -1,7 +1,8 @@
 """Parameter and FLOP counts of one attention layer, and of one full-width head for comparison.
 
-Weights: H*d_model*d_k (W_Q) + H*d_context*d_k (W_K) + H*d_context*d_v (W_V) + d_out*H*d_v (W_O).
-With d_k = d_v = d_model/H and d_out = d_context = d_model this is 4 * d_model^2, whatever H is.
+Weights: H*d_model*d_k (W_Q) + G*d_context*d_k (W_K) + G*d_context*d_v (W_V) + d_out*H*d_v (W_O), G = kv_heads.
+With d_k = d_v = d_model/H, d_out = d_context = d_model and G = H this is 4 * d_model^2, whatever H is; grouped-query
+attention (G < H) shrinks W_K and W_V, and the K and V projections, by G/H.
 FLOPs count a multiply-add as 2; softmax is counted as 5 per score (max, subtract, exp, sum, divide).
 """
 
@@ -45,18 +46,18 @@ def layer_cost(cfg: MHAConfig, T: int, S: int | None = None, *, cross: bool | No
     if cross is None:
         cross = S != T or cfg.d_context != cfg.d_model
     c = "C" if cross else "X"
-    H, d_k, d_v = cfg.num_heads, cfg.d_k, cfg.d_v
+    H, G, d_k, d_v = cfg.num_heads, cfg.kv_heads, cfg.d_k, cfg.d_v
     weights = {
         "W_Q": H * cfg.d_model * d_k,
-        "W_K": H * cfg.d_context * d_k,
-        "W_V": H * cfg.d_context * d_v,
+        "W_K": G * cfg.d_context * d_k,
+        "W_V": G * cfg.d_context * d_v,
         "W_O": cfg.d_out * H * d_v,
     }
-    biases = {"b_Q": H * d_k, "b_K": H * d_k, "b_V": H * d_v, "b_O": cfg.d_out} if cfg.bias else {}
+    biases = {"b_Q": H * d_k, "b_K": G * d_k, "b_V": G * d_v, "b_O": cfg.d_out} if cfg.bias else {}
     flops = {
         "Q = X W_Q": 2 * T * cfg.d_model * H * d_k,
-        f"K = {c} W_K": 2 * S * cfg.d_context * H * d_k,
-        f"V = {c} W_V": 2 * S * cfg.d_context * H * d_v,
+        f"K = {c} W_K": 2 * S * cfg.d_context * G * d_k,
+        f"V = {c} W_V": 2 * S * cfg.d_context * G * d_v,
         "Q K^T": 2 * H * T * S * d_k,
         "softmax": 5 * H * T * S,
         "weights @ V": 2 * H * T * S * d_v,

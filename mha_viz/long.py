@@ -55,7 +55,7 @@ class LongTrace:
     scale: float
     causal: bool = False
     cross: bool = False
-    kv_heads: None = None  # one K/V head per query head (for figures that label heads like AttentionTrace's)
+    kv_heads: tuple[int, ...] | None = None  # as AttentionTrace's: the K/V head of each query head (None: its own)
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -120,8 +120,7 @@ def long_trace(
     rows_per_chunk = bt * max(1, CHUNK_CELLS // (cfg.num_heads * S * bt))
     with torch.inference_mode():
         q = mha._project(x, mha.W_Q, mha.b_Q)  # (H, T, d_k)
-        k = mha._project(c, mha.W_K, mha.b_K)  # (H, S, d_k)
-        v = mha._project(c, mha.W_V, mha.b_V)  # (H, S, d_v)
+        k, v = mha.project_kv(c)  # (H, S, d_k), (H, S, d_v): grouped-query K/V repeated per query head
         H = q.shape[0]
         lse = torch.empty(H, T)  # (H, T)
         head_outputs = torch.empty(H, T, v.shape[-1])  # (H, T, d_v)
@@ -151,4 +150,5 @@ def long_trace(
         concat=concat.numpy(), output=output.numpy(), W_O=mha.W_O.detach().numpy().copy(),
         overview=overview.numpy(), block_rows=bt, block_cols=bs, scale=scale,
         causal=causal, cross=context is not None, meta={"model": "configurable"},
+        kv_heads=None if cfg.group_size == 1 else tuple(cfg.kv_head(h) for h in range(cfg.num_heads)),
     )

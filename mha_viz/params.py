@@ -53,6 +53,8 @@ DEFAULT_CONTEXT = "L'animal n'a pas traversé la rue parce qu'il était trop fat
 MODES = ("Configurable", "Pretrained", "Train")
 PARTS = ("encoder", "decoder", "cross")
 WEIGHTS = ("random", "trained")  # configurable mode: random Xavier weights, or trained on a task
+# The configurable layer's attention variants the app computes (issue 23 names mla, window, diff, moh for later).
+LAYER_VARIANTS = ("mha", "gqa")
 DETECTORS = DETECTOR_KINDS
 COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
 CIRCUITS = ("OV", "QK", "QK positions")  # the Circuits section's token tables
@@ -81,6 +83,8 @@ class ViewState:
     text: str = DEFAULT_TEXT
     h: int = 4
     d_model: int = 64
+    variant: str = "mha"  # configurable mode: the attention variant (LAYER_VARIANTS)
+    kv_heads: int = 1  # variant gqa: key/value heads, a divisor of h (1: multi-query attention)
     d_k: int | None = None
     d_v: int | None = None
     d_out: int | None = None
@@ -251,6 +255,8 @@ core_fields((
     _core("text", _text, f"at most {MAX_TEXT_CHARS} characters", MAX_TEXT_CHARS),
     _core("h", lambda r: _int(r, 1, MAX_HEADS), f"a whole number of heads from 1 to {MAX_HEADS}"),
     _core("d_model", _d_model, "one of " + ", ".join(map(str, D_MODEL_CHOICES))),
+    _core("variant", _one_of(LAYER_VARIANTS), "mha or gqa (mla, window, diff and moh are not built yet)"),
+    _core("kv_heads", lambda r: _int(r, 1, MAX_HEADS), f"a number of key/value heads from 1 to {MAX_HEADS} that divides h"),
     _core("d_k", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
     _core("d_v", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
     _core("d_out", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),

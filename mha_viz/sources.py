@@ -85,7 +85,8 @@ def _configurable_inputs(
     """The configurable layer and its inputs: (mha, x, context vectors or None, query tokens, key tokens, tokens cut)."""
     q_tokens, q_cut = text_tokens(text, "text", max_tokens)
     k_tokens, k_cut = text_tokens(context, "second sentence", max_tokens) if context is not None else (None, 0)
-    mha = MultiHeadAttention(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out, seed=seed)
+    mha = MultiHeadAttention(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out,
+                             kv_heads=cfg.kv_heads, seed=seed)
     x = embed_tokens(list(q_tokens), cfg.d_model, seed=seed, positional=positional)  # (T, d_model)
     c = None if k_tokens is None else embed_tokens(list(k_tokens), cfg.d_model, seed=seed, positional=positional)  # (S, d_model)
     return mha, x, c, q_tokens, k_tokens, q_cut + k_cut

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import streamlit as st
 
-from ..config import nearest_valid_heads, valid_head_counts
+from ..config import divisors, nearest_divisor, nearest_valid_heads, valid_head_counts
 from ..limits import (
     D_MODEL_CHOICES,
     MAX_HEAD_WIDTH,
@@ -14,7 +16,7 @@ from ..limits import (
     MAX_SEQUENCE_CHARS,
     MAX_TEXT_CHARS,
 )
-from ..params import EXAMPLES
+from ..params import EXAMPLES, LAYER_VARIANTS
 from ..text import repeat_to_tokens
 from ..training import TASKS
 
@@ -22,6 +24,8 @@ ADVANCED_OPEN = "advanced_open"  # session key of the Advanced expander's state
 ADVANCED_FIELDS = ("d_k", "d_v", "d_out", "seed", "causal", "pe", "cross", "context")
 TRAINED_D_MODELS = tuple(d for d in D_MODEL_CHOICES if d <= 128)  # wider layers train too slowly for a page
 NOTICE = "_heads_notice"  # session key: why h just changed, shown once
+KV_NOTICE = "_kv_heads_notice"  # session key: why kv_heads just changed, shown once
+VARIANT_NAMES = {"mha": "MHA", "gqa": "GQA"}
 
 
 def head_choices(d_model: int, d_k: int | None = None, d_v: int | None = None) -> list[int]:
@@ -41,6 +45,18 @@ def _keep_heads_valid() -> None:
         state["h"] = new
         state[NOTICE] = (f"h = {h} does not divide d_model = {state['d_model']}, so h is now {new} "
                          f"(d_k = {state['d_model']} / {new} = {state['d_model'] // new}).")
+        _keep_kv_heads_valid()
+
+
+def _keep_kv_heads_valid() -> None:
+    """After h changed: move kv_heads to the nearest divisor of h (said so under the GQA control)."""
+    state = st.session_state
+    h, kv = state.get("h"), state.get("kv_heads", 1)
+    if isinstance(h, int) and h >= 1 and h % kv:
+        state["kv_heads"] = new = nearest_divisor(h, kv)
+        if state.get("variant") == "gqa":
+            state[KV_NOTICE] = (f"kv_heads = {kv} does not divide h = {h}, so kv_heads is now {new} "
+                                f"({h // new} query heads per key/value head).")
 
 
 def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -> None:
@@ -55,12 +71,41 @@ def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -
         return
     standard = d_k is None or d_v is None
     st.select_slider(
-        "Number of heads h", choices, key="h",
+        "Number of heads h", choices, key="h", on_change=_keep_kv_heads_valid,
         help=(f"Each head gets d_k = d_model / h dimensions, so h must divide d_model = {d_model}: the slider offers "
               f"{', '.join(map(str, choices))}. Set d_k and d_v under Advanced for any h.") if standard
         else "d_k and d_v are set under Advanced, so any h from 1 to 16 works.",
     )
     notice = st.session_state.pop(NOTICE, None)
+    if notice:
+        st.caption(notice)
+
+
+def kv_heads_label(h: int) -> Callable[[int], str]:
+    """How the kv_heads control names each choice for h query heads: 1 is MQA, h is plain MHA."""
+    return lambda g: f"{g} (MQA)" if g == 1 else f"{g} (= MHA)" if g == h else str(g)
+
+
+def variant_controls(h: int) -> None:
+    """The attention variant (MHA or GQA) and, for GQA, the key/value heads: every divisor of h is offered.
+
+    A kv_heads from a link that does not divide h is left for the page to explain (explain_invalid_kv_heads).
+    """
+    gqa = st.segmented_control(
+        "Variant", LAYER_VARIANTS, key="variant", required=True, format_func=VARIANT_NAMES.get,
+        help="MHA: every head has its own keys and values. GQA (grouped-query attention, Llama 3, Qwen3, Mistral): "
+        "groups of query heads share one key/value head, so fewer K and V are computed and cached.",
+    ) == "gqa"
+    if not gqa:
+        return
+    kv = st.session_state.get("kv_heads")
+    if kv not in divisors(h):
+        st.caption(f"kv_heads = {kv} (from the link) does not divide h = {h}: pick a valid kv_heads on the page.")
+        return
+    st.radio("Key/value heads kv_heads", divisors(h), key="kv_heads", horizontal=True, format_func=kv_heads_label(h),
+             help=f"The {h} query heads are split into kv_heads groups of h / kv_heads; each group reads one key/value "
+             "head. kv_heads must divide h. 1 is multi-query attention (MQA), h is multi-head attention.")
+    notice = st.session_state.pop(KV_NOTICE, None)
     if notice:
         st.caption(notice)
 
@@ -79,6 +124,11 @@ def _use_example() -> None:
 
 def _set_heads(h: int) -> None:
     st.session_state["h"] = h
+    _keep_kv_heads_valid()
+
+
+def _set_kv_heads(kv_heads: int) -> None:
+    st.session_state["kv_heads"] = kv_heads
 
 
 def _set_weights(weights: str) -> None:
@@ -118,6 +168,8 @@ def configurable_controls() -> None:
     state = st.session_state
     d_k, d_v = (None, None) if trained else (state.get("d_k"), state.get("d_v"))
     heads_slider(state["d_model"], d_k, d_v)
+    if not trained and state.get("h") in head_choices(state["d_model"], d_k, d_v):
+        variant_controls(state["h"])
     st.selectbox("d_model", d_models, key="d_model", on_change=_keep_heads_valid, help="Width of every token vector.")
     section = st.expander("Advanced", key=ADVANCED_OPEN, on_change="rerun")
     if not section.open:  # a closed expander would still send its 10 widgets to the browser on every rerun
@@ -166,3 +218,19 @@ def explain_invalid_heads(h: int, d_model: int, *, advanced: bool = True) -> Non
     cols = st.columns(len(near) + 1)
     for col, choice in zip(cols, near):
         col.button(f"Use h = {choice}", key=f"use_h_{choice}", on_click=_set_heads, args=(choice,))
+
+
+def explain_invalid_kv_heads(kv_heads: int, h: int) -> None:
+    """Why kv_heads must divide h, with a one-click nearest valid kv_heads (and MQA)."""
+    near = nearest_divisor(h, kv_heads)
+    st.error(
+        f"**kv_heads = {kv_heads} does not divide h = {h}.** Grouped-query attention splits the {h} query heads "
+        f"into kv_heads equal groups, one key/value head for each group: {h} / {kv_heads} = {h / kv_heads:.3g} query "
+        f"heads a group is not a whole number. Valid kv_heads for h = {h}: {', '.join(map(str, divisors(h)))} "
+        "(1 is multi-query attention, h is multi-head attention)."
+    )
+    choices = dict.fromkeys((near, 1))
+    cols = st.columns(len(choices) + 1)
+    for col, choice in zip(cols, choices):
+        col.button(f"Use kv_heads = {kv_heads_label(h)(choice)}", key=f"use_kv_{choice}", on_click=_set_kv_heads,
+                   args=(choice,))

@@ -25,7 +25,7 @@ from ..training import TASKS
 from . import layer_switch
 from .analysis import ModelLoader
 from .cached_sources import CachedConfigurable, CachedModel, model_key
-from .controls import explain_invalid_heads, random_weights_banner
+from .controls import explain_invalid_heads, explain_invalid_kv_heads, random_weights_banner
 from .export import export_section
 from .sidebar import Sidebar
 from .text import plain
@@ -74,7 +74,11 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
     if s.d_model % s.h and (s.d_k is None or s.d_v is None):
         explain_invalid_heads(s.h, s.d_model)
         return
-    cfg = MHAConfig(s.d_model, s.h, d_k=s.d_k, d_v=s.d_v, d_out=s.d_out)
+    gqa = s.variant == "gqa"
+    if gqa and s.h % s.kv_heads:
+        explain_invalid_kv_heads(s.kv_heads, s.h)
+        return
+    cfg = MHAConfig(s.d_model, s.h, d_k=s.d_k, d_v=s.d_v, d_out=s.d_out, kv_heads=s.kv_heads if gqa else None)
     source = random_source(text=s.text, cfg=cfg, seed=s.seed, causal=s.causal, positional=s.pe,
                            context=s.context if s.cross else None)
     try:  # a long input: its first max_tokens only when a view other than Heads, or an export, asks for them
@@ -102,14 +106,29 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
         f"h = {plural(cfg.num_heads, 'head')} · d_model = {cfg.d_model} · d_k = {cfg.d_k} · d_v = {cfg.d_v} · d_out = {cfg.d_out}"
         f" · {T} query tokens" + (f" · {S} key tokens (cross-attention)" if s.cross else "") + (" · causal" if s.causal else "")
     )
-    name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}")
+    if gqa:
+        st.caption(gqa_groups(cfg))
+    name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}" + (f"-kv{cfg.kv_heads}" if gqa else ""))
     _layer_views(s, trace, source, name, cfg, long=long, limits=limits)
     export_section(
         lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
-        title=f"Multi-head attention: h = {cfg.num_heads}, d_model = {cfg.d_model} (random weights)",
+        title=(f"Grouped-query attention: h = {cfg.num_heads}, kv_heads = {cfg.kv_heads}" if gqa
+               else f"Multi-head attention: h = {cfg.num_heads}") + f", d_model = {cfg.d_model} (random weights)",
         notes={"weights": f"random (Xavier, seed {s.seed})", "text": s.text, "causal": s.causal,
                "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {}), **shown_parts()},
     )
+
+
+def gqa_groups(cfg: MHAConfig) -> str:
+    """Which query heads read which key/value head, in words."""
+    n, G = cfg.group_size, cfg.kv_heads
+    if G == 1:
+        return (f"Multi-query attention: all {cfg.num_heads} query heads read the same keys and values (one K/V head); "
+                "each head still has its own queries, so its own attention map.")
+    groups = "; ".join(f"heads {g * n}–{g * n + n - 1} read K/V head {g}" if n > 1 else f"head {g} reads K/V head {g}"
+                       for g in range(G))
+    return (f"Grouped-query attention: {cfg.num_heads} query heads share {plural(G, 'key/value head')}, "
+            f"{n} query heads a group: {groups}. Each heatmap's title names its K/V head.")
 
 
 def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
@@ -117,6 +136,9 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     if s.d_model % s.h:
         explain_invalid_heads(s.h, s.d_model, advanced=False)
         return
+    if s.variant != "mha":
+        st.info("Trained layers are multi-head attention (one key/value head per query head): the GQA variant "
+                "applies to random weights for now.", icon=":material/info:")
     spec = TASKS[s.task]
     key = (s.task, s.h, s.d_model, s.steps, s.seed)
     layer = stoppable(key, lambda: cached_trained_layer(*key))

@@ -439,6 +439,12 @@ def head_view(trace: AttentionTrace, name: str) -> None:
         + (" Special tokens are hidden: each weights row is renormalised over the tokens shown; the head "
            "output is the model's own, computed with every token." if trace.meta.get("hidden_tokens") else "")
     )
+    if trace.kv_heads is not None:
+        kv = trace.kv_heads[head]
+        sharing = [h for h, g in enumerate(trace.kv_heads) if g == kv and h != head]
+        st.caption(f"Grouped-query attention: head {head} reads key/value head {kv}, so its K and V below are the "
+                   "same as those of " + (f"heads {', '.join(map(str, sharing))}" if sharing else "no other head")
+                   + "; its Q, scores and weights are its own.")
     chart(head_steps_figure(trace, head, compact=is_narrow()), "head_steps", f"{name}-head{head}-steps")
     _why_one_score(trace, head, name)
     if trace.W_Q is not None:
@@ -485,6 +491,11 @@ def output_path_view(trace: AttentionTrace, name: str) -> None:
         "Because concat · W_Oᵀ splits into one product per head block, the output is the sum of each "
         "head's contribution head_h · W_O^(h)ᵀ plus the bias."
     )
+    if trace.kv_heads is not None:
+        st.caption(f"Grouped-query attention leaves this step unchanged: sharing keys and values among query heads "
+                   f"changes where K and V come from, not the heads' outputs. There are still {trace.num_heads} "
+                   f"head outputs of width {trace.d_v}, one concat of width {trace.num_heads * trace.d_v} and the "
+                   "same W_O.")
     chart(output_path_figure(trace, width=page_width()), "output_path", f"{name}-concat-wo")
     checks = trace.check_wo_path()
     tolerance = trace.rounding_tolerance()
@@ -500,12 +511,12 @@ def output_path_view(trace: AttentionTrace, name: str) -> None:
 
 def cost_view(cfg: MHAConfig, T: int, S: int, cross: bool = False) -> None:
     ours, wide = layer_cost(cfg, T, S, cross=cross), layer_cost(full_width_head(cfg), T, S, cross=cross)
-    H = cfg.num_heads
+    H, G = cfg.num_heads, cfg.kv_heads
     c = "C" if cross else "X"
     shapes = {
         "X (queries in)" + (", C (keys and values in)" if cross else ""): f"{T} × {cfg.d_model}"
         + (f", {S} × {cfg.d_context}" if cross else ""),
-        "W_Q, W_K, W_V": f"{H} × ({cfg.d_model} × {cfg.d_k}), {H} × ({cfg.d_context} × {cfg.d_k}), {H} × ({cfg.d_context} × {cfg.d_v})",
+        "W_Q, W_K, W_V": f"{H} × ({cfg.d_model} × {cfg.d_k}), {G} × ({cfg.d_context} × {cfg.d_k}), {G} × ({cfg.d_context} × {cfg.d_v})",
         f"Q_h = X W_Q[h], K_h = {c} W_K[h], V_h = {c} W_V[h]": f"{T} × {cfg.d_k}, {S} × {cfg.d_k}, {S} × {cfg.d_v}",
         "scores, weights (per head)": f"{T} × {S}",
         "head_h": f"{T} × {cfg.d_v}",
@@ -514,6 +525,11 @@ def cost_view(cfg: MHAConfig, T: int, S: int, cross: bool = False) -> None:
         "output": f"{T} × {cfg.d_out}",
     }
     st.table({"tensor": list(shapes), "shape": list(shapes.values())})
+    if G < H:
+        st.caption(f"Grouped-query attention: W_K and W_V have kv_heads = {G} heads, not {H}; K_g and V_g are computed "
+                   f"once per key/value head g and read by {H // G} query heads each (query head h reads g = h // "
+                   f"{H // G}). A KV cache holds {G * (cfg.d_k + cfg.d_v)} numbers per token instead of "
+                   f"{H * (cfg.d_k + cfg.d_v)}.")
     rows = ["weights", "biases", "parameters", "FLOPs"]
     st.table(
         {
