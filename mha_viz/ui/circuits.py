@@ -2,11 +2,12 @@
 
 Every head's copying score (a click opens a head), the open head's singular values of W_QK and W_OV, and its QK or
 OV circuit over tokens (or positions). The results are small and kept in the shared cache per model (not per text:
-they depend on the weights only); the weights themselves are read again when a result is missing, never kept.
+they depend on the weights only); the weights are read at most once a run, when a result is missing, never kept.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Hashable
 from typing import TypeVar
@@ -46,8 +47,9 @@ def _kept(source: object, what: tuple[Hashable, ...], compute: Callable[[], T]) 
 
 def render(c: SectionContext) -> None:
     source = c.source
+    weights = functools.cache(lambda: head_weights(source))  # read at most once a run, and only on a cache miss
     try:
-        info = _kept(source, ("about",), lambda: _about(head_weights(source)))
+        info = _kept(source, ("about",), lambda: _about(weights()))
     except (ValueError, TypeError) as err:
         st.info(f"Circuits need the heads' weights: {plain(str(err))}.")
         return
@@ -55,7 +57,7 @@ def render(c: SectionContext) -> None:
     st.caption("A head's circuits, read from its weights alone (Elhage et al. 2021): W_QK = W_Q W_Kᵀ decides where "
                "it looks, W_OV = W_V W_O what it writes. " f"Norms: {plain(info['folded'])}."
                + (" " + " ".join(plain(n) for n in causal_note) if causal_note else ""))
-    copying = _kept(source, ("copying",), lambda: copying_scores(head_weights(source)))
+    copying = _kept(source, ("copying",), lambda: copying_scores(weights()))
     if field_value("head") >= H:
         st.session_state["head"] = 0
     layer, head = min(field_value("layer"), L - 1), field_value("head")
@@ -72,7 +74,7 @@ def render(c: SectionContext) -> None:
         st.caption(f"Copying score: the share of the eigenvalues of {copying.circuit} with a positive real part "
                    f"(computed from the d_v × d_v matrix {copying.small}, which has the same nonzero eigenvalues). "
                    f"1: the head raises what it reads. Here: {plain(copying.note)}.")
-    sv = _kept(source, ("singular values", layer, head), lambda: singular_values(head_weights(source), layer, head))
+    sv = _kept(source, ("singular values", layer, head), lambda: singular_values(weights(), layer, head))
     with right:
         chart(singular_values_figure(sv.qk, sv.ov, title=f"Layer {layer}, head {head}: singular values",
                                      width=page_width() if narrow else column_width(0.5)),
@@ -95,7 +97,7 @@ def render(c: SectionContext) -> None:
                        help="A large table shows each sampled row's k largest columns.")
     causal = c.trace.causal
     circuit = _kept(source, ("table", layer, head, kind, k if large else None, causal),
-                    lambda: _table(head_weights(source), layer, head, kind, k if large else None, causal))
+                    lambda: _table(weights(), layer, head, kind, k if large else None, causal))
     _draw_table(circuit, kind, c.name)
 
 
