@@ -14,6 +14,7 @@ MAX_LONG_TOKENS = 4096  # configurable mode's longest input: the Heads view as a
 MAX_TEXT_CHARS = 32_000  # room for MAX_LONG_TOKENS tokens of English (about 6 characters a token)
 MAX_HEADS = 16
 MAX_HEAD_WIDTH = 256  # d_k, d_v and d_out of the configurable layer
+MAX_VARIANT_WIDTH = 256  # an attention variant's kv_latent, q_latent and rope_dim (mha_viz.variants)
 D_MODEL_CHOICES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768)
 MAX_SEED = 2**31 - 1
 MAX_LAYERS = 128

@@ -24,6 +24,7 @@ from .limits import (
     MAX_STEPS,
     MAX_TEXT_CHARS,
     MAX_TOKENS,
+    MAX_VARIANT_WIDTH,
     client_int,
 )
 from .names import (
@@ -34,7 +35,9 @@ from .names import (
     PATCH_DIRECTIONS,
     PATCH_METRICS,
     PATCH_THROUGH,
+    SINK_KINDS,
     TASK_NAMES,
+    VARIANT_KINDS,
 )
 from .parts import SECTIONS, VIEWS, Part, StateField, all_fields, core_fields
 from .text import DEFAULT_TEXT
@@ -53,8 +56,8 @@ DEFAULT_CONTEXT = "L'animal n'a pas traversé la rue parce qu'il était trop fat
 MODES = ("Configurable", "Pretrained", "Train")
 PARTS = ("encoder", "decoder", "cross")
 WEIGHTS = ("random", "trained")  # configurable mode: random Xavier weights, or trained on a task
-# The configurable layer's attention variants the app computes (issue 23 names mla, window, diff, moh for later).
-LAYER_VARIANTS = ("mha", "gqa")
+LAYER_VARIANTS = VARIANT_KINDS  # the configurable layer's attention variants (mha_viz.variants)
+SINKS = SINK_KINDS
 DETECTORS = DETECTOR_KINDS
 COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
 CIRCUITS = ("OV", "QK", "QK positions")  # the Circuits section's token tables
@@ -83,8 +86,15 @@ class ViewState:
     text: str = DEFAULT_TEXT
     h: int = 4
     d_model: int = 64
-    variant: str = "mha"  # configurable mode: the attention variant (LAYER_VARIANTS)
-    kv_heads: int = 1  # variant gqa: key/value heads, a divisor of h (1: multi-query attention)
+    variant: str = "mha"  # configurable mode: the attention variant (LAYER_VARIANTS); its parameters below
+    kv_heads: int = 1  # gqa: key/value heads, a divisor of h (1: multi-query attention)
+    kv_latent: int = 16  # mla: the latent cached per token
+    q_latent: int = 0  # mla: the query latent (0: none)
+    rope_dim: int = 4  # mla: decoupled rotary dims per head
+    window: int = 4  # window: keys a query sees
+    sinks: str = "logit"  # window: none, logit (a learned sink logit per head) or tokens (the first 4 stay visible)
+    moh_k: int = 2  # moh: routed heads per token
+    moh_shared: int = 0  # moh: heads every token uses
     d_k: int | None = None
     d_v: int | None = None
     d_out: int | None = None
@@ -123,6 +133,13 @@ class ViewState:
 def _int(raw: str, lo: int, hi: int) -> int:
     value = int(raw.strip())
     if not lo <= value <= hi:
+        raise ValueError
+    return value
+
+
+def _rope_dim(raw: str) -> int:
+    value = _int(raw, 0, MAX_VARIANT_WIDTH)
+    if value % 2:
         raise ValueError
     return value
 
@@ -255,8 +272,15 @@ core_fields((
     _core("text", _text, f"at most {MAX_TEXT_CHARS} characters", MAX_TEXT_CHARS),
     _core("h", lambda r: _int(r, 1, MAX_HEADS), f"a whole number of heads from 1 to {MAX_HEADS}"),
     _core("d_model", _d_model, "one of " + ", ".join(map(str, D_MODEL_CHOICES))),
-    _core("variant", _one_of(LAYER_VARIANTS), "mha or gqa (mla, window, diff and moh are not built yet)"),
+    _core("variant", _one_of(LAYER_VARIANTS), "one of " + ", ".join(LAYER_VARIANTS)),
     _core("kv_heads", lambda r: _int(r, 1, MAX_HEADS), f"a number of key/value heads from 1 to {MAX_HEADS} that divides h"),
+    _core("kv_latent", lambda r: _int(r, 1, MAX_VARIANT_WIDTH), f"a latent width from 1 to {MAX_VARIANT_WIDTH}"),
+    _core("q_latent", lambda r: _int(r, 0, MAX_VARIANT_WIDTH), f"0 (none) or a latent width up to {MAX_VARIANT_WIDTH}"),
+    _core("rope_dim", _rope_dim, f"an even number of rotary dimensions from 0 to {MAX_VARIANT_WIDTH}"),
+    _core("window", lambda r: _int(r, 1, MAX_TOKENS), f"a window from 1 to {MAX_TOKENS} tokens"),
+    _core("sinks", _one_of(SINK_KINDS), "one of " + ", ".join(SINK_KINDS)),
+    _core("moh_k", lambda r: _int(r, 1, MAX_HEADS), f"a number of heads from 1 to {MAX_HEADS}"),
+    _core("moh_shared", lambda r: _int(r, 0, MAX_HEADS - 1), f"a number of shared heads from 0 to {MAX_HEADS - 1}"),
     _core("d_k", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
     _core("d_v", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
     _core("d_out", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
@@ -316,7 +340,6 @@ VIEWS.register(Part("Analysis", _TRACE_MODES, "mha_viz.ui.view_parts:analysis", 
 # The variants compared under Shapes & cost: prefixed cost_, because they price a layer beside MHA and do not change
 # the layer the page computes (a configurable-mode `variant` control would).
 CONTEXTS = tuple(2**i for i in range(8, 21))  # 256 ... 1,048,576 tokens
-SINKS = ("none", "logit", "tokens")  # no sink, a learned sink logit per head (gpt-oss), the first 4 tokens kept
 
 
 def _context(raw: str) -> int:

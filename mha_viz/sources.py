@@ -32,6 +32,7 @@ from .long import LongTrace, long_trace
 from .sampling import GREEDY, Sampling
 from .text import embed_tokens, tokenize
 from .trace import AttentionTrace
+from .variants import LayerVariant, variant_layer
 
 if TYPE_CHECKING:
     from .pretrained import PretrainedModel
@@ -80,13 +81,20 @@ def text_tokens(text: str, what: str = "text", max_tokens: int = MAX_TOKENS) -> 
 
 
 def _configurable_inputs(
-    text: str, cfg: MHAConfig, seed: int, positional: bool, context: str | None, max_tokens: int
-) -> tuple[MultiHeadAttention, torch.Tensor, torch.Tensor | None, tuple[str, ...], tuple[str, ...] | None, int]:
-    """The configurable layer and its inputs: (mha, x, context vectors or None, query tokens, key tokens, tokens cut)."""
+    text: str, cfg: MHAConfig, seed: int, positional: bool, context: str | None, max_tokens: int,
+    variant: LayerVariant | None = None,
+) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor | None, tuple[str, ...], tuple[str, ...] | None, int]:
+    """The configurable layer and its inputs: (layer, x, context vectors or None, query tokens, key tokens, tokens cut).
+
+    variant None: multi-head attention, grouped-query where cfg.kv_heads < h.
+    """
     q_tokens, q_cut = text_tokens(text, "text", max_tokens)
     k_tokens, k_cut = text_tokens(context, "second sentence", max_tokens) if context is not None else (None, 0)
-    mha = MultiHeadAttention(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out,
-                             kv_heads=cfg.kv_heads, seed=seed)
+    if variant is None:
+        mha = MultiHeadAttention(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out,
+                                 kv_heads=cfg.kv_heads, seed=seed)
+    else:
+        mha = variant_layer(cfg, variant, seed=seed)
     x = embed_tokens(list(q_tokens), cfg.d_model, seed=seed, positional=positional)  # (T, d_model)
     c = None if k_tokens is None else embed_tokens(list(k_tokens), cfg.d_model, seed=seed, positional=positional)  # (S, d_model)
     return mha, x, c, q_tokens, k_tokens, q_cut + k_cut
@@ -101,16 +109,21 @@ def configurable_trace(
     positional: bool = True,
     context: str | None = None,
     max_tokens: int = MAX_TOKENS,
+    variant: LayerVariant | None = None,
 ) -> AttentionTrace:
     """The configurable layer (random Xavier weights from seed) on text; context: cross-attention keys and values.
 
+    variant: an attention variant of the layer (mha_viz.variants; None: cfg as it is, multi-head or grouped-query).
     Texts longer than max_tokens are cut; meta["truncated"] says how many tokens were dropped.
     The same function serves the app and `python -m mha_viz report`.
     """
-    mha, x, c, q_tokens, k_tokens, cut = _configurable_inputs(text, cfg, seed, positional, context, max_tokens)
+    mha, x, c, q_tokens, k_tokens, cut = _configurable_inputs(text, cfg, seed, positional, context, max_tokens, variant)
     with torch.inference_mode():
         trace = mha(x, c, causal=causal, query_tokens=q_tokens, key_tokens=k_tokens)
-    return replace(trace, meta={**trace.meta, "weights": "random", "seed": seed, "truncated": cut})
+    kind = variant.kind if variant is not None else "gqa" if cfg.group_size > 1 else "mha"
+    params = {} if variant is None else variant.params()
+    return replace(trace, meta={**trace.meta, "weights": "random", "seed": seed, "truncated": cut, "variant": kind,
+                                **params})
 
 
 def long_configurable_trace(
@@ -140,7 +153,8 @@ class ConfigurableSource:
     positional: bool = True
     context: str | None = None
     max_tokens: int = MAX_TOKENS
-    long_tokens: int = MAX_LONG_TOKENS  # the longest input long_trace() reads
+    long_tokens: int = MAX_LONG_TOKENS  # the longest input long_trace() reads (mha and gqa only)
+    variant: LayerVariant | None = None  # an attention variant (mha_viz.variants); None: cfg as it is (mha or gqa)
     num_layers: int = field(default=1, init=False)
     model: None = field(default=None, init=False)
     causal_lm: ClassVar[bool] = False
@@ -151,24 +165,42 @@ class ConfigurableSource:
     def trace(self, layer: int = 0) -> AttentionTrace:
         _single_layer(layer)
         return configurable_trace(self.text, self.cfg, seed=self.seed, causal=self.causal, positional=self.positional,
-                                  context=self.context, max_tokens=self.max_tokens)
+                                  context=self.context, max_tokens=self.max_tokens, variant=self.variant)
+
+    @property
+    def variant_kind(self) -> str:
+        """The attention variant the layer computes: a kind of mha_viz.variants.KINDS."""
+        if self.variant is not None:
+            return self.variant.kind
+        return "gqa" if self.cfg.group_size > 1 else "mha"
+
+    # Capability flags of the variant views (mha_viz.parts: Part.needs): which variant the layer computes.
+    latent = property(lambda self: self.variant_kind == "mla", doc="multi-head latent attention (MLA)")
+    windowed = property(lambda self: self.variant_kind == "window", doc="a sliding window, with sinks")
+    differential = property(lambda self: self.variant_kind == "diff", doc="differential attention")
+    routed = property(lambda self: self.variant_kind == "moh", doc="mixture-of-heads: a router picks heads")
+
+    @property
+    def layer_config(self) -> MHAConfig:
+        """cfg as the variant computes it (gqa: with its kv_heads); ValueError when the variant cannot run."""
+        return self.cfg if self.variant is None else self.variant.config(self.cfg)
 
     def key(self) -> tuple:
         """What the traces depend on, as a plain tuple: a cache key that a subclass redefined on every run of a
         Streamlit script (a new class object each time, so its instances never compare equal) can use."""
         return (self.text, self.cfg, self.seed, self.causal, self.positional, self.context, self.max_tokens,
-                self.long_tokens)
+                self.long_tokens, self.variant)
 
     def is_long(self) -> bool:
         """Whether the text (or the second sentence) has more than max_tokens tokens and long_trace() reads more."""
-        if self.long_tokens <= self.max_tokens:
+        if self.long_tokens <= self.max_tokens or self.variant is not None and self.variant.kind not in ("mha", "gqa"):
             return False
         texts = (self.text,) if self.context is None else (self.text, self.context)
         return any(len(tokenize(t, self.max_tokens + 1)) > self.max_tokens for t in texts)
 
     def long_trace(self) -> LongTrace:
         """The layer on up to long_tokens tokens: an overview of every head and exact blocks (mha_viz.long)."""
-        return long_configurable_trace(self.text, self.cfg, seed=self.seed, causal=self.causal,
+        return long_configurable_trace(self.text, self.layer_config, seed=self.seed, causal=self.causal,
                                        positional=self.positional, context=self.context, max_tokens=self.long_tokens)
 
     def with_text(self, text: str) -> ConfigurableSource:

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-VARIANTS = ("mha", "gqa", "mla", "window", "diff", "moh")
+from .names import VARIANT_KINDS as VARIANTS
+
 VARIANT_NAMES = {
     "mha": "multi-head (MHA)",
     "gqa": "grouped-query (GQA; MQA at 1 KV head)",

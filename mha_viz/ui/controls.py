@@ -15,17 +15,19 @@ from ..limits import (
     MAX_SEED,
     MAX_SEQUENCE_CHARS,
     MAX_TEXT_CHARS,
+    MAX_VARIANT_WIDTH,
 )
+from ..names import SINK_KINDS
 from ..params import EXAMPLES, LAYER_VARIANTS
 from ..text import repeat_to_tokens
 from ..training import TASKS
+from ..variants import NAMES as VARIANT_NAMES
 
 ADVANCED_OPEN = "advanced_open"  # session key of the Advanced expander's state
 ADVANCED_FIELDS = ("d_k", "d_v", "d_out", "seed", "causal", "pe", "cross", "context")
 TRAINED_D_MODELS = tuple(d for d in D_MODEL_CHOICES if d <= 128)  # wider layers train too slowly for a page
 NOTICE = "_heads_notice"  # session key: why h just changed, shown once
 KV_NOTICE = "_kv_heads_notice"  # session key: why kv_heads just changed, shown once
-VARIANT_NAMES = {"mha": "MHA", "gqa": "GQA"}
 
 
 def head_choices(d_model: int, d_k: int | None = None, d_v: int | None = None) -> list[int]:
@@ -45,7 +47,13 @@ def _keep_heads_valid() -> None:
         state["h"] = new
         state[NOTICE] = (f"h = {h} does not divide d_model = {state['d_model']}, so h is now {new} "
                          f"(d_k = {state['d_model']} / {new} = {state['d_model'] // new}).")
-        _keep_kv_heads_valid()
+        _keep_variant_valid()
+
+
+def _keep_variant_valid() -> None:
+    """After h changed: the variants' parameters that depend on h follow it."""
+    _keep_kv_heads_valid()
+    _keep_moh_valid()
 
 
 def _keep_kv_heads_valid() -> None:
@@ -71,7 +79,7 @@ def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -
         return
     standard = d_k is None or d_v is None
     st.select_slider(
-        "Number of heads h", choices, key="h", on_change=_keep_kv_heads_valid,
+        "Number of heads h", choices, key="h", on_change=_keep_variant_valid,
         help=(f"Each head gets d_k = d_model / h dimensions, so h must divide d_model = {d_model}: the slider offers "
               f"{', '.join(map(str, choices))}. Set d_k and d_v under Advanced for any h.") if standard
         else "d_k and d_v are set under Advanced, so any h from 1 to 16 works.",
@@ -86,28 +94,85 @@ def kv_heads_label(h: int) -> Callable[[int], str]:
     return lambda g: f"{g} (MQA)" if g == 1 else f"{g} (= MHA)" if g == h else str(g)
 
 
-def variant_controls(h: int) -> None:
-    """The attention variant (MHA or GQA) and, for GQA, the key/value heads: every divisor of h is offered.
+VARIANT_HELP = (
+    "MHA: every head has its own keys and values. GQA (Llama 3, Qwen3, Mistral): groups of query heads share one "
+    "key/value head (1 is MQA). MLA (DeepSeek-V2/V3): keys and values are rebuilt per head from one small cached "
+    "latent. Window (Mistral, Gemma 2, gpt-oss): each query sees only nearby keys, with sinks that soak up attention. "
+    "Diff (DIFF Transformer, DiffLlama): each head is the difference of two softmax maps. MoH (mixture-of-heads): a "
+    "router picks each token's heads."
+)
 
-    A kv_heads from a link that does not divide h is left for the page to explain (explain_invalid_kv_heads).
+
+def _even_choices(top: int, value: object) -> list[int]:
+    """0, 2, ..., top, and a value from a link that is not among them."""
+    choices = list(range(0, top + 1, 2))
+    return sorted({*choices, value}) if isinstance(value, int) and value not in choices else choices
+
+
+def _keep_moh_valid() -> None:
+    """After h or moh_shared changed: moh_k at most the routed heads h - moh_shared."""
+    state = st.session_state
+    h, shared, k = state.get("h"), state.get("moh_shared", 0), state.get("moh_k", 1)
+    if isinstance(h, int) and isinstance(shared, int) and isinstance(k, int):
+        if shared >= h:
+            state["moh_shared"] = shared = h - 1
+        if k > h - shared:
+            state["moh_k"] = h - shared
+
+
+def variant_controls(h: int) -> None:
+    """The attention variant and its own parameters; every position of every control gives a layer that runs.
+
+    A value from a link that no position offers (kv_heads that does not divide h, an odd h for diff) is left for the
+    page to explain.
     """
-    gqa = st.segmented_control(
-        "Variant", LAYER_VARIANTS, key="variant", required=True, format_func=VARIANT_NAMES.get,
-        help="MHA: every head has its own keys and values. GQA (grouped-query attention, Llama 3, Qwen3, Mistral): "
-        "groups of query heads share one key/value head, so fewer K and V are computed and cached.",
-    ) == "gqa"
-    if not gqa:
-        return
-    kv = st.session_state.get("kv_heads")
-    if kv not in divisors(h):
-        st.caption(f"kv_heads = {kv} (from the link) does not divide h = {h}: pick a valid kv_heads on the page.")
-        return
-    st.radio("Key/value heads kv_heads", divisors(h), key="kv_heads", horizontal=True, format_func=kv_heads_label(h),
-             help=f"The {h} query heads are split into kv_heads groups of h / kv_heads; each group reads one key/value "
-             "head. kv_heads must divide h. 1 is multi-query attention (MQA), h is multi-head attention.")
-    notice = st.session_state.pop(KV_NOTICE, None)
-    if notice:
-        st.caption(notice)
+    variant = st.segmented_control("Variant", LAYER_VARIANTS, key="variant", required=True,
+                                   format_func=VARIANT_NAMES.get, help=VARIANT_HELP)
+    state = st.session_state
+    if variant == "gqa":
+        kv = state.get("kv_heads")
+        if kv not in divisors(h):
+            st.caption(f"kv_heads = {kv} (from the link) does not divide h = {h}: pick a valid kv_heads on the page.")
+            return
+        st.radio("Key/value heads kv_heads", divisors(h), key="kv_heads", horizontal=True,
+                 format_func=kv_heads_label(h),
+                 help=f"The {h} query heads are split into kv_heads groups of h / kv_heads; each group reads one "
+                 "key/value head. kv_heads must divide h. 1 is multi-query attention (MQA), h is multi-head attention.")
+        notice = state.pop(KV_NOTICE, None)
+        if notice:
+            st.caption(notice)
+    elif variant == "mla":
+        c1, c2 = st.columns(2)
+        c1.number_input("KV latent kv_latent", 1, MAX_VARIANT_WIDTH, key="kv_latent", step=1,
+                        help="The width of the one latent vector cached per token; every head's keys and values are "
+                        "up-projected from it.")
+        c2.number_input("Query latent q_latent", 0, MAX_VARIANT_WIDTH, key="q_latent", step=1,
+                        help="0: queries are projected from the token directly. Else they pass a latent of this "
+                        "width first (DeepSeek-V3: 1536), which saves parameters, not cache.")
+        st.select_slider("Rotary dims rope_dim", _even_choices(32, state.get("rope_dim")), key="rope_dim",
+                         help="Per head, this many extra query/key dims carry rotary positions, in a key part shared "
+                         "by every head and cached beside the latent (DeepSeek-V3: 64). 0: no positions in the scores.")
+    elif variant == "window":
+        st.slider("Window (tokens a query sees)", 1, 32, key="window",
+                  help="Each query sees the keys fewer than window positions away (with the causal mask: itself and "
+                  "the window − 1 tokens before it). Mistral: 4096; gpt-oss: 128 on every other layer.")
+        st.radio("Sinks", SINK_KINDS, key="sinks", horizontal=True, format_func=SINK_LABELS.get,
+                 help="Logit: each head has one learned logit that joins every softmax and is then dropped, so a head "
+                 "can attend to 'nothing' (gpt-oss). First tokens: the first 4 tokens stay visible to every query, "
+                 "as StreamingLLM keeps them.")
+    elif variant == "diff":
+        st.caption("Each head subtracts a second softmax map, scaled by λ, from its first: h counts the maps, so h "
+                   "must be even and the layer has h / 2 differential heads.")
+    elif variant == "moh":
+        c1, c2 = st.columns(2)
+        c1.slider("Shared heads moh_shared", 0, max(h - 1, 1), key="moh_shared", on_change=_keep_moh_valid,
+                  disabled=h == 1, help="The first moh_shared heads are used by every token.")
+        routed = max(h - min(state.get("moh_shared", 0), h - 1), 1)
+        c2.slider("Heads per token moh_k", 1, max(routed, 2), key="moh_k", disabled=routed == 1,
+                  help="The router scores the other heads for each token; each token uses its top moh_k of them.")
+
+
+SINK_LABELS = {"none": "None", "logit": "Logit per head", "tokens": "First tokens"}
 
 
 LONG_EXAMPLE = f"A long text ({MAX_LONG_TOKENS} tokens)"
@@ -124,7 +189,7 @@ def _use_example() -> None:
 
 def _set_heads(h: int) -> None:
     st.session_state["h"] = h
-    _keep_kv_heads_valid()
+    _keep_variant_valid()
 
 
 def _set_kv_heads(kv_heads: int) -> None:

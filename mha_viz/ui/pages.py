@@ -22,6 +22,10 @@ from ..serve.hosting import FULL_SIZE, Budget
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
 from ..training import TASKS
+from ..variants import NAMES as VARIANT_NAMES
+from ..variants import PARAMETERS as VARIANT_PARAMETERS
+from ..variants import LayerVariant
+from ..variants import describe as describe_variant
 from . import layer_switch
 from .analysis import ModelLoader
 from .cached_sources import CachedConfigurable, CachedModel, model_key
@@ -78,9 +82,14 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
     if gqa and s.h % s.kv_heads:
         explain_invalid_kv_heads(s.kv_heads, s.h)
         return
-    cfg = MHAConfig(s.d_model, s.h, d_k=s.d_k, d_v=s.d_v, d_out=s.d_out, kv_heads=s.kv_heads if gqa else None)
+    variant = state_variant(s)
+    try:
+        cfg = variant.config(MHAConfig(s.d_model, s.h, d_k=s.d_k, d_v=s.d_v, d_out=s.d_out))
+    except ValueError as err:  # an odd h for diff, moh_k above the routed heads (from a link)
+        st.error(f"**The {VARIANT_NAMES[s.variant]} variant cannot run with these settings.** {err}.")
+        return
     source = random_source(text=s.text, cfg=cfg, seed=s.seed, causal=s.causal, positional=s.pe,
-                           context=s.context if s.cross else None)
+                           context=s.context if s.cross else None, variant=variant)
     try:  # a long input: its first max_tokens only when a view other than Heads, or an export, asks for them
         long = source.long_trace() if source.is_long() else None
         trace = source.trace(0) if long is None else None
@@ -106,29 +115,24 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
         f"h = {plural(cfg.num_heads, 'head')} · d_model = {cfg.d_model} · d_k = {cfg.d_k} · d_v = {cfg.d_v} · d_out = {cfg.d_out}"
         f" · {T} query tokens" + (f" · {S} key tokens (cross-attention)" if s.cross else "") + (" · causal" if s.causal else "")
     )
-    if gqa:
-        st.caption(gqa_groups(cfg))
-    name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}" + (f"-kv{cfg.kv_heads}" if gqa else ""))
+    st.caption(describe_variant(cfg, variant))
+    name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}" + (f"-kv{cfg.kv_heads}" if gqa else "")
+                         + ("" if s.variant in ("mha", "gqa") else f"-{s.variant}"))
     _layer_views(s, trace, source, name, cfg, long=long, limits=limits)
     export_section(
         lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=(f"Grouped-query attention: h = {cfg.num_heads}, kv_heads = {cfg.kv_heads}" if gqa
-               else f"Multi-head attention: h = {cfg.num_heads}") + f", d_model = {cfg.d_model} (random weights)",
-        notes={"weights": f"random (Xavier, seed {s.seed})", "text": s.text, "causal": s.causal,
+               else f"Multi-head attention: h = {cfg.num_heads}" if s.variant == "mha"
+               else f"{VARIANT_NAMES[s.variant]} attention: h = {cfg.num_heads}") + f", d_model = {cfg.d_model} (random weights)",
+        notes={"weights": f"random (Xavier, seed {s.seed})", "variant": s.variant, **variant.params(), "text": s.text,
+               "causal": s.causal,
                "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {}), **shown_parts()},
     )
 
 
-def gqa_groups(cfg: MHAConfig) -> str:
-    """Which query heads read which key/value head, in words."""
-    n, G = cfg.group_size, cfg.kv_heads
-    if G == 1:
-        return (f"Multi-query attention: all {cfg.num_heads} query heads read the same keys and values (one K/V head); "
-                "each head still has its own queries, so its own attention map.")
-    groups = "; ".join(f"heads {g * n}–{g * n + n - 1} read K/V head {g}" if n > 1 else f"head {g} reads K/V head {g}"
-                       for g in range(G))
-    return (f"Grouped-query attention: {cfg.num_heads} query heads share {plural(G, 'key/value head')}, "
-            f"{n} query heads a group: {groups}. Each heatmap's title names its K/V head.")
+def state_variant(s: ViewState) -> LayerVariant:
+    """The page state's attention variant, with the parameters its kind reads."""
+    return LayerVariant(s.variant, **{name: getattr(s, name) for name in VARIANT_PARAMETERS[s.variant]})
 
 
 def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
@@ -137,8 +141,8 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
         explain_invalid_heads(s.h, s.d_model, advanced=False)
         return
     if s.variant != "mha":
-        st.info("Trained layers are multi-head attention (one key/value head per query head): the GQA variant "
-                "applies to random weights for now.", icon=":material/info:")
+        st.info("Trained layers are multi-head attention (one key/value head per query head): the variants "
+                "apply to random weights for now.", icon=":material/info:")
     spec = TASKS[s.task]
     key = (s.task, s.h, s.d_model, s.steps, s.seed)
     layer = stoppable(key, lambda: cached_trained_layer(*key))

@@ -99,7 +99,7 @@ def test_link_with_kv_heads_not_dividing_h_explains_and_offers_the_nearest() -> 
     assert len(heatmaps(heads_chart(at))) == 8 and url(at, "kv_heads") == "4"
 
 
-@pytest.mark.parametrize("params, name", [({"variant": "mla"}, "variant"), ({"variant": "GQA!"}, "variant"),
+@pytest.mark.parametrize("params, name", [({"variant": "sparse"}, "variant"), ({"variant": "GQA!"}, "variant"),
                                           ({"variant": "gqa", "kv_heads": "0"}, "kv_heads"),
                                           ({"variant": "gqa", "kv_heads": "x"}, "kv_heads")])
 def test_invalid_variant_values_fall_back_with_a_notice(params: dict[str, str], name: str) -> None:
