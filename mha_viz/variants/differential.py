@@ -51,7 +51,7 @@ class DifferentialAttention(MultiHeadAttention):
     lambdas [h/2] (one lambda per layer, repeated), queries/keys/scores the first map's, values [h/2, S, 2 d_v].
     """
 
-    def __init__(self, cfg: MHAConfig, variant: LayerVariant = LayerVariant("diff"), *, seed: int | None = None,
+    def __init__(self, cfg: MHAConfig, variant: LayerVariant | None = None, *, seed: int | None = None,
                  dtype: torch.dtype = torch.float32, depth: int = 0) -> None:
         if cfg.num_heads % 2:
             raise ValueError(f"differential attention pairs heads (two softmax maps a head): h must be even, "
