@@ -168,3 +168,32 @@ def test_common_mode_identities_on_random_layers() -> None:
     assert np.allclose(cm.weight_keys.sum(-1), 1 - cm.lambdas, atol=1e-5)
     with pytest.raises(ValueError, match="not differential"):
         common_mode(configurable_trace("a b c", MHAConfig(64, 8)))
+
+
+def test_figures_draw_the_maps_signed_and_the_common_mode() -> None:
+    from mha_viz.figures.differential import cancelled_keys_figure, common_mode_figure, two_maps_figure
+
+    trace = first_token_demo(tokens=5)
+    fig = two_maps_figure(trace, 0)
+    first, scaled, diff = (np.asarray(t.z) for t in fig.data)
+    assert np.allclose(first, trace.maps[0, 0]) and np.allclose(scaled, 0.8 * trace.maps[1, 0], atol=1e-6)
+    assert np.allclose(diff, first - scaled, atol=1e-6) and np.allclose(diff[:, 0], 0, atol=1e-4)
+    axis = fig.layout.coloraxis
+    assert axis.cmin == -axis.cmax and axis.cmax == pytest.approx(np.abs(fig.data[0].z).max())
+    assert axis.colorscale != heads_colours()
+    cm = common_mode(trace)
+    bars = common_mode_figure(cm).data
+    assert np.allclose(bars[0].y, cm.common) and np.allclose(bars[1].y, cm.kept) and np.allclose(bars[2].y, -cm.negative)
+    keys = cancelled_keys_figure(cm, 0, trace.key_tokens).data
+    assert np.allclose(keys[1].y, cm.common_keys[0]) and list(keys[0].x) == list(range(5))
+    with pytest.raises(ValueError, match="no head 1"):
+        two_maps_figure(trace, 1)
+    with pytest.raises(ValueError, match="not differential"):
+        two_maps_figure(configurable_trace("a b c", MHAConfig(64, 8)), 0)
+
+
+def heads_colours() -> tuple:
+    """The colour scale of ordinary (softmax, unsigned) heatmaps."""
+    from mha_viz.figures import heads_figure
+
+    return heads_figure(configurable_trace("a b c", MHAConfig(64, 8))).layout.coloraxis.colorscale
