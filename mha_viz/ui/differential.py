@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ..analysis.differential import common_mode
+from ..analysis.differential import common_mode, first_token_demo
 from ..figures.differential import cancelled_keys_figure, common_mode_figure, two_maps_figure
 from .style import is_narrow, page_width
 from .view_parts import ViewContext
@@ -40,3 +40,10 @@ def two_maps(c: ViewContext) -> None:
     chart(common_mode_figure(cm, width=page_width()), "common_mode", f"{c.name}-common-mode")
     chart(cancelled_keys_figure(cm, head, trace.key_tokens, width=page_width()), "cancelled_keys",
           f"{c.name}-head{head}-cancelled-keys")
+    with st.expander("A demonstration: both maps attend to the first token"):
+        demo = first_token_demo()
+        st.caption("A hand-built head (random weights rarely show it this clearly): map₁ puts 0.8 of every row on the "
+                   "first token, a sink, and 0.2 on the last token, the signal; map₂ puts all of it on the first token. "
+                   "With λ = 0.8 the difference removes the first token's share and keeps the signal "
+                   f"(cancelled: {common_mode(demo).common[0]:.2f} a row).")
+        chart(two_maps_figure(demo, 0, width=page_width(), compact=narrow), "two_maps_demo", "differential-demo")

@@ -47,7 +47,7 @@ def test_an_odd_h_from_a_link_is_explained(params: dict[str, str]) -> None:
 def test_two_maps_view_draws_both_maps_their_difference_and_the_common_mode(causal: str) -> None:
     at = new_app(variant="diff", h="8", view="Two maps", text=TEXT, causal=causal).run()
     assert not at.exception and not at.error
-    maps, common, keys = charts(at)
+    maps, common, keys, demo = charts(at)
     panels = heatmaps(maps)
     assert len(panels) == 3 and any("λ·map₂" in t for t in titles(maps))
     z1, z2, diff = (z_matrix(p) for p in panels)
@@ -57,6 +57,8 @@ def test_two_maps_view_draws_both_maps_their_difference_and_the_common_mode(caus
     assert axis["colorscale"][0][1] != "rgb(247,251,255)" and axis["cmin"] == -axis["cmax"]
     assert len(common["data"]) == 3 and len(common["data"][0]["x"]) == 4  # cancelled, kept, negative per head
     assert len(keys["data"]) == 3
+    first, _, weights = (z_matrix(p) for p in heatmaps(demo))  # the demonstration: the shared first token cancels
+    assert np.allclose(first[:, 0], 0.8, atol=1e-3) and np.allclose(weights[:, 0], 0, atol=1e-3)
     assert "differential amplifier" in texts(at) and "λ = " in texts(at)
     at.selectbox(key="head").set_value(3).run()
     assert not at.exception and "Differential head 3" in charts(at)[0]["layout"]["title"]["text"]
