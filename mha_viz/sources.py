@@ -263,6 +263,11 @@ class ModelSource:
         return self.part != "cross" and self.num_layers >= 2 and self.model.unavailable is None
 
     @property
+    def differential(self) -> bool:
+        """Whether its heads are differential attention (DiffLlama: two softmax maps a head, the Two maps view)."""
+        return self.model.architecture == "diffllama"
+
+    @property
     def token_readout(self) -> bool:
         """Whether each head's W_O can be followed to the unembedding over the whole vocabulary: a causal language
         model's decoder with at most analysis.readout.MAX_VOCAB tokens (the bundled induction model)."""

@@ -1,0 +1,160 @@
+"""Differential attention (DIFF Transformer, Ye et al. 2024; transformers' DiffLlamaAttention), kind "diff".
+
+h query/key heads of width d_k pair into h/2 differential heads (i, i + h/2). Head i subtracts the second map:
+
+    map_1 = softmax(Q_i K_i^T / sqrt(d_k)),   map_2 = softmax(Q_(i+h/2) K_(i+h/2)^T / sqrt(d_k))
+    weights_i = map_1 - lambda map_2            signed; each row sums to 1 - lambda
+    head_i = (1 - lambda_init) RMSNorm(weights_i [V_i | V_(i+h/2)])     width 2 d_v, as DiffLlama groups values
+    lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2) + lambda_init,
+    lambda_init = 0.8 - 0.6 exp(-0.3 depth)     (depth 0, one layer: 0.2)
+
+The concat [head_0 | ... | head_(h/2-1)] has width h d_v, as MHA's, and W_O is unchanged. No rotary positions: the
+configurable layer's tokens carry their positions in their embeddings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..attention import Attended, AttentionTensors, MultiHeadAttention, Variations, attend
+from ..config import MHAConfig
+from ..trace import AttentionTrace
+from . import LayerVariant, register_layer
+
+LAMBDA_STD = 0.1  # DiffLlama's lambda_std_dev: the lambda vectors start normal(0, 0.1)
+NORM_EPS = 1e-5  # DiffLlama's rms_norm_eps
+HEAD_NORM = "(1 - lambda_init) RMSNorm(weights @ values)"
+
+
+def lambda_init(depth: int) -> float:
+    """DiffLlama's (and the DIFF Transformer's) starting lambda for the layer at this depth (0 first)."""
+    return 0.8 - 0.6 * math.exp(-0.3 * depth)
+
+
+def paired_heads(W: np.ndarray, values: bool) -> np.ndarray:
+    """A per-query-head projection [h, ..., d] as the h/2 differential heads' a trace holds: the first map's
+    (W_Q, W_K, their biases), or the pair's [W_V_i | W_V_(i+h/2)] of width 2 d_v (values)."""
+    first, second = np.split(W, 2)  # (h/2, ..., d) each
+    return np.concatenate((first, second), axis=-1) if values else first
+
+
+class DifferentialAttention(MultiHeadAttention):
+    """The configurable layer with differential heads: h query/key/value heads (h even), h/2 differential heads.
+
+    Parameters as MultiHeadAttention's (W_Q [h, d_model, d_k], ..., W_O [d_out, h d_v]) plus DiffLlama's four lambda
+    vectors of width d_k. A trace has h/2 heads: weights [h/2, T, S] signed, maps and map_scores [2, h/2, T, S],
+    lambdas [h/2] (one lambda per layer, repeated), queries/keys/scores the first map's, values [h/2, S, 2 d_v].
+    """
+
+    def __init__(self, cfg: MHAConfig, variant: LayerVariant | None = None, *, seed: int | None = None,
+                 dtype: torch.dtype = torch.float32, depth: int = 0) -> None:
+        if cfg.num_heads % 2:
+            raise ValueError(f"differential attention pairs heads (two softmax maps a head): h must be even, "
+                             f"got {cfg.num_heads}")
+        if cfg.group_size != 1:
+            raise ValueError("differential attention here has one key/value head per query head (kv_heads = h)")
+        super().__init__(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out,
+                         d_context=cfg.d_context, bias=cfg.bias, seed=seed, dtype=dtype)
+        self.lambda_init = lambda_init(depth)
+        gen = torch.Generator().manual_seed(seed + 1) if seed is not None else None  # apart from W's stream
+        for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+            start = torch.randn(cfg.d_k, generator=gen, dtype=dtype) * LAMBDA_STD
+            setattr(self, name, nn.Parameter(start))
+        self.groupnorm = nn.RMSNorm(2 * cfg.d_v, eps=NORM_EPS, elementwise_affine=False)
+
+    def lambda_full(self) -> Tensor:
+        """lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2) + lambda_init: one scalar for the layer."""
+        return (torch.exp((self.lambda_q1 * self.lambda_k1).sum()) - torch.exp((self.lambda_q2 * self.lambda_k2).sum())
+                + self.lambda_init)
+
+    def head_norm(self, mixed: Tensor) -> Tensor:
+        """(1 - lambda_init) RMSNorm over each differential head's 2 d_v dims (DiffLlama's groupnorm)."""
+        return (1.0 - self.lambda_init) * self.groupnorm(mixed)
+
+    def _attended(self, x: Tensor, context: Tensor | None, causal: bool,
+                  head_mask: Tensor | None) -> tuple[Attended, Tensor]:
+        """What attend() computes (queries, keys, scores, maps of all h query heads; the rest h/2 heads'), output."""
+        cfg = self.config
+        c = x if context is None else context
+        if x.shape[-1] != cfg.d_model:
+            raise ValueError(f"x has width {x.shape[-1]}, the layer expects d_model={cfg.d_model}")
+        if c.shape[-1] != cfg.d_context:
+            raise ValueError(f"context has width {c.shape[-1]}, the layer expects d_context={cfg.d_context}")
+        q = self._project(x, self.W_Q, self.b_Q)  # (..., h, T, d_k)
+        k, v = self.project_kv(c)  # (..., h, S, d_k), (..., h, S, d_v)
+        variations = Variations(scale=1.0 / math.sqrt(cfg.d_k), causal=causal, differential=self.lambda_full(),
+                                head_norm=self.head_norm)
+        a = attend(q, k, v, variations, head_mask)  # weights (..., h/2, T, S)
+        output = a.concat @ self.W_O.T  # (..., T, d_out)
+        if self.b_O is not None:
+            output = output + self.b_O
+        return a, output
+
+    def attend(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+               head_mask: Tensor | None = None) -> AttentionTensors:
+        """Differentiable forward pass; head_mask (h/2,) scales each differential head. queries, keys, scores hold
+        all h query heads (both maps' inputs: heads i and i + h/2 of a pair); values, weights, head_outputs the h/2
+        differential heads'."""
+        a, output = self._attended(x, context, causal, head_mask)
+        return AttentionTensors(a.queries, a.keys, a.values, a.scores, a.weights, a.head_outputs, a.concat, output)
+
+    @torch.no_grad()
+    def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+                query_tokens: Sequence[str] | None = None, key_tokens: Sequence[str] | None = None,
+                head_mask: Tensor | None = None) -> AttentionTrace:
+        """Trace one input x (T, d_model) as a real DiffLlama layer's trace is laid out (mha_viz.trace)."""
+        if x.dim() != 2 or (context is not None and context.dim() != 2):
+            raise ValueError("forward traces one input: x must be (T, d_model) and context (S, d_context)")
+        if x.shape[0] == 0 or (context is not None and context.shape[0] == 0):
+            raise ValueError("cannot attend over an empty sequence")
+        a, output = self._attended(x, context, causal, head_mask)
+        n, T, S = a.weights.shape
+        qt = tuple(query_tokens) if query_tokens is not None else tuple(str(i) for i in range(T))
+        kt = tuple(key_tokens) if key_tokens is not None else (qt if context is None else tuple(str(j) for j in range(S)))
+
+        def numpy(t: Tensor) -> np.ndarray:
+            return t.detach().cpu().numpy().copy()
+
+        projections = {name: None if p is None else paired_heads(numpy(p), values=name[-1] == "V")
+                       for name, p in (("W_Q", self.W_Q), ("W_K", self.W_K), ("W_V", self.W_V), ("b_Q", self.b_Q),
+                                       ("b_K", self.b_K), ("b_V", self.b_V))}
+        lam = float(self.lambda_full())
+        return AttentionTrace(
+            query_tokens=qt,
+            key_tokens=kt,
+            weights=numpy(a.weights),
+            queries=numpy(a.queries[:n]),
+            keys=numpy(a.keys[:n]),
+            values=numpy(a.values),
+            scores=numpy(a.scores[:n]),
+            head_outputs=numpy(a.head_outputs),
+            concat=numpy(a.concat),
+            output=numpy(output),
+            W_O=numpy(self.W_O),
+            b_O=None if self.b_O is None else numpy(self.b_O),
+            **projections,
+            scale=1.0 / math.sqrt(self.config.d_k),
+            causal=causal,
+            cross=context is not None,
+            lambdas=np.full(n, lam, dtype=np.float32),
+            maps=numpy(a.maps.unflatten(0, (2, n))),
+            map_scores=numpy(a.scores.unflatten(0, (2, n))),
+            meta={"model": "configurable", "head_norm": HEAD_NORM, "lambda_init": self.lambda_init},
+        )
+
+
+def _describe(cfg: MHAConfig, variant: LayerVariant) -> str:
+    h, n = cfg.num_heads, cfg.num_heads // 2
+    return (f"Differential attention (DIFF Transformer, DiffLlama): the {h} query/key heads pair into {n} differential "
+            f"heads (head i with head i + {n}); each head's weights are softmax map₁ − λ·softmax map₂, signed, so "
+            f"attention both maps give the same keys cancels. Head i reads the values [V_i | V_(i+{n})] "
+            f"({2 * cfg.d_v} wide), its output passes (1 − λ_init)·RMSNorm, and Concat → W_O is unchanged "
+            f"({h}·d_v = {h * cfg.d_v} wide). λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init, λ_init = 0.2.")
+
+
+register_layer("diff", DifferentialAttention, _describe)
