@@ -16,10 +16,23 @@ BAND_NAMES = {HIDDEN: "hidden", IN_WINDOW: "in the window", SINK_KEY: "sink toke
 LABELS_PX = 110  # room for token labels left of and under a matrix
 
 
+MAX_CELL_PX = 26  # a matrix's cells at most this many px a side: a short sentence stays a compact picture
+
+
+def _cell_px(cols: int, width: int) -> float:
+    """The side of a square cell of a matrix with `cols` columns drawn `width` px wide."""
+    return min(MAX_CELL_PX, max(6.0, (width - LABELS_PX - 20) / max(cols, 1)))
+
+
 def _square_height(rows: int, cols: int, width: int, top: int) -> int:
-    """A height that gives a rows x cols matrix square cells across `width` px (at most 900 px)."""
-    cell = max(8.0, (width - LABELS_PX - 20) / max(cols, 1))
-    return int(min(900, top + LABELS_PX + cell * rows))
+    """A height that gives a rows x cols matrix square cells (the x axis is scaled to match: _square_axes)."""
+    return int(top + LABELS_PX + _cell_px(cols, width) * rows)
+
+
+def _square_axes(fig: go.Figure) -> None:
+    """Square cells: the x axis keeps y's scale and gives up the width it does not need."""
+    fig.update_xaxes(constrain="domain")
+    fig.update_yaxes(scaleanchor="x", scaleratio=1, constrain="domain")
 
 
 def _discrete(values: Sequence[tuple[int, str]]) -> list[list]:
@@ -54,9 +67,10 @@ def band_figure(in_window: np.ndarray, sink_keys: np.ndarray, query_tokens: Sequ
     fig.update_layout(title=title_layout, height=_square_height(T, S, width, top), dragmode=False,
                       margin={"l": 10, "r": 10, "t": top, "b": 10},
                       legend={"orientation": "h", "x": 0, "y": 1, "yanchor": "bottom"})
-    fig.update_xaxes(**token_axis(key_tokens, "key"), tickangle=token_tickangle(x_labels, width - LABELS_PX),
+    fig.update_xaxes(**token_axis(key_tokens, "key"), tickangle=token_tickangle(x_labels, _cell_px(S, width) * S),
                      range=[-0.5, S - 0.5])
     fig.update_yaxes(**token_axis(query_tokens, "query"), autorange="reversed")
+    _square_axes(fig)
     return fig
 
 
@@ -101,9 +115,10 @@ def reach_figure(reach: np.ndarray, tokens: Sequence[str], layers: int, *, title
     labels = [token_label(t) for t in tokens]
     fig.update_layout(title=title_layout, height=_square_height(T, T, width, top), dragmode=False,
                       margin={"l": 10, "r": 10, "t": top, "b": 10})
-    fig.update_xaxes(**token_axis(tokens, "token read"), tickangle=token_tickangle(labels, width - LABELS_PX),
+    fig.update_xaxes(**token_axis(tokens, "token read"), tickangle=token_tickangle(labels, _cell_px(T, width) * T),
                      range=[-0.5, T - 0.5])
     fig.update_yaxes(**token_axis(tokens, "position"), autorange="reversed")
+    _square_axes(fig)
     return fig
 
 
