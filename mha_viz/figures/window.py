@@ -122,19 +122,25 @@ def reach_figure(reach: np.ndarray, tokens: Sequence[str], layers: int, *, title
     return fig
 
 
-def reach_back_figure(layer_counts: Sequence[int], reached: np.ndarray, *, window: int, title: str | None = None,
-                      width: int | None = None) -> go.Figure:
+def reach_back_figure(layer_counts: Sequence[int], reached: np.ndarray, *, window: int, chosen: int | None = None,
+                      title: str | None = None, width: int | None = None) -> go.Figure:
     """Tokens a causal window reaches back (reached [len(layer_counts)], e.g. L * (window - 1)) against the number of
-    layers, as a line with markers."""
+    layers, as a line with markers; chosen: a number of layers to mark."""
     reached = np.asarray(reached, dtype=np.float64)
     if reached.shape != (len(layer_counts),):
         raise ValueError(f"{len(layer_counts)} layer counts and {reached.shape} reaches")
     width = width or WIDE_PX
     fig = go.Figure(go.Scatter(x=list(layer_counts), y=f32(reached), mode="lines+markers", name=f"window {window}",
                                hovertemplate="%{x} layers: %{y} tokens back<extra></extra>"))
+    if chosen is not None and chosen in layer_counts:
+        y = float(reached[list(layer_counts).index(chosen)])
+        fig.add_trace(go.Scatter(x=[chosen], y=[y], mode="markers+text", name=f"L = {chosen}", text=[f"{y:g}"],
+                                 textposition="top left", marker={"size": 13, "color": "#dd6b20"},
+                                 hovertemplate="%{x} layers: %{y} tokens back<extra></extra>"))
     title_layout, top = title_block(title or f"Tokens back a window of {window} reaches through L layers",
                                     width - 20)
-    fig.update_layout(title=title_layout, height=top + 260, dragmode=False, margin={"l": 10, "r": 10, "t": top, "b": 10})
+    fig.update_layout(title=title_layout, height=top + 260, dragmode=False, showlegend=False,
+                      margin={"l": 10, "r": 10, "t": top, "b": 10})
     fig.update_xaxes(title={"text": "layers L"}, tickmode="array", tickvals=list(layer_counts), showgrid=False)
     fig.update_yaxes(title={"text": "tokens back"}, rangemode="tozero")
     return fig

@@ -74,5 +74,6 @@ def render(c: ViewContext) -> None:
                + (" Reach stacks self-attention layers, so it is drawn over the query tokens." if trace.cross else ""))
     chart(reach_figure(R, trace.query_tokens, layers, width=width), "window_reach", f"{c.name}-reach")
     counts = list(range(1, MAX_REACH_LAYERS + 1))
-    chart(reach_back_figure(counts, np.array([reach_back(window, L) for L in counts]), window=window, width=width),
+    chart(reach_back_figure(counts, np.array([reach_back(window, L) for L in counts]), window=window,
+                            chosen=layers, width=width),
           "window_reach_back", f"{c.name}-reach-back")

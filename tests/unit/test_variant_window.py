@@ -213,3 +213,25 @@ def test_causal_reach_grows_by_window_minus_one_a_layer() -> None:
     assert reach(T, 2, 2, causal=True, sink_tokens=4)[T - 1, 0]  # the sinks are always in reach
     with pytest.raises(ValueError):
         reach(T, 2, 0)
+
+
+def test_figures_draw_the_band_sink_mass_and_reach_on_token_axes() -> None:
+    from mha_viz.figures.window import band_figure, reach_back_figure, reach_figure, sink_mass_figure
+
+    tokens = ("a", "b", "a", "c", "d", "e")
+    in_window = window_visibility(6, 2, causal=True)
+    kept = window_visibility(6, 2, causal=True, sink_tokens=4) & ~in_window
+    band = band_figure(in_window, kept, tokens, tokens, width=500)
+    z = np.asarray(band.data[0].z)
+    assert (z == 1).sum() == in_window.sum() and (z == 2).sum() == kept.sum() == 1 + 2 + 3 + 4 and z[5, 0] == 2
+    assert list(band.layout.xaxis.tickvals) == list(range(6)) and list(band.layout.yaxis.ticktext) == list(tokens)
+    mass = sink_mass_figure(np.full((3, 6), 0.25), tokens, title="sink mass")
+    assert np.asarray(mass.data[0].z).shape == (3, 6) and list(mass.layout.yaxis.tickvals) == [0, 1, 2]
+    R = reach(6, 2, 3, causal=True)
+    np.testing.assert_array_equal(np.asarray(reach_figure(R, tokens, 3).data[0].z), R.astype(np.float32))
+    line = reach_back_figure(range(1, 5), np.array([1, 2, 3, 4]), window=2, chosen=3)
+    assert list(line.data[1].y) == [3]
+    with pytest.raises(ValueError):
+        sink_mass_figure(np.zeros((3, 5)), tokens, title="x")
+    with pytest.raises(ValueError):
+        band_figure(in_window, kept[:5], tokens, tokens)
