@@ -341,6 +341,10 @@ VIEWS.register(Part("Two maps", ("Configurable", "Pretrained"), "mha_viz.ui.diff
                     needs=("differential",), arrays=("maps", "lambdas"),
                     help="Differential attention: each head's two softmax maps, their signed difference, and what it "
                          "cancels."))
+VIEWS.register(Part("Window & sinks", ("Configurable",), "mha_viz.ui.window:render", needs=("windowed",),
+                    arrays=("weights",), help="The sliding window's band, each head's sink mass, and what a token "
+                    "reaches through L stacked windowed layers.",
+                    fields=(StateField("reach_layers", 2, lambda r: _int(r, 1, 12), "a number of layers from 1 to 12"),)))
 # The variants compared under Shapes & cost: prefixed cost_, because they price a layer beside MHA and do not change
 # the layer the page computes (a configurable-mode `variant` control would).
 CONTEXTS = tuple(2**i for i in range(8, 21))  # 256 ... 1,048,576 tokens

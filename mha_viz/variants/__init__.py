@@ -159,4 +159,7 @@ def variant_layer(cfg: MHAConfig, variant: LayerVariant = LayerVariant(), *, see
     if build is None:
         raise ValueError(f"the {variant.kind} variant is not built yet")
     return build(cfg, variant, seed=seed, dtype=dtype)
-from . import differential  # noqa: F401
+
+
+# Importing a variant's module registers its layer: add a variant's module name here.
+from . import differential, window  # noqa: F401

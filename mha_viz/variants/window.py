@@ -1,0 +1,124 @@
+"""Sliding-window attention with sinks (Mistral, Gemma 2, gpt-oss; StreamingLLM).
+
+    visible(i, j) = |i - j| < window                  (with causal also j <= i: the query and the window - 1 before it)
+    sinks "logit":  weights = softmax([scores | sink_h])[:, :S]   one learned logit per head joins every row's softmax
+                    and is dropped, so a head can put mass on "nothing" (gpt-oss); a row sums to 1 - sink mass
+    sinks "tokens": the first SINK_TOKENS keys stay visible to every query (still j <= i with causal), as StreamingLLM
+                    keeps them in its cache
+    sinks "none":   the window alone
+
+A query with no visible key (cross-attention past the end of a shorter context, sinks "none") attends to nothing:
+its weights and head output are 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+from torch import Tensor, nn
+
+from ..attention import Attended, AttentionTensors, MultiHeadAttention, Variations, attend, causal_mask, window_mask
+from ..config import MHAConfig
+from ..trace import AttentionTrace
+from . import SINK_TOKENS, LayerVariant, register_layer
+
+
+def visible_keys(T: int, S: int, window: int, *, causal: bool = False, sink_tokens: int = 0,
+                 device: torch.device | None = None) -> Tensor:
+    """(T, S) bool, True where query i sees key j: inside the window (and j <= i with causal), or among the first
+    sink_tokens keys (j <= i still holds with causal)."""
+    hidden = window_mask(T, S, window, device)  # (T, S)
+    if sink_tokens:
+        hidden = hidden & (torch.arange(S, device=device) >= sink_tokens)[None, :]  # (T, S)
+    if causal:
+        hidden = hidden | causal_mask(T, S, device)  # (T, S)
+    return ~hidden
+
+
+class WindowAttention(MultiHeadAttention):
+    """Multi-head attention within a sliding window of `variant.window` keys, with `variant.sinks` sinks.
+
+    sinks: a parameter (H,) with sinks "logit" (seeded normal init), else None.
+    """
+
+    def __init__(self, cfg: MHAConfig, variant: LayerVariant, *, seed: int | None = None,
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out,
+                         d_context=cfg.d_context, bias=cfg.bias, kv_heads=cfg.kv_heads, seed=seed, dtype=dtype)
+        self.window = variant.window
+        self.sink_kind = variant.sinks
+        self.sink_tokens = SINK_TOKENS if variant.sinks == "tokens" else 0
+        if variant.sinks == "logit":
+            gen = torch.Generator().manual_seed(seed + 1) if seed is not None else None  # apart from W_Q ... W_O
+            self.sinks = nn.Parameter(torch.randn(cfg.num_heads, generator=gen, dtype=dtype))
+        else:
+            self.register_parameter("sinks", None)
+
+    def variations(self, T: int, S: int, causal: bool, device: torch.device) -> Variations:
+        """What attend() applies: the window (or, with sink tokens, the mask that keeps them), causal, sink logits."""
+        scale = self.config.d_k ** -0.5
+        if self.sink_tokens:
+            hidden = ~visible_keys(T, S, self.window, sink_tokens=self.sink_tokens, device=device)  # (T, S)
+            return Variations(scale=scale, mask=hidden, causal=causal)
+        return Variations(scale=scale, window=self.window, causal=causal, sinks=self.sinks)
+
+    def attend(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+               head_mask: Tensor | None = None) -> AttentionTensors:
+        """Differentiable forward pass. x (..., T, d_model); context (..., S, d_context)."""
+        cfg = self.config
+        c = x if context is None else context
+        if x.shape[-1] != cfg.d_model:
+            raise ValueError(f"x has width {x.shape[-1]}, the layer expects d_model={cfg.d_model}")
+        if c.shape[-1] != cfg.d_context:
+            raise ValueError(f"context has width {c.shape[-1]}, the layer expects d_context={cfg.d_context}")
+        q = self._project(x, self.W_Q, self.b_Q)  # (..., H, T, d_k)
+        k, v = self.project_kv(c)  # (..., H, S, d_k), (..., H, S, d_v)
+        T, S = q.shape[-2], k.shape[-2]
+        a = attend(q, k, v, self.variations(T, S, causal, q.device), head_mask)
+        a = _nothing_visible_is_zero(a, visible_keys(T, S, self.window, causal=causal, sink_tokens=self.sink_tokens,
+                                                     device=q.device))
+        output = a.concat @ self.W_O.T  # (..., T, d_out)
+        if self.b_O is not None:
+            output = output + self.b_O
+        return AttentionTensors(q, k, v, a.scores, a.weights, a.head_outputs, a.concat, output)
+
+    @torch.no_grad()
+    def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+                query_tokens: Sequence[str] | None = None, key_tokens: Sequence[str] | None = None,
+                head_mask: Tensor | None = None) -> AttentionTrace:
+        """Trace one input, as MultiHeadAttention does, with trace.sinks (sinks "logit") and meta["window"],
+        meta["sink_tokens"]."""
+        trace = super().forward(x, context, causal=causal, query_tokens=query_tokens, key_tokens=key_tokens,
+                                head_mask=head_mask)
+        sinks = None if self.sinks is None else self.sinks.detach().cpu().numpy().copy()
+        return replace(trace, sinks=sinks, meta={**trace.meta, "variant": "window", "window": self.window,
+                                                 "sink_tokens": self.sink_tokens})
+
+
+def _nothing_visible_is_zero(a: Attended, visible: Tensor) -> Attended:
+    """Rows whose query sees no key (softmax over nothing: NaN) set to 0 in the maps, weights and head outputs."""
+    empty = ~visible.any(-1)  # (T,)
+    if not bool(empty.any()):
+        return a
+    rows = empty[:, None]  # (T, 1): broadcasts over [..., H, T, S | d_v] and [..., T, H*d_v]
+    return a._replace(**{name: getattr(a, name).masked_fill(rows, 0.0)
+                         for name in ("weights", "maps", "mixed", "head_outputs", "concat")})
+
+
+def _describe(cfg: MHAConfig, variant: LayerVariant) -> str:
+    w = variant.window
+    sinks = {
+        "none": "No sinks: every row's weights sum to 1 over the keys in its window.",
+        "logit": (f"Each of the {cfg.num_heads} heads has a learned sink logit that joins every row's softmax and is "
+                  "then dropped (gpt-oss): a row sums to 1 minus its sink mass, so a head can attend to nothing."),
+        "tokens": (f"The first {SINK_TOKENS} tokens stay visible to every query (StreamingLLM's attention sinks), "
+                   "beside the window."),
+    }[variant.sinks]
+    return (f"Sliding-window attention: each query sees the keys fewer than {w} positions away (with the causal "
+            f"mask: itself and the {w - 1} before it). {sinks} Stacked, L such layers reach L·(window − 1) tokens "
+            "back.")
+
+
+register_layer("window", WindowAttention, _describe)
