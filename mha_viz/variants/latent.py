@@ -27,12 +27,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from ..attention import AttentionTensors, Variations, apply_rotary, attend
 from ..config import MHAConfig
 from ..trace import AttentionTrace
+from ..variants_cost import VariantShape, kv_bytes_per_token, mha_baseline
 from . import LayerVariant, register_layer
 
 ROPE_BASE = 10000.0  # rotary base theta (DeepSeek-V3 config: rope_theta = 10000)
@@ -192,18 +194,39 @@ class LatentAttention(nn.Module):
         )
 
 
+def absorbed_scores(trace: AttentionTrace) -> np.ndarray:
+    """[H, T, S] (q_nope W_UK[h]^T) . c_KV: the position-free part of q.k with W_UK absorbed into the query, so taken
+    against the cached latent itself (no key built). Equal to q_nope . k_nope; the scores are
+    scale * (q_rope . k_rope + this). Needs meta["kv_latent"] and meta["W_UK"] (a configurable MLA trace)."""
+    if "kv_latent" not in trace.meta or "W_UK" not in trace.meta:
+        raise ValueError("absorbed scores need meta['kv_latent'] and meta['W_UK']: a multi-head latent attention trace")
+    r = int(trace.meta["rope_dim"])
+    q_nope = trace.require("queries")[..., r:]  # (H, T, n)
+    absorbed = q_nope @ trace.meta["W_UK"].transpose(0, 2, 1)  # (H, T, d_c): W_UK^T folded into each query
+    return absorbed @ trace.meta["kv_latent"].T  # (H, T, S)
+
+
+def cache_numbers(cfg: MHAConfig, variant: LayerVariant) -> tuple[int, int]:
+    """Numbers cached per token and layer: MLA's kv_latent + rope_dim, and MHA's h·(d_k + r + d_v) beside it (the
+    same h and query/key width; mha_viz.variants_cost)."""
+    shape = VariantShape("mla", cfg.d_model, cfg.num_heads, head_dim=cfg.d_k, v_dim=cfg.d_v, kv_latent=variant.kv_latent,
+                         q_latent=variant.q_latent, rope_dim=variant.rope_dim)
+    return kv_bytes_per_token(shape, 1), kv_bytes_per_token(mha_baseline(shape), 1)
+
+
 def _describe(cfg: MHAConfig, variant: LayerVariant) -> str:
     """What the layer computes and what its cache holds per token, beside MHA's."""
     H, n, r, L, Lq = cfg.num_heads, cfg.d_k, variant.rope_dim, variant.kv_latent, variant.q_latent
-    mha = H * (cfg.d_k + cfg.d_v)
-    query = (f"queries pass a latent of {Lq} numbers (W_DQ, RMSNorm, W_UQ)" if Lq else
+    _, mha = cache_numbers(cfg, variant)
+    query = (f"queries pass a latent of {Lq} number{'s' * (Lq != 1)} (W_DQ, RMSNorm, W_UQ)" if Lq else
              "queries are projected from each token directly (W_Q)")
     rope = (f"a rotary key part of {r} numbers, shared by every head, carries the positions"
             if r else "no rotary part: the scores do not see positions")
-    return (f"Multi-head latent attention (DeepSeek-V2/V3): each token is compressed to one latent of {L} numbers "
+    latent, cached = f"{L} number{'s' * (L != 1)}", f"{L + r} number{'s' * (L + r != 1)}"
+    return (f"Multi-head latent attention (DeepSeek-V2/V3): each token is compressed to one latent of {latent} "
             f"(W_DKV, RMSNorm), and each of the {H} heads rebuilds its keys ({n} dims) and values ({cfg.d_v} dims) "
-            f"from it with W_UK and W_UV; {rope}; {query}. The cache holds {L} + {r} = {L + r} numbers per token "
-            f"instead of MHA's h·(d_k + d_v) = {H}·({cfg.d_k} + {cfg.d_v}) = {mha} ({(L + r) / mha:.3g}×).")
+            f"from it with W_UK and W_UV; {rope}; {query}. The cache holds {L} + {r} = {cached} per token "
+            f"instead of MHA's h·(d_k + r + d_v) = {H}·({n} + {r} + {cfg.d_v}) = {mha} ({(L + r) / mha:.3g}×).")
 
 
 register_layer("mla", LatentAttention, _describe)

@@ -12,7 +12,7 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Atten
 from mha_viz.attention import apply_rotary
 from mha_viz.config import MHAConfig
 from mha_viz.variants import LayerVariant, describe, variant_layer
-from mha_viz.variants.latent import LatentAttention, rotary_table
+from mha_viz.variants.latent import LatentAttention, absorbed_scores, rotary_table
 
 D, H, N, DV = 32, 4, 6, 5  # d_model, heads, position-free q/k dims (d_k), value dims
 
@@ -114,6 +114,7 @@ def test_absorbed_w_uk_gives_the_position_free_scores_but_not_through_a_rotation
     absorbed = np.einsum("htn,hln,sl->hts", q_nope, W_UK, latent)  # (q W_UK^T) . latent: K never built
     nope = trace.scores / trace.scale - q_rope @ k_rope.transpose(0, 2, 1)  # the scores' position-free part
     np.testing.assert_allclose(absorbed, nope, atol=1e-4)
+    np.testing.assert_allclose(absorbed_scores(trace), absorbed, atol=1e-5)  # what the MLA view shows
     # The rotary part: rotated q_i . k_j depends on i - j, so a fixed matrix applied before the rotation
     # (as W_UK^T is absorbed into the query) does not give it; it does only where i = j (the same turn).
     with torch.no_grad():
@@ -148,4 +149,5 @@ def test_no_rotary_part_and_seeded_and_described() -> None:
     np.testing.assert_array_equal(ta.output, tb.output)
     assert ta.meta["k_rope"].shape == (4, 0) and ta.queries.shape == (2, 4, 8)
     text = describe(cfg, variant)
-    assert "3 + 0 = 3 numbers per token" in text and "h·(d_k + d_v) = 2·(8 + 8) = 32" in text
+    assert "latent of 3 numbers" in text and "3 + 0 = 3 numbers per token" in text
+    assert "h·(d_k + r + d_v) = 2·(8 + 0 + 8) = 32" in text
