@@ -161,4 +161,4 @@ def variant_layer(cfg: MHAConfig, variant: LayerVariant = LayerVariant(), *, see
     return build(cfg, variant, seed=seed, dtype=dtype)
 
 
-from . import latent  # noqa: E402,F401
+from . import latent  # noqa: F401

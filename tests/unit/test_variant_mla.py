@@ -151,3 +151,30 @@ def test_no_rotary_part_and_seeded_and_described() -> None:
     text = describe(cfg, variant)
     assert "latent of 3 numbers" in text and "3 + 0 = 3 numbers per token" in text
     assert "h·(d_k + r + d_v) = 2·(8 + 0 + 8) = 32" in text
+
+
+def test_figures_draw_a_configurable_and_a_real_deepseek_trace() -> None:
+    """The view's figures read what both kinds of trace carry: meta kv_latent and k_rope, keys and values."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from mha_viz.figures.latent import latent_cache_figure, rebuilt_kv_figure, up_projections_figure
+    from mha_viz.pretrained import PretrainedModel, bundled_model_dir
+    from tests.tiny_causal import random_model
+    from tests.unit.test_families import FAMILIES
+
+    ours, _ = pair(12, 8, 4)
+    mine = ours(torch.randn(5, D, generator=torch.Generator().manual_seed(9)), causal=True)
+    model = PretrainedModel(random_model(AutoModel, FAMILIES["deepseek_v3"][1]()),
+                            AutoTokenizer.from_pretrained(bundled_model_dir()), name="tiny-deepseek_v3")
+    real = model.trace("the cat sat on the mat", 0)
+    for trace in (mine, real):
+        latent, k_rope, r = trace.meta["kv_latent"], trace.meta["k_rope"], trace.meta["rope_dim"]
+        S = len(trace.key_tokens)
+        fig = latent_cache_figure(latent, k_rope, trace.key_tokens)
+        assert [d.z.shape for d in fig.data] == [latent.shape, (S, r)] and latent.shape[0] == S
+        fig = rebuilt_kv_figure(trace.keys[1], trace.values[1], r, trace.key_tokens, 1)
+        assert [d.z.shape for d in fig.data] == [trace.keys[1].shape, trace.values[1].shape]
+    fig = up_projections_figure(mine.meta["W_UK"][2], mine.meta["W_UV"][2], 2)
+    np.testing.assert_array_equal(fig.data[0].z, mine.meta["W_UK"][2].astype(np.float32))
+    with pytest.raises(ValueError, match="k_rope"):
+        latent_cache_figure(mine.meta["kv_latent"], mine.meta["k_rope"][:3], mine.key_tokens)
