@@ -337,7 +337,7 @@ VIEWS.register(Part("Analysis", _TRACE_MODES, "mha_viz.ui.view_parts:analysis", 
                     help="Which heads do what, and which heads matter: the analysis sections.",
                     fields=(StateField("section", "Head statistics", _one_of(SECTIONS),
                                        _one_of_registered(SECTIONS)),)))
-VIEWS.register(Part("Latent (MLA)", ("Configurable",), "mha_viz.ui.latent:render", needs=("latent",),
+VIEWS.register(Part("Latent (MLA)", ("Configurable", "Pretrained"), "mha_viz.ui.latent:render", needs=("latent",),
                     arrays=("queries", "keys", "values", "scores"),
                     help="Multi-head latent attention: the latent each token caches, one head's keys and values "
                          "rebuilt from it, the cache beside MHA's, and why the rotary part is kept apart."))

@@ -264,6 +264,11 @@ class ModelSource:
         return self.part != "cross" and self.num_layers >= 2 and self.model.unavailable is None
 
     @property
+    def latent(self) -> bool:
+        """Whether the layers are multi-head latent attention (DeepSeek-V2/V3), traced with their cached latent."""
+        return self.model.architecture in ("deepseek_v2", "deepseek_v3") and self.model.unavailable is None
+
+    @property
     def token_readout(self) -> bool:
         """Whether each head's W_O can be followed to the unembedding over the whole vocabulary: a causal language
         model's decoder with at most analysis.readout.MAX_VOCAB tokens (the bundled induction model)."""

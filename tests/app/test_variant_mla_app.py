@@ -77,3 +77,25 @@ def test_cross_attention_caches_the_second_sentence() -> None:
     assert max(checked_gaps(at)) < 1e-4
     at.segmented_control(key="view").set_value("Heads").run()
     assert not at.exception and len(heatmaps(heads_chart(at))) == H
+
+
+def test_a_real_deepseek_model_offers_the_latent_view(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from transformers import AutoModel
+
+    from tests.app.test_app_families import CONFIGS, app_with
+    from tests.tiny_causal import saved_random_models
+
+    folders = saved_random_models({name: CONFIGS[name][0] for name in ("deepseek_v3", "bloom")}, AutoModel,
+                                  tmp_path_factory)
+    at = app_with(folders["deepseek_v3"], "Heads")
+    assert "Latent (MLA)" in at.button_group(key="view").options
+    at.button_group(key="view").set_value("Latent (MLA)").run()
+    assert not at.exception and not at.error
+    latent, kv, cache = charts(at)  # no W_UK/W_UV figure: the real trace has kv_b_proj, not W_UK in meta
+    S = z_matrix(heatmaps(latent)[0]).shape[0]
+    assert [z_matrix(m).shape for m in heatmaps(latent)] == [(S, 8), (S, 4)]  # kv_lora_rank 8, qk_rope_head_dim 4
+    assert [z_matrix(m).shape for m in heatmaps(kv)] == [(S, 4 + 6), (S, 5)]
+    assert [t["type"] for t in cache["data"]] == ["bar", "bar"]
+    assert "= **12 numbers**" in " ".join(m.value for m in at.markdown)
+    other = app_with(folders["bloom"], "Heads")  # a model without latent attention: the view is not offered
+    assert "Latent (MLA)" not in other.button_group(key="view").options
