@@ -65,6 +65,7 @@ def test_one_head_and_concat_draw(view: str) -> None:
     at = new_app(variant="mla", kv_latent="8", q_latent="8", rope_dim="4", view=view).run()
     assert not at.exception and not at.error
     assert at.get("plotly_chart")
+    assert ("there is no W_K or W_V; K and V below are rebuilt from the cached latent" in texts(at)) == (view == "One head")
 
 
 def test_cross_attention_caches_the_second_sentence() -> None:
