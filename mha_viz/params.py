@@ -345,6 +345,10 @@ VIEWS.register(Part("Window & sinks", ("Configurable",), "mha_viz.ui.window:rend
                     arrays=("weights",), help="The sliding window's band, each head's sink mass, and what a token "
                     "reaches through L stacked windowed layers.",
                     fields=(StateField("reach_layers", 2, lambda r: _int(r, 1, 12), "a number of layers from 1 to 12"),)))
+VIEWS.register(Part("Latent (MLA)", ("Configurable", "Pretrained"), "mha_viz.ui.latent:render", needs=("latent",),
+                    arrays=("queries", "keys", "values", "scores"),
+                    help="Multi-head latent attention: the latent each token caches, one head's keys and values "
+                         "rebuilt from it, the cache beside MHA's, and why the rotary part is kept apart."))
 # The variants compared under Shapes & cost: prefixed cost_, because they price a layer beside MHA and do not change
 # the layer the page computes (a configurable-mode `variant` control would).
 CONTEXTS = tuple(2**i for i in range(8, 21))  # 256 ... 1,048,576 tokens

@@ -122,8 +122,9 @@ def configurable_trace(
         trace = mha(x, c, causal=causal, query_tokens=q_tokens, key_tokens=k_tokens)
     kind = variant.kind if variant is not None else "gqa" if cfg.group_size > 1 else "mha"
     params = {} if variant is None else variant.params()
-    return replace(trace, meta={**trace.meta, "weights": "random", "seed": seed, "truncated": cut, "variant": kind,
-                                **params})
+    # the layer's own meta wins over a parameter of the same name (MLA's meta["kv_latent"] is the latent itself)
+    return replace(trace, meta={**params, **trace.meta, "weights": "random", "seed": seed, "truncated": cut,
+                                "variant": kind})
 
 
 def long_configurable_trace(
@@ -266,6 +267,11 @@ class ModelSource:
     def differential(self) -> bool:
         """Whether its heads are differential attention (DiffLlama: two softmax maps a head, the Two maps view)."""
         return self.model.architecture == "diffllama"
+
+    @property
+    def latent(self) -> bool:
+        """Whether the layers are multi-head latent attention (DeepSeek-V2/V3), traced with their cached latent."""
+        return self.model.architecture in ("deepseek_v2", "deepseek_v3") and self.model.unavailable is None
 
     @property
     def token_readout(self) -> bool:

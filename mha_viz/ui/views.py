@@ -445,6 +445,10 @@ def head_view(trace: AttentionTrace, name: str) -> None:
         st.caption(f"Grouped-query attention: head {head} reads key/value head {kv}, so its K and V below are the "
                    "same as those of " + (f"heads {', '.join(map(str, sharing))}" if sharing else "no other head")
                    + "; its Q, scores and weights are its own.")
+    if "kv_latent" in trace.meta:
+        st.caption(f"Multi-head latent attention: there is no W_K or W_V; K and V below are rebuilt from the cached "
+                   f"latent (K = [k_rope | c_KV W_UK], V = c_KV W_UV), and the first {trace.meta.get('rope_dim', 0)} "
+                   "dims of Q and K are the rotary ones. The Latent (MLA) view shows how.")
     chart(head_steps_figure(trace, head, compact=is_narrow()), "head_steps", f"{name}-head{head}-steps")
     _why_one_score(trace, head, name)
     if trace.W_Q is not None:

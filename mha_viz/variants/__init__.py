@@ -162,4 +162,4 @@ def variant_layer(cfg: MHAConfig, variant: LayerVariant = LayerVariant(), *, see
 
 
 # Importing a variant's module registers its layer: add a variant's module name here.
-from . import differential, window  # noqa: F401
+from . import differential, latent, window  # noqa: F401

@@ -68,6 +68,8 @@ def test_every_view_renders_without_a_gap(folders, name):
     for view in VIEWS.menu("Pretrained"):
         if view == "Generate":
             continue  # a bare model (no LM head) cannot write; the app says so, tested elsewhere
+        if view not in at.button_group(key="view").options:
+            continue  # a variant's view (Latent (MLA), ...) is offered only for models of that variant
         at.button_group(key="view").set_value(view).run()
         assert not at.exception and not at.error, view
         assert not any(" needs " in i.value for i in at.info), view
