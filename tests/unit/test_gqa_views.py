@@ -120,3 +120,36 @@ def test_one_head_of_diffllama_names_the_head_norm(diffllama: PretrainedModel) -
     assert any(x.startswith("head output = (1 − λ_init)·RMSNorm(weights · V)") for x in titles), titles
     plain = MultiHeadAttention(64, 4, seed=0)(torch.randn(3, 64))
     assert any(a.text.startswith("head output = weights · V  [") for a in head_steps_figure(plain, 0).layout.annotations)
+
+
+def test_generate_draws_diffllamas_signed_head_weights_on_the_signed_scale(diffllama: PretrainedModel) -> None:
+    from mha_viz.figures.generation import step_attention_figure
+
+    gen = diffllama.generate("the cat sat on the mat", 3)
+    step = gen.steps[-1]
+    ids = list(gen.input_ids(2))
+    with torch.no_grad():  # the model's own 4 softmax maps, paired (i, i + 2) into 2 heads, lambda written out
+        own = diffllama.model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+        expected = []
+        for layer, maps in enumerate(own):
+            a = diffllama.model.model.layers[layer].self_attn
+            lam = (torch.exp((a.lambda_q1 * a.lambda_k1).sum()) - torch.exp((a.lambda_q2 * a.lambda_k2).sum())
+                   + a.lambda_init)
+            expected.append((maps[0, :2, -1] - lam * maps[0, 2:, -1]).numpy())
+            assert np.allclose(step.attentions[layer].sum(-1), 1 - float(lam), atol=1e-5)  # rows sum to 1 - lambda
+    assert step.attentions.shape == (2, 2, len(ids))
+    assert np.abs(step.attentions - np.stack(expected)).max() < 1e-5
+    assert (step.attentions < 0).any()
+    opened = diffllama.attentions_for_ids(ids)  # what the Generate view opens on a click: the same heads
+    assert opened.shape[1] == diffllama.num_heads["decoder"] == 2
+    assert np.abs(opened[:, :, -1] - step.attentions).max() < 1e-5
+    heat = step_attention_figure(step.attentions, gen.key_tokens(2)).data[0]
+    assert heat.zmin == -heat.zmax < 0 and heat.colorscale[0][1] == "rgb(103,0,31)"  # RdBu, centred at 0
+
+
+def test_generate_keeps_softmax_weights_on_blues_from_zero() -> None:
+    from mha_viz.figures.generation import step_attention_figure
+
+    gen = tiny_causal("llama").generate("the cat sat", 2)
+    heat = step_attention_figure(gen.steps[-1].attentions, gen.key_tokens(1)).data[0]
+    assert heat.zmin == 0 and heat.colorscale[0][1] == "rgb(247,251,255)"  # Blues
