@@ -78,10 +78,10 @@ def group_style(kv_head: int) -> dict:
 
 
 def group_frames(fig: go.Figure, kv_heads: Sequence[int]) -> None:
-    """Frame heatmap i of fig (one per query head, in order) in the style of its key/value head kv_heads[i], just
-    outside the panel so it does not blend with the cells; the frames go on top of fig's other shapes."""
-    frames = [{"type": "rect", "xref": f"{t.xaxis} domain", "yref": f"{t.yaxis} domain", "x0": -0.02, "x1": 1.02,
-               "y0": -0.02, "y1": 1.02, "line": group_style(g), "layer": "above", "name": f"K/V head {g}"}
+    """Frame heatmap i of fig (one per query head, in order) in the style of its key/value head kv_heads[i]: a line
+    on the panel's edge, above the cells; the frames go after fig's other shapes."""
+    frames = [{"type": "rect", "xref": f"{t.xaxis} domain", "yref": f"{t.yaxis} domain", "x0": 0, "x1": 1,
+               "y0": 0, "y1": 1, "line": group_style(g), "layer": "above", "name": f"K/V head {g}"}
               for t, g in zip((t for t in fig.data if t.type == "heatmap"), kv_heads, strict=True)]
     fig.layout.shapes = tuple(fig.layout.shapes) + tuple(frames)
 
