@@ -4,6 +4,7 @@ measured, and One head's formula for a model that norms each head (DiffLlama).""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from transformers import AutoTokenizer
 from mha_viz import MultiHeadAttention
 from mha_viz.analysis.kv_groups import kv_group
 from mha_viz.figures import head_steps_figure, heads_figure
+from mha_viz.figures.generation import step_attention_figure
 from mha_viz.figures.heads import GROUP_COLOURS, group_style
 from mha_viz.pretrained import PretrainedModel, bundled_model_dir
 from tests.tiny_causal import random_causal_lm, tiny_causal
@@ -92,8 +94,6 @@ def test_kv_group_reports_a_difference_when_keys_differ() -> None:
     t = MultiHeadAttention(64, 8, kv_heads=2, seed=0)(torch.randn(6, 64))
     keys = t.keys.copy()
     keys[6] += 0.25  # a trace whose K were not shared: the measure must say so
-    from dataclasses import replace
-
     g = kv_group(replace(t, keys=keys), 4)
     assert g.max_key_difference == pytest.approx(0.25) and g.max_value_difference == 0.0
 
@@ -123,8 +123,6 @@ def test_one_head_of_diffllama_names_the_head_norm(diffllama: PretrainedModel) -
 
 
 def test_generate_draws_diffllamas_signed_head_weights_on_the_signed_scale(diffllama: PretrainedModel) -> None:
-    from mha_viz.figures.generation import step_attention_figure
-
     gen = diffllama.generate("the cat sat on the mat", 3)
     step = gen.steps[-1]
     ids = list(gen.input_ids(2))
@@ -148,8 +146,6 @@ def test_generate_draws_diffllamas_signed_head_weights_on_the_signed_scale(diffl
 
 
 def test_generate_keeps_softmax_weights_on_blues_from_zero() -> None:
-    from mha_viz.figures.generation import step_attention_figure
-
     gen = tiny_causal("llama").generate("the cat sat", 2)
     heat = step_attention_figure(gen.steps[-1].attentions, gen.key_tokens(1)).data[0]
     assert heat.zmin == 0 and heat.colorscale[0][1] == "rgb(247,251,255)"  # Blues
