@@ -26,6 +26,7 @@ from .common import (
     token_tickangle,
     wrap,
 )
+from .heads import colour_range
 
 CHOSEN, OTHER = "#d62728", "#9ecae1"
 TITLE_GAP_PX = 8  # between a title and the plot under it
@@ -64,15 +65,18 @@ def _head_labels(L: int, H: int) -> list[str]:
 def step_attention_figure(attentions: np.ndarray, key_tokens: Sequence[str], *, title: str | None = None,
                           width: int | None = None) -> go.Figure:
     """The predicting query's attention [layers, heads, keys]: one row per (layer, head), one column per key
-    (width: the px the figure is drawn at)."""
+    (width: the px the figure is drawn at), on the Heads view's colour scale (heads.colour_range: signed weights,
+    as differential attention's, centred at 0)."""
     L, H, K = attentions.shape
     if len(key_tokens) != K:
         raise ValueError(f"{len(key_tokens)} key tokens for {K} keys")
     z = f32(attentions.reshape(L * H, K))  # (L*H, K)
     labels = _head_labels(L, H)
     keys = np.array([token_label(t, 20) for t in key_tokens], dtype=object)
+    colours = colour_range(z)  # Blues from 0, or centred at 0 for differential attention's signed weights
     fig = go.Figure(go.Heatmap(
-        z=z, colorscale="Blues", zmin=0.0, zmax=max(float(np.nanmax(z)), 1e-9), colorbar={"title": {"text": "weight"}},
+        z=z, colorscale=colours["colorscale"], zmin=colours["cmin"], zmax=colours["cmax"],
+        colorbar={"title": {"text": "weight"}},
         customdata=np.broadcast_to(keys, z.shape),
         hovertemplate="%{y}<br>key %{x}: <b>%{customdata}</b><br>weight %{z:.3f}<extra></extra>",
     ))

@@ -33,6 +33,11 @@ COMPACT_BAR_PX = 48  # a horizontal colour bar above them (narrow figures)
 COLORSCALE = "Blues"  # of the weights, from 0 to the largest shown
 SIGNED_COLORSCALE = "RdBu"  # of signed values (differential attention): red below 0, white at 0, blue above
 BACKGROUND = "#eeeeee"  # behind the heatmaps: where a cell is NaN (masked)
+# The frame of a grouped-query head: one colour per key/value head (Okabe-Ito's colour-blind-safe colours, without
+# the blues and yellow that would blend with the heatmaps' own scales or the page), then a dash pattern once the colours
+# run out. The title names the K/V head too, so colour is never the only cue.
+GROUP_COLOURS = ("#D55E00", "#009E73", "#CC79A7", "#E69F00", "#000000", "#8C6D31")
+GROUP_DASHES = ("solid", "dash", "dot")
 
 
 def grid_columns(n: int, tokens: int, width: float, wanted: int | None = None) -> int:
@@ -66,6 +71,21 @@ def head_label(trace: AttentionTrace, head: int) -> str:
     return f"head {head}" + (f" (K/V head {trace.kv_heads[head]})" if trace.kv_heads else "")
 
 
+def group_style(kv_head: int) -> dict:
+    """The frame line of the query heads that read key/value head kv_head: its colour and dash pattern."""
+    n = len(GROUP_COLOURS)
+    return {"color": GROUP_COLOURS[kv_head % n], "dash": GROUP_DASHES[kv_head // n % len(GROUP_DASHES)], "width": 3}
+
+
+def group_frames(fig: go.Figure, kv_heads: Sequence[int]) -> None:
+    """Frame heatmap i of fig (one per query head, in order) in the style of its key/value head kv_heads[i]: a line
+    on the panel's edge, above the cells; the frames go after fig's other shapes."""
+    frames = [{"type": "rect", "xref": f"{t.xaxis} domain", "yref": f"{t.yaxis} domain", "x0": 0, "x1": 1,
+               "y0": 0, "y1": 1, "line": group_style(g), "layer": "above", "name": f"K/V head {g}"}
+              for t, g in zip((t for t in fig.data if t.type == "heatmap"), kv_heads, strict=True)]
+    fig.layout.shapes = tuple(fig.layout.shapes) + tuple(frames)
+
+
 def layer_stack(traces: Sequence[AttentionTrace]) -> np.ndarray:
     """[L, H, t, s] float32: what heads_figure(trace) draws of each layer's trace (every head, max-pooled
     to at most MAX_CELLS_PER_SIDE a side, non-finite values as NaN), so a browser can switch between layers."""
@@ -92,7 +112,8 @@ def heads_figure(
 
     matrices [H, T, S] replaces trace.weights (e.g. norm-weighted attention); heads picks a subset;
     window=(start, stop) shows only those query and key positions. All heatmaps share one colour
-    axis from 0 to the largest value shown. Beyond MAX_CELLS_PER_SIDE positions a side, each cell
+    axis from 0 to the largest value shown. Under grouped-query attention (trace.kv_heads) each heatmap's title names
+    the K/V head it reads and a frame in that K/V head's colour and dash pattern (group_style) surrounds it. Beyond MAX_CELLS_PER_SIDE positions a side, each cell
     is the maximum over a block of positions (the hover says so). width: the px the figure is drawn at
     (default: a desktop page's, or a phone's if compact): as many heads a row as fit (grid_columns), below
     NARROW_PX the colour bar on top. Token labels are thinned to every n-th token
@@ -115,8 +136,11 @@ def heads_figure(
     if bad:
         raise ValueError(f"no head {bad[0]}: this layer has heads 0..{data.shape[0] - 1}")
     shown, bt, bs = max_pool(f32(data[heads]), MAX_CELLS_PER_SIDE)  # (n, T/bt, S/bs)
-    return heads_grid(shown, (bt, bs), q_tokens, k_tokens, [head_label(trace, h) for h in heads], offset=(q0, k0),
-                      cols=cols, value_name=value_name, title=title, cell_px=cell_px, compact=compact, width=width)
+    fig = heads_grid(shown, (bt, bs), q_tokens, k_tokens, [head_label(trace, h) for h in heads], offset=(q0, k0),
+                     cols=cols, value_name=value_name, title=title, cell_px=cell_px, compact=compact, width=width)
+    if trace.kv_heads:
+        group_frames(fig, [trace.kv_heads[h] for h in heads])
+    return fig
 
 
 def heads_grid(

@@ -31,6 +31,15 @@ def scores_formula(trace: AttentionTrace) -> str:
     return logit if trace.softcap is None else f"c·tanh(({logit}) / c)"
 
 
+def head_output_formula(trace: AttentionTrace) -> str:
+    """How a head's output comes from its weights and V: "weights · V", or with the norm the model puts on each head
+    (DiffLlama: "(1 − λ_init)·RMSNorm(weights · V)", from trace.meta["head_norm"])."""
+    norm = trace.meta.get("head_norm")
+    if not norm:
+        return "weights · V"
+    return str(norm).replace("(1 - lambda_init) ", "(1 − λ_init)·").replace("weights @ values", "weights · V")
+
+
 def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False) -> go.Figure:
     """Six panels for head h: Q [T,d_k], K [S,d_k], scores [T,S], weights [T,S], V [S,d_v], output [T,d_v].
 
@@ -53,7 +62,8 @@ def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False
         (f"weights = softmax(scores)  [{T}×{S}]" if trace.lambdas is None  # differential: map₁ is softmax(scores)
          else f"weights = map₁ − λ·map₂, λ = {trace.lambdas[head]:.3f}  [{T}×{S}]"),
         f"V = {c} W_V  [{S}×{trace.d_v}]",
-        f"head output = weights · V  [{T}×{trace.d_v}]",
+        f"head output = {head_output_formula(trace)}" + ("  " if not trace.meta.get("head_norm") else "<br>")
+        + f"[{T}×{trace.d_v}]",
     )
     cols = 2 if compact else 3
     if compact:  # short titles: the shapes do not fit beside them on a phone

@@ -333,6 +333,11 @@ class Adapter:
 
     weights_unavailable: str | None = None  # why there is no W_Q, W_K, W_V per head (HeadWeights refuses), else None
 
+    def head_attentions(self, attentions: Sequence[Tensor], part: str) -> tuple[Tensor, ...]:
+        """The weights of each trace head from the model's own output_attentions (one (B, maps, T, S) per layer of
+        part): the same, except where two maps make one head (differential attention: map_i - lambda map_(i+H))."""
+        return tuple(attentions)
+
     def trace_heads(self, maps: int) -> int:
         """How many heads a trace has for a layer whose output_attentions holds `maps` maps: the same, except where
         two maps make one head (differential attention: H / 2)."""

@@ -8,6 +8,7 @@ distribution its token was drawn from and the attention of the query that predic
               sum reaches top_p, renormalise;  token_t ~ p   (torch.Generator seeded with seed)
     attentions_t[l, h, j] = weight on key j of the query that produced logits_t (the last position), in layer l,
               head h; keys j: the prompt, then generated[:t]  ->  [layers, heads, len(prompt) + t]
+              (differential attention, DiffLlama: the head's signed weight map_h - lambda map_(h+H), as in its trace)
     sliding windows: a windowed layer l (windows[l] = w, not None) lets a query see only itself and the w - 1 keys
               before it. transformers' cache keeps only those on such a layer (Mistral, Qwen2, Gemma2, ...; GPT-Neo
               keeps every key and masks), so the model returns fewer keys. Each row is put back at its keys'
@@ -217,7 +218,8 @@ def generate(
             token_id = int(logits.argmax())
         else:
             token_id = int(torch.multinomial(probs, 1, generator=generator))
-        attentions = placed_rows(model.adapter.model_attentions(outputs, "decoder"), len(prompt_ids) + t, windows)
+        own = model.adapter.model_attentions(outputs, "decoder")  # per layer (1, maps, 1, keys held)
+        attentions = placed_rows(model.adapter.head_attentions(own, "decoder"), len(prompt_ids) + t, windows)
         token = tokenizer.convert_ids_to_tokens(token_id)
         steps.append(GenerationStep(token_id, token, to_numpy(probs), to_numpy(attentions)))
         if token_id in eos:

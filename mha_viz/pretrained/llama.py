@@ -153,6 +153,14 @@ class GroupNorm:
         return self.factor * self.norm(x)
 
 
+@torch.no_grad()
+def differential_lambda(attention: nn.Module) -> Tensor:
+    """DiffLlama's lambda_full of one layer: exp(lambda_q1 · lambda_k1) - exp(lambda_q2 · lambda_k2) + lambda_init."""
+    a = attention
+    return (torch.exp((a.lambda_q1 * a.lambda_k1).float().sum()) - torch.exp((a.lambda_q2 * a.lambda_k2).float().sum())
+            + a.lambda_init)
+
+
 @register
 class DiffLlamaAdapter(LlamaAdapter):
     """DiffLlama: H query heads pair into H/2 differential heads (i, i + H/2); output_attentions holds the H softmax
@@ -166,11 +174,15 @@ class DiffLlamaAdapter(LlamaAdapter):
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         a = site.attention
-        with torch.no_grad():
-            lam = (torch.exp((a.lambda_q1 * a.lambda_k1).float().sum()) - torch.exp((a.lambda_q2 * a.lambda_k2).float().sum())
-                   + a.lambda_init)  # lambda_full, one per layer
         norm = GroupNorm(a.groupnorm, 1.0 - a.lambda_init)
-        return replace(super().variations(part, site, rec, q, k), differential=lam, head_norm=norm)
+        return replace(super().variations(part, site, rec, q, k), differential=differential_lambda(a), head_norm=norm)
+
+    def head_attentions(self, attentions: Sequence[Tensor], part: str) -> tuple[Tensor, ...]:
+        out = []
+        for layer, maps in enumerate(attentions):  # (B, 2H, T, S): head i pairs maps i and i + H
+            first, second = maps.float().chunk(2, dim=1)
+            out.append(first - differential_lambda(self.site(part, layer).attention) * second)  # (B, H, T, S)
+        return tuple(out)
 
     def trace_heads(self, maps: int) -> int:
         return maps // 2

@@ -163,7 +163,8 @@ class PretrainedModel:
 
     def attentions_for_ids(self, ids: Sequence[int]) -> np.ndarray:
         """The model's own attention weights [layers, heads, T, T] for token ids exactly as given (no special
-        tokens added, nothing truncated), in an encoder or a decoder-only model."""
+        tokens added, nothing truncated), in an encoder or a decoder-only model; one map per trace head (differential
+        attention: its signed weights, Adapter.head_attentions)."""
         if self.kind == "encoder-decoder":
             raise ValueError(f"{self.name} is an encoder-decoder model; attentions_for_ids needs one self-attention "
                              "stack (an encoder or a decoder-only model)")
@@ -175,7 +176,8 @@ class PretrainedModel:
             raise ValueError(f"token ids must be integers in 0 ... {vocab_size - 1} for {self.name}")
         with self._lock:
             outputs = self.adapter.forward([int(i) for i in ids])
-        return np.stack([to_numpy(a[0]) for a in self.adapter.model_attentions(outputs, self.parts[0])])
+            own = self.adapter.model_attentions(outputs, self.parts[0])
+            return np.stack([to_numpy(a[0]) for a in self.adapter.head_attentions(own, self.parts[0])])
 
     def final_hidden(
         self,

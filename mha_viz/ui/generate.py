@@ -146,6 +146,9 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
                                 title=f"Where the query that wrote {chosen.token!r} looked: {len(keys)} keys, one more "
                                 "each step (the KV cache)", width=page_width()),
           "gen_attention", f"{name}-step{step}-attention")
+    if (chosen.attentions < 0).any():
+        st.caption("Differential attention: each head's weight is map₁ − λ·map₂, two softmax maps subtracted, so it "
+                   "can be negative (red); one colour scale centred at 0, as in the Heads view.")
     outside = _outside_window(gen, step)
     if outside:
         st.caption(outside)

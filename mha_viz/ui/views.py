@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ..analysis import score_terms
+from ..analysis.kv_groups import KVGroup, kv_group
 from ..config import MHAConfig
 from ..cost import full_width_head, layer_cost
 from ..figures import (
@@ -250,6 +251,9 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None) -> No
            "colour = softmax weight (each row sums to 1). One colour scale for all heads.")
         + (f" Every {step}{'nd' if step == 2 else 'rd' if step == 3 else 'th'} token is labelled so that labels "
            "do not overlap; hover a cell for its tokens." if step > 1 else "")
+        + (f" Grouped-query attention: {H} query heads read {len(set(trace.kv_heads))} key/value heads; each title "
+           "names the K/V head a head reads, and heads that share one have the same frame (colour and dash)."
+           if trace.kv_heads else "")
     )
     pooled = max(T, S) > MAX_CELLS_PER_SIDE
     if pooled:
@@ -435,16 +439,13 @@ def head_view(trace: AttentionTrace, name: str) -> None:
     st.caption(
         "Q and K meet in the scores Q·Kᵀ (scaled, here by "
         f"{trace.score_scale:.4g}); the softmax turns each row into weights; the weights mix the rows of V into "
-        "the head's output."
+        + ("the head's output." if not trace.meta.get("head_norm") else
+           f"weights · V, and a norm on each head makes the head's output: {trace.meta['head_norm']}.")
         + (" Special tokens are hidden: each weights row is renormalised over the tokens shown; the head "
            "output is the model's own, computed with every token." if trace.meta.get("hidden_tokens") else "")
     )
     if trace.kv_heads is not None:
-        kv = trace.kv_heads[head]
-        sharing = [h for h, g in enumerate(trace.kv_heads) if g == kv and h != head]
-        st.caption(f"Grouped-query attention: head {head} reads key/value head {kv}, so its K and V below are the "
-                   "same as those of " + (f"heads {', '.join(map(str, sharing))}" if sharing else "no other head")
-                   + "; its Q, scores and weights are its own.")
+        st.caption(kv_group_text(kv_group(trace, head)))
     if "kv_latent" in trace.meta:
         st.caption(f"Multi-head latent attention: there is no W_K or W_V; K and V below are rebuilt from the cached "
                    f"latent (K = [k_rope | c_KV W_UK], V = c_KV W_UV), and the first {trace.meta.get('rope_dim', 0)} "
@@ -456,6 +457,20 @@ def head_view(trace: AttentionTrace, name: str) -> None:
         st.caption("W_Q, W_K and W_V themselves: Q = X·W_Q (+ b_Q), and likewise K and V. Row i of each matrix is "
                    "what input dimension i adds to every query, key or value dimension of this head.")
         chart(projections_figure(trace, head), "projections", f"{name}-head{head}-W_QKV")
+
+
+def kv_group_text(group: KVGroup) -> str:
+    """What One head says of a grouped-query head: the K/V head it reads, the query heads sharing it, and the
+    measured difference between their K and V (0: the same arrays)."""
+    head, others = group.head, ", ".join(map(str, group.sharing))
+    text = (f"Grouped-query attention: head {head} reads key/value head {group.kv_head}, so its K and V below are the "
+            "same as those of " + (f"heads {others}" if group.sharing else "no other head")
+            + "; its Q, scores and weights are its own.")
+    if group.sharing:
+        text += (f" Group of K/V head {group.kv_head}: heads {', '.join(map(str, sorted((head, *group.sharing))))}. "
+                 f"Measured over heads {others}: max |K_{head} − K_h| = {group.max_key_difference:.3g} and max "
+                 f"|V_{head} − V_h| = {group.max_value_difference:.3g}.")
+    return text
 
 
 def _why_one_score(trace: AttentionTrace, head: int, name: str) -> None:
@@ -496,10 +511,7 @@ def output_path_view(trace: AttentionTrace, name: str) -> None:
         "head's contribution head_h · W_O^(h)ᵀ plus the bias."
     )
     if trace.kv_heads is not None:
-        st.caption(f"Grouped-query attention leaves this step unchanged: sharing keys and values among query heads "
-                   f"changes where K and V come from, not the heads' outputs. There are still {trace.num_heads} "
-                   f"head outputs of width {trace.d_v}, one concat of width {trace.num_heads * trace.d_v} and the "
-                   "same W_O.")
+        st.caption(concat_text(trace))
     chart(output_path_figure(trace, width=page_width()), "output_path", f"{name}-concat-wo")
     checks = trace.check_wo_path()
     tolerance = trace.rounding_tolerance()
@@ -511,6 +523,15 @@ def output_path_view(trace: AttentionTrace, name: str) -> None:
         col.caption(f"max |difference| {err:.1e} ≤ {tolerance:.1e}: equal within {dtype} rounding" if equal
                     else f"max |difference| {err:.1e} > {tolerance:.1e}, more than {dtype} rounding explains")
     chart(contributions_figure(trace, width=page_width()), "contributions", f"{name}-contributions")
+
+
+def concat_text(trace: AttentionTrace) -> str:
+    """What Concat → W_O says of a grouped-query trace: the step is unchanged, one d_v block per query head."""
+    H, G, d_v = trace.num_heads, len(set(trace.kv_heads or ())), trace.d_v
+    return (f"Grouped-query attention leaves this step unchanged: sharing keys and values among query heads changes "
+            f"where K and V come from, not the heads' outputs. There are still {H} head outputs of width {d_v}, and "
+            f"the concat still has one d_v block per query head: h·d_v = {H}·{d_v} = {H * d_v} wide, not "
+            f"kv_heads·d_v = {G * d_v}. W_O is unchanged: d_out × h·d_v = {trace.output.shape[-1]} × {H * d_v}, the same as under MHA.")
 
 
 def cost_view(cfg: MHAConfig, T: int, S: int, cross: bool = False) -> None:
