@@ -173,7 +173,7 @@ def shapes(c: ViewContext) -> None:
 
 
 def formulas(c: ViewContext) -> None:
-    views.formulas_view(c.cfg, *c.sizes(), c.trace.causal, cross=c.trace.cross)
+    views.formulas_view(c.cfg, *c.sizes(), c.trace.causal, cross=c.trace.cross, variant=getattr(c.source, "variant", None))
 
 
 def generate(c: ViewContext) -> None:

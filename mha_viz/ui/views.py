@@ -32,10 +32,12 @@ from ..figures.heads import MAX_CELLS_PER_SIDE, zoom_window
 from ..figures.lines import MAX_LINE_TOKENS, picked_token
 from ..figures.overview import picked_head
 from ..figures.steps import score_parts_figure
-from ..formulas import formulas
+from ..formulas import formulas, variant_formulas
 from ..limits import MAX_LONG_TOKENS, client_number
 from ..long import LongTrace
 from ..trace import AttentionTrace
+from ..variants import NAMES as VARIANT_NAMES
+from ..variants import LayerVariant
 from .pandas_guard import guarded
 from .state import current, write_url
 from .state import value as field_value
@@ -574,12 +576,20 @@ def cost_view(cfg: MHAConfig, T: int, S: int, cross: bool = False) -> None:
     st.table({"step": list(ours.flops), "FLOPs": [f"{v:,}" for v in ours.flops.values()]})
 
 
-def formulas_view(cfg: MHAConfig, T: int, S: int, causal: bool, cross: bool = False) -> None:
+def formulas_view(cfg: MHAConfig, T: int, S: int, causal: bool, cross: bool = False,
+                  variant: LayerVariant | None = None) -> None:
+    """The layer's formulas with live sizes; an attention variant's own lines first, then MHA's for comparison."""
     st.caption("Heads are numbered from 0, as everywhere in mha-viz. X holds the query tokens"
                + (", C the key and value tokens (cross-attention)." if cross else "; in self-attention X also gives "
                   "the keys and values."))
     if is_narrow():
         st.caption("Wide formulas scroll sideways.")
+    changed = [] if variant is None else variant_formulas(variant.kind, cfg, T, S, causal=causal, **variant.params())
+    if changed:
+        st.subheader(f"{VARIANT_NAMES[variant.kind]}: what the variant computes")
+        for line in changed:
+            st.latex(line)
+        st.subheader("Multi-head attention, for comparison")
     for line in formulas(cfg, T, S, causal=causal, cross=cross):
         st.latex(line)
 
