@@ -337,6 +337,9 @@ VIEWS.register(Part("Analysis", _TRACE_MODES, "mha_viz.ui.view_parts:analysis", 
                     help="Which heads do what, and which heads matter: the analysis sections.",
                     fields=(StateField("section", "Head statistics", _one_of(SECTIONS),
                                        _one_of_registered(SECTIONS)),)))
+VIEWS.register(Part("Router (MoH)", ("Configurable",), "mha_viz.ui.mixture:render", needs=("routed",),
+                    arrays=("gates", "concat"),
+                    help="Mixture-of-heads: which heads the router gives each token, each head's load, the gated concat."))
 # The variants compared under Shapes & cost: prefixed cost_, because they price a layer beside MHA and do not change
 # the layer the page computes (a configurable-mode `variant` control would).
 CONTEXTS = tuple(2**i for i in range(8, 21))  # 256 ... 1,048,576 tokens
