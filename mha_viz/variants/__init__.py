@@ -159,4 +159,4 @@ def variant_layer(cfg: MHAConfig, variant: LayerVariant = LayerVariant(), *, see
     if build is None:
         raise ValueError(f"the {variant.kind} variant is not built yet")
     return build(cfg, variant, seed=seed, dtype=dtype)
-from . import mixture  # noqa: E402,F401
+from . import mixture  # noqa: F401

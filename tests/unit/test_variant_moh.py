@@ -179,3 +179,12 @@ def test_invalid_settings_say_why() -> None:
     with pytest.raises(ValueError, match="moh_shared = 4 leaves no head to route"):
         variant_layer(MHAConfig(24, 4), LayerVariant("moh", moh_k=1, moh_shared=4))
     assert "top 2 of heads 1–3" in describe(MHAConfig(24, 4), LayerVariant("moh", moh_k=2, moh_shared=1))
+
+
+def test_gates_survive_export_and_import() -> None:
+    from mha_viz.export import trace_from_json, trace_from_npz, trace_to_json, trace_to_npz
+
+    trace = configurable_trace("the cat sat on the mat", MHAConfig(24, 4), variant=LayerVariant("moh", moh_k=2))
+    for back in (trace_from_npz(trace_to_npz(trace)), trace_from_json(trace_to_json(trace))):
+        np.testing.assert_array_equal(back.gates, trace.gates)
+        np.testing.assert_array_equal(np.asarray(back.meta["picked"]), trace.meta["picked"])
