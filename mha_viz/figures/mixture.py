@@ -61,11 +61,10 @@ def load_figure(load: np.ndarray, shared: int, *, k: int, width: int | None = No
                                                                  for h in range(H)],
                            text=[f"{v:.0%}" for v in load], textposition="auto",
                            hovertemplate="%{x}: used by %{y:.0%} of the tokens<extra></extra>"))
-    if H > shared:
-        even = k / (H - shared)
-        fig.add_hline(y=even, line={"dash": "dot", "color": "black"},
-                      annotation_text=f"even load {even:.0%}", annotation_position="top right")
-    title, top = title_block("Load: the share of tokens that use each head", width - 20)
+    even = k / (H - shared)
+    fig.add_hline(y=even, line={"dash": "dot", "color": "black"})
+    title, top = title_block(f"Load: the share of tokens that use each head (dotted: an even load, top {k} of "
+                             f"{H - shared} routed heads = {even:.0%})", width - 20)
     fig.update_layout(title=title, height=top + 260, margin={"l": 10, "r": 10, "t": top, "b": 10}, dragmode=False,
                       showlegend=False)
     fig.update_yaxes(range=[0, 1.05], tickformat=".0%", title={"text": "tokens"})
