@@ -117,6 +117,7 @@ class Variations:
     sinks: Tensor | None = None  # (H,) one learned logit per head in each softmax, then dropped (gpt-oss)
     differential: Tensor | float | None = None  # lambda, scalar or (H,): weights = map_i - lambda map_(i+H) (DiffLlama)
     head_norm: Callable[[Tensor], Tensor] | None = None  # on each head's output before the concat (DiffLlama)
+    gates: Tensor | None = None  # (..., H, T): head h's output at token t times gates[h, t] before the concat (MoH)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: Tensor | None = None) -> Attended:
@@ -135,7 +136,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: T
                                                         dropped, so a row sums to 1 - sink mass (gpt-oss)
         weights = maps_i - lambda maps_(i+H)            differential: q, k, v hold 2H heads, pairs (i, i + H);
         v_i     = [v_i | v_(i+H)]                       the signed difference of two softmax maps (DiffLlama)
-        head_h  = head_norm(weights_h v_h);  concat = [head_0 | ... | head_{H-1}] scaled by head_mask (H,)
+        head_h  = head_norm(weights_h v_h)
+        head_h  = gates_h[:, None] * head_h             per-token head gates (H, T): a router's weights (MoH)
+        concat  = [head_0 | ... | head_{H-1}] scaled by head_mask (H,)
     """
     var = variations
     if var.q_norm is not None:
@@ -174,6 +177,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: T
         values = torch.cat(v.chunk(2, dim=-3), dim=-1)  # (..., H, S, 2 d_v): [v_i | v_(i+H)]
     mixed = weights @ values  # (..., H, T, d_v)
     head_outputs = mixed if var.head_norm is None else var.head_norm(mixed)  # (..., H, T, d_v)
+    if var.gates is not None:
+        head_outputs = head_outputs * var.gates.to(head_outputs).unsqueeze(-1)  # (..., H, T, d_v)
     concat = head_outputs.transpose(-3, -2).flatten(-2)  # (..., T, H*d_v)
     if head_mask is not None:
         H = weights.shape[-3]

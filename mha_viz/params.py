@@ -349,6 +349,9 @@ VIEWS.register(Part("Latent (MLA)", ("Configurable", "Pretrained"), "mha_viz.ui.
                     arrays=("queries", "keys", "values", "scores"),
                     help="Multi-head latent attention: the latent each token caches, one head's keys and values "
                          "rebuilt from it, the cache beside MHA's, and why the rotary part is kept apart."))
+VIEWS.register(Part("Router (MoH)", ("Configurable",), "mha_viz.ui.mixture:render", needs=("routed",),
+                    arrays=("gates", "concat"),
+                    help="Mixture-of-heads: which heads the router gives each token, each head's load, the gated concat."))
 # The variants compared under Shapes & cost: prefixed cost_, because they price a layer beside MHA and do not change
 # the layer the page computes (a configurable-mode `variant` control would).
 CONTEXTS = tuple(2**i for i in range(8, 21))  # 256 ... 1,048,576 tokens

@@ -21,6 +21,9 @@ Layout: attention is [head, query, key]; per-head tensors are [head, position, d
                  maps [2, H, T, S] from the scores map_scores [2, H, T, S] of two query/key heads, and
                  weights = maps[0] - lambdas[h] * maps[1] (signed; rows sum to 1 - lambda); queries, keys and
                  scores are the first map's; values [H, S, 2 d] are the pair's [v_1 | v_2]
+    gates        [H, T] or None: mixture-of-heads (MoH) head gates, head h's output at query t scaled by
+                 gates[h, t] before the concat (0: the token does not use the head); head_outputs are the
+                 gated ones, so concat @ W_O^T + b_O is still the output
 T counts query tokens, S key tokens (S = T for self-attention). Heads are numbered from 0.
 """
 
@@ -66,6 +69,7 @@ class AttentionTrace:
     lambdas: np.ndarray | None = None
     maps: np.ndarray | None = None
     map_scores: np.ndarray | None = None
+    gates: np.ndarray | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -92,6 +96,7 @@ class AttentionTrace:
             "lambdas": (H,),
             "maps": (2, H, T, S),
             "map_scores": (2, H, T, S),
+            "gates": (H, T),
         }
         for name, shape in expected.items():
             array = getattr(self, name)

@@ -46,6 +46,7 @@ def without_tokens(trace: AttentionTrace, hidden: Collection[str]) -> AttentionT
         head_outputs=rows("head_outputs", q_keep, 1),  # (H, T', d_v)
         concat=rows("concat", q_keep, 0),  # (T', H*d_v)
         output=rows("output", q_keep, 0),  # (T', d_out)
+        gates=rows("gates", q_keep, 1),  # (H, T')
         score_bias={name: b[:, q_keep][:, :, k_keep] for name, b in trace.score_bias.items()},  # (H, T', S') each
         meta={**trace.meta, "hidden_tokens": sorted(hidden)},
     )

@@ -164,6 +164,12 @@ def variant_controls(h: int) -> None:
         st.caption("Each head subtracts a second softmax map, scaled by λ, from its first: h counts the maps, so h "
                    "must be even and the layer has h / 2 differential heads.")
     elif variant == "moh":
+        shared, k = state.get("moh_shared", 0), state.get("moh_k", 1)
+        if isinstance(shared, int) and isinstance(k, int) and (shared >= h or k > h - shared):
+            st.caption(f"moh_shared = {shared}, moh_k = {k} (from the link) do not fit h = {h}: see the page.")
+            st.button("Fit them to h", key="fit_moh", on_click=_keep_moh_valid,
+                      help="moh_shared below h, moh_k at most the routed heads h − moh_shared.")
+            return
         c1, c2 = st.columns(2)
         c1.slider("Shared heads moh_shared", 0, max(h - 1, 1), key="moh_shared", on_change=_keep_moh_valid,
                   disabled=h == 1, help="The first moh_shared heads are used by every token.")

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from ..attention import Attended, AttentionTensors, MultiHeadAttention, Variations, attend
 from ..config import MHAConfig
 from ..trace import AttentionTrace
-from . import LayerVariant, register_layer
+from .base import LayerVariant, register_layer
 
 LAMBDA_STD = 0.1  # DiffLlama's lambda_std_dev: the lambda vectors start normal(0, 0.1)
 NORM_EPS = 1e-5  # DiffLlama's rms_norm_eps

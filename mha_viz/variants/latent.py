@@ -35,7 +35,7 @@ from ..attention import AttentionTensors, Variations, apply_rotary, attend
 from ..config import MHAConfig
 from ..trace import AttentionTrace
 from ..variants_cost import VariantShape, kv_bytes_per_token, mha_baseline
-from . import LayerVariant, register_layer
+from .base import LayerVariant, register_layer
 
 ROPE_BASE = 10000.0  # rotary base theta (DeepSeek-V3 config: rope_theta = 10000)
 NORM_EPS = 1e-6  # the RMSNorms' epsilon (DeepseekV3RMSNorm)

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ..attention import Attended, AttentionTensors, MultiHeadAttention, Variations, attend, causal_mask, window_mask
 from ..config import MHAConfig
 from ..trace import AttentionTrace
-from . import SINK_TOKENS, LayerVariant, register_layer
+from .base import SINK_TOKENS, LayerVariant, register_layer
 
 
 def visible_keys(T: int, S: int, window: int, *, causal: bool = False, sink_tokens: int = 0,

@@ -127,7 +127,7 @@ def test_npz_is_plain_numpy_without_pickle() -> None:
     with np.load(io.BytesIO(trace_to_npz(trace)), allow_pickle=False) as npz:
         assert str(npz["format"]) == FORMAT
         assert npz["query_tokens"].dtype.kind == "U" and tuple(npz["query_tokens"]) == TOKENS
-        assert set(npz.files) >= set(ARRAY_FIELDS) | {"query_tokens", "key_tokens", "causal", "cross", "meta"}
+        assert set(npz.files) >= set(ARRAY_FIELDS) - {"gates"} | {"query_tokens", "key_tokens", "causal", "cross", "meta"}
         assert json.loads(str(npz["meta"])) == trace.meta
         assert np.isneginf(npz["scores"]).sum() == trace.num_heads * len(TOKENS) * (len(TOKENS) - 1) // 2
     assert "kv_heads" not in np.load(io.BytesIO(trace_to_npz(trace))).files

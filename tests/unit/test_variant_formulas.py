@@ -20,8 +20,8 @@ def test_mla_lines_name_the_cached_latent_its_width_and_the_absorbed_product() -
 
 def test_window_lines_follow_the_mask_and_the_sink_kind() -> None:
     causal = variant_formulas("window", CFG, 5, causal=True, window=3, sinks="none")
-    assert causal == [r"M_{ij} = 0 \text{ if } i - 3 < j \le i \text{ else } -\infty \quad \text{(each query sees at "
-                      r"most 3 keys)}"]
+    assert causal == [(r"M_{ij} = 0 \text{ if } i - 3 < j \le i \text{ else } -\infty \quad \text{(each query sees at "
+                      r"most 3 keys)}")]
     both = variant_formulas("window", CFG, 5, causal=False, window=3, sinks="logit")
     assert "|i - j| < 3" in both[0] and "at most 5 keys" in both[0] and "z_h" in both[1]
     assert "first 4 tokens" in variant_formulas("window", CFG, 5, window=3, sinks="tokens")[1]

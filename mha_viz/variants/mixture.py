@@ -1,0 +1,163 @@
+"""Mixture-of-heads attention (MoH: Jin, Zhu, Yan, Yuan 2024, "MoH: Multi-Head Attention as Head-Routing
+Mixture-of-Experts", arXiv:2410.11842).
+
+Multi-head attention is a sum over heads, O_t = sum_i H^i_t W_O^i (W_O^i: head i's column block of W_O). MoH gives
+each head a per-token gate, so that a token uses some heads only:
+
+    O_t = sum_i g_{i,t} H^i_t W_O^i + b_O
+
+The first h_s = moh_shared heads are shared (every token uses them); the other h_r = h - h_s are routed:
+
+    g_i = alpha_1 * softmax(W_s x_t)_i       i < h_s                               (softmax over the h_s shared heads)
+    g_i = alpha_2 * softmax(W_r x_t)_i       i routed and (W_r x_t)_i is among the top k = moh_k of W_r x_t
+    g_i = 0                                  otherwise
+    [alpha_1, alpha_2] = softmax(W_h x_t)    how much the token leans on shared vs routed heads
+
+W_s [d_model, h_s], W_r [d_model, h_r], W_h [d_model, 2], no biases; x_t is the query-side token. Where the paper
+leaves a choice, this module takes the paper's Eq. (written as above): the routed softmax runs over ALL h_r routed
+scores and the top-k picks from it without renormalising (a token's routed gates sum to alpha_2 times the
+probability mass of its picked heads, at most alpha_2). With h_s = 0 there are no W_s, W_h and alpha_2 = 1. Each head's
+attention map is unchanged; the gate scales its output before the concat (mha_viz.attention.attend, Variations.gates),
+so trace.head_outputs are the gated outputs and concat @ W_O^T + b_O is the layer's output. Top-k is not
+differentiable, but the gate values are: the router learns through them. load_balance_loss is the paper's L_b.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..attention import AttentionTensors, MultiHeadAttention, Variations, attend
+from ..config import MHAConfig
+from ..trace import AttentionTrace
+from .base import LayerVariant, register_layer
+
+ROUTER_SEED = 7919  # the router's generator is seeded with seed + ROUTER_SEED: its own stream, not W_Q's
+
+
+class Routing(NamedTuple):
+    """The router's decisions for every token; leading batch dims allowed. Heads in layer order: shared first."""
+
+    scores: Tensor  # (..., H, T) router logits: W_s x_t for the shared heads, W_r x_t for the routed ones
+    probs: Tensor  # (..., H, T) softmax within each group: over the shared heads, over the routed heads
+    alpha: Tensor  # (..., 2, T) [alpha_1, alpha_2] = softmax(W_h x_t); [0, 1] without shared heads
+    picked: Tensor  # (..., H, T) bool: the shared heads and each token's top-k routed heads
+    gates: Tensor  # (..., H, T) g_i: alpha_1 * probs (shared), alpha_2 * probs where picked (routed), else 0
+
+
+class MixtureOfHeads(MultiHeadAttention):
+    """Multi-head attention whose heads a per-token router weights (and switches off) before W_O."""
+
+    def __init__(self, cfg: MHAConfig, variant: LayerVariant, *, seed: int | None = None,
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out,
+                         d_context=cfg.d_context, bias=cfg.bias, seed=seed, dtype=dtype)
+        variant.check(self.config)
+        self.moh_k, self.moh_shared = variant.moh_k, variant.moh_shared
+        routed, shared = cfg.num_heads - self.moh_shared, self.moh_shared
+        self.W_r = nn.Parameter(torch.empty(cfg.d_model, routed, dtype=dtype))
+        self.W_s = nn.Parameter(torch.empty(cfg.d_model, shared, dtype=dtype)) if shared else None
+        self.W_h = nn.Parameter(torch.empty(cfg.d_model, 2, dtype=dtype)) if shared else None
+        self.reset_router(seed)
+
+    @torch.no_grad()
+    def reset_router(self, seed: int | None = None) -> None:
+        """Xavier-uniform router weights from their own seeded generator (a fresh random seed when seed is None)."""
+        gen = torch.Generator()
+        if seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(seed + ROUTER_SEED)
+        for W in (self.W_r, self.W_s, self.W_h):
+            if W is not None:
+                bound = math.sqrt(6.0 / (W.shape[0] + W.shape[1]))
+                W.copy_(torch.rand(W.shape, generator=gen, dtype=W.dtype) * 2 * bound - bound)
+
+    def route(self, x: Tensor) -> Routing:
+        """The gates of every head for every token of x (..., T, d_model)."""
+        r = x @ self.W_r  # (..., T, h_r)  W_r x_t
+        probs_r = r.softmax(dim=-1)  # (..., T, h_r)  over all routed heads
+        top = r.topk(self.moh_k, dim=-1).indices  # (..., T, k)
+        picked_r = torch.zeros_like(r, dtype=torch.bool).scatter(-1, top, True)  # (..., T, h_r)
+        if self.moh_shared:
+            s = x @ self.W_s  # (..., T, h_s)
+            probs_s = s.softmax(dim=-1)  # (..., T, h_s)
+            alpha = (x @ self.W_h).softmax(dim=-1)  # (..., T, 2)
+        else:
+            s = probs_s = r[..., :0]  # (..., T, 0)
+            alpha = torch.stack((torch.zeros_like(r[..., 0]), torch.ones_like(r[..., 0])), dim=-1)  # (..., T, 2)
+        gates = torch.cat((alpha[..., :1] * probs_s, alpha[..., 1:] * probs_r * picked_r), dim=-1)  # (..., T, H)
+        picked = torch.cat((torch.ones_like(probs_s, dtype=torch.bool), picked_r), dim=-1)  # (..., T, H)
+        scores, probs = torch.cat((s, r), dim=-1), torch.cat((probs_s, probs_r), dim=-1)  # (..., T, H) each
+        return Routing(*(t.transpose(-1, -2) for t in (scores, probs, alpha, picked, gates)))
+
+    def attend(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+               head_mask: Tensor | None = None) -> AttentionTensors:
+        """Differentiable forward pass, x (..., T, d_model): every head as in MHA, each head's output at each token
+        scaled by its gate (head_outputs and concat are the gated ones)."""
+        cfg = self.config
+        c = x if context is None else context
+        if x.shape[-1] != cfg.d_model:
+            raise ValueError(f"x has width {x.shape[-1]}, the layer expects d_model={cfg.d_model}")
+        if c.shape[-1] != cfg.d_context:
+            raise ValueError(f"context has width {c.shape[-1]}, the layer expects d_context={cfg.d_context}")
+        q = self._project(x, self.W_Q, self.b_Q)  # (..., H, T, d_k)
+        k, v = self.project_kv(c)  # (..., H, S, d_k), (..., H, S, d_v)
+        gates = self.route(x).gates  # (..., H, T)
+        a = attend(q, k, v, Variations(scale=1.0 / math.sqrt(cfg.d_k), causal=causal, gates=gates), head_mask)
+        output = a.concat @ self.W_O.T  # (..., T, d_out)
+        if self.b_O is not None:
+            output = output + self.b_O
+        return AttentionTensors(q, k, v, a.scores, a.weights, a.head_outputs, a.concat, output)
+
+    @torch.no_grad()
+    def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+                query_tokens: Sequence[str] | None = None, key_tokens: Sequence[str] | None = None,
+                head_mask: Tensor | None = None) -> AttentionTrace:
+        """MultiHeadAttention.forward, with trace.gates [H, T] and the router's decisions in meta: router_scores,
+        router_probs [H, T], router_alpha [2, T], picked [H, T] (bool), moh_k, moh_shared."""
+        trace = super().forward(x, context, causal=causal, query_tokens=query_tokens, key_tokens=key_tokens,
+                                head_mask=head_mask)
+        routing = {name: t.detach().cpu().numpy() for name, t in self.route(x)._asdict().items()}
+        meta = {"router_scores": routing["scores"], "router_probs": routing["probs"],
+                "router_alpha": routing["alpha"], "picked": routing["picked"],
+                "moh_k": self.moh_k, "moh_shared": self.moh_shared}
+        return replace(trace, gates=routing["gates"], meta={**trace.meta, **meta})
+
+
+def head_load(picked: np.ndarray) -> np.ndarray:
+    """[H]: the share of tokens that use each head, from picked [H, T] (shared heads: 1)."""
+    return np.asarray(picked, dtype=np.float64).mean(axis=-1)
+
+
+def load_balance_loss(routing: Routing, moh_shared: int) -> Tensor:
+    """The paper's load-balance loss over the routed heads: L_b = sum_i f_i P_i, with f_i the share of tokens that
+    pick routed head i and P_i its mean routing probability softmax(W_r x_t)_i (over every token and batch entry)."""
+    picked = routing.picked[..., moh_shared:, :]  # (..., h_r, T)
+    probs = routing.probs[..., moh_shared:, :]  # (..., h_r, T)
+    dims = [d for d in range(probs.dim()) if d != probs.dim() - 2]
+    f = picked.to(probs).mean(dim=dims)  # (h_r,)
+    return (f * probs.mean(dim=dims)).sum()
+
+
+def _heads(first: int, last: int) -> str:
+    return f"head {first}" if first == last else f"heads {first}–{last}"
+
+
+def _describe(cfg: MHAConfig, variant: LayerVariant) -> str:
+    h, shared, k = cfg.num_heads, variant.moh_shared, variant.moh_k
+    used = (f"weights {_heads(0, shared - 1)} for every token (shared) and picks each token's top {k} of "
+            f"{_heads(shared, h - 1)} (routed)" if shared else f"picks each token's top {k} of the {h} heads")
+    every = " (here every head: the router only weights them)" if shared + k == h else ", the others add nothing"
+    return (f"Mixture-of-heads attention (MoH): every head computes its attention map as in MHA; a router {used}. "
+            f"Each head's output is scaled by its gate before W_O, so a token uses {shared + k} of {h} heads{every}. "
+            "The Router (MoH) view shows each token's choices.")
+
+
+register_layer("moh", MixtureOfHeads, _describe)
