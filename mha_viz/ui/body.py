@@ -25,6 +25,7 @@ def identity(s: ViewState) -> Hashable:
     training = (s.task, s.h, s.d_model, s.steps, s.seed)
     if s.mode == "Train":
         return s.mode, *training
+    training += (s.variant, s.diversity)  # trained weights: the variant's layer, trained with this penalty
     if s.mode == "Pretrained":
         return s.mode, s.model.strip()
     return (s.mode, s.weights, *training) if s.weights == "trained" else (s.mode, s.weights)

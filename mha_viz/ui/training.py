@@ -14,12 +14,15 @@ from ..trace import AttentionTrace
 from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
 from ..training.figures import (
     accuracy_by_heads_figure,
+    accuracy_vs_cache_figure,
     curves_figure,
     heads_through_training_figure,
     relation_scores_figure,
 )
 from ..training.isolated import train_isolated
 from ..training.precomputed import precomputed_layer
+from ..training.variants import precomputed_variant_grid
+from ..variants import LayerVariant
 from .controls import TRAINED_D_MODELS, _keep_heads_valid, explain_invalid_heads, head_choices, heads_slider
 from .fair import heavy
 from .views import chart
@@ -78,9 +81,11 @@ def train_in_child_processes() -> None:
     _isolated = True
 
 
-def _train(task: str, h: int, d_model: int, steps: int, seed: int, on_step: Callable[[int], None]) -> TrainingRun:
+def _train(task: str, h: int, d_model: int, steps: int, seed: int, on_step: Callable[[int], None],
+           **options: object) -> TrainingRun:
+    """train() (in the worker process when isolated); options: its variant, diversity and diversity_kind."""
     run = train_isolated if _isolated else train
-    return run(task, h, d_model, steps, seed, on_step=on_step)
+    return run(task, h, d_model, steps, seed, on_step=on_step, **options)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -91,12 +96,16 @@ def trained_run(task: str, h: int, d_model: int, steps: int, seed: int) -> Train
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def cached_trained_layer(task: str, h: int, d_model: int, steps: int, seed: int) -> TrainedLayer:
-    """The trained layer for these arguments: shipped with the package, or trained now with a progress bar."""
-    if precomputed_layer(task, h, d_model, seed, steps) is not None:
+def cached_trained_layer(task: str, h: int, d_model: int, steps: int, seed: int,
+                         variant: LayerVariant = LayerVariant(), diversity: float = 0.0) -> TrainedLayer:
+    """The trained layer for these arguments (the attention variant, the head-diversity penalty on head outputs):
+    shipped with the package, or trained now with a progress bar."""
+    plain = variant == LayerVariant() and not diversity
+    if plain and precomputed_layer(task, h, d_model, seed, steps) is not None:
         return trained_layer(task, h, d_model, seed, steps)
     with progress_bar(f"h = {h}, d_model = {d_model} on {TASKS[task].title}", steps) as on_step:
-        return _train(task, h, d_model, steps, seed, on_step).layer
+        options = {} if plain else {"variant": variant, "diversity": diversity}
+        return _train(task, h, d_model, steps, seed, on_step, **options).layer
 
 
 def who_takes_what(scores: np.ndarray, relations: tuple[str, ...]) -> str:
@@ -127,6 +136,21 @@ def accuracy_by_heads(layer: TrainedLayer, name: str) -> None:
     missing = [h for h in choices if h not in {k.num_heads for k in known}]
     if missing:
         st.caption(f"Drag h to {', '.join(map(str, missing))} to train and add {'it' if len(missing) == 1 else 'them'}.")
+
+def variants_quality(current: str, name: str) -> None:
+    """What each variant costs in quality: the shipped grid of trained variants, accuracy against KV cache."""
+    rows = precomputed_variant_grid()
+    if not rows:
+        return
+    r0 = rows[0]
+    st.markdown("**What a variant costs in quality**")
+    chart(accuracy_vs_cache_figure(rows, current), "variants_quality", f"{name}-accuracy-vs-kv-cache")
+    st.caption(f"Each point: one attention variant trained on {TASKS[r0.task].title} (h = {r0.num_heads}, d_model = "
+               f"{r0.d_model}, {r0.steps} steps) with {len(r0.seeds)} seeds; mean accuracy ± standard deviation against "
+               "the bytes one token adds to one layer's KV cache. Hollow points: MHA trained with the head-diversity "
+               "penalty. Measured by bench/bench_variants_training.py and shipped with the package; this layer's "
+               f"variant ({current}) in red.")
+
 
 def training_controls() -> None:
     """Sidebar widgets of train mode; their keys are the ViewState fields task, h, d_model, steps, seed."""
