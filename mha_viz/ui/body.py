@@ -22,10 +22,9 @@ _SLOT = "_page_body"  # session key: (identity, slot) of the last run
 
 def identity(s: ViewState) -> Hashable:
     """What makes one page another: the mode, the model shown, and the training a page would run."""
-    training = (s.task, s.h, s.d_model, s.steps, s.seed)
+    training = (s.task, s.h, s.d_model, s.steps, s.seed, s.variant, s.diversity)  # the variant, the penalty
     if s.mode == "Train":
         return s.mode, *training
-    training += (s.variant, s.diversity)  # trained weights: the variant's layer, trained with this penalty
     if s.mode == "Pretrained":
         return s.mode, s.model.strip()
     return (s.mode, s.weights, *training) if s.weights == "trained" else (s.mode, s.weights)

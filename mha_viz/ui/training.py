@@ -9,7 +9,8 @@ from typing import TypeVar
 import numpy as np
 import streamlit as st
 
-from ..limits import MAX_SEED, MAX_STEPS
+from ..config import MHAConfig
+from ..limits import MAX_DIVERSITY, MAX_SEED, MAX_STEPS
 from ..trace import AttentionTrace
 from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
 from ..training.figures import (
@@ -21,9 +22,17 @@ from ..training.figures import (
 )
 from ..training.isolated import train_isolated
 from ..training.precomputed import precomputed_layer
-from ..training.variants import precomputed_variant_grid
+from ..training.variants import precomputed_variant_grid, variant_label
+from ..variants import LAYERS as VARIANT_LAYERS
 from ..variants import LayerVariant
-from .controls import TRAINED_D_MODELS, _keep_heads_valid, explain_invalid_heads, head_choices, heads_slider
+from .controls import (
+    TRAINED_D_MODELS,
+    _keep_heads_valid,
+    explain_invalid_heads,
+    head_choices,
+    heads_slider,
+    variant_controls,
+)
 from .fair import heavy
 from .views import chart
 
@@ -89,10 +98,13 @@ def _train(task: str, h: int, d_model: int, steps: int, seed: int, on_step: Call
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def trained_run(task: str, h: int, d_model: int, steps: int, seed: int) -> TrainingRun:
+def trained_run(task: str, h: int, d_model: int, steps: int, seed: int, variant: LayerVariant = LayerVariant(),
+                diversity: float = 0.0) -> TrainingRun:
     """One training run, cached on its plain arguments; shows a progress bar while it trains."""
+    plain = variant == LayerVariant() and not diversity
     with progress_bar(f"h = {h}", steps) as on_step:
-        return _train(task, h, d_model, steps, seed, on_step)
+        return _train(task, h, d_model, steps, seed, on_step, **({} if plain else
+                                                                  {"variant": variant, "diversity": diversity}))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -165,6 +177,11 @@ def training_controls() -> None:
                  help="Width of the embeddings; each head gets d_model / h.")
     st.number_input("Training steps", 1, MAX_STEPS, key="steps", step=100, help="Adam steps on random sequences.")
     st.number_input("Seed (weights and training data)", 0, MAX_SEED, key="seed", step=1)
+    if st.session_state.get("h") in head_choices(st.session_state["d_model"]):
+        variant_controls(st.session_state["h"])
+    st.slider("Head diversity penalty", 0.0, MAX_DIVERSITY, step=0.1, key="diversity",
+              help="loss = task loss + this weight × the mean pairwise cosine similarity of the h heads' outputs (the "
+              "disagreement regulariser of Li et al. 2018). The single head beside them has no pair to push apart.")
 
 
 def _comparison(run: TrainingRun, single: TrainingRun) -> None:
@@ -191,21 +208,33 @@ def _comparison(run: TrainingRun, single: TrainingRun) -> None:
 
 def _run_column(run: TrainingRun, name: str) -> None:
     H = run.num_heads
-    st.markdown(f"**h = {H}**: {H} head{'s' if H > 1 else ''} of width d_k = {run.d_model // H}")
+    what = "" if run.variant.kind == "mha" else f" ({variant_label(run.variant, H)})"
+    penalty = f", diversity penalty {run.diversity:g}" if run.diversity else ""
+    st.markdown(f"**h = {H}**{what}: {H} head{'s' if H > 1 else ''} of width d_k = {run.d_model // H}{penalty}")
     heads = heads_through_training_figure([s.trace for s in run.snapshots], run.snapshot_steps, cols=min(H, 2))
     chart(heads, f"train_heads{name}", f"train-h{H}-heads")
     chart(relation_scores_figure(run.final.scores, run.relations), f"train_scores{name}", f"train-h{H}-relations")
     st.caption(who_takes_what(run.final.scores, run.relations))
 
 
-def training_page(h: int, d_model: int, steps: int, seed: int, task: str) -> AttentionTrace | None:
-    """Train h heads and one head on the task; show both through training. Returns the trained h-head trace."""
+def training_page(h: int, d_model: int, steps: int, seed: int, task: str, variant: LayerVariant | None = None,
+                  diversity: float = 0.0) -> AttentionTrace | None:
+    """Train h heads (of this attention variant, with this head-diversity penalty) and one MHA head on the task; show
+    both through training. Returns the trained h-head trace."""
     spec = TASKS.get(task or DEFAULT_TASK)
     if spec is None:
         st.error(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
         return None
     if d_model % h:
         explain_invalid_heads(h, d_model, advanced=False)
+        return None
+    variant = variant or LayerVariant()
+    try:
+        variant.check(MHAConfig(d_model, h))
+        if variant.kind not in VARIANT_LAYERS:
+            raise ValueError(f"the {variant.kind} layer is not built yet")
+    except ValueError as err:
+        st.error(f"**This variant cannot be trained with these settings.** {err}.")
         return None
     st.subheader(spec.title)
     st.caption(
@@ -214,7 +243,8 @@ def training_page(h: int, d_model: int, steps: int, seed: int, task: str) -> Att
         f"{steps} Adam steps, seed {seed}. Loss and accuracy are measured on a fixed batch of evaluation sequences; "
         "the heatmaps show one fixed probe sequence."
     )
-    run = stoppable((spec.name, h, d_model, steps, seed), lambda: trained_run(spec.name, h, d_model, steps, seed))
+    run = stoppable((spec.name, h, d_model, steps, seed, variant, diversity),
+                    lambda: trained_run(spec.name, h, d_model, steps, seed, variant, diversity))
     single = stoppable((spec.name, 1, d_model, steps, seed), lambda: trained_run(spec.name, 1, d_model, steps, seed)
                        ) if h > 1 and run is not None else None
     if run is None or (h > 1 and single is None):

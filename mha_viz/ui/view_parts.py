@@ -22,6 +22,8 @@ from . import layer_switch, views
 from .analysis import ModelLoader, analysis_view
 from .generate import generate_view
 from .style import column_width, is_narrow
+from ..variants import PARAMETERS as VARIANT_PARAMETERS
+from ..variants import LayerVariant
 from .training import training_page
 from .variants_cost import variants_cost_view
 
@@ -182,4 +184,5 @@ def generate(c: ViewContext) -> None:
 
 def training(c: ViewContext) -> AttentionTrace | None:
     s = c.state
-    return training_page(s.h, s.d_model, s.steps, s.seed, s.task)
+    variant = LayerVariant(s.variant, **{name: getattr(s, name) for name in VARIANT_PARAMETERS[s.variant]})
+    return training_page(s.h, s.d_model, s.steps, s.seed, s.task, variant, s.diversity)

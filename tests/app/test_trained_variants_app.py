@@ -61,3 +61,23 @@ def test_a_variant_that_cannot_train_here_says_why() -> None:
     at = new_app(weights="trained", h="4", d_model="16", steps="20", variant="gqa", kv_heads="3").run()
     assert not at.exception
     assert "cannot be trained" in at.error[0].value and "does not divide" in at.error[0].value
+
+
+def markdown(at) -> str:
+    return " ".join(m.value for m in at.markdown)
+
+
+def test_train_mode_trains_the_variant_with_the_penalty_beside_one_head() -> None:
+    at = new_app(mode="Train", h="4", d_model="16", steps="20", variant="gqa", kv_heads="2", diversity="0.5").run()
+    assert not at.exception and not at.error
+    text = markdown(at)
+    assert "(GQA kv=2)" in text and "diversity penalty 0.5" in text
+    assert at.segmented_control(key="variant").value == "gqa" and at.slider(key="diversity").value == 0.5
+    at.radio(key="kv_heads").set_value(1).run()
+    assert not at.exception and "(MQA)" in markdown(at)
+
+
+def test_train_mode_explains_a_variant_it_cannot_train() -> None:
+    at = new_app(mode="Train", h="4", d_model="16", steps="20", variant="gqa", kv_heads="3").run()
+    assert not at.exception
+    assert "cannot be trained" in at.error[0].value
