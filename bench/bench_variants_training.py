@@ -37,8 +37,8 @@ def fmt(value: float, digits: int = 3) -> str:
 
 
 def table(rows: list[VariantRow]) -> list[str]:
-    lines = ["| variant | diversity | accuracy (mean ± sd) | per seed | KV bytes / token / layer | redundancy (JS, bits) "
-             "| head similarity |", "|---|---:|---:|---|---:|---:|---:|"]
+    lines = [("| variant | diversity | accuracy (mean ± sd) | per seed | KV bytes / token / layer | redundancy (JS, bits) "
+              "| head similarity |"), "|---|---:|---:|---|---:|---:|---:|"]
     for r in rows:
         sim = sum(r.similarity) / len(r.similarity)
         lines.append(f"| {r.label} | {r.diversity:g} | {r.accuracy_mean:.3f} ± {r.accuracy_std:.3f} | "
@@ -58,11 +58,12 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", choices=MULTI, default=MULTI)
     parser.add_argument("--ship", action="store_true", help="write the first task's rows as the app's shipped grid")
     args = parser.parse_args()
-    out = [f"torch {torch.__version__}, {platform.machine()}, os.cpu_count()={os.cpu_count()}, "
-           f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}",
-           f"h={args.h}, d_model={args.d_model}, steps {' and '.join(map(str, args.steps))}, seeds 0-{args.seeds - 1}, diversity "
-           f"{' '.join(f'{w:g}' for w in args.diversity)} on {args.diversity_kind} (MHA), KV cache in bf16 "
-           f"({KV_DTYPE_BYTES} bytes a number)", ""]
+    machine = (f"torch {torch.__version__}, {platform.machine()}, os.cpu_count()={os.cpu_count()}, "
+               f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    settings = (f"h={args.h}, d_model={args.d_model}, steps {' and '.join(map(str, args.steps))}, seeds "
+                f"0-{args.seeds - 1}, diversity {' '.join(f'{w:g}' for w in args.diversity)} on {args.diversity_kind} "
+                f"(MHA), KV cache in bf16 ({KV_DTYPE_BYTES} bytes a number)")
+    out = [machine, settings, ""]
     print("\n".join(out), flush=True)
     shipped = None
     for steps in args.steps:
@@ -75,16 +76,17 @@ def main() -> None:
             print("\n".join(block), flush=True)
             out += block
             shipped = shipped or rows
+    command = " ".join(["bench/bench_variants_training.py", *sys.argv[1:]])
     header = ["# What an attention variant costs in quality: trained variants", "",
-              f"`python {' '.join(['bench/bench_variants_training.py', *sys.argv[1:]])}`, run once on the machine "
-              "of RESULTS-training.md (2 shared cores); everything under Output is what the script printed.", "",
-              "- accuracy: mean accuracy over relations on the trainer's 128 fixed evaluation sequences after the last "
-              "step; mean ± standard deviation over seeds, then each seed's.",
+              (f"`python {command}`, run once on the machine of RESULTS-training.md (2 shared cores); everything under "
+               "Output is what the script printed."), "",
+              ("- accuracy: mean accuracy over relations on the trainer's 128 fixed evaluation sequences after the "
+               "last step; mean ± standard deviation over seeds, then each seed's."),
               "- KV bytes / token / layer: what one token adds to one layer's KV cache (mha_viz.variants_cost, bf16).",
-              "- redundancy: mean pairwise Jensen-Shannon divergence (bits, 0 = identical maps, 1 = disjoint) of the "
-              "trained heads on the task's probe sequence (mha_viz.analysis.redundancy); higher = less redundant.",
-              "- head similarity: the quantity the diversity regulariser penalises (mean pairwise cosine of head "
-              "outputs, or overlap of maps) on the evaluation batch.", "", "## Output", ""]
+              ("- redundancy: mean pairwise Jensen-Shannon divergence (bits, 0 = identical maps, 1 = disjoint) of the "
+               "trained heads on the task's probe sequence (mha_viz.analysis.redundancy); higher = less redundant."),
+              ("- head similarity: the quantity the diversity regulariser penalises (mean pairwise cosine of head "
+               "outputs, or overlap of maps) on the evaluation batch."), "", "## Output", ""]
     RESULTS.write_text("\n".join(header + out))
     print(f"wrote {RESULTS}")
     if args.ship and shipped:

@@ -15,6 +15,8 @@ from ..weights import HeadWeights, per_head_out
 from .model import TinyAttentionModel
 from .tasks import get_task
 
+MHA = LayerVariant()  # the default attention layer: multi-head attention
+
 
 @dataclass(frozen=True, eq=False)
 class TrainedLayer:
@@ -35,7 +37,7 @@ class TrainedLayer:
     accuracy: np.ndarray  # [R]
     scores: np.ndarray  # [H, R]
     state: dict[str, np.ndarray]
-    variant: LayerVariant = LayerVariant()
+    variant: LayerVariant = MHA
     diversity: float = 0.0
     diversity_kind: str = "outputs"
 

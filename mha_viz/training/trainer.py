@@ -11,7 +11,6 @@ Deterministic for a seed: the same arguments give identical losses and traces.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from torch import Tensor
 from ..trace import AttentionTrace
 from ..variants import LayerVariant
 from .diversity import DIVERSITY_KINDS, head_similarity
-from .layer import TrainedLayer
+from .layer import MHA, TrainedLayer
 from .model import TinyAttentionModel
 from .scores import relation_masks, relation_scores
 from .tasks import IGNORE, Task, get_task
@@ -62,7 +61,7 @@ class TrainingRun:
     snapshots: tuple[Snapshot, ...]  # step 0 (untrained) ... the last step
     seconds: float  # wall time of the training loop (the only field that varies between equal runs)
     final_state: dict[str, np.ndarray]  # the model's state_dict after the last step
-    variant: LayerVariant = LayerVariant()  # the attention layer's variant
+    variant: LayerVariant = MHA  # the attention layer's variant
     diversity: float = 0.0  # weight of the head-diversity penalty in the loss
     diversity_kind: str = "outputs"  # what the penalty compares (diversity.DIVERSITY_KINDS)
 
@@ -150,7 +149,7 @@ def train(
         raise ValueError(f"diversity must be a number ≥ 0, got {diversity!r}")
     if diversity_kind not in DIVERSITY_KINDS:
         raise ValueError(f"diversity_kind must be one of {', '.join(DIVERSITY_KINDS)}, got {diversity_kind!r}")
-    variant = variant or LayerVariant()
+    variant = variant or MHA
     spec = get_task(task) if isinstance(task, str) else task
     probe = spec.probe()  # (T,)
     names = spec.token_names(probe)

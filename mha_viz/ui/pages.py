@@ -22,10 +22,10 @@ from ..serve.hosting import FULL_SIZE, Budget
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
 from ..training import TASKS
-from ..variants import NAMES as VARIANT_NAMES
-from ..variants import PARAMETERS as VARIANT_PARAMETERS
 from ..training.variants import variant_label as trained_variant_label
 from ..variants import LAYERS as VARIANT_LAYERS
+from ..variants import NAMES as VARIANT_NAMES
+from ..variants import PARAMETERS as VARIANT_PARAMETERS
 from ..variants import LayerVariant
 from ..variants import describe as describe_variant
 from . import layer_switch

@@ -21,6 +21,7 @@ from ..training.figures import (
     relation_scores_figure,
 )
 from ..training.isolated import train_isolated
+from ..training.layer import MHA
 from ..training.precomputed import precomputed_layer
 from ..training.variants import precomputed_variant_grid, variant_label
 from ..variants import LAYERS as VARIANT_LAYERS
@@ -98,10 +99,10 @@ def _train(task: str, h: int, d_model: int, steps: int, seed: int, on_step: Call
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def trained_run(task: str, h: int, d_model: int, steps: int, seed: int, variant: LayerVariant = LayerVariant(),
+def trained_run(task: str, h: int, d_model: int, steps: int, seed: int, variant: LayerVariant = MHA,
                 diversity: float = 0.0) -> TrainingRun:
     """One training run, cached on its plain arguments; shows a progress bar while it trains."""
-    plain = variant == LayerVariant() and not diversity
+    plain = variant == MHA and not diversity
     with progress_bar(f"h = {h}", steps) as on_step:
         return _train(task, h, d_model, steps, seed, on_step, **({} if plain else
                                                                   {"variant": variant, "diversity": diversity}))
@@ -109,10 +110,10 @@ def trained_run(task: str, h: int, d_model: int, steps: int, seed: int, variant:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_trained_layer(task: str, h: int, d_model: int, steps: int, seed: int,
-                         variant: LayerVariant = LayerVariant(), diversity: float = 0.0) -> TrainedLayer:
+                         variant: LayerVariant = MHA, diversity: float = 0.0) -> TrainedLayer:
     """The trained layer for these arguments (the attention variant, the head-diversity penalty on head outputs):
     shipped with the package, or trained now with a progress bar."""
-    plain = variant == LayerVariant() and not diversity
+    plain = variant == MHA and not diversity
     if plain and precomputed_layer(task, h, d_model, seed, steps) is not None:
         return trained_layer(task, h, d_model, seed, steps)
     with progress_bar(f"h = {h}, d_model = {d_model} on {TASKS[task].title}", steps) as on_step:
@@ -228,7 +229,7 @@ def training_page(h: int, d_model: int, steps: int, seed: int, task: str, varian
     if d_model % h:
         explain_invalid_heads(h, d_model, advanced=False)
         return None
-    variant = variant or LayerVariant()
+    variant = variant or MHA
     try:
         variant.check(MHAConfig(d_model, h))
         if variant.kind not in VARIANT_LAYERS:

@@ -18,12 +18,12 @@ from ..parts import SECTIONS, VIEWS
 from ..serve.hosting import Budget
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
+from ..variants import PARAMETERS as VARIANT_PARAMETERS
+from ..variants import LayerVariant
 from . import layer_switch, views
 from .analysis import ModelLoader, analysis_view
 from .generate import generate_view
 from .style import column_width, is_narrow
-from ..variants import PARAMETERS as VARIANT_PARAMETERS
-from ..variants import LayerVariant
 from .training import training_page
 from .variants_cost import variants_cost_view
 
