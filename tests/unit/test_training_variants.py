@@ -147,3 +147,22 @@ def test_the_grid_trains_each_variant_over_seeds_and_round_trips_as_json() -> No
     again = rows_from_json(rows_to_json(rows))
     assert [r.accuracy for r in again] == [r.accuracy for r in rows] and isinstance(again[0], VariantRow)
     assert again[2].variant == LayerVariant("gqa", kv_heads=1)
+
+
+def test_a_newly_registered_variant_trains_and_joins_the_grid_with_no_change_here(monkeypatch) -> None:
+    """A variant helper registers its layer in mha_viz.variants.LAYERS; training, tracing and the grid then use it."""
+    from mha_viz import variants
+
+    built = []
+
+    def build(cfg, variant, *, seed=None, dtype=torch.float32):
+        built.append(variant)
+        return MultiHeadAttention(cfg.d_model, cfg.num_heads, seed=seed, dtype=dtype)  # stands in for the real layer
+
+    monkeypatch.setitem(variants.LAYERS, "window", build)
+    window = LayerVariant("window", window=2)
+    layer = train("prev-first", 2, 16, 10, seed=0, num_snapshots=1, variant=window).layer
+    assert built[-1] == window and layer.variant == window
+    assert layer.trace().meta["variant"] == "window" and layer.trace().meta["window"] == 2
+    assert "Window w=3 (logit sinks)" in [variant_label(v, 2) for v in grid_variants(2)]  # the grid offers it
+    assert kv_bytes_per_token(variant_shape(MHAConfig(16, 2), window)) == 2 * 2 * 8 * 2  # window caches full K/V heads
