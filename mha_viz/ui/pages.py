@@ -196,7 +196,9 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
         lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"A layer trained on {spec.title}: h = {s.h}, d_model = {s.d_model}",
         notes={"weights": f"trained for {s.steps} steps on {spec.title} (seed {s.seed})",
-               "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}", **shown_parts()},
+               "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}",
+               **({} if variant.kind == "mha" else {"variant": s.variant, **variant.params()}),
+               **({"diversity penalty": f"{s.diversity:g}"} if s.diversity else {}), **shown_parts()},
     )
 
 
