@@ -166,3 +166,14 @@ def test_a_newly_registered_variant_trains_and_joins_the_grid_with_no_change_her
     assert layer.trace().meta["variant"] == "window" and layer.trace().meta["window"] == 2
     assert "Window w=3 (logit sinks)" in [variant_label(v, 2) for v in grid_variants(2)]  # the grid offers it
     assert kv_bytes_per_token(variant_shape(MHAConfig(16, 2), window)) == 2 * 2 * 8 * 2  # window caches full K/V heads
+
+
+def test_a_variant_with_a_penalty_trains_the_same_in_the_worker_process() -> None:
+    from mha_viz.training.isolated import train_isolated
+
+    options = {"variant": LayerVariant("gqa", kv_heads=1), "diversity": 0.2, "diversity_kind": "maps"}
+    here = train("prev-first", 2, 16, 10, 0, num_snapshots=1, **options)
+    there = train_isolated("prev-first", 2, 16, 10, 0, **options)
+    assert (there.variant, there.diversity, there.diversity_kind) == (options["variant"], 0.2, "maps")
+    assert there.final_state["attention.W_K"].shape[0] == 1
+    assert there.train_loss.tobytes() == here.train_loss.tobytes()
