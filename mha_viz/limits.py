@@ -20,6 +20,7 @@ MAX_SEED = 2**31 - 1
 MAX_LAYERS = 128
 MAX_NEW_TOKENS = 64
 MAX_STEPS = 5000
+MAX_DIVERSITY = 2.0  # the largest head-diversity penalty weight a trained layer takes from a link
 MAX_MODEL_CHARS = 200  # a hub id or a folder
 MAX_SEQUENCE_CHARS = 200  # a trained layer's input: at most seq_len task tokens
 MAX_PATCH_PASSES = 4096  # patched sequences of one activation patching (e.g. 12 layers x 12 heads x 28 positions)

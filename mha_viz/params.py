@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from .limits import (
     D_MODEL_CHOICES,
     MAX_CLICKED_HEADS,
+    MAX_DIVERSITY,
     MAX_HEAD_WIDTH,
     MAX_HEADS,
     MAX_LAYERS,
@@ -95,6 +96,7 @@ class ViewState:
     sinks: str = "logit"  # window: none, logit (a learned sink logit per head) or tokens (the first 4 stay visible)
     moh_k: int = 2  # moh: routed heads per token
     moh_shared: int = 0  # moh: heads every token uses
+    diversity: float = 0.0  # trained weights: weight of the head-diversity penalty (mha_viz.training.diversity)
     d_k: int | None = None
     d_v: int | None = None
     d_out: int | None = None
@@ -281,6 +283,7 @@ core_fields((
     _core("sinks", _one_of(SINK_KINDS), "one of " + ", ".join(SINK_KINDS)),
     _core("moh_k", lambda r: _int(r, 1, MAX_HEADS), f"a number of heads from 1 to {MAX_HEADS}"),
     _core("moh_shared", lambda r: _int(r, 0, MAX_HEADS - 1), f"a number of shared heads from 0 to {MAX_HEADS - 1}"),
+    _core("diversity", _float(0.0, MAX_DIVERSITY), f"a penalty weight from 0 to {MAX_DIVERSITY:g}"),
     _core("d_k", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
     _core("d_v", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
     _core("d_out", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),

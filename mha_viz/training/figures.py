@@ -1,4 +1,5 @@
-"""Figures of a training run: heads through training, loss and accuracy curves, relation scores."""
+"""Figures of a training run: heads through training, loss and accuracy curves, relation scores; accuracy of trained
+variants against their KV cache."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..figures import heads_figure
 from ..figures.common import f32, index_axis
 from ..trace import AttentionTrace
 from .layer import TrainedLayer
+from .variants import VariantRow
 
 
 def heads_through_training_figure(
@@ -156,4 +158,34 @@ def accuracy_by_heads_figure(layers: Sequence[TrainedLayer], current: int | None
     fig.update_yaxes(title={"text": "accuracy"}, range=[0, 1.15], tickformat=".0%")
     fig.update_layout(title={"text": "Accuracy per h"}, height=300,
                       margin={"l": 10, "r": 10, "t": 50, "b": 10}, showlegend=False)
+    return fig
+
+
+def accuracy_vs_cache_figure(rows: Sequence[VariantRow], current: str | None = None) -> go.Figure:
+    """Mean accuracy over seeds (± standard deviation) against KV-cache bytes per token per layer, one point a trained
+    variant (mha_viz.training.variants rows); a diversity weight > 0 is a hollow point; the label `current` in red."""
+    if not rows:
+        raise ValueError("no trained variants to compare")
+    fig = go.Figure()
+    for diverse in (False, True):
+        group = [r for r in rows if (r.diversity > 0) == diverse]
+        if not group:
+            continue
+        names = [r.label + (f", diversity {r.diversity:g}" if diverse else "") for r in group]
+        fig.add_trace(go.Scatter(
+            x=[r.kv_bytes_per_token for r in group], y=np.array([r.accuracy_mean for r in group], dtype=np.float32),
+            error_y={"type": "data", "array": np.array([r.accuracy_std for r in group], dtype=np.float32)},
+            mode="markers+text", text=[r.label for r in group], textposition="top center",
+            name="with diversity penalty" if diverse else "variants",
+            marker={"size": 11, "symbol": "circle-open" if diverse else "circle",
+                    "color": ["#d62728" if r.label == current else "#1f77b4" for r in group]},
+            customdata=[[n, len(r.seeds), r.redundancy_mean] for n, r in zip(names, group)],
+            hovertemplate="%{customdata[0]}<br>KV cache %{x} bytes / token / layer<br>accuracy %{y:.1%} over "
+                          "%{customdata[1]} seeds<br>redundancy (mean JS) %{customdata[2]:.2f} bits<extra></extra>"))
+    r0 = rows[0]
+    fig.update_xaxes(title={"text": "KV cache, bytes per token per layer (bf16)"}, type="log")
+    fig.update_yaxes(title={"text": "accuracy"}, tickformat=".0%")
+    fig.update_layout(title={"text": f"Accuracy vs KV cache: {r0.task}, h = {r0.num_heads}, d_model = {r0.d_model}, "
+                                      f"{r0.steps} steps"}, height=340,
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend={"orientation": "h", "y": -0.25})
     return fig

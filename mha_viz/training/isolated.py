@@ -36,7 +36,8 @@ def _send(stream: IO[bytes], message: Any) -> None:
 
 
 def _serve() -> None:
-    """The worker: read (task, num_heads, d_model, steps, seed) jobs from stdin, write ("step", n) now and
+    """The worker: read (task, num_heads, d_model, steps, seed, options) jobs from stdin (options: train()'s
+    keyword arguments variant, diversity, diversity_kind), write ("step", n) now and
     then, then ("done", run) or ("error", exception) to the original stdout (prints go to stderr)."""
     os.nice(WORKER_NICE)
     jobs = os.fdopen(os.dup(0), "rb")
@@ -44,7 +45,7 @@ def _serve() -> None:
     os.dup2(2, 1)  # anything printed goes to stderr, not into the pickles
     while True:
         try:
-            task, num_heads, d_model, steps, seed = pickle.load(jobs)
+            task, num_heads, d_model, steps, seed, options = pickle.load(jobs)
         except EOFError:
             return
         every = max(1, steps // PROGRESS_UPDATES)
@@ -54,7 +55,7 @@ def _serve() -> None:
                 _send(results, ("step", step))
 
         try:
-            _send(results, ("done", train(task, num_heads, d_model, steps, seed, on_step=progress)))
+            _send(results, ("done", train(task, num_heads, d_model, steps, seed, on_step=progress, **options)))
         except Exception as err:  # noqa: BLE001 - handed to the caller, which raises it
             _send(results, ("error", err))
 
@@ -77,9 +78,10 @@ def _stop() -> None:
 
 def train_isolated(
     task: str, num_heads: int, d_model: int, steps: int = 600, seed: int = 0,
-    *, on_step: Callable[[int], None] | None = None,
+    *, on_step: Callable[[int], None] | None = None, **options: Any,
 ) -> TrainingRun:
-    """train(task, num_heads, d_model, steps, seed) run in the worker process; on_step(step) as progress arrives.
+    """train(task, num_heads, d_model, steps, seed, **options) run in the worker process; on_step(step) as progress
+    arrives. options: train()'s keyword arguments variant, diversity, diversity_kind.
 
     The result is the same TrainingRun train() gives in this process (train is deterministic).
     """
@@ -87,7 +89,7 @@ def train_isolated(
         worker = _start()
         finished = False
         try:
-            _send(worker.stdin, (task, num_heads, d_model, steps, seed))
+            _send(worker.stdin, (task, num_heads, d_model, steps, seed, options))
             while True:
                 try:
                     kind, value = pickle.load(worker.stdout)  # waits without holding the interpreter lock

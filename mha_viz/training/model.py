@@ -3,7 +3,8 @@
     x = E_tok[tokens] + E_pos[:T]                  (B, T, d_model)
     a = MultiHead(x), causal                        (B, T, d_model)
     logits[:, :, r] = a W_r^T + b_r                 (B, T, R, V)
-No residual connection and no MLP: the readout sees only what the heads fetched.
+No residual connection and no MLP: the readout sees only what the heads fetched. The attention layer is the layer
+of a LayerVariant (mha_viz.variants; default: multi-head attention), built by variant_layer.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ from dataclasses import replace
 import torch
 from torch import Tensor, nn
 
-from ..attention import AttentionTensors, MultiHeadAttention
+from ..attention import AttentionTensors
+from ..config import MHAConfig
 from ..trace import AttentionTrace
+from ..variants import LayerVariant, variant_layer
 
 
 class TinyAttentionModel(nn.Module):
     def __init__(
-        self, vocab_size: int, seq_len: int, d_model: int, num_heads: int, num_outputs: int, *, seed: int
+        self, vocab_size: int, seq_len: int, d_model: int, num_heads: int, num_outputs: int, *, seed: int,
+        variant: LayerVariant | None = None,
     ) -> None:
         super().__init__()
         with torch.random.fork_rng(devices=[]):  # seeded init that leaves the global RNG alone
@@ -27,7 +31,8 @@ class TinyAttentionModel(nn.Module):
             self.tok_emb = nn.Embedding(vocab_size, d_model)
             self.pos_emb = nn.Embedding(seq_len, d_model)
             self.readout = nn.Linear(d_model, num_outputs * vocab_size)
-        self.attention = MultiHeadAttention(d_model, num_heads, seed=seed)
+        self.variant = variant or LayerVariant()
+        self.attention = variant_layer(MHAConfig(d_model, num_heads), self.variant, seed=seed)
         self.num_outputs, self.vocab_size = num_outputs, vocab_size
 
     def embed(self, tokens: Tensor) -> Tensor:
@@ -47,4 +52,4 @@ class TinyAttentionModel(nn.Module):
         """
         x = self.embed(tokens)  # (T, d_model)
         trace = self.attention(x, causal=True, query_tokens=names)
-        return replace(trace, meta={"model": "trained", **meta})
+        return replace(trace, meta={**trace.meta, "model": "trained", **meta})  # keeps what a variant notes

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..variants import LayerVariant
 from .layer import TrainedLayer
 from .tasks import DEFAULT_TASK
 from .trainer import train
@@ -41,6 +42,9 @@ def layer_to_npz(layer: TrainedLayer) -> bytes:
     """The layer as .npz bytes: state/<name> arrays, loss, accuracy, scores and an info JSON string."""
     info = {"task": layer.task, "num_heads": layer.num_heads, "d_model": layer.d_model, "seed": layer.seed,
             "steps": layer.steps, "relations": list(layer.relations)}
+    if layer.variant != LayerVariant() or layer.diversity:  # the MHA files keep the info they always had
+        info |= {"variant": {"kind": layer.variant.kind, **layer.variant.params()}, "diversity": layer.diversity,
+                 "diversity_kind": layer.diversity_kind}
     arrays = {f"state/{name}": a for name, a in layer.state.items()}
     buffer = io.BytesIO()
     np.savez(buffer, **arrays, loss=np.array(layer.loss), accuracy=layer.accuracy, scores=layer.scores,
@@ -53,7 +57,9 @@ def layer_from_npz(data: bytes) -> TrainedLayer:
         info = json.loads(str(npz["info"]))
         state = {name.removeprefix("state/"): npz[name] for name in npz.files if name.startswith("state/")}
         return TrainedLayer(info["task"], info["num_heads"], info["d_model"], info["seed"], info["steps"],
-                            tuple(info["relations"]), float(npz["loss"]), npz["accuracy"], npz["scores"], state)
+                            tuple(info["relations"]), float(npz["loss"]), npz["accuracy"], npz["scores"], state,
+                            LayerVariant(**info.get("variant", {})), float(info.get("diversity", 0.0)),
+                            info.get("diversity_kind", "outputs"))
 
 
 def precomputed_layer(task: str, num_heads: int, d_model: int, seed: int, steps: int) -> TrainedLayer | None:
@@ -70,11 +76,14 @@ def precomputed_layer(task: str, num_heads: int, d_model: int, seed: int, steps:
 
 def trained_layer(
     task: str, num_heads: int, d_model: int, seed: int = 0, steps: int = DEFAULT_STEPS,
-    *, on_step: Callable[[int], None] | None = None,
+    *, on_step: Callable[[int], None] | None = None, variant: LayerVariant | None = None, diversity: float = 0.0,
+    diversity_kind: str = "outputs",
 ) -> TrainedLayer:
-    """The layer train() ends with for these arguments: shipped when it is in PRECOMPUTED_GRID, else trained now
-    (on_step(step) after every step)."""
-    shipped = precomputed_layer(task, num_heads, d_model, seed, steps)
-    if shipped is not None:
-        return shipped
-    return train(task, num_heads, d_model, steps, seed, on_step=on_step).layer
+    """The layer train() ends with for these arguments: shipped when it is in PRECOMPUTED_GRID (multi-head attention,
+    no diversity penalty), else trained now (on_step(step) after every step)."""
+    if (variant is None or variant == LayerVariant()) and not diversity:
+        shipped = precomputed_layer(task, num_heads, d_model, seed, steps)
+        if shipped is not None:
+            return shipped
+    return train(task, num_heads, d_model, steps, seed, on_step=on_step, variant=variant, diversity=diversity,
+                 diversity_kind=diversity_kind).layer

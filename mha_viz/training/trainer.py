@@ -1,6 +1,8 @@
 """Train the one-layer model on a task with Adam and record snapshots along the way.
 
     loss = mean over defined (b, t, r) of  -log softmax(logits[b, t, r])[y_r(t)]
+         + diversity * head similarity (diversity.py; diversity 0, the default, leaves the loss as it is)
+The attention layer is that of a LayerVariant (mha_viz.variants; default multi-head attention).
 Each snapshot measures the model on a fixed evaluation batch (loss, accuracy per relation,
 relation scores) and traces it on the task's fixed probe sequence.
 Deterministic for a seed: the same arguments give identical losses and traces.
@@ -8,9 +10,10 @@ Deterministic for a seed: the same arguments give identical losses and traces.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter
 
 import numpy as np
@@ -19,7 +22,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..trace import AttentionTrace
-from .layer import TrainedLayer
+from ..variants import LayerVariant
+from .diversity import DIVERSITY_KINDS, head_similarity
+from .layer import MHA, TrainedLayer
 from .model import TinyAttentionModel
 from .scores import relation_masks, relation_scores
 from .tasks import IGNORE, Task, get_task
@@ -37,6 +42,7 @@ class Snapshot:
     accuracy: np.ndarray  # [R] evaluation accuracy per relation
     scores: np.ndarray  # [H, R] relation scores on the evaluation batch
     trace: AttentionTrace  # the probe sequence
+    similarity: dict[str, float] = field(default_factory=dict)  # head similarity of each kind (diversity.py)
 
     @property
     def mean_accuracy(self) -> float:
@@ -55,6 +61,9 @@ class TrainingRun:
     snapshots: tuple[Snapshot, ...]  # step 0 (untrained) ... the last step
     seconds: float  # wall time of the training loop (the only field that varies between equal runs)
     final_state: dict[str, np.ndarray]  # the model's state_dict after the last step
+    variant: LayerVariant = MHA  # the attention layer's variant
+    diversity: float = 0.0  # weight of the head-diversity penalty in the loss
+    diversity_kind: str = "outputs"  # what the penalty compares (diversity.DIVERSITY_KINDS)
 
     @property
     def final(self) -> Snapshot:
@@ -65,7 +74,7 @@ class TrainingRun:
         """The trained model as a TrainedLayer (weights and final scores), to trace any sequence."""
         f = self.final
         return TrainedLayer(self.task, self.num_heads, self.d_model, self.seed, f.step, self.relations, f.loss,
-                            f.accuracy, f.scores, self.final_state)
+                            f.accuracy, f.scores, self.final_state, self.variant, self.diversity, self.diversity_kind)
 
     @property
     def snapshot_steps(self) -> np.ndarray:
@@ -121,6 +130,9 @@ def train(
     num_snapshots: int = 30,
     threads: int | None = 1,
     on_step: Callable[[int], None] | None = None,
+    variant: LayerVariant | None = None,
+    diversity: float = 0.0,
+    diversity_kind: str = "outputs",
 ) -> TrainingRun:
     """Train a fresh TinyAttentionModel for `steps` Adam steps, with snapshots at num_snapshots + 1
     evenly spaced steps from 0 to `steps` (fewer when steps < num_snapshots).
@@ -128,9 +140,16 @@ def train(
     threads: torch threads while training (1 by default: the matrices are tiny, and on the busy
     2-core machine of bench/RESULTS-training.md torch's default of 2 was several times slower).
     on_step(step) is called after every step.
+    variant: the attention layer's LayerVariant (None: multi-head attention); ValueError if it cannot run at these
+    dims. diversity ≥ 0 weighs the head-similarity penalty of kind diversity_kind ("outputs" or "maps") in the loss.
     """
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
+    if not (isinstance(diversity, (int, float)) and math.isfinite(diversity) and diversity >= 0):
+        raise ValueError(f"diversity must be a number ≥ 0, got {diversity!r}")
+    if diversity_kind not in DIVERSITY_KINDS:
+        raise ValueError(f"diversity_kind must be one of {', '.join(DIVERSITY_KINDS)}, got {diversity_kind!r}")
+    variant = variant or MHA
     spec = get_task(task) if isinstance(task, str) else task
     probe = spec.probe()  # (T,)
     names = spec.token_names(probe)
@@ -140,7 +159,8 @@ def train(
     record = set(np.linspace(0, steps, num_snapshots + 1).round().astype(int).tolist())
 
     with torch_threads(threads):
-        model = TinyAttentionModel(len(spec.vocab), spec.seq_len, d_model, num_heads, len(spec.relations), seed=seed)
+        model = TinyAttentionModel(len(spec.vocab), spec.seq_len, d_model, num_heads, len(spec.relations), seed=seed,
+                                   variant=variant)
         optimiser = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
 
         @torch.no_grad()
@@ -150,8 +170,9 @@ def train(
                 step=step,
                 loss=float(_loss(logits, eval_targets)),
                 accuracy=_accuracy(logits, eval_targets),
-                scores=relation_scores(att.weights.numpy(), eval_masks),  # (H, R)
+                scores=relation_scores(att.weights.numpy(), eval_masks),  # (H, R); diff: signed net mass, h/2 rows
                 trace=model.trace(probe, names, {"task": spec.name, "step": step}),
+                similarity={kind: float(head_similarity(att, kind)) for kind in DIVERSITY_KINDS},
             )
 
         snapshots = [snapshot(0)]
@@ -159,8 +180,10 @@ def train(
         start = perf_counter()
         batches = _batches(spec, steps, batch_size, torch.Generator().manual_seed(seed))
         for step, (tokens, targets) in enumerate(batches, start=1):
-            logits, _ = model(tokens)  # (B, T, R, V)
+            logits, att = model(tokens)  # (B, T, R, V)
             loss = _loss(logits, targets)
+            if diversity:  # skipped at 0: the default run computes exactly what it did before the regulariser
+                loss = loss + diversity * head_similarity(att, diversity_kind)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
@@ -171,4 +194,5 @@ def train(
                 on_step(step)
         seconds = perf_counter() - start
         state = {name: t.detach().numpy().copy() for name, t in model.state_dict().items()}
-    return TrainingRun(spec.name, num_heads, d_model, seed, spec.relation_names, losses, tuple(snapshots), seconds, state)
+    return TrainingRun(spec.name, num_heads, d_model, seed, spec.relation_names, losses, tuple(snapshots), seconds, state,
+                       variant, float(diversity), diversity_kind)

@@ -22,7 +22,7 @@ _SLOT = "_page_body"  # session key: (identity, slot) of the last run
 
 def identity(s: ViewState) -> Hashable:
     """What makes one page another: the mode, the model shown, and the training a page would run."""
-    training = (s.task, s.h, s.d_model, s.steps, s.seed)
+    training = (s.task, s.h, s.d_model, s.steps, s.seed, s.variant, s.diversity)  # the variant, the penalty
     if s.mode == "Train":
         return s.mode, *training
     if s.mode == "Pretrained":

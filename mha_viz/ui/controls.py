@@ -9,6 +9,7 @@ import streamlit as st
 from ..config import divisors, nearest_divisor, nearest_valid_heads, valid_head_counts
 from ..limits import (
     D_MODEL_CHOICES,
+    MAX_DIVERSITY,
     MAX_HEAD_WIDTH,
     MAX_HEADS,
     MAX_LONG_TOKENS,
@@ -239,8 +240,12 @@ def configurable_controls() -> None:
     state = st.session_state
     d_k, d_v = (None, None) if trained else (state.get("d_k"), state.get("d_v"))
     heads_slider(state["d_model"], d_k, d_v)
-    if not trained and state.get("h") in head_choices(state["d_model"], d_k, d_v):
+    if state.get("h") in head_choices(state["d_model"], d_k, d_v):
         variant_controls(state["h"])
+    if trained:
+        st.slider("Head diversity penalty", 0.0, MAX_DIVERSITY, step=0.1, key="diversity",
+                  help="Trains the layer with loss = task loss + this weight × the mean pairwise cosine similarity of "
+                  "the heads' outputs (the disagreement regulariser of Li et al. 2018): heads pushed apart.")
     st.selectbox("d_model", d_models, key="d_model", on_change=_keep_heads_valid, help="Width of every token vector.")
     section = st.expander("Advanced", key=ADVANCED_OPEN, on_change="rerun")
     if not section.open:  # a closed expander would still send its 10 widgets to the browser on every rerun

@@ -22,6 +22,8 @@ from ..serve.hosting import FULL_SIZE, Budget
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
 from ..training import TASKS
+from ..training.variants import variant_label as trained_variant_label
+from ..variants import LAYERS as VARIANT_LAYERS
 from ..variants import NAMES as VARIANT_NAMES
 from ..variants import PARAMETERS as VARIANT_PARAMETERS
 from ..variants import LayerVariant
@@ -33,7 +35,14 @@ from .controls import explain_invalid_heads, explain_invalid_kv_heads, random_we
 from .export import export_section
 from .sidebar import Sidebar
 from .text import plain
-from .training import accuracy_by_heads, cached_trained_layer, stoppable, trained_run, who_takes_what
+from .training import (
+    accuracy_by_heads,
+    cached_trained_layer,
+    stoppable,
+    trained_run,
+    variants_quality,
+    who_takes_what,
+)
 from .view_parts import ViewContext, hide, layer_payload, render_view, shown_parts, view_picker
 
 UNKNOWN_SHARE = 0.2  # warn when this share of a text's tokens is [UNK] to the model
@@ -140,11 +149,16 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     if s.d_model % s.h:
         explain_invalid_heads(s.h, s.d_model, advanced=False)
         return
-    if s.variant != "mha":
-        st.info("Trained layers are multi-head attention (one key/value head per query head): the variants "
-                "apply to random weights for now.", icon=":material/info:")
+    variant = state_variant(s)
+    try:
+        cfg = variant.config(MHAConfig(s.d_model, s.h))
+        if variant.kind not in VARIANT_LAYERS:
+            raise ValueError(f"the {variant.kind} layer is not built yet")
+    except ValueError as err:
+        st.error(f"**The {VARIANT_NAMES[s.variant]} variant cannot be trained with these settings.** {err}.")
+        return
     spec = TASKS[s.task]
-    key = (s.task, s.h, s.d_model, s.steps, s.seed)
+    key = (s.task, s.h, s.d_model, s.steps, s.seed, variant, s.diversity)
     layer = stoppable(key, lambda: cached_trained_layer(*key))
     if layer is None:
         return
@@ -155,8 +169,11 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
         st.warning(f"Cannot read the sequence: {plain(str(err))}.")
         st.button("Use the task's probe sequence", key="use_probe", on_click=_set, args=("sequence", ""))
         return
+    what = "" if variant.kind == "mha" else f"{trained_variant_label(variant, s.h)}, "
+    penalty = f", head-diversity penalty {s.diversity:g}" if s.diversity else ""
     st.success(
-        f"**Trained weights.** This layer (h = {s.h}, d_model = {s.d_model}) was trained for {s.steps} steps on "
+        f"**Trained weights.** This layer ({what}h = {s.h}, d_model = {s.d_model}{penalty}) was trained for {s.steps} "
+        "steps on "
         f"*{spec.title}*: {spec.description} Mean accuracy {layer.mean_accuracy:.1%} ("
         + ", ".join(f"{r} {a:.0%}" for r, a in zip(layer.relations, layer.accuracy)) + "). "
         + who_takes_what(layer.scores, layer.relations)
@@ -164,18 +181,24 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
            " Drag h to 1 to see one head compromise."),
         icon=":material/school:",
     )
+    if variant.kind != "mha":
+        st.caption(describe_variant(cfg, variant))
     T = trace.weights.shape[1]
-    cfg = MHAConfig(s.d_model, s.h)
     st.caption(f"h = {plural(s.h, 'head')} · d_model = {s.d_model} · d_k = d_v = {cfg.d_k} · {T} tokens "
                + ("(the task's probe sequence; type your own in the sidebar)" if not s.sequence else "")
                + " · causal · seed " + str(s.seed))
-    name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
-    _layer_views(s, trace, source, name, cfg, accuracy=lambda: accuracy_by_heads(layer, name), limits=limits)
+    name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}" + ("" if variant.kind == "mha" else f"-{s.variant}"))
+    by_heads = variant.kind == "mha" and not s.diversity  # the accuracy of every h compares plain MHA layers
+    _layer_views(s, trace, source, name, cfg, accuracy=(lambda: accuracy_by_heads(layer, name)) if by_heads else None,
+                 limits=limits)
+    variants_quality(trained_variant_label(variant, s.h), name)
     export_section(
         lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"A layer trained on {spec.title}: h = {s.h}, d_model = {s.d_model}",
         notes={"weights": f"trained for {s.steps} steps on {spec.title} (seed {s.seed})",
-               "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}", **shown_parts()},
+               "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}",
+               **({} if variant.kind == "mha" else {"variant": s.variant, **variant.params()}),
+               **({"diversity penalty": f"{s.diversity:g}"} if s.diversity else {}), **shown_parts()},
     )
 
 

@@ -9,18 +9,31 @@ from typing import TypeVar
 import numpy as np
 import streamlit as st
 
-from ..limits import MAX_SEED, MAX_STEPS
+from ..config import MHAConfig
+from ..limits import MAX_DIVERSITY, MAX_SEED, MAX_STEPS
 from ..trace import AttentionTrace
 from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
 from ..training.figures import (
     accuracy_by_heads_figure,
+    accuracy_vs_cache_figure,
     curves_figure,
     heads_through_training_figure,
     relation_scores_figure,
 )
 from ..training.isolated import train_isolated
+from ..training.layer import MHA
 from ..training.precomputed import precomputed_layer
-from .controls import TRAINED_D_MODELS, _keep_heads_valid, explain_invalid_heads, head_choices, heads_slider
+from ..training.variants import precomputed_variant_grid, variant_label
+from ..variants import LAYERS as VARIANT_LAYERS
+from ..variants import LayerVariant
+from .controls import (
+    TRAINED_D_MODELS,
+    _keep_heads_valid,
+    explain_invalid_heads,
+    head_choices,
+    heads_slider,
+    variant_controls,
+)
 from .fair import heavy
 from .views import chart
 
@@ -78,25 +91,34 @@ def train_in_child_processes() -> None:
     _isolated = True
 
 
-def _train(task: str, h: int, d_model: int, steps: int, seed: int, on_step: Callable[[int], None]) -> TrainingRun:
+def _train(task: str, h: int, d_model: int, steps: int, seed: int, on_step: Callable[[int], None],
+           **options: object) -> TrainingRun:
+    """train() (in the worker process when isolated); options: its variant, diversity and diversity_kind."""
     run = train_isolated if _isolated else train
-    return run(task, h, d_model, steps, seed, on_step=on_step)
+    return run(task, h, d_model, steps, seed, on_step=on_step, **options)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def trained_run(task: str, h: int, d_model: int, steps: int, seed: int) -> TrainingRun:
+def trained_run(task: str, h: int, d_model: int, steps: int, seed: int, variant: LayerVariant = MHA,
+                diversity: float = 0.0) -> TrainingRun:
     """One training run, cached on its plain arguments; shows a progress bar while it trains."""
+    plain = variant == MHA and not diversity
     with progress_bar(f"h = {h}", steps) as on_step:
-        return _train(task, h, d_model, steps, seed, on_step)
+        return _train(task, h, d_model, steps, seed, on_step, **({} if plain else
+                                                                  {"variant": variant, "diversity": diversity}))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def cached_trained_layer(task: str, h: int, d_model: int, steps: int, seed: int) -> TrainedLayer:
-    """The trained layer for these arguments: shipped with the package, or trained now with a progress bar."""
-    if precomputed_layer(task, h, d_model, seed, steps) is not None:
+def cached_trained_layer(task: str, h: int, d_model: int, steps: int, seed: int,
+                         variant: LayerVariant = MHA, diversity: float = 0.0) -> TrainedLayer:
+    """The trained layer for these arguments (the attention variant, the head-diversity penalty on head outputs):
+    shipped with the package, or trained now with a progress bar."""
+    plain = variant == MHA and not diversity
+    if plain and precomputed_layer(task, h, d_model, seed, steps) is not None:
         return trained_layer(task, h, d_model, seed, steps)
     with progress_bar(f"h = {h}, d_model = {d_model} on {TASKS[task].title}", steps) as on_step:
-        return _train(task, h, d_model, steps, seed, on_step).layer
+        options = {} if plain else {"variant": variant, "diversity": diversity}
+        return _train(task, h, d_model, steps, seed, on_step, **options).layer
 
 
 def who_takes_what(scores: np.ndarray, relations: tuple[str, ...]) -> str:
@@ -128,6 +150,21 @@ def accuracy_by_heads(layer: TrainedLayer, name: str) -> None:
     if missing:
         st.caption(f"Drag h to {', '.join(map(str, missing))} to train and add {'it' if len(missing) == 1 else 'them'}.")
 
+def variants_quality(current: str, name: str) -> None:
+    """What each variant costs in quality: the shipped grid of trained variants, accuracy against KV cache."""
+    rows = precomputed_variant_grid()
+    if not rows:
+        return
+    r0 = rows[0]
+    st.markdown("**What a variant costs in quality**")
+    chart(accuracy_vs_cache_figure(rows, current), "variants_quality", f"{name}-accuracy-vs-kv-cache")
+    st.caption(f"Each point: one attention variant trained on {TASKS[r0.task].title} (h = {r0.num_heads}, d_model = "
+               f"{r0.d_model}, {r0.steps} steps) with {len(r0.seeds)} seeds; mean accuracy ± standard deviation against "
+               "the bytes one token adds to one layer's KV cache. Hollow points: MHA trained with the head-diversity "
+               "penalty. Measured by bench/bench_variants_training.py and shipped with the package; this layer's "
+               f"variant ({current}) in red.")
+
+
 def training_controls() -> None:
     """Sidebar widgets of train mode; their keys are the ViewState fields task, h, d_model, steps, seed."""
     if st.session_state.get("task") not in TASKS:
@@ -141,6 +178,11 @@ def training_controls() -> None:
                  help="Width of the embeddings; each head gets d_model / h.")
     st.number_input("Training steps", 1, MAX_STEPS, key="steps", step=100, help="Adam steps on random sequences.")
     st.number_input("Seed (weights and training data)", 0, MAX_SEED, key="seed", step=1)
+    if st.session_state.get("h") in head_choices(st.session_state["d_model"]):
+        variant_controls(st.session_state["h"])
+    st.slider("Head diversity penalty", 0.0, MAX_DIVERSITY, step=0.1, key="diversity",
+              help="loss = task loss + this weight × the mean pairwise cosine similarity of the h heads' outputs (the "
+              "disagreement regulariser of Li et al. 2018). The single head beside them has no pair to push apart.")
 
 
 def _comparison(run: TrainingRun, single: TrainingRun) -> None:
@@ -167,21 +209,33 @@ def _comparison(run: TrainingRun, single: TrainingRun) -> None:
 
 def _run_column(run: TrainingRun, name: str) -> None:
     H = run.num_heads
-    st.markdown(f"**h = {H}**: {H} head{'s' if H > 1 else ''} of width d_k = {run.d_model // H}")
+    what = "" if run.variant.kind == "mha" else f" ({variant_label(run.variant, H)})"
+    penalty = f", diversity penalty {run.diversity:g}" if run.diversity else ""
+    st.markdown(f"**h = {H}**{what}: {H} head{'s' if H > 1 else ''} of width d_k = {run.d_model // H}{penalty}")
     heads = heads_through_training_figure([s.trace for s in run.snapshots], run.snapshot_steps, cols=min(H, 2))
     chart(heads, f"train_heads{name}", f"train-h{H}-heads")
     chart(relation_scores_figure(run.final.scores, run.relations), f"train_scores{name}", f"train-h{H}-relations")
     st.caption(who_takes_what(run.final.scores, run.relations))
 
 
-def training_page(h: int, d_model: int, steps: int, seed: int, task: str) -> AttentionTrace | None:
-    """Train h heads and one head on the task; show both through training. Returns the trained h-head trace."""
+def training_page(h: int, d_model: int, steps: int, seed: int, task: str, variant: LayerVariant | None = None,
+                  diversity: float = 0.0) -> AttentionTrace | None:
+    """Train h heads (of this attention variant, with this head-diversity penalty) and one MHA head on the task; show
+    both through training. Returns the trained h-head trace."""
     spec = TASKS.get(task or DEFAULT_TASK)
     if spec is None:
         st.error(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
         return None
     if d_model % h:
         explain_invalid_heads(h, d_model, advanced=False)
+        return None
+    variant = variant or MHA
+    try:
+        variant.check(MHAConfig(d_model, h))
+        if variant.kind not in VARIANT_LAYERS:
+            raise ValueError(f"the {variant.kind} layer is not built yet")
+    except ValueError as err:
+        st.error(f"**This variant cannot be trained with these settings.** {err}.")
         return None
     st.subheader(spec.title)
     st.caption(
@@ -190,7 +244,8 @@ def training_page(h: int, d_model: int, steps: int, seed: int, task: str) -> Att
         f"{steps} Adam steps, seed {seed}. Loss and accuracy are measured on a fixed batch of evaluation sequences; "
         "the heatmaps show one fixed probe sequence."
     )
-    run = stoppable((spec.name, h, d_model, steps, seed), lambda: trained_run(spec.name, h, d_model, steps, seed))
+    run = stoppable((spec.name, h, d_model, steps, seed, variant, diversity),
+                    lambda: trained_run(spec.name, h, d_model, steps, seed, variant, diversity))
     single = stoppable((spec.name, 1, d_model, steps, seed), lambda: trained_run(spec.name, 1, d_model, steps, seed)
                        ) if h > 1 and run is not None else None
     if run is None or (h > 1 and single is None):

@@ -1,0 +1,98 @@
+"""Train every registered attention variant on the multi-relation tasks over several seeds; print accuracy (mean ±
+standard deviation over seeds), KV-cache bytes per token per layer, redundancy and head similarity of the trained heads,
+and write them to bench/RESULTS-variants-training.md.
+
+    python bench/bench_variants_training.py [--h 4] [--d-model 32] [--steps 150 300] [--seeds 3]
+        [--diversity 0 0.3 1] [--diversity-kind outputs] [--tasks prev-first prev-2back-first prev-match] [--ship]
+
+The variants: MHA, GQA at each kv_heads, MQA, and MLA at a few latent widths, window, diff and MoH where
+mha_viz.variants.LAYERS registers them (mha_viz.training.variants.grid_variants). The positive diversity weights are
+trained on MHA only (the regulariser of Li et al. 2018, mha_viz.training.diversity). Each task is trained for each
+budget of steps (a short budget shows what a variant costs in speed of learning; a long one, whether it gets there).
+--ship also writes the rows of the first task and budget as mha_viz/training/precomputed/variants-grid.json, the grid
+the app's figure shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import sys
+from pathlib import Path
+from time import perf_counter
+
+import torch
+
+from mha_viz.training import TASKS
+from mha_viz.training.variants import GRID_FILE, KV_DTYPE_BYTES, VariantRow, rows_to_json, train_variant_grid
+
+RESULTS = Path(__file__).parent / "RESULTS-variants-training.md"
+MULTI = [name for name, task in TASKS.items() if len(task.relations) > 1]
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def table(rows: list[VariantRow]) -> list[str]:
+    lines = [("| variant | diversity | accuracy (mean ± sd) | per seed | KV bytes / token / layer | redundancy (JS, bits) "
+              "| head similarity |"), "|---|---:|---:|---|---:|---:|---:|"]
+    for r in rows:
+        sim = sum(r.similarity) / len(r.similarity)
+        lines.append(f"| {r.label} | {r.diversity:g} | {r.accuracy_mean:.3f} ± {r.accuracy_std:.3f} | "
+                     + " ".join(f"{a:.3f}" for a in r.accuracy)
+                     + f" | {r.kv_bytes_per_token} | {fmt(r.redundancy_mean)} | {sim:.3f} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--h", type=int, default=4)
+    parser.add_argument("--d-model", type=int, default=32)
+    parser.add_argument("--steps", type=int, nargs="+", default=[150, 300])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--diversity", type=float, nargs="+", default=[0.0, 0.3, 1.0])
+    parser.add_argument("--diversity-kind", choices=("outputs", "maps"), default="outputs")
+    parser.add_argument("--tasks", nargs="+", choices=MULTI, default=MULTI)
+    parser.add_argument("--ship", action="store_true", help="write the first task's rows as the app's shipped grid")
+    args = parser.parse_args()
+    machine = (f"torch {torch.__version__}, {platform.machine()}, os.cpu_count()={os.cpu_count()}, "
+               f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    settings = (f"h={args.h}, d_model={args.d_model}, steps {' and '.join(map(str, args.steps))}, seeds "
+                f"0-{args.seeds - 1}, diversity {' '.join(f'{w:g}' for w in args.diversity)} on {args.diversity_kind} "
+                f"(MHA), KV cache in bf16 ({KV_DTYPE_BYTES} bytes a number)")
+    out = [machine, settings, ""]
+    print("\n".join(out), flush=True)
+    shipped = None
+    for steps in args.steps:
+        for task in args.tasks:
+            start = perf_counter()
+            rows = train_variant_grid(task, args.h, args.d_model, steps, range(args.seeds),
+                                      diversities=args.diversity, diversity_kind=args.diversity_kind)
+            block = [f"### {task} ({' / '.join(TASKS[task].relation_names)}), {steps} steps", "", *table(rows), "",
+                     f"({len(rows)} rows x {args.seeds} seeds in {perf_counter() - start:.0f} s)", ""]
+            print("\n".join(block), flush=True)
+            out += block
+            shipped = shipped or rows
+    command = " ".join(["bench/bench_variants_training.py", *sys.argv[1:]])
+    header = ["# What an attention variant costs in quality: trained variants", "",
+              (f"`python {command}`, run once on the machine of RESULTS-training.md (2 shared cores); everything under "
+               "Output is what the script printed."), "",
+              ("- accuracy: mean accuracy over relations on the trainer's 128 fixed evaluation sequences after the "
+               "last step; mean ± standard deviation over seeds, then each seed's."),
+              "- KV bytes / token / layer: what one token adds to one layer's KV cache (mha_viz.variants_cost, bf16).",
+              ("- redundancy: mean pairwise Jensen-Shannon divergence (bits, 0 = identical maps, 1 = disjoint) of the "
+               "trained heads on the task's probe sequence (mha_viz.analysis.redundancy); higher = less redundant."),
+              ("- head similarity: the quantity the diversity regulariser penalises (mean pairwise cosine of head "
+               "outputs, or overlap of maps) on the evaluation batch."), "", "## Output", ""]
+    RESULTS.write_text("\n".join(header + out))
+    print(f"wrote {RESULTS}")
+    if args.ship and shipped:
+        GRID_FILE.write_text(rows_to_json(shipped))
+        print(f"wrote {GRID_FILE}")
+
+
+if __name__ == "__main__":
+    main()

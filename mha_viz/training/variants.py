@@ -1,0 +1,163 @@
+"""What an attention variant costs in quality: train each variant on a task over several seeds and measure it.
+
+    train_variant_grid(task, num_heads, d_model, steps, seeds)  -> [VariantRow]
+A row holds, for one variant (and diversity weight): the mean accuracy of each seed's run on the trainer's evaluation
+batch, the KV-cache bytes per token per layer of that layer (mha_viz.variants_cost, bf16), the redundancy of the
+trained heads (mean pairwise Jensen-Shannon divergence of their maps on the probe, mha_viz.analysis.redundancy) and
+the head similarity the diversity regulariser penalises (diversity.py). Variants whose layer is not registered in
+mha_viz.variants.LAYERS are left out, so the grid grows as variants are added.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..analysis.redundancy import head_divergence
+from ..config import MHAConfig, divisors
+from ..variants import LAYERS, SINK_TOKENS, LayerVariant
+from ..variants_cost import VariantShape, kv_bytes_per_token
+from .trainer import TrainingRun, train
+
+GRID_FILE = Path(__file__).parent / "precomputed" / "variants-grid.json"
+KV_DTYPE_BYTES = 2  # bf16, as the Shapes & cost page counts
+
+
+def variant_label(variant: LayerVariant, num_heads: int) -> str:
+    """A short name: MHA, GQA kv=2, MQA, MLA c=16, Window w=4 (logit sinks), Diff, MoH k=2."""
+    v = variant
+    if v.kind == "gqa":
+        return "MHA" if v.kv_heads == num_heads else "MQA" if v.kv_heads == 1 else f"GQA kv={v.kv_heads}"
+    extra = {"mla": f" c={v.kv_latent}", "window": f" w={v.window}" + ("" if v.sinks == "none" else f" ({v.sinks} sinks)"),
+             "moh": f" k={v.moh_k}" + (f"+{v.moh_shared} shared" if v.moh_shared else "")}
+    return {"mha": "MHA", "mla": "MLA", "window": "Window", "diff": "Diff", "moh": "MoH"}[v.kind] + extra.get(v.kind, "")
+
+
+def variant_shape(cfg: MHAConfig, variant: LayerVariant) -> VariantShape:
+    """The VariantShape (mha_viz.variants_cost) of the layer variant_layer(cfg, variant) builds."""
+    d, h, v = cfg.d_model, cfg.num_heads, variant
+    widths = {"head_dim": cfg.d_k, "v_dim": cfg.d_v}
+    if v.kind == "gqa" and v.kv_heads < h:
+        return VariantShape("gqa", d, h, kv_heads=v.kv_heads, **widths)
+    if v.kind == "mla":
+        return VariantShape("mla", d, h, kv_latent=v.kv_latent, q_latent=v.q_latent, rope_dim=v.rope_dim, **widths)
+    if v.kind == "window":
+        return VariantShape("window", d, h, window=v.window, sink_logits=v.sinks == "logit",
+                            sink_tokens=SINK_TOKENS if v.sinks == "tokens" else 0, **widths)
+    if v.kind == "moh":
+        return VariantShape("moh", d, h, moh_k=v.moh_k, moh_shared=v.moh_shared, **widths)
+    return VariantShape("diff" if v.kind == "diff" else "mha", d, h, **widths)
+
+
+def grid_variants(num_heads: int, kv_latents: Sequence[int] = (4, 8, 16)) -> list[LayerVariant]:
+    """The default grid at h heads: MHA, GQA at each kv_heads between 1 and h, MQA, MLA at each latent width,
+    window, diff and MoH (each only where registered and valid for h)."""
+    out = [LayerVariant()]
+    out += [LayerVariant("gqa", kv_heads=g) for g in sorted(divisors(num_heads), reverse=True) if g < num_heads]
+    out += [LayerVariant("mla", kv_latent=c) for c in kv_latents]
+    out += [LayerVariant("window", window=3), LayerVariant("diff"), LayerVariant("moh", moh_k=max(1, num_heads // 2))]
+    cfg = MHAConfig(8 * num_heads, num_heads)
+    return [v for v in out if v.kind in LAYERS and _fits(v, cfg)]
+
+
+def _fits(variant: LayerVariant, cfg: MHAConfig) -> bool:
+    try:
+        variant.check(cfg)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class VariantRow:
+    """One variant (and diversity weight) trained over seeds; per-seed lists in the order of `seeds`."""
+
+    task: str
+    label: str
+    kind: str
+    params: dict[str, object]
+    num_heads: int
+    d_model: int
+    steps: int
+    diversity: float
+    diversity_kind: str
+    seeds: list[int]
+    accuracy: list[float]  # mean accuracy over relations, per seed
+    redundancy: list[float]  # mean pairwise JS divergence (bits) of the trained heads on the probe; NaN: not defined
+    similarity: list[float]  # the head similarity of diversity_kind on the evaluation batch
+    kv_bytes_per_token: int  # per layer, bf16
+
+    @property
+    def variant(self) -> LayerVariant:
+        return LayerVariant(self.kind, **self.params)
+
+    @property
+    def accuracy_mean(self) -> float:
+        return float(np.mean(self.accuracy))
+
+    @property
+    def accuracy_std(self) -> float:
+        """Standard deviation over seeds (population, ddof 0)."""
+        return float(np.std(self.accuracy))
+
+    @property
+    def redundancy_mean(self) -> float:
+        r = np.asarray(self.redundancy, dtype=float)
+        return float(np.nanmean(r)) if np.isfinite(r).any() else float("nan")
+
+
+def mean_pairwise_divergence(run: TrainingRun) -> float:
+    """Mean off-diagonal Jensen-Shannon divergence (bits) between the final heads' maps on the probe sequence;
+    NaN with one head, or for signed weights (differential attention), which are not distributions."""
+    w = run.final.trace.weights  # (H, T, S)
+    if len(w) < 2 or (w < 0).any():
+        return float("nan")
+    D = head_divergence(w)
+    return float(D[~np.eye(len(D), dtype=bool)].mean())
+
+
+def train_variant_grid(
+    task: str, num_heads: int, d_model: int, steps: int, seeds: Sequence[int] = (0, 1, 2), *,
+    variants: Sequence[LayerVariant] | None = None, diversities: Sequence[float] = (0.0,),
+    diversity_kind: str = "outputs", diversity_variants: Sequence[str] = ("mha",),
+    on_run: Callable[[VariantRow, int], None] | None = None,
+) -> list[VariantRow]:
+    """Train every variant (default grid_variants(num_heads)) for each seed; each variant whose kind is in
+    diversity_variants also with each positive diversity weight. on_run(row, seed) after every finished row's seed
+    loop (for progress). Variants not registered raise nothing: they are skipped."""
+    cfg = MHAConfig(d_model, num_heads)
+    rows = []
+    for variant in variants if variants is not None else grid_variants(num_heads):
+        if variant.kind not in LAYERS:
+            continue
+        variant.check(cfg)
+        weights = [w for w in diversities if w == 0 or variant.kind in diversity_variants]
+        for weight in weights:
+            runs = [train(task, num_heads, d_model, steps, seed, variant=variant, diversity=weight,
+                          diversity_kind=diversity_kind, num_snapshots=1) for seed in seeds]
+            row = VariantRow(
+                task, variant_label(variant, num_heads), variant.kind, variant.params(), num_heads, d_model, steps,
+                float(weight), diversity_kind, list(seeds), [r.final.mean_accuracy for r in runs],
+                [mean_pairwise_divergence(r) for r in runs], [r.final.similarity[diversity_kind] for r in runs],
+                kv_bytes_per_token(variant_shape(cfg, variant), KV_DTYPE_BYTES))
+            rows.append(row)
+            if on_run is not None:
+                on_run(row, len(rows))
+    return rows
+
+
+def rows_to_json(rows: Sequence[VariantRow]) -> str:
+    return json.dumps([asdict(r) for r in rows], indent=1, allow_nan=True) + "\n"
+
+
+def rows_from_json(text: str) -> list[VariantRow]:
+    return [VariantRow(**r) for r in json.loads(text)]
+
+
+def precomputed_variant_grid() -> list[VariantRow]:
+    """The grid bench/bench_variants_training.py measured and shipped with the package ([] if none is shipped)."""
+    return rows_from_json(GRID_FILE.read_text()) if GRID_FILE.is_file() else []

@@ -1,0 +1,83 @@
+"""Trained weights of every attention variant in the app: the variant's controls and a diversity penalty train the
+layer they name, and the shipped grid draws accuracy against KV cache."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mha_viz.training.variants import precomputed_variant_grid
+from tests.app.test_app import figure, heatmaps, new_app, z_matrix
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def quality_chart(at) -> dict:
+    charts = [c for c in at.get("plotly_chart") if c.key == "variants_quality"]
+    assert len(charts) == 1
+    return json.loads(charts[0].proto.spec)
+
+
+def test_the_shipped_grid_holds_mha_gqa_mqa_and_the_diversity_penalty_over_seeds() -> None:
+    rows = precomputed_variant_grid()
+    labels = {(r.label, r.diversity) for r in rows}
+    assert {("MHA", 0.0), ("GQA kv=2", 0.0), ("MQA", 0.0)} <= labels
+    assert any(label == "MHA" and d > 0 for label, d in labels)
+    assert all(len(r.seeds) >= 3 and len(r.accuracy) == len(r.seeds) for r in rows)
+    sizes = {r.label: r.kv_bytes_per_token for r in rows}
+    assert sizes["MHA"] == 2 * sizes["GQA kv=2"] == 4 * sizes["MQA"]
+
+
+@pytest.mark.parametrize("kv_heads", ["1", "2", "4"])
+def test_trained_gqa_layers_draw_their_heads_and_the_accuracy_against_kv_cache(kv_heads: str) -> None:
+    at = new_app(weights="trained", h="4", d_model="16", steps="20", variant="gqa", kv_heads=kv_heads).run()
+    assert not at.exception and not at.error
+    maps = heatmaps(figure(at, 0))
+    assert len(maps) == 4
+    banner = at.success[0].value
+    assert "Trained weights" in banner
+    label = {"1": "MQA", "2": "GQA kv=2", "4": "MHA"}[kv_heads]
+    if kv_heads != "4":
+        assert label in banner
+    points = quality_chart(at)["data"][0]
+    red = [t for t, c in zip(points["text"], points["marker"]["color"]) if c == "#d62728"]
+    assert red == [label]  # this layer's variant marked on the shipped grid
+
+
+def test_a_diversity_penalty_trains_another_layer_and_stays_in_the_url() -> None:
+    at = new_app(weights="trained", h="2", d_model="16", steps="20").run()
+    plain = figure(at, 0)
+    at.slider(key="diversity").set_value(1.0).run()
+    assert not at.exception and not at.error
+    assert "head-diversity penalty 1" in at.success[0].value
+    assert float(at.query_params["diversity"][-1]) == 1.0  # shareable
+    pushed = figure(at, 0)
+    assert not np.allclose(z_matrix(heatmaps(plain)[0]), z_matrix(heatmaps(pushed)[0]))  # another layer trained
+
+
+def test_a_variant_that_cannot_train_here_says_why() -> None:
+    at = new_app(weights="trained", h="4", d_model="16", steps="20", variant="gqa", kv_heads="3").run()
+    assert not at.exception
+    assert "cannot be trained" in at.error[0].value and "does not divide" in at.error[0].value
+
+
+def markdown(at) -> str:
+    return " ".join(m.value for m in at.markdown)
+
+
+def test_train_mode_trains_the_variant_with_the_penalty_beside_one_head() -> None:
+    at = new_app(mode="Train", h="4", d_model="16", steps="20", variant="gqa", kv_heads="2", diversity="0.5").run()
+    assert not at.exception and not at.error
+    text = markdown(at)
+    assert "(GQA kv=2)" in text and "diversity penalty 0.5" in text
+    assert at.segmented_control(key="variant").value == "gqa" and at.slider(key="diversity").value == 0.5
+    at.radio(key="kv_heads").set_value(1).run()
+    assert not at.exception and "(MQA)" in markdown(at)
+
+
+def test_train_mode_explains_a_variant_it_cannot_train() -> None:
+    at = new_app(mode="Train", h="4", d_model="16", steps="20", variant="gqa", kv_heads="3").run()
+    assert not at.exception
+    assert "cannot be trained" in at.error[0].value
