@@ -9,7 +9,9 @@ import streamlit as st
 from ..config import MHAConfig
 from ..figures.cost import kv_cache_figure
 from ..params import CONTEXTS, SINKS
-from ..variants_cost import PRESETS, VARIANT_NAMES, VARIANTS, CostRow, VariantShape, comparison, preset_rows
+from ..variants import NAMES as LAYER_NAMES
+from ..variants import LayerVariant
+from ..variants_cost import PRESETS, VARIANT_NAMES, VARIANTS, CostRow, VariantShape, comparison, parameters, preset_rows
 from .style import page_width
 from .views import chart
 
@@ -77,6 +79,15 @@ def _variant_shape(cfg: MHAConfig) -> VariantShape | None:
                         sink_logits=sinks == "logit", sink_tokens=SINK_TOKENS if sinks == "tokens" else 0, **common)
 
 
+def variant_parameters(cfg: MHAConfig, variant: LayerVariant) -> None:
+    """The page's variant layer's own parameters, block by block (the shapes above are classic MHA's)."""
+    counts = parameters(variant.shape(cfg))
+    st.subheader(f"This {LAYER_NAMES[variant.kind]} layer's parameters")
+    st.caption(f"The shapes above are classic MHA's with these sizes; the {LAYER_NAMES[variant.kind]} layer the page "
+               f"computes has {sum(counts.values()):,} parameters, block by block (the same count as its torch module):")
+    st.table({"block": list(counts), "parameters": [f"{n:,}" for n in counts.values()]})
+
+
 def _cells(table: dict[str, list]) -> dict[str, list[str]]:
     whole = ("parameters / layer", "MHA parameters / layer", "FLOPs / token / layer", "MHA FLOPs / token / layer",
              "KV bytes / token / layer", "MHA KV bytes / token / layer")
@@ -86,14 +97,20 @@ def _cells(table: dict[str, list]) -> dict[str, list[str]]:
     return shown
 
 
-def variants_cost_view(cfg: MHAConfig) -> None:
+def variants_cost_view(cfg: MHAConfig, variant: LayerVariant | None = None) -> None:
+    """The variants beside MHA; variant: the page's own layer's (its row comes first when it is not plain MHA)."""
     st.subheader("Attention variants beside MHA")
     st.caption("Each row: a variant's layer and classic MHA with the same d_model, h and head widths. FLOPs are for one "
                "new token reading the context; the KV cache is bf16 (2 bytes a number), for every layer of the model.")
+    own = None if variant is None or variant.kind == "mha" else variant.shape(cfg)
+    if own is not None:
+        st.caption(f"The first row is the page's own layer ({LAYER_NAMES[variant.kind]}); pick another variant to "
+                   "price it beside it.")
     shape = _variant_shape(cfg)
     context = st.select_slider("Context length (tokens)", CONTEXTS, key="cost_context",
                                format_func=lambda n: f"{n:,}")
-    rows = ([CostRow(f"this layer (d_model {cfg.d_model}, h {cfg.num_heads})", shape)] if shape is not None else [])
+    rows = [] if own is None else [CostRow(f"the page's layer ({LAYER_NAMES[variant.kind]})", own)]
+    rows += ([CostRow(f"this layer (d_model {cfg.d_model}, h {cfg.num_heads})", shape)] if shape is not None else [])
     rows += preset_rows()
     table = comparison(rows, context)
     st.table(_cells(table))

@@ -25,7 +25,7 @@ from .analysis import ModelLoader, analysis_view
 from .generate import generate_view
 from .style import column_width, is_narrow
 from .training import training_page
-from .variants_cost import variants_cost_view
+from .variants_cost import variant_parameters, variants_cost_view
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,10 @@ def analysis(c: ViewContext) -> None:
 
 def shapes(c: ViewContext) -> None:
     views.cost_view(c.cfg, *c.sizes(), cross=c.trace.cross)
-    variants_cost_view(c.cfg)
+    variant = getattr(c.source, "variant", None)
+    if variant is not None and variant.kind not in ("mha", "gqa"):
+        variant_parameters(c.cfg, variant)
+    variants_cost_view(c.cfg, variant)
 
 
 def formulas(c: ViewContext) -> None:

@@ -15,6 +15,7 @@ from ..config import MHAConfig, divisors
 from ..limits import MAX_VARIANT_WIDTH as MAX_WIDTH  # the largest kv_latent, q_latent and rope_dim
 from ..names import SINK_KINDS as SINKS  # no sink; a learned sink logit per head (gpt-oss); the first SINK_TOKENS
 from ..names import VARIANT_KINDS as KINDS
+from ..variants_cost import VariantShape
 
 NAMES = {"mha": "MHA", "gqa": "GQA", "mla": "MLA", "window": "Window", "diff": "Diff", "moh": "MoH"}
 SINK_TOKENS = 4  # StreamingLLM keeps the first four tokens of the context visible to every query
@@ -87,6 +88,19 @@ class LayerVariant:
         """cfg with this variant's key/value heads (gqa: kv_heads; every other kind: one K/V head per query head)."""
         self.check(cfg)
         return replace(cfg, kv_heads=self.kv_heads if self.kind == "gqa" else None)
+
+    def shape(self, cfg: MHAConfig) -> VariantShape:
+        """The layer of this variant with cfg's sizes, as Shapes & cost prices it (mha_viz.variants_cost)."""
+        cfg = self.config(cfg)
+        common = dict(head_dim=cfg.d_k, v_dim=cfg.d_v, bias=cfg.bias)
+        if self.kind == "gqa" and cfg.kv_heads < cfg.num_heads:
+            return VariantShape("gqa", cfg.d_model, cfg.num_heads, kv_heads=cfg.kv_heads, **common)
+        extra = {"mla": dict(kv_latent=self.kv_latent, q_latent=self.q_latent, rope_dim=self.rope_dim),
+                 "window": dict(window=self.window, sink_logits=self.sinks == "logit",
+                                sink_tokens=SINK_TOKENS if self.sinks == "tokens" else 0),
+                 "moh": dict(moh_k=self.moh_k, moh_shared=self.moh_shared)}.get(self.kind, {})
+        kind = "mha" if self.kind == "gqa" else self.kind
+        return VariantShape(kind, cfg.d_model, cfg.num_heads, **extra, **common)
 
     def params(self) -> dict[str, Any]:
         """The parameters this kind reads, by name."""

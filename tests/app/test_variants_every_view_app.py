@@ -47,6 +47,9 @@ def test_every_offered_view_draws_the_variant_without_an_error(kind: str) -> Non
         assert caption in texts(at), (kind, view)
         if view == "Formulas" and kind not in ("mha", "gqa"):
             assert any("what the variant computes" in s.value for s in at.subheader), kind
+        if view == "Shapes & cost" and kind not in ("mha", "gqa"):
+            assert any("layer's parameters" in s.value for s in at.subheader), kind
+            assert at.table[-1].value.iloc[0, 0].startswith("the page's layer"), kind  # the variants table's first row
         if view in ("Heads", "Lines", "One head", "Concat → W_O"):
             assert at.get("plotly_chart"), (kind, view)
 

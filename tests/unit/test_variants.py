@@ -67,3 +67,16 @@ def test_variant_parameters_round_trip_through_the_url() -> None:
     state, notices = parse_query({"variant": "window", "window": "0", "rope_dim": "3", "sinks": "many"})
     assert {n.split("=")[0].split()[-1] for n in notices} >= {"window", "rope_dim", "sinks"}
     assert (state.window, state.rope_dim, state.sinks) == (4, 4, "logit")
+
+
+@pytest.mark.parametrize("variant", [
+    LayerVariant("mha"), LayerVariant("gqa", kv_heads=2), LayerVariant("gqa", kv_heads=1), LayerVariant("mla"),
+    LayerVariant("mla", q_latent=8, rope_dim=0), LayerVariant("window", sinks="logit"), LayerVariant("window", sinks="tokens"),
+    LayerVariant("diff"), LayerVariant("moh"), LayerVariant("moh", moh_k=1, moh_shared=1),
+], ids=lambda v: f"{v.kind}-{'-'.join(map(str, v.params().values()))}")
+def test_shapes_and_cost_prices_exactly_the_parameters_the_layer_has(variant: LayerVariant) -> None:
+    from mha_viz.variants_cost import parameters
+
+    cfg = MHAConfig(64, 4)
+    layer = variant_layer(cfg, variant, seed=0)
+    assert sum(p.numel() for p in layer.parameters()) == sum(parameters(variant.shape(cfg)).values())
