@@ -12,7 +12,9 @@ finite value beyond the dtype's range is refused (ValueError), never turned into
 
 NPZ (trace_to_npz / write_npz / trace_from_npz), read with ``np.load(path)`` (no pickle needed):
     weights, queries, keys, values, scores, head_outputs, concat, output, W_O, b_O, W_Q, W_K, W_V, b_Q, b_K, b_V,
-    gates            every array the trace holds (absent ones are left out; gates: mixture-of-heads only)
+    sinks lambdas maps map_scores gates
+                     every array the trace holds (absent ones are left out; sinks: gpt-oss and the window variant,
+                     lambdas, maps, map_scores: differential attention, gates: mixture-of-heads)
     scale            0-d float64: the factor on Q K^T (absent when the trace does not say)
     score_bias:<name>  each named term the model adds to the scores [H, T, S] (T5 bias, ALiBi, DeBERTa ...)
     softcap          0-d float64: the logit soft-capping constant (absent: none)
@@ -59,7 +61,7 @@ from .trace import AttentionTrace
 
 FORMAT = "mha-viz-trace/1"
 ARRAY_FIELDS = ("weights", "queries", "keys", "values", "scores", "head_outputs", "concat", "output", "W_O", "b_O",
-                "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "gates")
+                "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "sinks", "lambdas", "maps", "map_scores", "gates")
 ARRAY_FORMATS = ("lists", "base64")
 DTYPES = ("float32", "float16")  # what a stated dtype may be
 NONFINITE_NOTE = 'non-finite numbers are the strings "-inf", "inf", "nan" (masked scores are "-inf")'

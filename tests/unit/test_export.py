@@ -127,7 +127,7 @@ def test_npz_is_plain_numpy_without_pickle() -> None:
     with np.load(io.BytesIO(trace_to_npz(trace)), allow_pickle=False) as npz:
         assert str(npz["format"]) == FORMAT
         assert npz["query_tokens"].dtype.kind == "U" and tuple(npz["query_tokens"]) == TOKENS
-        assert set(npz.files) >= set(ARRAY_FIELDS) - {"gates"} | {"query_tokens", "key_tokens", "causal", "cross", "meta"}
+        assert set(npz.files) >= set(ARRAY_FIELDS) - {"sinks", "lambdas", "maps", "map_scores", "gates"} | {"query_tokens", "key_tokens", "causal", "cross", "meta"}
         assert json.loads(str(npz["meta"])) == trace.meta
         assert np.isneginf(npz["scores"]).sum() == trace.num_heads * len(TOKENS) * (len(TOKENS) - 1) // 2
     assert "kv_heads" not in np.load(io.BytesIO(trace_to_npz(trace))).files
@@ -655,3 +655,21 @@ def test_import_mha_viz_stays_free_of_streamlit() -> None:
             "print('streamlit' in sys.modules, 'transformers' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+@pytest.mark.parametrize("kind", ["mha", "gqa", "mla", "window", "diff", "moh"])
+def test_every_attention_variant_reads_back_exactly_from_npz_and_json(kind: str) -> None:
+    from dataclasses import fields
+
+    from mha_viz.config import MHAConfig
+    from mha_viz.sources import configurable_trace
+    from mha_viz.variants import LayerVariant
+
+    trace = configurable_trace("the cat sat on the mat", MHAConfig(32, 4), variant=LayerVariant(kind, kv_heads=2),
+                               causal=True)
+    for back in (trace_from_npz(trace_to_npz(trace)), trace_from_json(trace_to_json(trace))):
+        for f in fields(trace):
+            ours = getattr(trace, f.name)
+            if isinstance(ours, np.ndarray):
+                np.testing.assert_array_equal(getattr(back, f.name), ours, err_msg=f"{kind}: {f.name}")
+        assert back.kv_heads == trace.kv_heads and back.meta["variant"] == kind
