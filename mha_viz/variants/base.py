@@ -138,8 +138,8 @@ def _heads_share(cfg: MHAConfig, variant: LayerVariant) -> str:
     """Which query heads read which key/value head, in words."""
     n, G = cfg.group_size, cfg.kv_heads
     if G == cfg.num_heads:
-        return (f"Multi-head attention: each of the {cfg.num_heads} heads has its own queries, keys and values; the "
-                "concatenation of their outputs goes through W_O.")
+        return ("Multi-head attention: every head has its own queries, keys and values; the concatenation of the "
+                "heads' outputs goes through W_O.")
     if G == 1:
         return (f"Multi-query attention: all {cfg.num_heads} query heads read the same keys and values (one K/V head); "
                 "each head still has its own queries, so its own attention map. Concat → W_O is unchanged.")

@@ -215,7 +215,9 @@ def test_a_numerical_failure_in_analysis_is_a_message_not_a_crash() -> None:
 
 def test_a_stopped_training_stays_stopped_until_started_again() -> None:
     at = new_app(mode="Train", h="2", d_model="32", steps="40").run()
-    at.session_state["_stopped_trainings"] = {("prev-first", 2, 32, 40, 0)}  # what a click on Stop records
+    from mha_viz.variants import LayerVariant
+
+    at.session_state["_stopped_trainings"] = {("prev-first", 2, 32, 40, 0, LayerVariant(), 0.0)}  # a click on Stop
     at.run()
     assert not at.exception and "Training stopped" in at.info[0].value and not at.get("plotly_chart")
     next(b for b in at.button if b.key.startswith("train_again_")).click().run()
