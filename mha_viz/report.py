@@ -48,6 +48,11 @@ MEANINGS = {
     "b_Q": "query bias of each head",
     "b_K": "key bias of each head",
     "b_V": "value bias of each head",
+    "sinks": "a learned sink logit per head: it joins each row's softmax and is dropped (rows sum to 1 - sink mass)",
+    "lambdas": "differential attention: weights = maps[0] - lambda_h maps[1]",
+    "maps": "differential attention: the two softmax maps of each head",
+    "map_scores": "differential attention: the scores of the two maps",
+    "gates": "mixture-of-heads: each head's gate per token (0: the token does not use the head), applied before W_O",
 }
 # Inline scripts and styles only; no network of any kind (plotly.js draws heatmaps into data: images).
 CSP = (

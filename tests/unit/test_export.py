@@ -673,3 +673,16 @@ def test_every_attention_variant_reads_back_exactly_from_npz_and_json(kind: str)
             if isinstance(ours, np.ndarray):
                 np.testing.assert_array_equal(getattr(back, f.name), ours, err_msg=f"{kind}: {f.name}")
         assert back.kv_heads == trace.kv_heads and back.meta["variant"] == kind
+
+
+@pytest.mark.parametrize("kind, arrays", [("window", ("sinks",)), ("diff", ("lambdas", "maps", "map_scores")),
+                                          ("moh", ("gates",))])
+def test_the_report_of_a_variant_lists_and_explains_its_own_arrays(kind: str, arrays: tuple[str, ...]) -> None:
+    from mha_viz.config import MHAConfig
+    from mha_viz.report import MEANINGS, html_report
+    from mha_viz.sources import configurable_trace
+    from mha_viz.variants import LayerVariant
+
+    page = html_report(configurable_trace("the cat sat", MHAConfig(16, 2), variant=LayerVariant(kind)), title=kind)
+    for name in arrays:
+        assert f"<td><code>{name}</code></td>" in page and html.escape(MEANINGS[name]) in page, name
