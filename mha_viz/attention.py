@@ -89,6 +89,15 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.cat((rot * cos + rotate_half(rot) * sin, rest), dim=-1)  # (..., H, T, d)
 
 
+def check_one_input(x: Tensor, context: Tensor | None = None) -> None:
+    """ValueError unless x is one input (T, d_model) with T > 0, and context one (S, d_context) with S > 0 or None:
+    what a layer's forward() traces."""
+    if x.dim() != 2 or (context is not None and context.dim() != 2):
+        raise ValueError("forward traces one input: x must be (T, d_model) and context (S, d_context)")
+    if x.shape[0] == 0 or (context is not None and context.shape[0] == 0):
+        raise ValueError("cannot attend over an empty sequence")
+
+
 def scale_heads(concat: Tensor, head_mask: Tensor) -> Tensor:
     """concat (..., T, H*d_v) with head h's column block scaled by head_mask[h] (0 switches the head off).
 
@@ -292,6 +301,35 @@ class MultiHeadAttention(nn.Module):
         v = self._project(context, self.W_V, self.b_V)  # (..., G, S, d_v)
         return self.per_query_head(k), self.per_query_head(v)  # (..., H, S, d_k), (..., H, S, d_v)
 
+    def check_inputs(self, x: Tensor, context: Tensor | None) -> Tensor:
+        """The key/value-side input (context, or x for self-attention), after checking both widths."""
+        cfg = self.config
+        c = x if context is None else context
+        if x.shape[-1] != cfg.d_model:
+            raise ValueError(f"x has width {x.shape[-1]}, the layer expects d_model={cfg.d_model}")
+        if c.shape[-1] != cfg.d_context:
+            raise ValueError(f"context has width {c.shape[-1]}, the layer expects d_context={cfg.d_context}")
+        return c
+
+    def variations(self, x: Tensor, T: int, S: int, causal: bool) -> Variations:
+        """What attend() applies for T queries and S keys: here the scale 1/sqrt(d_k) and the causal mask. A variant
+        layer (mha_viz.variants) overrides it: a window, sink logits, a differential pair, per-token gates."""
+        return Variations(scale=1.0 / math.sqrt(self.config.d_k), causal=causal)
+
+    def attended(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+                 head_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Attended, Tensor]:
+        """q, k, v as projected, what attend() computes from them, and the output concat @ W_O^T + b_O."""
+        c = self.check_inputs(x, context)
+        q = self._project(x, self.W_Q, self.b_Q)  # (..., H, T, d_k)
+        k, v = self.project_kv(c)  # (..., H, S, d_k), (..., H, S, d_v): grouped-query K/V repeated per query head
+        a = attend(q, k, v, self.variations(x, q.shape[-2], k.shape[-2], causal), head_mask)
+        return q, k, v, a, self.project_out(a.concat)
+
+    def project_out(self, concat: Tensor) -> Tensor:
+        """The output concat @ W_O^T + b_O: (..., T, H*d_v) -> (..., T, d_out)."""
+        output = concat @ self.W_O.T  # (..., T, d_out)
+        return output if self.b_O is None else output + self.b_O
+
     def attend(
         self,
         x: Tensor,
@@ -304,18 +342,7 @@ class MultiHeadAttention(nn.Module):
 
         head_mask (H,) scales each head's output before W_O (0 switches a head off).
         """
-        cfg = self.config
-        c = x if context is None else context
-        if x.shape[-1] != cfg.d_model:
-            raise ValueError(f"x has width {x.shape[-1]}, the layer expects d_model={cfg.d_model}")
-        if c.shape[-1] != cfg.d_context:
-            raise ValueError(f"context has width {c.shape[-1]}, the layer expects d_context={cfg.d_context}")
-        q = self._project(x, self.W_Q, self.b_Q)  # (..., H, T, d_k)
-        k, v = self.project_kv(c)  # (..., H, S, d_k), (..., H, S, d_v): grouped-query K/V repeated per query head
-        a = attend(q, k, v, Variations(scale=1.0 / math.sqrt(cfg.d_k), causal=causal), head_mask)
-        output = a.concat @ self.W_O.T  # (..., T, d_out)
-        if self.b_O is not None:
-            output = output + self.b_O
+        q, k, v, a, output = self.attended(x, context, causal=causal, head_mask=head_mask)
         return AttentionTensors(q, k, v, a.scores, a.weights, a.head_outputs, a.concat, output)
 
     @torch.no_grad()
@@ -330,10 +357,7 @@ class MultiHeadAttention(nn.Module):
         head_mask: Tensor | None = None,
     ) -> AttentionTrace:
         """Trace one input: x (T, d_model), optional context (S, d_context) for cross-attention."""
-        if x.dim() != 2 or (context is not None and context.dim() != 2):
-            raise ValueError("forward traces one input: x must be (T, d_model) and context (S, d_context)")
-        if x.shape[0] == 0 or (context is not None and context.shape[0] == 0):
-            raise ValueError("cannot attend over an empty sequence")
+        check_one_input(x, context)
         t = self.attend(x, context, causal=causal, head_mask=head_mask)
         T, S = t.weights.shape[-2:]
         qt = tuple(query_tokens) if query_tokens is not None else tuple(str(i) for i in range(T))

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..attention import Attended, AttentionTensors, MultiHeadAttention, Variations, attend
+from ..attention import AttentionTensors, MultiHeadAttention, Variations, check_one_input
 from ..config import MHAConfig
 from ..trace import AttentionTrace
 from .base import LayerVariant, register_layer
@@ -76,31 +77,16 @@ class DifferentialAttention(MultiHeadAttention):
         """(1 - lambda_init) RMSNorm over each differential head's 2 d_v dims (DiffLlama's groupnorm)."""
         return (1.0 - self.lambda_init) * self.groupnorm(mixed)
 
-    def _attended(self, x: Tensor, context: Tensor | None, causal: bool,
-                  head_mask: Tensor | None) -> tuple[Attended, Tensor]:
-        """What attend() computes (queries, keys, scores, maps of all h query heads; the rest h/2 heads'), output."""
-        cfg = self.config
-        c = x if context is None else context
-        if x.shape[-1] != cfg.d_model:
-            raise ValueError(f"x has width {x.shape[-1]}, the layer expects d_model={cfg.d_model}")
-        if c.shape[-1] != cfg.d_context:
-            raise ValueError(f"context has width {c.shape[-1]}, the layer expects d_context={cfg.d_context}")
-        q = self._project(x, self.W_Q, self.b_Q)  # (..., h, T, d_k)
-        k, v = self.project_kv(c)  # (..., h, S, d_k), (..., h, S, d_v)
-        variations = Variations(scale=1.0 / math.sqrt(cfg.d_k), causal=causal, differential=self.lambda_full(),
-                                head_norm=self.head_norm)
-        a = attend(q, k, v, variations, head_mask)  # weights (..., h/2, T, S)
-        output = a.concat @ self.W_O.T  # (..., T, d_out)
-        if self.b_O is not None:
-            output = output + self.b_O
-        return a, output
+    def variations(self, x: Tensor, T: int, S: int, causal: bool) -> Variations:
+        """MHA's, with the h maps paired into h/2 differential heads and each head's output normalised."""
+        return replace(super().variations(x, T, S, causal), differential=self.lambda_full(), head_norm=self.head_norm)
 
     def attend(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
                head_mask: Tensor | None = None) -> AttentionTensors:
         """Differentiable forward pass; head_mask (h/2,) scales each differential head. queries, keys, scores hold
         all h query heads (both maps' inputs: heads i and i + h/2 of a pair); values, weights, head_outputs the h/2
         differential heads'."""
-        a, output = self._attended(x, context, causal, head_mask)
+        _, _, _, a, output = self.attended(x, context, causal=causal, head_mask=head_mask)
         return AttentionTensors(a.queries, a.keys, a.values, a.scores, a.weights, a.head_outputs, a.concat, output)
 
     @torch.no_grad()
@@ -108,11 +94,8 @@ class DifferentialAttention(MultiHeadAttention):
                 query_tokens: Sequence[str] | None = None, key_tokens: Sequence[str] | None = None,
                 head_mask: Tensor | None = None) -> AttentionTrace:
         """Trace one input x (T, d_model) as a real DiffLlama layer's trace is laid out (mha_viz.trace)."""
-        if x.dim() != 2 or (context is not None and context.dim() != 2):
-            raise ValueError("forward traces one input: x must be (T, d_model) and context (S, d_context)")
-        if x.shape[0] == 0 or (context is not None and context.shape[0] == 0):
-            raise ValueError("cannot attend over an empty sequence")
-        a, output = self._attended(x, context, causal, head_mask)
+        check_one_input(x, context)
+        _, _, _, a, output = self.attended(x, context, causal=causal, head_mask=head_mask)
         n, T, S = a.weights.shape
         qt = tuple(query_tokens) if query_tokens is not None else tuple(str(i) for i in range(T))
         kt = tuple(key_tokens) if key_tokens is not None else (qt if context is None else tuple(str(j) for j in range(S)))

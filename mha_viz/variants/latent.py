@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..attention import AttentionTensors, Variations, apply_rotary, attend
+from ..attention import AttentionTensors, Variations, apply_rotary, attend, check_one_input
 from ..config import MHAConfig
 from ..trace import AttentionTrace
 from ..variants_cost import VariantShape, kv_bytes_per_token, mha_baseline
@@ -170,10 +170,7 @@ class LatentAttention(nn.Module):
                 query_tokens: Sequence[str] | None = None, key_tokens: Sequence[str] | None = None,
                 head_mask: Tensor | None = None) -> AttentionTrace:
         """Trace one input: x (T, d_model), optional context (S, d_context) for cross-attention."""
-        if x.dim() != 2 or (context is not None and context.dim() != 2):
-            raise ValueError("forward traces one input: x must be (T, d_model) and context (S, d_context)")
-        if x.shape[0] == 0 or (context is not None and context.shape[0] == 0):
-            raise ValueError("cannot attend over an empty sequence")
+        check_one_input(x, context)
         t = self.attend(x, context, causal=causal, head_mask=head_mask)
         latent, _ = self.latent(x if context is None else context)  # (S, d_c)
         T, S = t.weights.shape[-2:]

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..attention import AttentionTensors, MultiHeadAttention, Variations, attend
+from ..attention import MultiHeadAttention, Variations
 from ..config import MHAConfig
 from ..trace import AttentionTrace
 from .base import LayerVariant, register_layer
@@ -97,24 +97,10 @@ class MixtureOfHeads(MultiHeadAttention):
         scores, probs = torch.cat((s, r), dim=-1), torch.cat((probs_s, probs_r), dim=-1)  # (..., T, H) each
         return Routing(*(t.transpose(-1, -2) for t in (scores, probs, alpha, picked, gates)))
 
-    def attend(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
-               head_mask: Tensor | None = None) -> AttentionTensors:
-        """Differentiable forward pass, x (..., T, d_model): every head as in MHA, each head's output at each token
-        scaled by its gate (head_outputs and concat are the gated ones)."""
-        cfg = self.config
-        c = x if context is None else context
-        if x.shape[-1] != cfg.d_model:
-            raise ValueError(f"x has width {x.shape[-1]}, the layer expects d_model={cfg.d_model}")
-        if c.shape[-1] != cfg.d_context:
-            raise ValueError(f"context has width {c.shape[-1]}, the layer expects d_context={cfg.d_context}")
-        q = self._project(x, self.W_Q, self.b_Q)  # (..., H, T, d_k)
-        k, v = self.project_kv(c)  # (..., H, S, d_k), (..., H, S, d_v)
-        gates = self.route(x).gates  # (..., H, T)
-        a = attend(q, k, v, Variations(scale=1.0 / math.sqrt(cfg.d_k), causal=causal, gates=gates), head_mask)
-        output = a.concat @ self.W_O.T  # (..., T, d_out)
-        if self.b_O is not None:
-            output = output + self.b_O
-        return AttentionTensors(q, k, v, a.scores, a.weights, a.head_outputs, a.concat, output)
+    def variations(self, x: Tensor, T: int, S: int, causal: bool) -> Variations:
+        """MHA's, with each head's output at each token scaled by its gate (head_outputs and concat are the gated
+        ones)."""
+        return replace(super().variations(x, T, S, causal), gates=self.route(x).gates)  # gates (..., H, T)
 
     @torch.no_grad()
     def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,

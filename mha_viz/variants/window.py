@@ -19,7 +19,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor, nn
 
-from ..attention import Attended, AttentionTensors, MultiHeadAttention, Variations, attend, causal_mask, window_mask
+from ..attention import Attended, MultiHeadAttention, Variations, causal_mask, window_mask
 from ..config import MHAConfig
 from ..trace import AttentionTrace
 from .base import SINK_TOKENS, LayerVariant, register_layer
@@ -56,33 +56,22 @@ class WindowAttention(MultiHeadAttention):
         else:
             self.register_parameter("sinks", None)
 
-    def variations(self, T: int, S: int, causal: bool, device: torch.device) -> Variations:
+    def variations(self, x: Tensor, T: int, S: int, causal: bool) -> Variations:
         """What attend() applies: the window (or, with sink tokens, the mask that keeps them), causal, sink logits."""
         scale = self.config.d_k ** -0.5
         if self.sink_tokens:
-            hidden = ~visible_keys(T, S, self.window, sink_tokens=self.sink_tokens, device=device)  # (T, S)
+            hidden = ~visible_keys(T, S, self.window, sink_tokens=self.sink_tokens, device=x.device)  # (T, S)
             return Variations(scale=scale, mask=hidden, causal=causal)
         return Variations(scale=scale, window=self.window, causal=causal, sinks=self.sinks)
 
-    def attend(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
-               head_mask: Tensor | None = None) -> AttentionTensors:
-        """Differentiable forward pass. x (..., T, d_model); context (..., S, d_context)."""
-        cfg = self.config
-        c = x if context is None else context
-        if x.shape[-1] != cfg.d_model:
-            raise ValueError(f"x has width {x.shape[-1]}, the layer expects d_model={cfg.d_model}")
-        if c.shape[-1] != cfg.d_context:
-            raise ValueError(f"context has width {c.shape[-1]}, the layer expects d_context={cfg.d_context}")
-        q = self._project(x, self.W_Q, self.b_Q)  # (..., H, T, d_k)
-        k, v = self.project_kv(c)  # (..., H, S, d_k), (..., H, S, d_v)
+    def attended(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+                 head_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Attended, Tensor]:
+        """MultiHeadAttention.attended, with a query that sees no key attending to nothing (0, not NaN)."""
+        q, k, v, a, _ = super().attended(x, context, causal=causal, head_mask=head_mask)
         T, S = q.shape[-2], k.shape[-2]
-        a = attend(q, k, v, self.variations(T, S, causal, q.device), head_mask)
         a = _nothing_visible_is_zero(a, visible_keys(T, S, self.window, causal=causal, sink_tokens=self.sink_tokens,
                                                      device=q.device))
-        output = a.concat @ self.W_O.T  # (..., T, d_out)
-        if self.b_O is not None:
-            output = output + self.b_O
-        return AttentionTensors(q, k, v, a.scores, a.weights, a.head_outputs, a.concat, output)
+        return q, k, v, a, self.project_out(a.concat)
 
     @torch.no_grad()
     def forward(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
