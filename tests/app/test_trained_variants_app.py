@@ -81,3 +81,40 @@ def test_train_mode_explains_a_variant_it_cannot_train() -> None:
     at = new_app(mode="Train", h="4", d_model="16", steps="20", variant="gqa", kv_heads="3").run()
     assert not at.exception
     assert "cannot be trained" in at.error[0].value
+
+
+# --- each trained variant shows its own view -------------------------------------------------------------------------
+
+TRAINED_VIEWS = {  # variant URL fields -> the view only that variant offers
+    "Latent (MLA)": {"variant": "mla", "kv_latent": "8"},
+    "Window & sinks": {"variant": "window", "window": "2", "sinks": "logit"},
+    "Two maps": {"variant": "diff"},
+    "Router (MoH)": {"variant": "moh", "moh_k": "1", "moh_shared": "1"},
+}
+
+
+@pytest.mark.parametrize("view", list(TRAINED_VIEWS))
+def test_a_trained_variant_layer_offers_and_draws_its_own_view(view: str) -> None:
+    at = new_app(weights="trained", h="4", d_model="16", steps="20", **TRAINED_VIEWS[view]).run()
+    assert not at.exception and not at.error
+    assert "Trained weights" in at.success[0].value
+    menu = at.button_group(key="view").options
+    assert view in menu
+    assert not {v for v in TRAINED_VIEWS if v != view} & set(menu)  # only this variant's own view
+    at.button_group(key="view").set_value(view).run()
+    assert not at.exception and not at.error, view
+    assert at.get("plotly_chart"), view
+
+
+def test_a_trained_moh_layer_shows_the_heads_each_token_picks() -> None:
+    from mha_viz.training.precomputed import trained_layer
+    from mha_viz.variants import LayerVariant
+
+    at = new_app(weights="trained", h="4", d_model="16", steps="20", variant="moh", moh_k="1", view="Router (MoH)").run()
+    assert not at.exception and not at.error
+    trace = trained_layer("prev-first", 4, 16, 0, 20, variant=LayerVariant("moh", moh_k=1)).trace()
+    picked = trace.meta["picked"]
+    assert (picked.sum(0) == 1).all()  # each token: its one routed head
+    shown = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    z = [z_matrix(t) for f in shown for t in heatmaps(f)]
+    assert any(a.shape == trace.gates.shape and np.allclose(a, trace.gates, atol=1e-3) for a in z)  # its gates
