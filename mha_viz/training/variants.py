@@ -116,8 +116,13 @@ def mean_pairwise_divergence(run: TrainingRun) -> float:
     """Mean off-diagonal Jensen-Shannon divergence (bits) between the final heads' maps on the probe sequence;
     NaN with one head, or for differential attention, whose weights (map 1 - lambda map 2) are signed and so not
     distributions (even on a probe where none happens to be negative)."""
-    w = run.final.trace.weights  # (H, T, S)
-    if len(w) < 2 or run.variant.kind == "diff" or (w < 0).any():
+    return float("nan") if run.variant.kind == "diff" else mean_divergence(run.final.trace.weights)
+
+
+def mean_divergence(weights: np.ndarray) -> float:
+    """weights [H, T, S] -> mean off-diagonal entry of head_divergence (bits); NaN with one head or signed weights."""
+    w = np.asarray(weights)
+    if len(w) < 2 or (w < 0).any():
         return float("nan")
     D = head_divergence(w)
     return float(D[~np.eye(len(D), dtype=bool)].mean())

@@ -38,6 +38,7 @@ from .text import plain
 from .training import (
     accuracy_by_heads,
     cached_trained_layer,
+    diversity_effect,
     stoppable,
     trained_run,
     variants_quality,
@@ -191,6 +192,7 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     by_heads = variant.kind == "mha" and not s.diversity  # the accuracy of every h compares plain MHA layers
     _layer_views(s, trace, source, name, cfg, accuracy=(lambda: accuracy_by_heads(layer, name)) if by_heads else None,
                  limits=limits)
+    diversity_effect(layer, trace, s.sequence, name)
     variants_quality(trained_variant_label(variant, s.h), name)
     export_section(
         lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),

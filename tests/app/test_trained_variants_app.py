@@ -118,3 +118,32 @@ def test_a_trained_moh_layer_shows_the_heads_each_token_picks() -> None:
     shown = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     z = [z_matrix(t) for f in shown for t in heatmaps(f)]
     assert any(a.shape == trace.gates.shape and np.allclose(a, trace.gates, atol=1e-3) for a in z)  # its gates
+
+
+def test_a_diversity_penalty_shows_its_redundancy_matrix_beside_the_layer_without_it() -> None:
+    from mha_viz.analysis.redundancy import head_divergence
+    from mha_viz.training.precomputed import trained_layer
+
+    at = new_app(weights="trained", h="4", d_model="16", steps="20").run()
+    assert not [c for c in at.get("plotly_chart") if c.key.startswith("diversity_redundancy")]  # no penalty: none
+    at.slider(key="diversity").set_value(1.0).run()
+    assert not at.exception and not at.error
+    charts = {c.key: json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.key.startswith("diversity_redundancy")}
+    assert set(charts) == {"diversity_redundancy_0", "diversity_redundancy_1"}
+    plain = trained_layer("prev-first", 4, 16, 0, 20)
+    pushed = trained_layer("prev-first", 4, 16, 0, 20, diversity=1.0)
+    for key, layer in (("diversity_redundancy_0", plain), ("diversity_redundancy_1", pushed)):
+        D = head_divergence(layer.trace().weights)
+        shown = z_matrix(heatmaps(charts[key])[0])
+        assert np.allclose(np.sort(shown.ravel()), np.sort(D.ravel()), atol=1e-4)  # the layer's own matrix, reordered
+        mean = D[~np.eye(4, dtype=bool)].mean()
+        title = charts[key]["layout"]["title"]["text"]
+        assert f"{mean:.3f} bits" in title and f"{layer.mean_accuracy:.1%}" in title
+    assert not np.allclose(head_divergence(plain.trace().weights), head_divergence(pushed.trace().weights))
+
+
+def test_a_penalised_diff_layer_says_its_redundancy_matrix_is_not_defined() -> None:
+    at = new_app(weights="trained", h="4", d_model="16", steps="20", variant="diff", diversity="0.5").run()
+    assert not at.exception and not at.error
+    assert any("signed weights" in i.value for i in at.info)
+    assert not [c for c in at.get("plotly_chart") if c.key.startswith("diversity_redundancy")]
