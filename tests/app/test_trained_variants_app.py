@@ -147,3 +147,23 @@ def test_a_penalised_diff_layer_says_its_redundancy_matrix_is_not_defined() -> N
     assert not at.exception and not at.error
     assert any("signed weights" in i.value for i in at.info)
     assert not [c for c in at.get("plotly_chart") if c.key.startswith("diversity_redundancy")]
+
+
+@pytest.mark.parametrize(("variant", "offered"), [("mla", False), ("diff", False), ("window", True), ("moh", True)])
+def test_w_o_at_work_is_offered_where_the_trained_weights_split_per_head(variant: str, offered: bool) -> None:
+    at = new_app(weights="trained", h="4", d_model="16", steps="20", variant=variant, view="Analysis").run()
+    assert not at.exception and not at.error
+    assert ("W_O at work" in at.button_group(key="section").options) == offered
+    if offered:
+        at.button_group(key="section").set_value("W_O at work").run()
+        assert not at.exception and not at.error
+
+
+def test_w_o_at_work_follows_the_trained_variant_not_a_cached_mha_layer() -> None:
+    at = new_app(weights="trained", h="4", d_model="16", steps="20", view="Analysis", section="W_O at work").run()
+    mha = [c.proto.spec for c in at.get("plotly_chart")]
+    at = new_app(weights="trained", h="4", d_model="16", steps="20", view="Analysis", section="W_O at work",
+                 variant="window", window="2")
+    at.run()
+    assert not at.exception and not at.error
+    assert [c.proto.spec for c in at.get("plotly_chart")] != mha
