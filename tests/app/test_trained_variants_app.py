@@ -161,9 +161,11 @@ def test_w_o_at_work_is_offered_where_the_trained_weights_split_per_head(variant
 
 def test_w_o_at_work_follows_the_trained_variant_not_a_cached_mha_layer() -> None:
     at = new_app(weights="trained", h="4", d_model="16", steps="20", view="Analysis", section="W_O at work").run()
-    mha = [c.proto.spec for c in at.get("plotly_chart")]
+    mha = {c.key: c.proto.spec for c in at.get("plotly_chart") if c.key.startswith("analysis_wo")}
+    assert len(mha) == 2  # contributions and one head's token map
     at = new_app(weights="trained", h="4", d_model="16", steps="20", view="Analysis", section="W_O at work",
                  variant="window", window="2")
     at.run()
     assert not at.exception and not at.error
-    assert [c.proto.spec for c in at.get("plotly_chart")] != mha
+    window = {c.key: c.proto.spec for c in at.get("plotly_chart") if c.key.startswith("analysis_wo")}
+    assert window.keys() == mha.keys() and all(window[k] != mha[k] for k in mha)  # the window layer's own readout
