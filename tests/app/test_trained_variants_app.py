@@ -20,10 +20,13 @@ def quality_chart(at) -> dict:
     return json.loads(charts[0].proto.spec)
 
 
-def test_the_shipped_grid_holds_mha_gqa_mqa_and_the_diversity_penalty_over_seeds() -> None:
+def test_the_shipped_grid_holds_every_variant_and_the_diversity_penalty_over_seeds() -> None:
+    from mha_viz.training.variants import grid_variants, variant_label
+
     rows = precomputed_variant_grid()
     labels = {(r.label, r.diversity) for r in rows}
-    assert {("MHA", 0.0), ("GQA kv=2", 0.0), ("MQA", 0.0)} <= labels
+    assert {(variant_label(v, 4), 0.0) for v in grid_variants(4)} <= labels  # MHA ... MLA, window, diff, MoH
+    assert {r.kind for r in rows} == {"mha", "gqa", "mla", "window", "diff", "moh"}
     assert any(label == "MHA" and d > 0 for label, d in labels)
     assert all(len(r.seeds) >= 3 and len(r.accuracy) == len(r.seeds) for r in rows)
     sizes = {r.label: r.kv_bytes_per_token for r in rows}

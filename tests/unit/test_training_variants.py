@@ -257,3 +257,19 @@ def test_moh_training_adds_the_load_balance_loss(monkeypatch: pytest.MonkeyPatch
     without = train("prev-first", 4, 16, 5, seed=0, num_snapshots=1, variant=variant)
     assert with_balance.train_loss[0] > without.train_loss[0]  # L_b > 0 adds to the first step's loss
     assert trainer.MOH_BALANCE == 0.0 and 0 < (with_balance.train_loss[0] - without.train_loss[0]) < 0.05
+
+
+def test_the_bench_keeps_the_hand_written_reading_when_it_rewrites_its_results(tmp_path) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "bench" / "bench_variants_training.py"
+    spec = importlib.util.spec_from_file_location("bench_variants_training", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results = tmp_path / "RESULTS.md"
+    results.write_text(f"# old\n{bench.READING[0]}\nMLA c=8 beats MQA.\n{bench.READING[1]}\n## Output\nold numbers\n")
+    assert bench.hand_written_reading(results) == "MLA c=8 beats MQA."
+    results.write_text("# no markers\n")
+    assert "No reading yet" in bench.hand_written_reading(results)
+    assert bench.READING[0] in (Path(__file__).parents[2] / "bench" / "RESULTS-variants-training.md").read_text()
