@@ -195,9 +195,10 @@ def variants_quality(current: str, name: str) -> None:
     chart(accuracy_vs_cache_figure(rows, current), "variants_quality", f"{name}-accuracy-vs-kv-cache")
     st.caption(f"Each point: one attention variant trained on {TASKS[r0.task].title} (h = {r0.num_heads}, d_model = "
                f"{r0.d_model}, {r0.steps} steps) with {len(r0.seeds)} seeds; mean accuracy ± standard deviation against "
-               "the bytes one token adds to one layer's KV cache. Hollow points: MHA trained with the head-diversity "
-               "penalty. Measured by bench/bench_variants_training.py and shipped with the package; this layer's "
-               f"variant ({current}) in red.")
+               "the bytes one token adds to one layer's KV cache (a window bounds how many tokens are cached, not the bytes of "
+               "each; MoH caches every head's K and V). Hollow points (d=…): MHA trained with the head-diversity "
+               "penalty. Measured by bench/bench_variants_training.py (the reading: bench/RESULTS-variants-training.md)"
+               f" and shipped with the package; this layer's variant ({current}) ringed in red.")
 
 
 def training_controls() -> None:

@@ -3,6 +3,7 @@ Li et al. 2018 (mha_viz.training.diversity) and the variant grid (mha_viz.traini
 
 from __future__ import annotations
 
+import itertools
 import numpy as np
 import pytest
 import torch
@@ -273,3 +274,20 @@ def test_the_bench_keeps_the_hand_written_reading_when_it_rewrites_its_results(t
     results.write_text("# no markers\n")
     assert "No reading yet" in bench.hand_written_reading(results)
     assert bench.READING[0] in (Path(__file__).parents[2] / "bench" / "RESULTS-variants-training.md").read_text()
+
+
+def test_the_accuracy_vs_cache_figure_labels_every_variant_once_without_overlapping_labels() -> None:
+    from mha_viz.training.figures import accuracy_vs_cache_figure
+    from mha_viz.training.variants import precomputed_variant_grid
+
+    rows = precomputed_variant_grid()
+    fig = accuracy_vs_cache_figure(rows, "MLA c=8")
+    labels = next(t for t in fig.data if t.name == "labels")
+    lines = [line.strip("\u2003") for text in labels.text for line in text.split("<br>")]
+    assert len(lines) == len(rows)  # one line per point
+    for size in set(labels.x):
+        ys = sorted(float(y) for x, y in zip(labels.x, labels.y) if x == size)
+        assert all(b - a >= 0.035 for a, b in itertools.pairwise(ys))  # labels of one column stay apart
+    assert {t.name for t in fig.data} >= {"MHA", "GQA / MQA", "MLA", "window", "Diff", "MoH", "this layer's variant"}
+    ringed = next(t for t in fig.data if t.name == "this layer's variant")
+    assert list(ringed.text) == ["MLA c=8"]
