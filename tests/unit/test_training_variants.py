@@ -4,6 +4,7 @@ Li et al. 2018 (mha_viz.training.diversity) and the variant grid (mha_viz.traini
 from __future__ import annotations
 
 import itertools
+
 import numpy as np
 import pytest
 import torch
