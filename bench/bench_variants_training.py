@@ -5,14 +5,16 @@ and write them to bench/RESULTS-variants-training.md.
     python bench/bench_variants_training.py [--h 4] [--d-model 32] [--steps 150 300] [--seeds 3]
         [--diversity 0 0.3 1] [--diversity-kind outputs] [--diversity-variants mha] [--tasks ...] [--ship]
 
-The variants: MHA, GQA at each kv_heads, MQA, and MLA at a few latent widths, window, diff and MoH where
-mha_viz.variants.LAYERS registers them (mha_viz.training.variants.grid_variants). The positive diversity weights are
-trained on the kinds of --diversity-variants (MHA by default; the regulariser of Li et al. 2018,
+The variants (mha_viz.training.variants.grid_variants): MHA, GQA at each kv_heads, MQA, MLA with kv_latent 4, 8 and 16,
+window 2 and 4 with sink logits, diff, and MoH with moh_k 1 and 2, without and with one shared head. The positive
+diversity weights are trained on the kinds of --diversity-variants (MHA by default; the regulariser of Li et al. 2018,
 mha_viz.training.diversity). A mixture-of-heads layer adds its router's load-balance loss with weight
-mha_viz.training.trainer.MOH_BALANCE. Each task is trained for each
-budget of steps (a short budget shows what a variant costs in speed of learning; a long one, whether it gets there).
+mha_viz.training.trainer.MOH_BALANCE. Each task is trained for each budget of steps (a short budget shows what a
+variant costs in speed of learning; a long one, whether it gets there). The defaults take about 9 minutes on the
+2-core machine (15 rows x 3 seeds x 3 tasks x 2 budgets).
 --ship also writes the rows of the first task and budget as mha_viz/training/precomputed/variants-grid.json, the grid
-the app's figure shows.
+the app's figure shows. The file's hand-written reading (between the READING markers) is kept on a re-run; everything
+else is regenerated.
 """
 
 from __future__ import annotations
