@@ -171,3 +171,19 @@ def test_w_o_at_work_follows_the_trained_variant_not_a_cached_mha_layer() -> Non
     assert not at.exception and not at.error
     window = {c.key: c.proto.spec for c in at.get("plotly_chart") if c.key.startswith("analysis_wo")}
     assert window.keys() == mha.keys() and all(window[k] != mha[k] for k in mha)  # the window layer's own readout
+
+
+@pytest.mark.parametrize("params", [
+    {"variant": "mla", "kv_latent": "4", "q_latent": "8", "rope_dim": "0"},
+    {"variant": "mla", "kv_latent": "16", "rope_dim": "2"},
+    {"variant": "window", "window": "1", "sinks": "none"},
+    {"variant": "window", "window": "3", "sinks": "tokens"},
+    {"variant": "moh", "moh_k": "3"},
+    {"variant": "moh", "moh_k": "2", "moh_shared": "2"},
+], ids=lambda p: "-".join(p.values()))
+def test_trained_variants_at_other_control_positions_draw_their_heads_and_view(params: dict[str, str]) -> None:
+    view = {"mla": "Latent (MLA)", "window": "Window & sinks", "moh": "Router (MoH)"}[params["variant"]]
+    at = new_app(weights="trained", h="4", d_model="16", steps="10", view=view, **params).run()
+    assert not at.exception and not at.error
+    assert "Trained weights" in at.success[0].value
+    assert at.button_group(key="view").value == view and at.get("plotly_chart")
