@@ -187,3 +187,14 @@ def test_trained_variants_at_other_control_positions_draw_their_heads_and_view(p
     assert not at.exception and not at.error
     assert "Trained weights" in at.success[0].value
     assert at.button_group(key="view").value == view and at.get("plotly_chart")
+
+
+@pytest.mark.parametrize("params", [{"variant": "diff"}, {"variant": "moh", "moh_k": "1"}, {"variant": "mla"},
+                                    {"variant": "window", "window": "2"}], ids=lambda p: p["variant"])
+def test_every_analysis_section_works_on_each_trained_variant(params: dict[str, str]) -> None:
+    at = new_app(weights="trained", h="4", d_model="16", steps="10", view="Analysis", **params).run()
+    sections = at.button_group(key="section").options
+    assert len(sections) >= 5
+    for section in sections:
+        at.button_group(key="section").set_value(section).run()
+        assert not at.exception and not at.error, section
