@@ -22,6 +22,7 @@ from ..serve.hosting import FULL_SIZE, Budget
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
 from ..training import TASKS
+from ..training.layer import UNSPLIT as UNSPLIT_WEIGHTS
 from ..training.variants import variant_label as trained_variant_label
 from ..variants import LAYERS as VARIANT_LAYERS
 from ..variants import NAMES as VARIANT_NAMES
@@ -184,6 +185,9 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     )
     if variant.kind != "mha":
         st.caption(describe_variant(cfg, variant))
+    if variant.kind in UNSPLIT_WEIGHTS:
+        st.caption(f"Analysis → W_O at work is not offered for a trained {VARIANT_NAMES[variant.kind]} layer: its weights "
+                   f"give no per-head W_K and W_V ({UNSPLIT_WEIGHTS[variant.kind]}).")
     T = trace.weights.shape[1]
     st.caption(f"h = {plural(s.h, 'head')} · d_model = {s.d_model} · d_k = d_v = {cfg.d_k} · {T} tokens "
                + ("(the task's probe sequence; type your own in the sidebar)" if not s.sequence else "")

@@ -156,6 +156,10 @@ def test_w_o_at_work_is_offered_where_the_trained_weights_split_per_head(variant
     at = new_app(weights="trained", h="4", d_model="16", steps="20", variant=variant, view="Analysis").run()
     assert not at.exception and not at.error
     assert ("W_O at work" in at.button_group(key="section").options) == offered
+    said = [c.value for c in at.caption if "W_O at work is not offered" in c.value]
+    assert len(said) == (0 if offered else 1)
+    if not offered:
+        assert "per-head W_K and W_V" in said[0]
     if offered:
         at.button_group(key="section").set_value("W_O at work").run()
         assert not at.exception and not at.error
