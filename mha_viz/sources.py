@@ -223,11 +223,29 @@ class TrainedSource:
     trainable: ClassVar[bool] = True
     long: ClassVar[bool] = False
     composable: ClassVar[bool] = False  # one layer
-    token_readout: ClassVar[bool] = True  # one readout per relation over the task's few tokens
 
     def trace(self, layer: int = 0) -> AttentionTrace:
         _single_layer(layer)
         return self.layer.trace(self.sequence or None)
+
+    @property
+    def variant_kind(self) -> str:
+        """The attention variant the trained layer computes: a kind of mha_viz.variants.KINDS."""
+        return self.layer.variant.kind
+
+    @property
+    def token_readout(self) -> bool:
+        """One readout per relation over the task's few tokens, followed through each head's W_V W_O: not for MLA and
+        differential layers, whose weights do not split per head (TrainedLayer.head_weights says why)."""
+        from .training.layer import UNSPLIT  # training imports sources' neighbours; imported when asked
+
+        return self.variant_kind not in UNSPLIT
+
+    # Capability flags of the variant views (mha_viz.parts: Part.needs), as ConfigurableSource has them.
+    latent = property(lambda self: self.variant_kind == "mla", doc="multi-head latent attention (MLA)")
+    windowed = property(lambda self: self.variant_kind == "window", doc="a sliding window, with sinks")
+    differential = property(lambda self: self.variant_kind == "diff", doc="differential attention")
+    routed = property(lambda self: self.variant_kind == "moh", doc="mixture-of-heads: a router picks heads")
 
     def with_text(self, text: str) -> TrainedSource:
         return replace(self, sequence=text)

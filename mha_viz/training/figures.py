@@ -161,31 +161,75 @@ def accuracy_by_heads_figure(layers: Sequence[TrainedLayer], current: int | None
     return fig
 
 
+KIND_COLOURS = {"mha": "#1f77b4", "gqa": "#17becf", "mla": "#2ca02c", "window": "#9467bd", "diff": "#8c564b",
+                "moh": "#ff7f0e"}
+KIND_NAMES = {"mha": "MHA", "gqa": "GQA / MQA", "mla": "MLA", "window": "window", "diff": "Diff", "moh": "MoH"}
+
+
+def _short_label(row: VariantRow) -> str:
+    """The label a point carries beside its legend entry: the variant's parameters (kv=2, c=8, w=2, k=1+1), or its
+    name where it has none."""
+    name = row.label.split(" (")[0]  # "Window w=2 (logit sinks)" -> "Window w=2"
+    kind, _, params = name.partition(" ")
+    return (params or kind).replace(" shared", "s")
+
+
+def _point_labels(rows: Sequence[VariantRow], gap: float = 0.035) -> tuple[list[int], list[float], list[str]]:
+    """Labels beside the points: points at the same KV size closer than `gap` in accuracy share one label (their
+    names one a line, at their mean accuracy), so no two labels overlap."""
+    out: tuple[list[int], list[float], list[str]] = ([], [], [])
+    for size in sorted({r.kv_bytes_per_token for r in rows}):
+        column = sorted((r for r in rows if r.kv_bytes_per_token == size), key=lambda r: -r.accuracy_mean)
+        clusters: list[list[VariantRow]] = []
+        for r in column:
+            if clusters and clusters[-1][-1].accuracy_mean - r.accuracy_mean < gap:
+                clusters[-1].append(r)
+            else:
+                clusters.append([r])
+        for cluster in clusters:
+            kinds = len({r.kind for r in cluster}) > 1
+            names = [(f"{KIND_NAMES.get(r.kind, r.kind).split(' ')[0]} " if kinds and r.kind not in ("mha", "diff")
+                      else "") + _short_label(r) + (f" d={r.diversity:g}" if r.diversity else "") for r in cluster]
+            out[0].append(size)
+            out[1].append(float(np.mean([r.accuracy_mean for r in cluster])))
+            out[2].append("<br>".join("\u2003" + n for n in names))  # an em space clears the marker
+    return out
+
+
 def accuracy_vs_cache_figure(rows: Sequence[VariantRow], current: str | None = None) -> go.Figure:
     """Mean accuracy over seeds (± standard deviation) against KV-cache bytes per token per layer, one point a trained
-    variant (mha_viz.training.variants rows); a diversity weight > 0 is a hollow point; the label `current` in red."""
+    variant (mha_viz.training.variants rows), one colour (and legend entry) a kind; a diversity weight > 0 is a hollow
+    point; the points labelled `current` ringed in red (trace "this layer's variant")."""
     if not rows:
         raise ValueError("no trained variants to compare")
     fig = go.Figure()
-    for diverse in (False, True):
-        group = [r for r in rows if (r.diversity > 0) == diverse]
-        if not group:
-            continue
-        names = [r.label + (f", diversity {r.diversity:g}" if diverse else "") for r in group]
+    for kind in dict.fromkeys(r.kind for r in rows):
+        group = [r for r in rows if r.kind == kind]
+        names = [r.label + (f", diversity {r.diversity:g}" if r.diversity else "") for r in group]
         fig.add_trace(go.Scatter(
             x=[r.kv_bytes_per_token for r in group], y=np.array([r.accuracy_mean for r in group], dtype=np.float32),
             error_y={"type": "data", "array": np.array([r.accuracy_std for r in group], dtype=np.float32)},
-            mode="markers+text", text=[r.label for r in group], textposition="top center",
-            name="with diversity penalty" if diverse else "variants",
-            marker={"size": 11, "symbol": "circle-open" if diverse else "circle",
-                    "color": ["#d62728" if r.label == current else "#1f77b4" for r in group]},
+            mode="markers", name=KIND_NAMES.get(kind, kind),
+            marker={"size": 10, "color": KIND_COLOURS.get(kind, "#7f7f7f"),
+                    "symbol": ["circle-open" if r.diversity else "circle" for r in group]},
             customdata=[[n, len(r.seeds), r.redundancy_mean] for n, r in zip(names, group)],
             hovertemplate="%{customdata[0]}<br>KV cache %{x} bytes / token / layer<br>accuracy %{y:.1%} over "
                           "%{customdata[1]} seeds<br>redundancy (mean JS) %{customdata[2]:.2f} bits<extra></extra>"))
+    x, y, text = _point_labels(rows)
+    fig.add_trace(go.Scatter(x=x, y=np.array(y, dtype=np.float32), mode="text", text=text, textposition="middle right",
+                             textfont={"size": 11}, showlegend=False, hoverinfo="skip", name="labels"))
+    mine = [r for r in rows if r.label == current and not r.diversity]
+    if mine:
+        fig.add_trace(go.Scatter(
+            x=[r.kv_bytes_per_token for r in mine], y=np.array([r.accuracy_mean for r in mine], dtype=np.float32),
+            mode="markers", name="this layer's variant", text=[r.label for r in mine], hoverinfo="skip",
+            marker={"size": 18, "symbol": "circle-open", "color": "#d62728", "line": {"width": 3}}))
     r0 = rows[0]
-    fig.update_xaxes(title={"text": "KV cache, bytes per token per layer (bf16)"}, type="log")
+    sizes = np.log10([r.kv_bytes_per_token for r in rows])
+    fig.update_xaxes(title={"text": "KV cache, bytes per token per layer (bf16)"}, type="log",
+                     range=[float(sizes.min()) - 0.1, float(sizes.max()) + 0.4])  # room for the labels on the right
     fig.update_yaxes(title={"text": "accuracy"}, tickformat=".0%")
-    fig.update_layout(title={"text": f"Accuracy vs KV cache: {r0.task}, h = {r0.num_heads}, d_model = {r0.d_model}, "
-                                      f"{r0.steps} steps"}, height=340,
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, legend={"orientation": "h", "y": -0.25})
+    fig.update_layout(title={"text": f"Accuracy vs KV cache<br>{r0.task}, h = {r0.num_heads}, d_model = {r0.d_model}, "
+                                      f"{r0.steps} steps"}, height=420,
+                      margin={"l": 10, "r": 10, "t": 70, "b": 10}, legend={"orientation": "h", "y": -0.25})
     return fig

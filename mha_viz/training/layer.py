@@ -16,6 +16,10 @@ from .model import TinyAttentionModel
 from .tasks import get_task
 
 MHA = LayerVariant()  # the default attention layer: multi-head attention
+UNSPLIT = {  # variants whose trained weights give no per-head W_K, W_V: why
+    "mla": "keys and values are up-projected from one latent per token, and the rotary key part is shared by all heads",
+    "diff": "each head is the difference of two softmax maps of two query/key heads, and reads two value heads",
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,10 +60,13 @@ class TrainedLayer:
     def head_weights(self, part: str | None = None) -> HeadWeights:
         """The attention layer's W_Q, W_K, W_V, W_O with the token and position embeddings (mha_viz.weights); no
         norm to fold, and no unembedding: each relation has its own readout (state["readout.weight"]).
-        Grouped-query K/V weights are repeated for the query heads of their group; other variants: ValueError."""
-        if self.variant.kind not in ("mha", "gqa"):
+        Grouped-query K/V weights are repeated for the query heads of their group. Window and MoH layers have MHA's
+        per-head weights (what they add, the band and sink logits or the router's gates, is not in them). MLA and
+        differential layers: ValueError saying why (MHA, GQA, window and MoH layers give head weights)."""
+        if self.variant.kind in UNSPLIT:
             raise ValueError(f"the weights of a trained {VARIANT_NAMES[self.variant.kind]} layer do not split into "
-                             "per-head W_Q, W_K, W_V, W_O: only MHA and GQA layers give head weights")
+                             f"per-head W_Q, W_K, W_V, W_O ({UNSPLIT[self.variant.kind]}): only MHA, GQA, window and "
+                             "MoH layers give head weights")
         spec = get_task(self.task)
         a = {name.removeprefix("attention."): np.asarray(x, dtype=np.float32) for name, x in self.state.items()}
         group = self.num_heads // a["W_K"].shape[0]  # query heads per key/value head (1: MHA)

@@ -52,4 +52,5 @@ class TinyAttentionModel(nn.Module):
         """
         x = self.embed(tokens)  # (T, d_model)
         trace = self.attention(x, causal=True, query_tokens=names)
-        return replace(trace, meta={**trace.meta, "model": "trained", **meta})  # keeps what a variant notes
+        # the layer's own meta wins (MLA's meta["kv_latent"] is the latent itself, not the parameter of that name)
+        return replace(trace, meta={**meta, **trace.meta, "model": "trained"})

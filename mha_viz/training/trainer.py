@@ -2,6 +2,7 @@
 
     loss = mean over defined (b, t, r) of  -log softmax(logits[b, t, r])[y_r(t)]
          + diversity * head similarity (diversity.py; diversity 0, the default, leaves the loss as it is)
+         + MOH_BALANCE * L_b               (mixture-of-heads layers only: the MoH paper's load-balance loss)
 The attention layer is that of a LayerVariant (mha_viz.variants; default multi-head attention).
 Each snapshot measures the model on a fixed evaluation batch (loss, accuracy per relation,
 relation scores) and traces it on the task's fixed probe sequence.
@@ -23,6 +24,7 @@ from torch import Tensor
 
 from ..trace import AttentionTrace
 from ..variants import LayerVariant
+from ..variants.mixture import load_balance_loss
 from .diversity import DIVERSITY_KINDS, head_similarity
 from .layer import MHA, TrainedLayer
 from .model import TinyAttentionModel
@@ -31,6 +33,7 @@ from .tasks import IGNORE, Task, get_task
 
 EVAL_SEED = 12_345
 EVAL_BATCH = 128
+MOH_BALANCE = 0.01  # weight of MoH's load-balance loss (mha_viz.variants.mixture.load_balance_loss), the paper's beta
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,7 +144,7 @@ def train(
     2-core machine of bench/RESULTS-training.md torch's default of 2 was several times slower).
     on_step(step) is called after every step.
     variant: the attention layer's LayerVariant (None: multi-head attention); ValueError if it cannot run at these
-    dims. diversity ≥ 0 weighs the head-similarity penalty of kind diversity_kind ("outputs" or "maps") in the loss.
+    dims (a mixture-of-heads layer also adds MOH_BALANCE times its router's load-balance loss). diversity ≥ 0 weighs the head-similarity penalty of kind diversity_kind ("outputs" or "maps") in the loss.
     """
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
@@ -184,6 +187,9 @@ def train(
             loss = _loss(logits, targets)
             if diversity:  # skipped at 0: the default run computes exactly what it did before the regulariser
                 loss = loss + diversity * head_similarity(att, diversity_kind)
+            if variant.kind == "moh":  # keeps the router from sending every token to the same heads
+                routing = model.attention.route(model.embed(tokens))
+                loss = loss + MOH_BALANCE * load_balance_loss(routing, variant.moh_shared)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()

@@ -55,11 +55,13 @@ def variant_shape(cfg: MHAConfig, variant: LayerVariant) -> VariantShape:
 
 def grid_variants(num_heads: int, kv_latents: Sequence[int] = (4, 8, 16)) -> list[LayerVariant]:
     """The default grid at h heads: MHA, GQA at each kv_heads between 1 and h, MQA, MLA at each latent width,
-    window, diff and MoH (each only where registered and valid for h)."""
+    window 2 and 4 with sink logits, diff, and MoH with moh_k 1 and 2, without and with one shared head (each only
+    where registered and valid for h)."""
     out = [LayerVariant()]
     out += [LayerVariant("gqa", kv_heads=g) for g in sorted(divisors(num_heads), reverse=True) if g < num_heads]
     out += [LayerVariant("mla", kv_latent=c) for c in kv_latents]
-    out += [LayerVariant("window", window=3), LayerVariant("diff"), LayerVariant("moh", moh_k=max(1, num_heads // 2))]
+    out += [LayerVariant("window", window=w, sinks="logit") for w in (2, 4)] + [LayerVariant("diff")]
+    out += [LayerVariant("moh", moh_k=k, moh_shared=s) for s in (0, 1) for k in (1, 2)]
     cfg = MHAConfig(8 * num_heads, num_heads)
     return [v for v in out if v.kind in LAYERS and _fits(v, cfg)]
 
@@ -112,8 +114,14 @@ class VariantRow:
 
 def mean_pairwise_divergence(run: TrainingRun) -> float:
     """Mean off-diagonal Jensen-Shannon divergence (bits) between the final heads' maps on the probe sequence;
-    NaN with one head, or for signed weights (differential attention), which are not distributions."""
-    w = run.final.trace.weights  # (H, T, S)
+    NaN with one head, or for differential attention, whose weights (map 1 - lambda map 2) are signed and so not
+    distributions (even on a probe where none happens to be negative)."""
+    return float("nan") if run.variant.kind == "diff" else mean_divergence(run.final.trace.weights)
+
+
+def mean_divergence(weights: np.ndarray) -> float:
+    """weights [H, T, S] -> mean off-diagonal entry of head_divergence (bits); NaN with one head or signed weights."""
+    w = np.asarray(weights)
     if len(w) < 2 or (w < 0).any():
         return float("nan")
     D = head_divergence(w)

@@ -22,6 +22,7 @@ from ..serve.hosting import FULL_SIZE, Budget
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
 from ..training import TASKS
+from ..training.layer import UNSPLIT as UNSPLIT_WEIGHTS
 from ..training.variants import variant_label as trained_variant_label
 from ..variants import LAYERS as VARIANT_LAYERS
 from ..variants import NAMES as VARIANT_NAMES
@@ -38,6 +39,7 @@ from .text import plain
 from .training import (
     accuracy_by_heads,
     cached_trained_layer,
+    diversity_effect,
     stoppable,
     trained_run,
     variants_quality,
@@ -183,6 +185,9 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     )
     if variant.kind != "mha":
         st.caption(describe_variant(cfg, variant))
+    if variant.kind in UNSPLIT_WEIGHTS:
+        st.caption(f"Analysis → W_O at work is not offered for a trained {VARIANT_NAMES[variant.kind]} layer: its weights "
+                   f"give no per-head W_K and W_V ({UNSPLIT_WEIGHTS[variant.kind]}).")
     T = trace.weights.shape[1]
     st.caption(f"h = {plural(s.h, 'head')} · d_model = {s.d_model} · d_k = d_v = {cfg.d_k} · {T} tokens "
                + ("(the task's probe sequence; type your own in the sidebar)" if not s.sequence else "")
@@ -191,6 +196,7 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     by_heads = variant.kind == "mha" and not s.diversity  # the accuracy of every h compares plain MHA layers
     _layer_views(s, trace, source, name, cfg, accuracy=(lambda: accuracy_by_heads(layer, name)) if by_heads else None,
                  limits=limits)
+    diversity_effect(layer, trace, s.sequence, name)
     variants_quality(trained_variant_label(variant, s.h), name)
     export_section(
         lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),

@@ -21,7 +21,8 @@ from .views import chart, open_head_picker
 def _readout(source: TraceSource) -> Readout:
     layer = getattr(source, "layer", None)
     if source.model is None and layer is not None:  # a trained layer: its arguments say which weights it has
-        key = ("readout", layer.task, layer.num_heads, layer.d_model, layer.steps, layer.seed)
+        key = ("readout", layer.task, layer.num_heads, layer.d_model, layer.steps, layer.seed, layer.variant,
+               layer.diversity, layer.diversity_kind)
         return cached(key, lambda: trained_readout(layer), "Following each head's W_O to the readouts…", heavy=True)
     key = ("readout", getattr(source, "key", None) or source.model.name)
     return cached(key, lambda: model_readout(source.model), "Splitting the logits of repeated tokens head by head…",

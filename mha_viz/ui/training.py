@@ -9,7 +9,9 @@ from typing import TypeVar
 import numpy as np
 import streamlit as st
 
+from ..analysis.redundancy import redundancy
 from ..config import MHAConfig
+from ..figures.analysis import divergence_figure
 from ..limits import MAX_DIVERSITY, MAX_SEED, MAX_STEPS
 from ..trace import AttentionTrace
 from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
@@ -23,7 +25,7 @@ from ..training.figures import (
 from ..training.isolated import train_isolated
 from ..training.layer import MHA
 from ..training.precomputed import precomputed_layer
-from ..training.variants import precomputed_variant_grid, variant_label
+from ..training.variants import mean_divergence, precomputed_variant_grid, variant_label
 from ..variants import LAYERS as VARIANT_LAYERS
 from ..variants import LayerVariant
 from .controls import (
@@ -35,6 +37,7 @@ from .controls import (
     variant_controls,
 )
 from .fair import heavy
+from .style import column_width
 from .views import chart
 
 SAME = 0.01  # accuracies closer than this count as "about as well"
@@ -150,6 +153,38 @@ def accuracy_by_heads(layer: TrainedLayer, name: str) -> None:
     if missing:
         st.caption(f"Drag h to {', '.join(map(str, missing))} to train and add {'it' if len(missing) == 1 else 'them'}.")
 
+def diversity_effect(layer: TrainedLayer, trace: AttentionTrace, sequence: str, name: str) -> None:
+    """With a head-diversity penalty: this layer's redundancy matrix beside the same layer trained without it (cached),
+    on the same sequence, each with its mean Jensen-Shannon divergence and accuracy."""
+    if not layer.diversity:
+        return
+    st.markdown("**What the head-diversity penalty did**")
+    if layer.variant.kind == "diff":
+        st.info("Differential heads have signed weights (one map minus another), which are not distributions: the "
+                "Jensen-Shannon redundancy matrix is not defined for them.")
+        return
+    if len(trace.weights) < 2:
+        st.caption("One head has no other head to differ from: pick h ≥ 2 to see the penalty's effect.")
+        return
+    base = cached_trained_layer(layer.task, layer.num_heads, layer.d_model, layer.steps, layer.seed, layer.variant, 0.0)
+    base_trace = base.trace(sequence or None)
+    columns = st.columns(2)
+    for column, (what, trained, weights) in zip(columns, (
+            ("without the penalty", base, base_trace.weights),
+            (f"with penalty {layer.diversity:g}", layer, trace.weights))):
+        fig = divergence_figure(redundancy(weights))
+        fig.update_layout(title={"text": f"{what}: mean JSD {mean_divergence(weights):.3f} bits,"
+                                          f"<br>accuracy {trained.mean_accuracy:.1%}"}, width=column_width(0.5))
+        with column:
+            chart(fig, f"diversity_redundancy_{0 if trained is base else 1}",
+                  f"{name}-redundancy-{'plain' if trained is base else 'diverse'}")
+    st.caption(f"The same layer ({layer.task}, h = {layer.num_heads}, seed {layer.seed}, {layer.steps} steps) trained "
+               f"without and with the penalty on head {layer.diversity_kind}: Jensen-Shannon divergence between each "
+               "pair of heads' attention on this sequence (0 bits = identical, 1 = disjoint; the Redundancy section's "
+               "matrix). Higher mean JSD = less redundant heads. bench/RESULTS-variants-training.md measures it over "
+               "seeds.")
+
+
 def variants_quality(current: str, name: str) -> None:
     """What each variant costs in quality: the shipped grid of trained variants, accuracy against KV cache."""
     rows = precomputed_variant_grid()
@@ -160,9 +195,10 @@ def variants_quality(current: str, name: str) -> None:
     chart(accuracy_vs_cache_figure(rows, current), "variants_quality", f"{name}-accuracy-vs-kv-cache")
     st.caption(f"Each point: one attention variant trained on {TASKS[r0.task].title} (h = {r0.num_heads}, d_model = "
                f"{r0.d_model}, {r0.steps} steps) with {len(r0.seeds)} seeds; mean accuracy ± standard deviation against "
-               "the bytes one token adds to one layer's KV cache. Hollow points: MHA trained with the head-diversity "
-               "penalty. Measured by bench/bench_variants_training.py and shipped with the package; this layer's "
-               f"variant ({current}) in red.")
+               "the bytes one token adds to one layer's KV cache (a window bounds how many tokens are cached, not the bytes of "
+               "each; MoH caches every head's K and V). Hollow points (d=…): MHA trained with the head-diversity "
+               "penalty. Measured by bench/bench_variants_training.py (the reading: bench/RESULTS-variants-training.md)"
+               f" and shipped with the package; this layer's variant ({current}) ringed in red.")
 
 
 def training_controls() -> None:

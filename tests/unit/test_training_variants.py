@@ -3,6 +3,8 @@ Li et al. 2018 (mha_viz.training.diversity) and the variant grid (mha_viz.traini
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -114,7 +116,7 @@ def test_bad_variant_and_diversity_say_why() -> None:
         train("prev-first", 2, 16, 5, diversity_kind="keys")
     mla = TrainedLayer("prev-first", 2, 16, 0, 1, ("previous", "first"), 0.0, np.zeros(2), np.zeros((2, 2)), {},
                        LayerVariant("mla"))
-    with pytest.raises(ValueError, match="only MHA and GQA"):
+    with pytest.raises(ValueError, match="only MHA, GQA, window and MoH"):
         mla.head_weights()
 
 
@@ -140,7 +142,8 @@ def test_kv_bytes_per_token_shrink_with_shared_key_value_heads() -> None:
 
 
 def test_the_grid_trains_each_variant_over_seeds_and_round_trips_as_json() -> None:
-    rows = train_variant_grid("prev-first", 2, 16, 15, seeds=(0, 1), diversities=(0.0, 0.5))
+    rows = train_variant_grid("prev-first", 2, 16, 15, seeds=(0, 1), diversities=(0.0, 0.5),
+                              variants=[LayerVariant(), LayerVariant("gqa", kv_heads=1)])
     assert [(r.label, r.diversity) for r in rows] == [("MHA", 0.0), ("MHA", 0.5), ("MQA", 0.0)]
     assert all(len(r.accuracy) == len(r.redundancy) == len(r.similarity) == 2 for r in rows)
     assert rows[0].kv_bytes_per_token == 2 * rows[2].kv_bytes_per_token
@@ -164,7 +167,7 @@ def test_a_newly_registered_variant_trains_and_joins_the_grid_with_no_change_her
     layer = train("prev-first", 2, 16, 10, seed=0, num_snapshots=1, variant=window).layer
     assert built[-1] == window and layer.variant == window
     assert layer.trace().meta["variant"] == "window" and layer.trace().meta["window"] == 2
-    assert "Window w=3 (logit sinks)" in [variant_label(v, 2) for v in grid_variants(2)]  # the grid offers it
+    assert "Window w=2 (logit sinks)" in [variant_label(v, 2) for v in grid_variants(2)]  # the grid offers it
     assert kv_bytes_per_token(variant_shape(MHAConfig(16, 2), window)) == 2 * 2 * 8 * 2  # window caches full K/V heads
 
 
@@ -177,3 +180,115 @@ def test_a_variant_with_a_penalty_trains_the_same_in_the_worker_process() -> Non
     assert (there.variant, there.diversity, there.diversity_kind) == (options["variant"], 0.2, "maps")
     assert there.final_state["attention.W_K"].shape[0] == 1
     assert there.train_loss.tobytes() == here.train_loss.tobytes()
+
+
+# --- MLA, window, diff and MoH train through the same protocol ------------------------------------------------------
+
+TRAINED_VARIANTS = [LayerVariant("mla", kv_latent=4), LayerVariant("mla", kv_latent=16),
+                    LayerVariant("window", window=2, sinks="logit"), LayerVariant("diff"),
+                    LayerVariant("moh", moh_k=1), LayerVariant("moh", moh_k=2, moh_shared=1)]
+
+
+@pytest.mark.parametrize("variant", TRAINED_VARIANTS, ids=lambda v: f"{v.kind}-{'-'.join(map(str, v.params().values()))}")
+def test_every_variant_learns_traces_and_round_trips(variant: LayerVariant) -> None:
+    run = train("prev-first", 4, 16, 60, seed=0, num_snapshots=1, variant=variant)
+    assert run.train_loss[-10:].mean() < run.train_loss[:10].mean() - 0.05  # it learns
+    assert run.final.loss < run.snapshots[0].loss
+    heads = 2 if variant.kind == "diff" else 4  # differential attention: h/2 signed heads
+    trace = run.final.trace
+    assert trace.weights.shape == (heads, 10, 10) and run.final.scores.shape == (heads, 2)
+    layer = layer_from_npz(layer_to_npz(run.layer))
+    assert layer.variant == variant and np.array_equal(layer.trace().weights, trace.weights)
+    assert layer.trace().meta["variant"] == variant.kind
+    assert np.isfinite(run.final.similarity["outputs"])
+
+
+def test_a_trained_mla_trace_keeps_its_latent_and_a_window_trace_its_band() -> None:
+    mla = train("prev-first", 4, 16, 5, seed=0, num_snapshots=1, variant=LayerVariant("mla", kv_latent=8)).layer
+    latent = mla.trace().meta["kv_latent"]
+    assert isinstance(latent, np.ndarray) and latent.shape == (10, 8)  # the latent itself, not the parameter
+    window = train("prev-first", 4, 16, 5, seed=0, num_snapshots=1,
+                   variant=LayerVariant("window", window=2, sinks="logit")).layer.trace()
+    assert window.meta["window"] == 2 and window.sinks.shape == (4,)
+    T = window.weights.shape[1]
+    far = np.tril(np.ones((T, T), dtype=bool), -2)  # keys two or more back: outside the band
+    assert np.abs(window.weights[:, far]).max() == 0
+
+
+def test_head_weights_of_mla_and_diff_say_what_is_unavailable_window_and_moh_give_them() -> None:
+    for variant, why in ((LayerVariant("mla"), "up-projected from one latent"), (LayerVariant("diff"), "two softmax")):
+        layer = train("prev-first", 4, 16, 2, seed=0, num_snapshots=1, variant=variant).layer
+        with pytest.raises(ValueError, match=why):
+            layer.head_weights()
+    for variant in (LayerVariant("window", window=2), LayerVariant("moh", moh_k=1)):
+        layer = train("prev-first", 4, 16, 2, seed=0, num_snapshots=1, variant=variant).layer
+        assert layer.head_weights().W_K.shape == (1, 4, 16, 4)
+
+
+def test_a_diff_layer_has_no_redundancy_as_its_weights_are_signed() -> None:
+    rows = train_variant_grid("prev-first", 4, 16, 10, seeds=(0,), variants=[LayerVariant("diff"), LayerVariant()])
+    assert np.isnan(rows[0].redundancy_mean) and np.isfinite(rows[1].redundancy_mean)
+
+
+def test_the_default_grid_holds_every_variant() -> None:
+    labels = [variant_label(v, 4) for v in grid_variants(4)]
+    assert labels == ["MHA", "GQA kv=2", "MQA", "MLA c=4", "MLA c=8", "MLA c=16", "Window w=2 (logit sinks)",
+                      "Window w=4 (logit sinks)", "Diff", "MoH k=1", "MoH k=2", "MoH k=1+1 shared", "MoH k=2+1 shared"]
+
+
+@pytest.mark.parametrize("shared", [0, 1])
+def test_moh_trains_its_router_and_each_token_uses_exactly_k_routed_heads(shared: int) -> None:
+    variant = LayerVariant("moh", moh_k=1, moh_shared=shared)
+    run = train("prev-first", 4, 16, 60, seed=0, num_snapshots=1, variant=variant)
+    before, after = run.snapshots[0].trace, run.final.trace
+    assert not np.allclose(before.gates, after.gates, atol=1e-3)  # the router learned
+    state0 = TinyAttentionModel(26, 10, 16, 4, 2, seed=0, variant=variant).attention.W_r.detach().numpy()
+    assert not np.allclose(run.final_state["attention.W_r"], state0)
+    for trace in (before, after):
+        picked = trace.meta["picked"]  # (H, T)
+        assert (picked[shared:].sum(0) == 1).all() and picked[:shared].all()
+        assert (trace.gates[shared:][~picked[shared:]] == 0).all()
+
+
+def test_moh_training_adds_the_load_balance_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mha_viz.training import trainer
+
+    variant = LayerVariant("moh", moh_k=1)
+    with_balance = train("prev-first", 4, 16, 5, seed=0, num_snapshots=1, variant=variant)
+    monkeypatch.setattr(trainer, "MOH_BALANCE", 0.0)
+    without = train("prev-first", 4, 16, 5, seed=0, num_snapshots=1, variant=variant)
+    assert with_balance.train_loss[0] > without.train_loss[0]  # L_b > 0 adds to the first step's loss
+    assert trainer.MOH_BALANCE == 0.0 and 0 < (with_balance.train_loss[0] - without.train_loss[0]) < 0.05
+
+
+def test_the_bench_keeps_the_hand_written_reading_when_it_rewrites_its_results(tmp_path) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "bench" / "bench_variants_training.py"
+    spec = importlib.util.spec_from_file_location("bench_variants_training", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results = tmp_path / "RESULTS.md"
+    results.write_text(f"# old\n{bench.READING[0]}\nMLA c=8 beats MQA.\n{bench.READING[1]}\n## Output\nold numbers\n")
+    assert bench.hand_written_reading(results) == "MLA c=8 beats MQA."
+    results.write_text("# no markers\n")
+    assert "No reading yet" in bench.hand_written_reading(results)
+    assert bench.READING[0] in (Path(__file__).parents[2] / "bench" / "RESULTS-variants-training.md").read_text()
+
+
+def test_the_accuracy_vs_cache_figure_labels_every_variant_once_without_overlapping_labels() -> None:
+    from mha_viz.training.figures import accuracy_vs_cache_figure
+    from mha_viz.training.variants import precomputed_variant_grid
+
+    rows = precomputed_variant_grid()
+    fig = accuracy_vs_cache_figure(rows, "MLA c=8")
+    labels = next(t for t in fig.data if t.name == "labels")
+    lines = [line.strip("\u2003") for text in labels.text for line in text.split("<br>")]
+    assert len(lines) == len(rows)  # one line per point
+    for size in set(labels.x):
+        ys = sorted(float(y) for x, y in zip(labels.x, labels.y) if x == size)
+        assert all(b - a >= 0.035 for a, b in itertools.pairwise(ys))  # labels of one column stay apart
+    assert {t.name for t in fig.data} >= {"MHA", "GQA / MQA", "MLA", "window", "Diff", "MoH", "this layer's variant"}
+    ringed = next(t for t in fig.data if t.name == "this layer's variant")
+    assert list(ringed.text) == ["MLA c=8"]
