@@ -1,5 +1,5 @@
 """The library core knows nothing of the app: no module of mha_viz outside ui/ and serve/ (and the URL state,
-params.py) imports the app, Streamlit or the URL state, or reads a deployment's MHA_VIZ_ settings; serve/ stays
+params.py, and the lessons, which are walks through the app written in its URL state) imports the app, Streamlit or the URL state, or reads a deployment's MHA_VIZ_ settings; serve/ stays
 Streamlit-free; `import mha_viz` loads no Streamlit. Imports are read with ast, including those inside functions
 and TYPE_CHECKING blocks."""
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "mha_viz"
-APP = ("mha_viz.ui", "mha_viz.serve", "mha_viz.params")  # the app side (params: its URL state)
+APP = ("mha_viz.ui", "mha_viz.serve", "mha_viz.params", "mha_viz.lessons")  # the app side (params: its URL state;
+# lessons: steps through the app's views, each written as the URL state it opens)
 STREAMLIT = ("streamlit",)
 
 
