@@ -45,7 +45,7 @@ def test_it_row_refuses_a_sentence_without_it() -> None:
 
 
 def test_the_one_trained_head_splits_between_the_relations_and_loses_accuracy() -> None:
-    state, m = step_state("one_head.toml", 2)
+    _, m = step_state("one_head.toml", 2)
     layer = trained_layer("prev-first", 1, 64)
     assert layer.relations == ("previous", "first")
     assert m["mass_previous"] == pytest.approx(layer.scores[0, 0]) and m["mass_first"] == pytest.approx(layer.scores[0, 1])
@@ -62,7 +62,7 @@ def test_trained_accuracy_is_each_shipped_layers_mean_accuracy() -> None:
 
 
 def test_four_trained_heads_take_one_relation_each_two_per_relation() -> None:
-    state, m = step_state("specialise.toml", 1)
+    _, m = step_state("specialise.toml", 1)
     scores = trained_layer("prev-first", 4, 64).scores  # (H, R)
     assert m["heads_on_previous"] == int((scores.argmax(1) == 0).sum()) == 2
     assert m["heads_on_first"] == 2
