@@ -38,7 +38,8 @@ from typing import Any
 from ..params import ViewState, parse_query
 
 FOLDER = Path(__file__).resolve().parent
-LESSON_FILES: tuple[str, ...] = ("shapes.toml",)  # the lessons in order (numbered from 1): add a lesson's file here
+# The lessons in order (numbered from 1): add a lesson's file here.
+LESSON_FILES: tuple[str, ...] = ("shapes.toml", "heads_matter.toml", "induction.toml", "long_contexts.toml")
 TARGET_KINDS = ("control", "chart", "view")
 
 
