@@ -186,13 +186,16 @@ def latent_cache(state: ViewState) -> dict[str, Any]:
     from ..config import MHAConfig
     from ..sources import configurable_trace
     from ..variants import PARAMETERS, LayerVariant
+    from ..variants_cost import PRESETS, kv_bytes_per_token, mha_baseline
 
     variant = LayerVariant(state.variant, **{name: getattr(state, name) for name in PARAMETERS[state.variant]})
     trace = configurable_trace(state.text, MHAConfig(state.d_model, state.h), seed=state.seed, variant=variant)
     ours = state.kv_latent + state.rope_dim
     mha = trace.num_heads * (trace.d_k + trace.d_v)
+    deepseek = PRESETS["DeepSeek-V3"].shape
     return {"latent": state.kv_latent, "rope": state.rope_dim, "numbers": ours, "mha_numbers": mha,
-            "ratio": mha / ours, "h": trace.num_heads}
+            "ratio": mha / ours, "h": trace.num_heads,
+            "deepseek_ratio": kv_bytes_per_token(mha_baseline(deepseek)) / kv_bytes_per_token(deepseek)}
 
 
 @measure

@@ -176,6 +176,8 @@ def test_latent_cache_counts_the_latent_against_mhas_keys_and_values() -> None:
         "mla", kv_latent=state.kv_latent, q_latent=state.q_latent, rope_dim=state.rope_dim))
     assert values["numbers"] == 16 + 4 and values["mha_numbers"] == 4 * (trace.d_k + trace.d_v)
     assert 5 < values["ratio"] < 10 and right(s) == "About 7 times"
+    deepseek = 128 * (128 + 64 + 128) / (512 + 64)  # MHA's heads × (d_k + rotary + d_v) against latent + rotary
+    assert values["deepseek_ratio"] == pytest.approx(deepseek) == MEASURES["kv_cache_models"](state)["deepseek_ratio"]
 
 
 def test_window_reach_is_the_farthest_token_stacked_windows_connect() -> None:
