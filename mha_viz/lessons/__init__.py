@@ -43,6 +43,9 @@ LESSON_FILES: tuple[str, ...] = (  # the lessons in order (numbered from 1): add
     "specialise.toml",
     "shapes.toml",
     "concat.toml",
+    "heads_matter.toml",
+    "induction.toml",
+    "long_contexts.toml",
 )
 TARGET_KINDS = ("control", "chart", "view")
 

@@ -3,13 +3,16 @@ values for the explanation's {placeholders}. A lesson names one by `measure = "<
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import lru_cache
-from typing import Any
+from collections.abc import Callable, Iterable
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..params import ViewState
+
+if TYPE_CHECKING:
+    from ..pretrained import PretrainedModel
 
 Measure = Callable[[ViewState], dict[str, Any]]
 MEASURES: dict[str, Measure] = {}
@@ -57,18 +60,16 @@ def _detector_scores(model: str) -> dict[str, np.ndarray]:
     """detect_heads of a pretrained model ("" the bundled MiniLM), seed 0 as the app runs it; only the small score
     arrays are kept, not the model."""
     from ..analysis import detect_heads
-    from ..pretrained import load_model
 
-    return detect_heads(load_model(model or None), seed=0)
+    return detect_heads(_model(model), seed=0)
 
 
 @lru_cache(maxsize=16)
 def _first_shares(model: str, text: str, layer: int) -> tuple[np.ndarray, tuple[str, ...]]:
     """Head statistics' first column of a pretrained model's layer on text (special tokens shown), and its keys."""
     from ..analysis.head_stats import trace_head_stats
-    from ..pretrained import load_model
 
-    loaded = load_model(model or None)
+    loaded = _model(model)
     trace = loaded.trace(text, layer)
     return trace_head_stats(trace, loaded.tokenizer.all_special_tokens).first, trace.key_tokens
 
@@ -181,3 +182,194 @@ def contributions(state: ViewState) -> dict[str, Any]:
     top, low = int(means.argmax()), int(means.argmin())
     return {**{f"contribution{h}": float(v) for h, v in enumerate(means)}, "top_head": top,
             "top": float(means[top]), "low_head": low, "low": float(means[low]), "ratio": float(means[top] / means[low])}
+# Lessons 5-7 (not all heads matter, induction heads, cheaper attention for long contexts): measured on the page's
+# trained layer, the bundled models or the cost formulas of mha_viz.variants_cost, as the app's views show them.
+
+@cache
+def _load_once(name: str) -> PretrainedModel:
+    """A bundled model ("" is MiniLM, else mha-viz/induction-2l), loaded once per process."""
+    from ..pretrained import load_model
+
+    return load_model(name or None, folders=False)
+
+
+_loader: Callable[[str], PretrainedModel] = _load_once
+
+
+def use_models(loader: Callable[[str], PretrainedModel]) -> None:
+    """Where measures get a bundled model by name ("": MiniLM): an app passes its own cached loader, so that the
+    lessons read the models it already holds instead of loading copies of their own."""
+    global _loader
+    _loader = loader
+
+
+def _model(name: str) -> PretrainedModel:
+    return _loader(name)
+
+
+def _heads(heads: Iterable[tuple[int, int] | int]) -> str:
+    return ", ".join(".".join(map(str, h)) if isinstance(h, tuple) else str(h) for h in heads)
+
+
+@measure
+def near_duplicate_heads(state: ViewState) -> dict[str, Any]:
+    """The trained layer's head pairs closer than the threshold (mean Jensen-Shannon divergence, Analysis → Redundancy)
+    on its sequence: how many of how many, and the closest and farthest pair."""
+    from ..analysis.redundancy import redundancy
+    from ..sources import TrainedSource
+    from ..training.precomputed import trained_layer
+
+    layer = trained_layer(state.task, state.h, state.d_model, state.seed, state.steps)
+    result = redundancy(TrainedSource(layer, state.sequence).trace(0).weights, state.threshold)
+    upper = result.divergence[np.triu_indices(state.h, 1)]
+    return {"pairs": len(result.duplicates), "all_pairs": len(upper), "threshold": state.threshold,
+            "closest": float(upper.min()), "farthest": float(upper.max()), "accuracy": layer.mean_accuracy}
+
+
+@measure
+def knockout_next_token(state: ViewState) -> dict[str, Any]:
+    """A causal model's next token after the text with every head on and with heads `off` of `layer` zeroed
+    (Analysis → Knockout): the token, its probability before and after, the new top token, the final state's change."""
+    from ..analysis.knockout import model_knockout, next_token_knockout
+
+    model = _model(state.model)
+    before, after = next_token_knockout(model, state.text, state.layer, state.off)
+    top, new_top = int(np.argmax(before)), int(np.argmax(after))
+    name = model.tokenizer.convert_ids_to_tokens
+    return {"token": name(top), "p_before": float(before[top]), "p_after": float(after[top]),
+            "new_token": name(new_top), "p_new": float(after[new_top]), "off": _heads((state.layer, h) for h in state.off),
+            "kept": model.num_heads["decoder"] - len(state.off),
+            "final_change": model_knockout(model, state.text, state.layer, state.off).effect}
+
+
+@measure
+def pruned_heads(state: ViewState) -> dict[str, Any]:
+    """Heads `off` of `layer` switched off together in the page's pretrained model, against each head alone (the
+    Knockout section's ranking by the final hidden state): the joint change and the largest single change."""
+    from ..analysis.knockout import model_knockout, model_knockout_ranking
+
+    model = _model(state.model)
+    ranking = model_knockout_ranking(model, state.text, state.layer)
+    top = int(np.argmax(ranking))
+    return {"n_off": len(state.off), "heads": model.num_heads[model.parts[0]], "layer": state.layer,
+            "joint": model_knockout(model, state.text, state.layer, state.off).effect,
+            "off_max": float(ranking[list(state.off)].max()), "top_head": top, "top": float(ranking[top]),
+            "least": float(ranking.min())}
+
+
+@measure
+def greedy_continuation(state: ViewState) -> dict[str, Any]:
+    """What the causal model writes after the text, greedily, new_tokens tokens (the Generate view at temperature 0)."""
+    from ..sampling import GREEDY
+
+    gen = _model(state.model).generate(state.text, state.new_tokens, GREEDY)
+    first = gen.steps[0]
+    return {"first": first.token, "p_first": float(first.probs[first.token_id]), "written": " ".join(gen.tokens),
+            "n": len(gen.tokens)}
+
+
+@measure
+def detected_heads(state: ViewState) -> dict[str, Any]:
+    """The Head detectors' scores (seed 0) of the page's model: its best previous-token head and its induction heads
+    (score above 0.5)."""
+    from ..analysis import detect_heads
+
+    scores = detect_heads(_model(state.model), seed=0)
+    prev, ind = scores["previous"], scores["induction"]
+    best = tuple(map(int, np.unravel_index(int(np.argmax(prev)), prev.shape)))
+    found = [tuple(map(int, i)) for i in np.argwhere(ind > 0.5)]
+    second = np.sort(prev.ravel())[-2]
+    return {"prev_head": _heads([best]), "prev_score": float(prev[best]), "prev_next": float(second),
+            "induction_heads": _heads(found), "n_induction": len(found),
+            "induction_min": float(min(ind[h] for h in found)) if found else 0.0,
+            "induction_max": float(ind.max()), "induction_layers": _heads(sorted({h[0] for h in found}))}
+
+
+@measure
+def logit_by_layer(state: ViewState) -> dict[str, Any]:
+    """Direct logit attribution of the top next token after the text's last position (Analysis → Logit attribution):
+    each layer's heads summed, the largest head, and the total against the model's own logit."""
+    dla = _model(state.model).logit_attribution(state.text, position=-1)
+    by_layer = dla.heads.sum(1)
+    top = tuple(map(int, np.unravel_index(int(np.argmax(dla.heads)), dla.heads.shape)))
+    return {"token": dla.token, "p": dla.probability, "logit": dla.logit, "layer0": float(by_layer[0]),
+            "layer1": float(by_layer[-1]), "top_head": _heads([top]), "top": float(dla.heads[top]),
+            "rest": float(sum(dla.terms.values()))}
+
+
+@measure
+def k_composition(state: ViewState) -> dict[str, Any]:
+    """K-composition of the page's model (Analysis → Composition): for the layer-1 readers, the layer-0 writer whose
+    output their keys read most, its scores, the best other writer's, and the random baseline."""
+    from ..analysis.composition import composition
+    from ..sources import ModelSource
+
+    result = composition(ModelSource(_model(state.model), state.text, "decoder"), "k")
+    into = result.scores[0, :, 1, :]  # (writers in layer 0, readers in layer 1)
+    writers = into.mean(1)
+    best = int(np.argmax(writers))
+    others = np.delete(into, best, axis=0)
+    return {"writer": f"0.{best}", "low": float(into[best].min()), "high": float(into[best].max()),
+            "other": float(others.max()), "baseline": result.baseline,
+            "always": bool((into.argmax(0) == best).all())}
+
+
+@measure
+def kv_sharing(state: ViewState) -> dict[str, Any]:
+    """The page's grouped-query layer: query heads per key/value head, and the numbers one token caches per layer
+    beside MHA's (g·(d_k + d_v) against h·(d_k + d_v), mha_viz.variants_cost)."""
+    from ..variants_cost import VariantShape, kv_bytes_per_token, mha_baseline
+
+    shape = VariantShape("gqa", state.d_model, state.h, kv_heads=state.kv_heads)
+    ours, mha = kv_bytes_per_token(shape, 1), kv_bytes_per_token(mha_baseline(shape), 1)
+    return {"h": state.h, "kv_heads": state.kv_heads, "group": state.h // state.kv_heads, "numbers": ours,
+            "mha_numbers": mha, "ratio": mha / ours}
+
+
+@measure
+def kv_cache_models(state: ViewState) -> dict[str, Any]:
+    """The KV cache of the Shapes & cost presets at the context slider's length (bf16, every layer), beside MHA with
+    the same heads: Llama-3-8B (GQA), DeepSeek-V3 (MLA), Mistral-7B (window)."""
+    from ..variants_cost import PRESETS, human_bytes, kv_cache_bytes, mha_baseline
+
+    n = state.cost_context
+    out: dict[str, Any] = {"context": n}
+    for key, name in (("llama", "Llama-3-8B"), ("deepseek", "DeepSeek-V3"), ("mistral", "Mistral-7B")):
+        preset = PRESETS[name]
+        cache_, mha = preset.model_kv_cache_bytes(n), preset.layers * kv_cache_bytes(mha_baseline(preset.shape), n)
+        out |= {f"{key}_cache": human_bytes(cache_), f"{key}_mha": human_bytes(mha), f"{key}_ratio": mha / cache_,
+                f"{key}_bytes": cache_}
+    out["llama_kv_heads"], out["llama_h"] = PRESETS["Llama-3-8B"].shape.kv_heads, PRESETS["Llama-3-8B"].shape.h
+    out["mistral_window"] = PRESETS["Mistral-7B"].shape.window
+    return out
+
+
+@measure
+def latent_cache(state: ViewState) -> dict[str, Any]:
+    """The page's MLA layer (as the Latent (MLA) view counts it): numbers cached per token, latent + rotary, against
+    MHA with the same heads and widths, h·(d_k + d_v)."""
+    from ..config import MHAConfig
+    from ..sources import configurable_trace
+    from ..variants import PARAMETERS, LayerVariant
+    from ..variants_cost import PRESETS, kv_bytes_per_token, mha_baseline
+
+    variant = LayerVariant(state.variant, **{name: getattr(state, name) for name in PARAMETERS[state.variant]})
+    trace = configurable_trace(state.text, MHAConfig(state.d_model, state.h), seed=state.seed, variant=variant)
+    ours = state.kv_latent + state.rope_dim
+    mha = trace.num_heads * (trace.d_k + trace.d_v)
+    deepseek = PRESETS["DeepSeek-V3"].shape
+    return {"latent": state.kv_latent, "rope": state.rope_dim, "numbers": ours, "mha_numbers": mha,
+            "ratio": mha / ours, "h": trace.num_heads,
+            "deepseek_ratio": kv_bytes_per_token(mha_baseline(deepseek)) / kv_bytes_per_token(deepseek)}
+
+
+@measure
+def window_reach(state: ViewState) -> dict[str, Any]:
+    """A sliding window of w keys: what one layer reads back, what reach_layers stacked layers reach, and what the
+    window's cache keeps against the whole text (mha_viz.analysis.reach)."""
+    from ..analysis.reach import reach_back
+    from ..text import tokenize
+
+    n = len(tokenize(state.text))
+    return {"window": state.window, "back": state.window - 1, "layers": state.reach_layers,
+            "reach": reach_back(state.window, state.reach_layers), "tokens": n}
