@@ -8,7 +8,17 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import WIDE_PX, f32, index_axis, symmetric_range, text_px, title_block, token_axis, token_label, token_tickangle
+from .common import (
+    WIDE_PX,
+    f32,
+    index_axis,
+    symmetric_range,
+    text_px,
+    title_block,
+    token_axis,
+    token_label,
+    token_tickangle,
+)
 
 SHARED_COLOUR, ROUTED_COLOUR, UNUSED_COLOUR = "#ff7f0e", "#1f77b4", "#d9d9d9"
 
