@@ -7,10 +7,17 @@ import plotly.graph_objects as go
 
 from ..analysis.differential import CommonMode
 from ..trace import AttentionTrace
-from .common import WIDE_PX, f32, max_pool, title_block, token_axis, token_tickangle
+from .common import WIDE_PX, f32, max_pool, text_px, title_block, token_axis, token_tickangle
 from .heads import MAX_CELLS_PER_SIDE, SIGNED_COLORSCALE, heads_grid
 
 CANCELLED, KEPT, NEGATIVE = "#9e9e9e", "#2166ac", "#b2182b"  # grey: removed; RdBu's blue and red ends
+
+
+def legend_px(names: list[str], width: int) -> int:
+    """The px a horizontal legend of these entries takes above a plot width px wide: Plotly puts as many entries a
+    row as fit (each its symbol, its text and a gap), and wraps the rest to further rows of 28 px."""
+    entry = max(40 + text_px(name) + 12 for name in names)
+    return 28 * -(-len(names) // max(1, int((width - 20) // entry))) + 6
 
 
 def two_maps_figure(trace: AttentionTrace, head: int, *, width: int | None = None,
@@ -44,7 +51,7 @@ def common_mode_figure(cm: CommonMode, *, width: int | None = None) -> go.Figure
             ("negative weight: λ·map₂ larger", -cm.negative, NEGATIVE)]
     width = width or WIDE_PX
     title, top = title_block("Common mode per head: what map₁ − λ·map₂ cancels (mean over queries)", width - 20,
-                             below_px=30)
+                             below_px=legend_px([name for name, _, _ in bars], width))
     fig = go.Figure([go.Bar(name=name, x=heads, y=f32(values), marker_color=colour,
                             hovertemplate="%{x}: %{y:.3f}<extra>" + name + "</extra>")
                      for name, values, colour in bars])
@@ -59,10 +66,11 @@ def cancelled_keys_figure(cm: CommonMode, head: int, key_tokens: tuple[str, ...]
                           width: int | None = None) -> go.Figure:
     """For one head, per key (mean over queries): map₁'s mass, the part cancelled, and the weight left."""
     width = width or WIDE_PX
-    title, top = title_block(f"Head {head}: where the cancelled attention sat, per key", width - 20, below_px=30)
     x = list(range(len(key_tokens)))
     series = [("map₁", cm.map1_keys[head], "#92c5de"), ("cancelled", cm.common_keys[head], CANCELLED),
               ("map₁ − λ·map₂", cm.weight_keys[head], KEPT)]
+    title, top = title_block(f"Head {head}: where the cancelled attention sat, per key", width - 20,
+                             below_px=legend_px([name for name, _, _ in series], width))
     fig = go.Figure([go.Bar(name=name, x=x, y=f32(values), marker_color=colour,
                             hovertemplate="key %{x}: %{y:.3f}<extra>" + name + "</extra>")
                      for name, values, colour in series])

@@ -14,16 +14,20 @@ if TYPE_CHECKING:
     from ..long import LongTrace
 from .common import (
     COMPACT_PX,
+    LINE_EM,
     NARROW_PX,
+    PANEL_TITLE_PX,
     WIDE_PX,
     axis_key,
     f32,
     max_pool,
     pair_labels,
     subplot_grid,
+    text_px,
     title_block,
     token_axis,
     token_tickangle,
+    wrap,
 )
 
 MAX_CELLS_PER_SIDE = 128  # a longer matrix is drawn max-pooled; `window` shows a region at full resolution
@@ -143,6 +147,20 @@ def heads_figure(
     return fig
 
 
+def fitted_titles(labels: Sequence[str], width_px: float) -> list[str]:
+    """The panel titles, every one wrapped alike when one is wider than width_px (the width the chart's toolbar check,
+    mha_viz.figures.common.under_toolbar, allows a top-row title): "head 3<br>(K/V head 1)", each row the same."""
+    if all(text_px(label, PANEL_TITLE_PX) <= width_px for label in labels):
+        return list(labels)
+    return [label.replace(" (", "<br>(", 1) if " (" in label else wrap(label, width_px, PANEL_TITLE_PX)
+            for label in labels]
+
+
+def extra_lines_px(titles: Sequence[str]) -> int:
+    """The px the panel titles' lines past the first take."""
+    return int(max((t.count("<br>") for t in titles), default=0) * LINE_EM * PANEL_TITLE_PX)
+
+
 def heads_grid(
     shown: np.ndarray,
     blocks: tuple[int, int],
@@ -189,12 +207,14 @@ def heads_grid(
     y_axis = {**token_axis(q_tokens, offset=q0, step=step), "autorange": "reversed", "constrain": "domain",
               "automargin": False}
     one_title = len(labels) == 1 and title is not None and labels[0] in title  # no panel title saying it again
-    title_layout, top_px = title_block(title, width - 20, below_px=(0 if one_title else 22) + (COMPACT_BAR_PX if compact else 0))
-    gap_px = 28  # compact: the colour bar goes between the title and the heads
+    panel_titles = fitted_titles(labels, (width - 100) / cols)
+    titles_px = 0 if one_title else 22 + extra_lines_px(panel_titles)
+    title_layout, top_px = title_block(title, width - 20, below_px=titles_px + (COMPACT_BAR_PX if compact else 0))
+    gap_px = 28 + extra_lines_px(panel_titles)  # compact: the colour bar goes between the title and the heads
     bottom_px = 24 + (6 * max((len(t) for t in x_axis["ticktext"]), default=1) if x_axis["tickangle"] else 0)
     height = top_px + rows * panel + (rows - 1) * gap_px + bottom_px
     v_gap = gap_px / (height - top_px - bottom_px)
-    layout, refs = subplot_grid(rows, cols, titles=None if one_title else labels, h_gap=0.1 / cols if cols > 1 else 0,
+    layout, refs = subplot_grid(rows, cols, titles=None if one_title else panel_titles, h_gap=0.1 / cols if cols > 1 else 0,
                                 v_gap=v_gap)
 
     customdata = pair_labels(q_tokens, k_tokens, copies=len(labels)) if bt == bs == 1 else None
@@ -220,7 +240,7 @@ def heads_grid(
             layout[axis_key(yref)]["scaleanchor"] = xref  # one position as tall as wide, whatever the page width
     colorbar = {"title": {"text": value_name}}
     if compact:  # a horizontal bar above the heads, not a column beside them
-        bar_top = top_px - COMPACT_BAR_PX - (0 if one_title else 22) + 4
+        bar_top = top_px - COMPACT_BAR_PX - titles_px + 4
         colorbar.update(orientation="h", x=0.0, xanchor="left", y=1 - bar_top / height, yanchor="top", yref="container",
                         thickness=10, lenmode="pixels", len=int(min(320, 0.6 * width)),
                         title={"text": value_name, "side": "right"})

@@ -9,19 +9,30 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import f32, index_axis, symmetric_range, token_axis
+from .common import LINE_EM, PANEL_TITLE_PX, f32, index_axis, symmetric_range, token_axis, wrap
 
 PANEL_MIN = 6  # a panel's share of the width counts at least this many columns (a 1-wide latent stays visible)
+COMPACT_TITLE_PX = 300  # stacked panels (a phone, a projector's narrow column): titles wrapped to this width
+AXIS_BELOW_PX = 62  # under a stacked panel: its tick labels and axis title, before the next panel's title
+COMPACT_BAR_PX = 40  # the horizontal colour bar under stacked panels, with its tick labels
 
 
 def _panels(mats: Sequence[np.ndarray], titles: Sequence[str], *, compact: bool, colour: str, bar: str,
             hover: Sequence[str], rows_axis: Sequence[dict], cols_axis: Sequence[dict], row_px: int) -> go.Figure:
-    """Heatmaps side by side (compact: stacked), widths in proportion to their columns, one colour axis."""
+    """Heatmaps side by side (compact: stacked, the colour bar under them, so the panels and their wrapped titles get
+    the whole width), widths in proportion to their columns, one colour axis."""
     n = len(mats)
     shape = (n, 1) if compact else (1, n)
     widths = None if compact else [max(PANEL_MIN, m.shape[1]) for m in mats]
-    fig = make_subplots(rows=shape[0], cols=shape[1], subplot_titles=list(titles), column_widths=widths,
-                        horizontal_spacing=0.08 if n > 1 else 0.02, vertical_spacing=0.12)
+    titles = [wrap(t, COMPACT_TITLE_PX, PANEL_TITLE_PX) for t in titles] if compact else list(titles)
+    title_px = int(max(t.count("<br>") + 1 for t in titles) * LINE_EM * PANEL_TITLE_PX)
+    gap_px = AXIS_BELOW_PX + title_px  # between two stacked panels: the upper one's axis, the lower one's title
+    plots_px = row_px * shape[0] + gap_px * (shape[0] - 1)
+    margin = ({"l": 10, "r": 10, "t": 20 + title_px, "b": AXIS_BELOW_PX + COMPACT_BAR_PX} if compact
+              else {"l": 10, "r": 10, "t": 40, "b": 10})
+    fig = make_subplots(rows=shape[0], cols=shape[1], subplot_titles=titles, column_widths=widths,
+                        horizontal_spacing=0.08 if n > 1 else 0.02,
+                        vertical_spacing=gap_px / plots_px if shape[0] > 1 else 0.0)
     for i, (m, text) in enumerate(zip(mats, hover, strict=True)):
         row, col = (i + 1, 1) if compact else (1, i + 1)
         fig.add_trace(go.Heatmap(z=f32(m), coloraxis="coloraxis", hovertemplate=text + "<extra></extra>"),
@@ -29,8 +40,12 @@ def _panels(mats: Sequence[np.ndarray], titles: Sequence[str], *, compact: bool,
         fig.update_xaxes(cols_axis[i], row=row, col=col)
         fig.update_yaxes({**rows_axis[i], "autorange": "reversed"}, row=row, col=col)
     w = symmetric_range(*mats) if any(m.size for m in mats) else 1.0
-    fig.update_layout(coloraxis={"colorscale": colour, "cmin": -w, "cmax": w, "colorbar": {"title": {"text": bar}}},
-                      height=(row_px + 40) * shape[0] + 60, margin={"l": 10, "r": 10, "t": 40, "b": 10})
+    colorbar = {"title": {"text": bar}}
+    if compact:
+        colorbar = {"title": {"text": bar, "side": "right"}, "orientation": "h", "x": 0.0, "xanchor": "left",
+                    "y": 0.0, "yanchor": "bottom", "yref": "container", "thickness": 10, "lenmode": "pixels", "len": 240}
+    fig.update_layout(coloraxis={"colorscale": colour, "cmin": -w, "cmax": w, "colorbar": colorbar},
+                      height=plots_px + margin["t"] + margin["b"] + (0 if compact else 50), margin=margin)
     return fig
 
 

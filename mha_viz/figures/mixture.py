@@ -8,7 +8,17 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import WIDE_PX, f32, index_axis, symmetric_range, title_block, token_axis, token_label, token_tickangle
+from .common import (
+    WIDE_PX,
+    f32,
+    index_axis,
+    symmetric_range,
+    text_px,
+    title_block,
+    token_axis,
+    token_label,
+    token_tickangle,
+)
 
 SHARED_COLOUR, ROUTED_COLOUR, UNUSED_COLOUR = "#ff7f0e", "#1f77b4", "#d9d9d9"
 
@@ -65,8 +75,13 @@ def load_figure(load: np.ndarray, shared: int, *, k: int, width: int | None = No
     fig.add_hline(y=even, line={"dash": "dot", "color": "black"})
     title, top = title_block(f"Load: the share of tokens that use each head (dotted: an even load, top {k} of "
                              f"{H - shared} routed heads = {even:.0%})", width - 20)
-    fig.update_layout(title=title, height=top + 260, margin={"l": 10, "r": 10, "t": top, "b": 10}, dragmode=False,
-                      showlegend=False)
+    longest = text_px(max(labels, key=len))
+    upright = len(labels) * (longest + 8) > width - 40  # labels that do not fit side by side stand upright (Plotly's
+    # slant ran the first into the y axis' "0%")
+    below = int(longest) if upright else 0
+    fig.update_layout(title=title, height=top + 260 + below, margin={"l": 10, "r": 10, "t": top, "b": 10},
+                      dragmode=False, showlegend=False)
+    fig.update_xaxes(tickangle=-90 if upright else 0)
     fig.update_yaxes(range=[0, 1.05], tickformat=".0%", title={"text": "tokens"})
     return fig
 

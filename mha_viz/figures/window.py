@@ -59,7 +59,9 @@ def band_figure(in_window: np.ndarray, sink_keys: np.ndarray, query_tokens: Sequ
     fig = go.Figure(go.Heatmap(z=kind, zmin=-0.5, zmax=2.5, colorscale=_discrete(BAND_COLOURS), showscale=False,
                                customdata=words, xgap=1, ygap=1,
                                hovertemplate="query %{y} → key %{x}: %{customdata}<extra></extra>"))
-    for value, colour in BAND_COLOURS[1:]:  # a legend for the two visible kinds
+    for value, colour in BAND_COLOURS[1:]:  # a legend for the visible kinds the band shows (no kept sink: no entry)
+        if not (kind == value).any():
+            continue
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=BAND_NAMES[value],
                                  marker={"color": colour, "symbol": "square", "size": 12}))
     title_layout, top = title_block(title or "Which keys each query sees", width - 20, below_px=26)

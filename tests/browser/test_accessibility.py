@@ -16,7 +16,10 @@ import pytest
 
 import mha_viz.params  # noqa: F401 - registers the app's views and sections, which PAGES lists
 from harness.browser import CHROMIUM, wait_for_query
+from mha_viz.config import MHAConfig
 from mha_viz.parts import SECTIONS, VIEWS
+from mha_viz.sources import ConfigurableSource
+from mha_viz.variants import LayerVariant
 from tests.axe import ALL, AXE_VERSION, axe_path, axe_violations, summary
 from tests.browser.test_browser_views import new_page, settle
 
@@ -26,12 +29,27 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} not installed (apt-get install -y --no-install-recommends chromium)", allow_module_level=True)
 
 CAUSAL = "mode=Pretrained&model=mha-viz/induction-2l&"
+# A link to each attention variant (mha_viz.variants): a variant's own views are offered only when it is set.
+VARIANT_LINKS = {"gqa": "variant=gqa&kv_heads=2&h=8", "mla": "variant=mla&kv_latent=8&rope_dim=4",
+                 "window": "variant=window&window=3&sinks=logit&causal=true", "diff": "variant=diff",
+                 "moh": "variant=moh&moh_k=2&moh_shared=1&h=8"}
+
+
+def variant_views(kind: str) -> tuple[str, ...]:
+    """Heads and the views the configurable menu offers only for this variant."""
+    def menu(variant: LayerVariant | None) -> tuple[str, ...]:
+        return VIEWS.menu("Configurable", ConfigurableSource("a b", MHAConfig(64, 8), variant=variant))
+
+    return ("Heads", *(v for v in menu(LayerVariant(kind=kind)) if v not in menu(None)))
+
+
 PAGES = (
     [f"view={urllib.parse.quote(v)}" for v in VIEWS.menu("Configurable")]
     + [f"mode=Train&h=2&d_model=32&steps=40&view={urllib.parse.quote(v)}" for v in VIEWS.menu("Train")]
     + [f"mode=Pretrained&view={urllib.parse.quote(v)}" for v in VIEWS.menu("Pretrained") if v != "Generate"]
     + [f"{CAUSAL}view=Generate"]
     + [f"{CAUSAL}view=Analysis&section={urllib.parse.quote(s)}" for s in SECTIONS]
+    + [f"{link}&view={urllib.parse.quote(v)}" for kind, link in VARIANT_LINKS.items() for v in variant_views(kind)]
 )
 # Streamlit draws some elements once their code has loaded, after the run: wait for those on the page.
 DRAWN = """() => !document.querySelector('[data-testid="stSkeleton"]')
@@ -40,8 +58,9 @@ DRAWN = """() => !document.querySelector('[data-testid="stSkeleton"]')
 CHARTS_LABELLED = """() => {
     const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
     return charts.every(c => c.querySelector('.main-svg')) && charts.every(c => {
-        const figure = c.closest('[role="figure"]');
-        return figure && figure.getAttribute('aria-label') && figure.innerText.includes('Chart (')
+        const figure = c.closest('[role="figure"]');  // in a closed expander the text is there but not rendered
+        const text = figure && (c.closest('details:not([open])') ? figure.textContent : figure.innerText);
+        return figure && figure.getAttribute('aria-label') && text.includes('Chart (')
             && [...c.querySelectorAll('.main-svg')].every(s => s.getAttribute('aria-hidden') === 'true');
     });
 }"""

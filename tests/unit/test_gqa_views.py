@@ -55,6 +55,23 @@ def test_heads_grid_frames_each_head_in_its_kv_groups_style(H: int, G: int) -> N
     assert {tr["coloraxis"] for tr in fig["data"] if tr["type"] == "heatmap"} == {"coloraxis"}
 
 
+@pytest.mark.parametrize("width", [358, 564, 1000])
+def test_group_titles_wrap_alike_in_every_row_and_keep_clear_of_the_colour_bar(width: int) -> None:
+    from mha_viz.figures.common import LINE_EM, PANEL_TITLE_PX, under_toolbar
+    from mha_viz.figures.heads import COMPACT_BAR_PX
+
+    t = MultiHeadAttention(64, 8, kv_heads=2, seed=0)(torch.randn(13, 64))
+    fig = under_toolbar(heads_figure(t, width=width), width)  # as the app draws it (mha_viz.ui.views.chart)
+    titles = [a.text for a in fig.layout.annotations if a.text.startswith("head")]
+    assert len(titles) == 8 and len({title.count("<br>") for title in titles}) == 1  # every row alike
+    assert [title.replace("<br>", " ") for title in titles] == [f"head {h} (K/V head {h // 4})" for h in range(8)]
+    lines = titles[0].count("<br>") + 1
+    bar = fig.layout.coloraxis.colorbar
+    if bar.orientation == "h":  # the bar above the heads: its block ends where the first row's titles may start
+        bar_bottom = (1 - bar.y) * fig.layout.height + COMPACT_BAR_PX - 4
+        assert fig.layout.margin.t - bar_bottom >= lines * LINE_EM * PANEL_TITLE_PX * 0.75, (fig.layout.margin.t, bar_bottom)
+
+
 def test_picked_heads_keep_their_groups_frame() -> None:
     t = MultiHeadAttention(64, 8, kv_heads=2, seed=0)(torch.randn(5, 64))
     fig = json.loads(heads_figure(t, [5, 1, 4]).to_json())

@@ -192,6 +192,16 @@ def test_figures_draw_the_maps_signed_and_the_common_mode() -> None:
         two_maps_figure(configurable_trace("a b c", MHAConfig(64, 8)), 0)
 
 
+@pytest.mark.parametrize("width", [358, 564])
+def test_a_narrow_common_mode_chart_keeps_room_for_its_wrapped_legend(width: int) -> None:
+    from mha_viz.figures.common import lines_px
+    from mha_viz.figures.differential import common_mode_figure
+
+    fig = common_mode_figure(common_mode(first_token_demo(tokens=5)), width=width)
+    rows = 3 if width < 400 else 2  # "cancelled: both maps on the same keys" alone takes ~300 px of a row
+    assert fig.layout.margin.t - lines_px(fig.layout.title.text) >= 28 * rows
+
+
 def heads_colours() -> tuple:
     """The colour scale of ordinary (softmax, unsigned) heatmaps."""
     from mha_viz.figures import heads_figure

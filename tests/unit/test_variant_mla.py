@@ -178,3 +178,21 @@ def test_figures_draw_a_configurable_and_a_real_deepseek_trace() -> None:
     np.testing.assert_array_equal(fig.data[0].z, mine.meta["W_UK"][2].astype(np.float32))
     with pytest.raises(ValueError, match="k_rope"):
         latent_cache_figure(mine.meta["kv_latent"], mine.meta["k_rope"][:3], mine.key_tokens)
+
+
+def test_stacked_mla_panels_leave_room_for_the_axis_above_and_the_title_below() -> None:
+    from mha_viz.figures.common import LINE_EM, PANEL_TITLE_PX
+    from mha_viz.figures.latent import AXIS_BELOW_PX, latent_cache_figure, rebuilt_kv_figure, up_projections_figure
+
+    rng = np.random.default_rng(0)
+    tokens = [f"t{i}" for i in range(13)]
+    for fig in (latent_cache_figure(rng.normal(size=(13, 8)), rng.normal(size=(13, 4)), tokens, compact=True),
+                up_projections_figure(rng.normal(size=(8, 16)), rng.normal(size=(8, 16)), 0, compact=True),
+                rebuilt_kv_figure(rng.normal(size=(13, 20)), rng.normal(size=(13, 16)), 4, tokens, 0, compact=True)):
+        layout = fig.layout
+        plots_px = layout.height - layout.margin.t - layout.margin.b
+        gap_px = (layout.yaxis.domain[0] - layout.yaxis2.domain[1]) * plots_px  # the first panel sits on top
+        lines = max(a.text.count("<br>") + 1 for a in layout.annotations)
+        assert gap_px >= AXIS_BELOW_PX + lines * LINE_EM * PANEL_TITLE_PX - 1, (gap_px, lines)
+        assert layout.coloraxis.colorbar.orientation == "h"  # the stacked panels and their titles get the full width
+        assert all(len(line) <= 34 for a in layout.annotations for line in a.text.split("<br>"))

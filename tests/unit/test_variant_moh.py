@@ -190,3 +190,12 @@ def test_gates_survive_export_and_import() -> None:
     for back in (trace_from_npz(trace_to_npz(trace)), trace_from_json(trace_to_json(trace))):
         np.testing.assert_array_equal(back.gates, trace.gates)
         np.testing.assert_array_equal(np.asarray(back.meta["picked"]), trace.meta["picked"])
+
+
+@pytest.mark.parametrize(("width", "upright"), [(564, True), (1000, False)])
+def test_the_load_chart_stands_its_head_labels_upright_when_they_do_not_fit_side_by_side(width: int,
+                                                                                        upright: bool) -> None:
+    from mha_viz.figures.mixture import load_figure
+
+    fig = load_figure(np.full(8, 0.25), 1, k=2, width=width)
+    assert fig.layout.xaxis.tickangle == (-90 if upright else 0)  # never Plotly's own slant into the y axis' labels

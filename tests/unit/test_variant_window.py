@@ -235,3 +235,17 @@ def test_figures_draw_the_band_sink_mass_and_reach_on_token_axes() -> None:
         sink_mass_figure(np.zeros((3, 5)), tokens, title="x")
     with pytest.raises(ValueError):
         band_figure(in_window, kept[:5], tokens, tokens)
+
+
+def test_the_band_legend_names_only_the_kinds_it_shows() -> None:
+    from mha_viz.figures.window import band_figure
+
+    tokens = ("a", "b", "c", "d")
+    in_window = window_visibility(4, 2, causal=True)
+    kept = window_visibility(4, 2, causal=True, sink_tokens=1) & ~in_window
+
+    def legend(fig) -> list[str]:
+        return [t.name for t in fig.data if t.type == "scatter"]
+
+    assert legend(band_figure(in_window, np.zeros_like(in_window), tokens, tokens)) == ["in the window"]
+    assert legend(band_figure(in_window, kept, tokens, tokens)) == ["in the window", "sink token (kept)"]
