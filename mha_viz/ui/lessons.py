@@ -121,9 +121,11 @@ border-radius:0.5rem;border:1px solid #a62f3c;background:transparent;color:inher
     const find = () => document.querySelector('.st-key-' + CSS.escape({key}));
     const focusIn = (box) => {{
         const option = {option};
-        const all = [...box.querySelectorAll('input, button, select, textarea, [role="slider"], [tabindex]')]
-            .filter(e => e.getAttribute('tabindex') !== '-1' && !e.disabled);
-        const target = (option && all.find(e => e.textContent.trim() === option)) || all[0];
+        const usable = (selector) => [...box.querySelectorAll(selector)]
+            .filter(e => e.getAttribute('tabindex') !== '-1' && !e.disabled && e.getBoundingClientRect().width > 0);
+        const fields = usable('[role="slider"], [role="combobox"], input, select, textarea');  // the control itself
+        const buttons = usable('button, [tabindex]');  // an option of the view menu, else the first button
+        const target = (option && buttons.find(e => e.textContent.trim() === option)) || fields[0] || buttons[0];
         if (target) target.focus({{preventScroll: true}});
         else {{ box.setAttribute('tabindex', '-1'); box.focus({{preventScroll: true}}); }}
     }};
