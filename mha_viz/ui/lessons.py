@@ -60,13 +60,13 @@ def enter() -> list[str]:
         return st.session_state.get(NOTICES, [])
     found = _lesson(number)
     if found is None:
-        st.session_state[NOTICES] = [f"There is no lesson {number}: the lessons are 1 to {len(lessons())} "
-                                     "(the Lessons list in the sidebar)."]
+        st.session_state[NOTICES] = [(f"There is no lesson {number}: the lessons are 1 to {len(lessons())} "
+                                     "(the Lessons list in the sidebar).")]
         st.session_state["lesson"], st.session_state["step"] = 0, 1
         return st.session_state[NOTICES]
     if at > len(found.steps):
-        st.session_state[NOTICES] = [f"Lesson {number} has {len(found.steps)} steps, not {at}; "
-                                     f"showing its last step, {len(found.steps)}."]
+        st.session_state[NOTICES] = [(f"Lesson {number} has {len(found.steps)} steps, not {at}; "
+                                     f"showing its last step, {len(found.steps)}.")]
         st.session_state["step"] = at = len(found.steps)
     if st.session_state.get(ENTERED) != (number, at):
         apply(found.steps[at - 1])
