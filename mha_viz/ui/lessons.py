@@ -183,7 +183,7 @@ def _answer(step: Step, key: tuple[int, int], s: ViewState) -> None:
             st.caption(f"Done when {wanted}.")
             st.button("Reveal the answer", key=f"lesson_reveal_{key[0]}_{key[1]}", on_click=_reveal, args=(key,))
         if done or revealed:
-            st.markdown(explanation(step))
+            _explain(step)
         return
     choice = st.radio(question.prompt, question.choices, index=None, key=f"lesson_choice_{key[0]}_{key[1]}")
     st.button("Check" if choice is not None else "Reveal the answer", key=f"lesson_reveal_{key[0]}_{key[1]}",
@@ -194,7 +194,14 @@ def _answer(step: Step, key: tuple[int, int], s: ViewState) -> None:
             st.success(f"Right: {right}.", icon=":material/check:")
         else:
             st.info(f"The answer: {right}." if choice is None else f"Not quite: the answer is {right}.")
+        _explain(step)
+
+
+def _explain(step: Step) -> None:
+    try:
         st.markdown(explanation(step))
+    except (ValueError, KeyError, IndexError, RuntimeError) as err:  # a lesson file's measure that cannot run here
+        st.warning(f"This step's numbers could not be measured: {err}")
 
 
 def panel() -> None:

@@ -52,6 +52,12 @@ def assert_step_shown(at: AppTest, lesson: Lesson, number: int, step: Step) -> N
     shown = url(at)
     assert shown.pop("lesson") == str(lesson.number) and shown.pop("step", "1") == str(number)
     assert shown == to_query(step_params(step))  # the state a share link with the step's parameters holds
+    if step.target_kind == "control":  # what the step points at is on its page
+        widget(at, step.target_name)
+    elif step.target_kind == "chart":
+        assert step.target_name in [c.key for c in at.get("plotly_chart")]
+    elif step.target_kind == "view":
+        assert widget(at, "view").value == step.target_name
     question = step.question
     if question is not None and not question.is_task:
         radio = widget(at, f"lesson_choice_{lesson.number}_{number}")
