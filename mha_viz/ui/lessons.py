@@ -89,7 +89,7 @@ def _reveal(key: tuple[int, int]) -> None:
 def menu() -> None:
     """The sidebar's list of lessons, each with its summary and a Start button."""
     active = int(st.session_state.get("lesson", 0) or 0)
-    with st.expander("Lessons: predict, then see", expanded=active == 0, icon=":material/school:"):
+    with st.expander("Lessons: predict, then see", icon=":material/school:"):
         for lesson in lessons():
             st.markdown(f"**{lesson.number}. {html.escape(lesson.title)}**  \n{lesson.summary}")
             st.button(f"Start lesson {lesson.number}", key=f"lesson_start_{lesson.number}", on_click=_go,
@@ -213,7 +213,7 @@ def panel() -> None:
     step = lesson.steps[at - 1]
     with st.container(border=True, key="lesson_panel"):
         st.caption(f"Lesson {number} · step {at} of {len(lesson.steps)} · {lesson.title}")
-        st.markdown(f"#### {step.title}")
+        st.markdown(f"### {step.title}")
         st.markdown(step.text)
         highlight(step)
         _answer(step, (number, at), current())

@@ -11,6 +11,7 @@ import pytest
 
 from mha_viz.lessons import LESSON_FILES, lessons
 from mha_viz.ui.lessons import explanation, target_key
+from tests.axe import ALL, axe_path, axe_violations, summary
 from tests.browser.test_layout_browser import open_page
 
 LESSON = LESSON_FILES.index("shapes.toml") + 1
@@ -90,6 +91,23 @@ def test_a_lesson_walked_with_the_keyboard_shows_every_target(server: str, brows
             page.keyboard.press("Enter")
             wait_idle(page)
         page.wait_for_function("() => !new URL(location.href).searchParams.has('lesson')", timeout=60_000)
+    finally:
+        assert page.errors == []
+        page.close()
+
+
+def test_a_lesson_step_has_no_accessibility_violation(server: str, browser) -> None:
+    """axe on a step with its answer revealed: the panel, its Show me button, the outlined control."""
+    if axe_path() is None:
+        pytest.skip("axe-core not installed (scripts/install.sh --dev)")
+    lesson = lessons()[LESSON - 1]
+    page = open_page(browser, server, f"lesson={LESSON}", 1400, height=900)
+    try:
+        page.get_by_text(f"Lesson {LESSON} · step 1 of {len(lesson.steps)}").wait_for(timeout=120_000)
+        page.get_by_role("button", name="Reveal the answer").click()
+        page.get_by_text("The answer:").wait_for(timeout=60_000)
+        violations = axe_violations(page, ALL)
+        assert violations == [], summary(violations)
     finally:
         assert page.errors == []
         page.close()
