@@ -27,7 +27,7 @@ if PLOTLY_CHUNK:  # every run, so that what follows keeps its place on the page 
                 unsafe_allow_javascript=True)
 
 from mha_viz.serve.hosting import budget, heavy_request, is_public, page_training_seconds, within_budget
-from mha_viz.ui import body, fair, pages, state, style, views
+from mha_viz.ui import body, fair, lessons, pages, state, style, views
 from mha_viz.ui.cached_sources import model_loader
 from mha_viz.ui.loaders import page_drawn, secret
 from mha_viz.ui.pandas_guard import figures_allowed
@@ -40,7 +40,7 @@ def show_page() -> None:
     """The sidebar, then the page it asks for."""
     views.start_run()
     style.page_style()
-    notices = state.seed_from_url()
+    notices = [*state.seed_from_url(), *lessons.enter()]  # a lesson's step sets its state before the widgets
     limits = budget(secret=secret) if is_public(secret=secret) else None
     if limits is not None:
         fair.leave_a_core_free()
@@ -57,6 +57,7 @@ def show_page() -> None:
     for cut in cuts:
         st.info(plain(cut), icon=":material/speed:")
     st.header("Multi-head attention, visible")
+    lessons.panel()
     # Heavy pages are drawn one at a time: a light page then shares the CPU with one of them at most.
     seconds = max(fair.DEFAULT_SECONDS, page_training_seconds(s))
     with body.page_body(body.identity(s)), fair.heavy("This page", seconds) if heavy_request(s) else contextlib.nullcontext():

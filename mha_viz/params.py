@@ -63,6 +63,8 @@ DETECTORS = DETECTOR_KINDS
 COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
 CIRCUITS = ("OV", "QK", "QK positions")  # the Circuits section's token tables
 MAX_RECEIVERS = 64  # receiver heads of path patching a link may name
+MAX_LESSONS = 99  # the lesson numbers a link may name (the app says when no lesson has that number)
+MAX_LESSON_STEPS = 8  # the steps a lesson may have (mha_viz.lessons.parse_lesson)
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 
 
@@ -107,6 +109,8 @@ class ViewState:
     context: str = DEFAULT_CONTEXT
     head: int = 0  # the head opened: One head, Lines (one at a time), an analysis table's or chart's click
     view: str = "Heads"
+    lesson: int = 0  # the lesson shown (mha_viz.lessons, numbered from 1); 0: none
+    step: int = 1  # the lesson's step, from 1
     parts: tuple[tuple[str, object], ...] = ()  # the parts' fields that differ from their defaults, sorted by name
 
     def __init__(self, parts: tuple[tuple[str, object], ...] = (), **values: object) -> None:
@@ -294,6 +298,8 @@ core_fields((
     _core("context", _text, f"at most {MAX_TEXT_CHARS} characters", MAX_TEXT_CHARS),
     _core("head", lambda r: _int(r, 0, MAX_HEADS - 1), f"a head number from 0 to {MAX_HEADS - 1}"),
     _core("view", _one_of(VIEWS), _one_of_registered(VIEWS)),
+    _core("lesson", lambda r: _int(r, 0, MAX_LESSONS), f"0 (none) or a lesson number from 1 to {MAX_LESSONS}"),
+    _core("step", lambda r: _int(r, 1, MAX_LESSON_STEPS), f"a lesson's step from 1 to {MAX_LESSON_STEPS}"),
 ))
 
 # The built-in views and analysis sections, in menu order (a mode's menu keeps the ones it offers). Each names
@@ -311,7 +317,7 @@ VIEWS.register(Part(
             StateField("top_k", 0, lambda r: _int(r, 0, 1_000_000), "0 (off) or a number of tokens"),
             StateField("top_p", 1.0, _float(0.01, 1.0), "a number from 0.01 to 1 (off)"),
             StateField("gen_seed", 0, lambda r: _int(r, 0, MAX_SEED), f"a whole number from 0 to {MAX_SEED}"),
-            StateField("step", 1, lambda r: _int(r, 1, MAX_NEW_TOKENS), f"a step from 1 to {MAX_NEW_TOKENS}"))))
+            StateField("gen_step", 1, lambda r: _int(r, 1, MAX_NEW_TOKENS), f"a step from 1 to {MAX_NEW_TOKENS}"))))
 VIEWS.register(Part("Training", ("Train",), "mha_viz.ui.view_parts:training",
                     help="h heads and one head trained side by side on a task, with their accuracy."))
 VIEWS.register(Part(

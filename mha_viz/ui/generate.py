@@ -27,15 +27,15 @@ DLA_TOLERANCE = 1e-3  # the terms must add up to the model's logit within this (
 
 
 def _step(by: int, last: int) -> None:
-    st.session_state["step"] = min(max(1, st.session_state.get("step", 1) + by), last)
+    st.session_state["gen_step"] = min(max(1, st.session_state.get("gen_step", 1) + by), last)
 
 
 def _play_changed(last: int) -> None:
     """The Play toggle lives in the fragment, whose own rerun cannot start the timer (run_every is set when the whole
     page runs): rerun the page. Play at the last token starts again from the first."""
     state = st.session_state
-    if state.get("gen_play") and state.get("step", 1) >= last:
-        state["step"], state["_play_from_start"] = 1, True  # the first playing run shows step 1
+    if state.get("gen_play") and state.get("gen_step", 1) >= last:
+        state["gen_step"], state["_play_from_start"] = 1, True  # the first playing run shows step 1
     state["_rerun_app"] = True
 
 
@@ -95,7 +95,7 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
         st.warning(f"Cannot generate: {plain(str(err))}")
         return
     n = len(gen.steps)
-    st.session_state["step"] = min(max(1, st.session_state.get("step", 1)), n)
+    st.session_state["gen_step"] = min(max(1, st.session_state.get("gen_step", 1)), n)
     playing = st.session_state.get("gen_play", False)
     fragment = st.fragment(guarded(_show_step), run_every=PLAY_SECONDS if playing else None)
     fragment(source, gen, name)
@@ -114,19 +114,19 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
     if state.pop("_rerun_app", False):
         st.rerun()  # scope "app": redraw the sidebar too
     if state.get("gen_play") and not state.pop("_play_from_start", False):  # playing: each run writes one more token
-        if state["step"] >= n:
+        if state["gen_step"] >= n:
             state["gen_play"] = False
             st.rerun()  # a full rerun: the fragment stops running every PLAY_SECONDS
-        state["step"] += 1
+        state["gen_step"] += 1
     nav = st.columns([1, 5, 1, 2.4])  # the last: room for the Play label at 1024 px
-    nav[0].button("◀", key="step_back", on_click=_step, args=(-1, n), disabled=state["step"] <= 1,
+    nav[0].button("◀", key="step_back", on_click=_step, args=(-1, n), disabled=state["gen_step"] <= 1,
                   help="The previous token")
     if n > 1:
-        nav[1].slider("Step (token written)", 1, n, key="step")
-    nav[2].button("▶", key="step_next", on_click=_step, args=(1, n), disabled=state["step"] >= n, help="The next token")
+        nav[1].slider("Step (token written)", 1, n, key="gen_step")
+    nav[2].button("▶", key="step_next", on_click=_step, args=(1, n), disabled=state["gen_step"] >= n, help="The next token")
     nav[3].toggle("Play", key="gen_play", on_change=_play_changed, args=(n,),
                   help=f"Step through the tokens, one every {PLAY_SECONDS:g} s.")
-    step = state["step"]
+    step = state["gen_step"]
     write_url(current())  # a fragment rerun (a step, a click on a head) skips the app's own URL update
     chosen = gen.steps[step - 1]
     stop = " The model ended the text." if gen.stop_reason == "eos" and step == n else ""

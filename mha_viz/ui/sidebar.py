@@ -10,7 +10,7 @@ import streamlit as st
 from ..params import MODES
 from ..pretrained import PretrainedModel
 from ..serve.hosting import allowed_models
-from . import controls, pretrained
+from . import controls, lessons, pretrained
 from .loaders import secret
 from .text import plain
 from .training import training_controls
@@ -30,6 +30,7 @@ def sidebar(load: Callable[[str], PretrainedModel]) -> Sidebar:
     """Draw the sidebar (call inside `with st.sidebar`); load: the model loader (ValueError saying why not)."""
     st.title("mha-viz")
     st.caption("Multi-head attention, head by head: Q, K, V, softmax, concat, W_O.")
+    lessons.menu()
     mode = st.segmented_control("Model", MODES, key="mode", required=True)
     if mode == "Configurable":
         controls.configurable_controls()

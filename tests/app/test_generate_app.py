@@ -41,7 +41,7 @@ def test_generate_writes_step_by_step_and_the_induction_heads_carry_the_logit() 
     at = new_app(**CAUSAL, view="Generate").run()
     assert not at.exception and not at.error and not at.warning
     assert at.button_group(key="view").options[0] == "Generate"  # a causal model opens on what it does best
-    assert at.slider(key="step").max == 8 and at.slider(key="step").value == 1
+    assert at.slider(key="gen_step").max == 8 and at.slider(key="gen_step").value == 1
     text = " ".join(m.value for m in at.markdown)
     assert "red-background[**big**]" in text  # "... the red fox saw a" -> "big", as in the prompt's first half
     probs = chart(at, "gen_probs")["data"][0]
@@ -55,16 +55,16 @@ def test_generate_writes_step_by_step_and_the_induction_heads_carry_the_logit() 
     assert len(keys) == 17 and keys[6] == "big"  # <bos> + the prompt's 16 words
     assert (attention[4:].argmax(1) == 6).all()  # every layer-1 head looks at "big", the token after the earlier "a"
     at.button(key="step_next").click().run()
-    assert at.slider(key="step").value == 2 and at.query_params["step"] in (["2"], "2")
+    assert at.slider(key="gen_step").value == 2 and at.query_params["gen_step"] in (["2"], "2")
     assert len(chart(at, "gen_attention")["layout"]["xaxis"]["ticktext"]) == 18  # the KV cache grew by one
 
 
 def test_a_link_reproduces_a_sampled_generation_at_a_step() -> None:
-    at = new_app(**CAUSAL, view="Generate", temperature="1.5", top_k="5", gen_seed="3", step="4").run()
+    at = new_app(**CAUSAL, view="Generate", temperature="1.5", top_k="5", gen_seed="3", gen_step="4").run()
     assert not at.exception
     probs = values(chart(at, "gen_probs")["data"][0]["x"])
     assert np.count_nonzero(probs) <= 5  # top-k 5: only five tokens can be drawn
-    copy = new_app(**CAUSAL, view="Generate", temperature="1.5", top_k="5", gen_seed="3", step="4").run()
+    copy = new_app(**CAUSAL, view="Generate", temperature="1.5", top_k="5", gen_seed="3", gen_step="4").run()
     assert chart(copy, "gen_probs") == chart(at, "gen_probs")  # sampling is reproducible from the seed
     assert " ".join(m.value for m in copy.markdown) == " ".join(m.value for m in at.markdown)
 

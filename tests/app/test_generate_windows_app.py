@@ -45,12 +45,12 @@ def chart(at: AppTest, key: str) -> dict:
 def test_generate_draws_windowed_rows_at_their_keys_and_says_so(folders, name):
     windowed = CONFIGS[name][1]
     at = AppTest.from_file(APP, default_timeout=180)
-    at.query_params.update({"mode": "Pretrained", "text": TEXT, "view": "Generate", "new_tokens": "6", "step": "6"})
+    at.query_params.update({"mode": "Pretrained", "text": TEXT, "view": "Generate", "new_tokens": "6", "gen_step": "6"})
     at.run()
     at.text_input(key="model").set_value(folders[name]).run()
     at.button_group(key="view").set_value("Generate").run()  # the first model, an encoder, has no Generate view
     assert not at.exception and not at.error, [e.value for e in at.exception]
-    assert at.slider(key="step").value == 6
+    assert at.slider(key="gen_step").value == 6
     m = PretrainedModel(AutoModelForCausalLM.from_pretrained(folders[name], attn_implementation="eager"),
                         AutoTokenizer.from_pretrained(folders[name]))
     g = m.generate(TEXT, 6)

@@ -56,7 +56,7 @@ def test_heads_of_a_pretrained_gqa_model_are_framed_by_kv_group(folders):
 
 
 def test_generate_draws_diffllamas_signed_weights_on_the_signed_scale(folders):
-    at = app_with(folders["diffllama"], "Generate", new_tokens="3", step="3")
+    at = app_with(folders["diffllama"], "Generate", new_tokens="3", gen_step="3")
     heat = chart(at, "gen_attention")["data"][0]
     z = z_matrix(heat)
     assert z.shape[0] == 2 * 2  # 2 layers x 2 differential heads, not 4 softmax maps a layer

@@ -38,9 +38,9 @@ def test_play_writes_token_after_token_to_the_end(server: str, browser) -> None:
         page.wait_for_selector(".st-key-gen_attention .js-plotly-plot", timeout=120_000)
         page.wait_for_function(IDLE_JS, timeout=60_000)
         page.locator(".st-key-gen_play label").click()
-        wait_for_query(page, r"step=2\b", timeout=30)
-        wait_for_query(page, r"step=3\b", timeout=30)  # a second token without another click
-        wait_for_query(page, r"step=8\b", timeout=60)  # ... and so on to the last one (8 new tokens)
+        wait_for_query(page, r"gen_step=2\b", timeout=30)
+        wait_for_query(page, r"gen_step=3\b", timeout=30)  # a second token without another click
+        wait_for_query(page, r"gen_step=8\b", timeout=60)  # ... and so on to the last one (8 new tokens)
         page.wait_for_function("() => !document.querySelector('.st-key-gen_play input').checked", timeout=30_000)
         assert page.locator(".st-key-gen_attention .gtitle").first.text_content().startswith("Where the query")
     finally:

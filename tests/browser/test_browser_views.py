@@ -271,7 +271,7 @@ def test_watch_the_bundled_model_write_and_open_the_head_that_wrote_a_token(serv
         wait_for_query(page, r"view=Generate")
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 4", timeout=60_000)
         page.get_by_role("button", name="▶").click()  # the next token
-        wait_for_query(page, r"step=2")
+        wait_for_query(page, r"gen_step=2")
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 4", timeout=60_000)
         dla = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].findIndex("
                             "gd => gd.data.some(t => t.type === 'scatter' && t.customdata))")
