@@ -16,10 +16,12 @@ import json
 import streamlit as st
 
 from ..lessons import Lesson, Step, lessons
-from ..lessons.measures import MEASURES
+from ..lessons.measures import MEASURES, use_models
 from ..params import DEFAULTS, ViewState, parse_query
 from ..parts import all_fields
+from .cache import cached
 from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
+from .loaders import bundled_model
 from .state import current
 
 ENTERED = "_lesson_entered"  # session: the (lesson, step) whose state was applied last
@@ -164,8 +166,12 @@ def explanation(step: Step) -> str:
     question = step.question
     if question is None or question.measure is None:
         return "" if question is None else question.explain
-    measured = parse_query({**step.state, **question.expect})[0]
-    return question.explain.format(**MEASURES[question.measure](measured))
+    params = {**step.state, **question.expect}
+    measured = parse_query(params)[0]
+    use_models(bundled_model)  # the measures read the models every session shares, not copies of their own
+    numbers = cached(("lesson measure", question.measure, tuple(sorted(params.items()))),
+                     lambda: MEASURES[question.measure](measured), spinner="Measuring…")
+    return question.explain.format(**numbers)
 
 
 def _answer(step: Step, key: tuple[int, int], s: ViewState) -> None:

@@ -33,6 +33,12 @@ def get_model(name: str, folders: bool, max_tokens: int | None) -> PretrainedMod
     return load_model(name or None, folders=folders, max_tokens=max_tokens)
 
 
+def bundled_model(name: str) -> PretrainedModel:
+    """A bundled model ("" is MiniLM, else mha-viz/induction-2l) as every session shares it: loaded once, within a
+    public demo's token budget."""
+    return get_model(name, False, budget(secret=secret).max_tokens if is_public(secret=secret) else None)
+
+
 @st.cache_data(ttl=300, max_entries=32, show_spinner=False)
 def download_error(name: str, folders: bool, max_tokens: int | None) -> str | None:
     """Why name cannot be found or downloaded, or None: remembered for 5 minutes, not asked of the hub again
@@ -74,9 +80,8 @@ def warm_up(wait: float = 0.0, wanted: threading.Event | None = None, painted: t
     them), unless `wanted` is set meanwhile: a page that needs a model is on its way; and again before pandas."""
     _until_painted(wait, wanted, painted)
     import_model_code()
-    max_tokens = budget(secret=secret).max_tokens if is_public(secret=secret) else None
     for name in ("", INDUCTION_MODEL):
-        get_model(name, False, max_tokens)
+        bundled_model(name)
     _until_painted(wait, None, painted)  # a page that wanted a model may still be drawing: pandas can wait
     import_pandas()  # for tables; a first page goes without it (pandas_guard)
 

@@ -84,9 +84,9 @@ def answer(at: AppTest, lesson: Lesson, number: int, step: Step) -> AppTest:
         assert any(s.value.startswith("Right") for s in at.success)
     assert_no_error(at)
     assert explain in texts(at) and "{" not in explain
-    if question.measure is not None:  # the measured numbers are in the text
+    if question.measure is not None:  # the measured numbers are in the text, as the measure gives them
         measured = MEASURES[question.measure](parse_query({**step.state, **question.expect})[0])
-        assert any(str(v) in explain for v in measured.values() if isinstance(v, int))
+        assert explain == question.explain.format(**measured) and ("{" not in question.explain or explain != question.explain)
     return at
 
 
