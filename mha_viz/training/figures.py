@@ -174,26 +174,51 @@ def _short_label(row: VariantRow) -> str:
     return (params or kind).replace(" shared", "s")
 
 
-def _point_labels(rows: Sequence[VariantRow], gap: float = 0.035) -> tuple[list[int], list[float], list[str]]:
-    """Labels beside the points: points at the same KV size closer than `gap` in accuracy share one label (their
-    names one a line, at their mean accuracy), so no two labels overlap."""
+def _point_labels(rows: Sequence[VariantRow], line: float = 0.035) -> tuple[list[int], list[float], list[str]]:
+    """Labels beside the points: at one KV size, a label block of n names stands n lines of `line` accuracy units
+    tall around its points' mean accuracy; neighbouring blocks that would overlap become one block (their names one a
+    line), so no two labels overlap."""
     out: tuple[list[int], list[float], list[str]] = ([], [], [])
     for size in sorted({r.kv_bytes_per_token for r in rows}):
         column = sorted((r for r in rows if r.kv_bytes_per_token == size), key=lambda r: -r.accuracy_mean)
-        clusters: list[list[VariantRow]] = []
-        for r in column:
-            if clusters and clusters[-1][-1].accuracy_mean - r.accuracy_mean < gap:
-                clusters[-1].append(r)
+        clusters: list[list[VariantRow]] = [[r] for r in column]
+
+        def centre(cluster: list[VariantRow]) -> float:
+            return float(np.mean([r.accuracy_mean for r in cluster]))
+
+        i = 0
+        while i < len(clusters) - 1:
+            a, b = clusters[i], clusters[i + 1]
+            if centre(a) - centre(b) < (len(a) + len(b)) / 2 * line:
+                clusters[i:i + 2] = [a + b]
+                i = max(i - 1, 0)  # the merged block may now reach the one above
             else:
-                clusters.append([r])
+                i += 1
         for cluster in clusters:
             kinds = len({r.kind for r in cluster}) > 1
             names = [(f"{KIND_NAMES.get(r.kind, r.kind).split(' ')[0]} " if kinds and r.kind not in ("mha", "diff")
                       else "") + _short_label(r) + (f" d={r.diversity:g}" if r.diversity else "") for r in cluster]
             out[0].append(size)
-            out[1].append(float(np.mean([r.accuracy_mean for r in cluster])))
+            out[1].append(centre(cluster))
             out[2].append("<br>".join("\u2003" + n for n in names))  # an em space clears the marker
     return out
+
+
+PLOT_PX, LABEL_LINE_PX = 250, 16  # the accuracy chart's plotting height (420 px less title, legend, axis) and a line
+
+
+def _label_range(rows: Sequence[VariantRow], y: Sequence[float], text: Sequence[str]) -> tuple[float, float]:
+    """The accuracy axis' range that holds every point with its error bar and every label block: a block of n names
+    stands n lines tall around its point, and a line is LABEL_LINE_PX of the PLOT_PX the range spans."""
+    lo = min(float(r.accuracy_mean - r.accuracy_std) for r in rows)
+    hi = max(float(r.accuracy_mean + r.accuracy_std) for r in rows)
+    lo0, hi0 = lo, hi
+    for _ in range(8):  # the line's height in accuracy units grows with the range it widens: settle
+        line = max(hi - lo, 0.05) * LABEL_LINE_PX / PLOT_PX
+        half = [(t.count("<br>") + 1) * line / 2 for t in text]
+        lo = min(lo0, *(v - h for v, h in zip(y, half))) - line / 2
+        hi = max(hi0, *(v + h for v, h in zip(y, half))) + line / 2
+    return lo, hi
 
 
 def accuracy_vs_cache_figure(rows: Sequence[VariantRow], current: str | None = None) -> go.Figure:
@@ -215,7 +240,12 @@ def accuracy_vs_cache_figure(rows: Sequence[VariantRow], current: str | None = N
             customdata=[[n, len(r.seeds), r.redundancy_mean] for n, r in zip(names, group)],
             hovertemplate="%{customdata[0]}<br>KV cache %{x} bytes / token / layer<br>accuracy %{y:.1%} over "
                           "%{customdata[1]} seeds<br>redundancy (mean JS) %{customdata[2]:.2f} bits<extra></extra>"))
-    x, y, text = _point_labels(rows)
+    line = 0.035
+    for _ in range(6):  # a line's height in accuracy units depends on the range the label blocks widen: settle
+        x, y, text = _point_labels(rows, line)
+        lo, hi = _label_range(rows, y, text)
+        line = max(0.035, (hi - lo) * LABEL_LINE_PX / PLOT_PX)
+    x, y, text = _point_labels(rows, line)
     fig.add_trace(go.Scatter(x=x, y=np.array(y, dtype=np.float32), mode="text", text=text, textposition="middle right",
                              textfont={"size": 11}, showlegend=False, hoverinfo="skip", name="labels"))
     mine = [r for r in rows if r.label == current and not r.diversity]
@@ -228,7 +258,9 @@ def accuracy_vs_cache_figure(rows: Sequence[VariantRow], current: str | None = N
     sizes = np.log10([r.kv_bytes_per_token for r in rows])
     fig.update_xaxes(title={"text": "KV cache, bytes per token per layer (bf16)"}, type="log",
                      range=[float(sizes.min()) - 0.1, float(sizes.max()) + 0.4])  # room for the labels on the right
-    fig.update_yaxes(title={"text": "accuracy"}, tickformat=".0%")
+    lo, hi = _label_range(rows, y, text)  # the final blocks' range
+    fig.update_yaxes(title={"text": "accuracy"}, tickformat=".0%", range=[lo, hi],
+                     tickvals=[v / 10 for v in range(11) if lo <= v / 10 <= hi])  # no tick beyond 0% ... 100%
     fig.update_layout(title={"text": f"Accuracy vs KV cache<br>{r0.task}, h = {r0.num_heads}, d_model = {r0.d_model}, "
                                       f"{r0.steps} steps"}, height=420,
                       margin={"l": 10, "r": 10, "t": 70, "b": 10}, legend={"orientation": "h", "y": -0.25})

@@ -158,7 +158,9 @@ def test_lines_view_hover_shows_the_top_keys_and_a_click_keeps_one_tokens_lines(
     try:
         page.goto(f"{server}/?weights=trained&view=Lines&sequence=a+b+c+d+a+b+c+d")
         settle(page)
-        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 1")
+        # the lines chart first, then the trained page's accuracy-vs-KV-cache chart
+        page.wait_for_function("() => { const p = document.querySelectorAll('.js-plotly-plot'); return p.length === 2 "
+                               "&& p[0].data && p[0].data.some(t => t.name === 'query tokens'); }")
         page.screenshot(path=str(assets / "lines.png"))
         every = page.evaluate(LINES_JS, 0)
         assert every > 4  # every head's lines

@@ -292,3 +292,32 @@ def test_the_accuracy_vs_cache_figure_labels_every_variant_once_without_overlapp
     assert {t.name for t in fig.data} >= {"MHA", "GQA / MQA", "MLA", "window", "Diff", "MoH", "this layer's variant"}
     ringed = next(t for t in fig.data if t.name == "this layer's variant")
     assert list(ringed.text) == ["MLA c=8"]
+
+
+def test_the_accuracy_axis_holds_every_label_block_so_none_runs_into_the_tick_labels() -> None:
+    from mha_viz.training.figures import LABEL_LINE_PX, PLOT_PX, accuracy_vs_cache_figure
+    from mha_viz.training.variants import precomputed_variant_grid
+
+    fig = accuracy_vs_cache_figure(precomputed_variant_grid())
+    lo, hi = fig.layout.yaxis.range
+    line = (hi - lo) * LABEL_LINE_PX / PLOT_PX
+    labels = next(t for t in fig.data if t.name == "labels")
+    for y, text in zip(labels.y, labels.text):
+        half = (text.count("<br>") + 1) * line / 2
+        assert lo <= y - half and y + half <= hi, text  # the block of names stays inside the plotting area
+    assert all(0 <= v <= 1 for v in fig.layout.yaxis.tickvals)
+
+
+def test_label_blocks_of_one_column_never_overlap_at_the_axis_scale() -> None:
+    from mha_viz.training.figures import LABEL_LINE_PX, PLOT_PX, accuracy_vs_cache_figure
+    from mha_viz.training.variants import precomputed_variant_grid
+
+    fig = accuracy_vs_cache_figure(precomputed_variant_grid())
+    lo, hi = fig.layout.yaxis.range
+    line = (hi - lo) * LABEL_LINE_PX / PLOT_PX
+    labels = next(t for t in fig.data if t.name == "labels")
+    for size in set(labels.x):
+        blocks = sorted((float(y), (t.count("<br>") + 1) * line / 2) for x, y, t in zip(labels.x, labels.y, labels.text)
+                        if x == size)
+        for (y0, h0), (y1, h1) in itertools.pairwise(blocks):
+            assert y1 - h1 >= y0 + h0 - 1e-9, size  # the upper block starts above where the lower one ends
