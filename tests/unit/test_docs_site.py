@@ -1,5 +1,6 @@
 """The documentation site (mkdocs.yml, docs/): `mkdocs build --strict` passes offline, with the API reference
-generated from the docstrings, and strict mode fails a build whose page names an object that does not exist."""
+generated from the docstrings, and strict mode fails a build whose page names an object that does not exist or
+that leaves a page (a notebook example) out of the nav."""
 
 from __future__ import annotations
 
@@ -35,13 +36,17 @@ def test_the_docs_build_offline_in_strict_mode(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_broken_reference_fails_the_build(tmp_path: Path) -> None:
-    """The same site with one page naming a missing object: strict mode refuses it."""
+@pytest.mark.parametrize(("page", "text", "named"), [
+    ("index.md", "# mha-viz\n\nSee [the trace][mha_viz.NoSuchTrace].\n", "mha_viz.NoSuchTrace"),
+    ("examples/left_out.md", "# A page the nav does not list\n", "left_out.md"),
+], ids=["missing-object", "page-not-in-nav"])
+def test_strict_mode_fails_a_broken_site(tmp_path: Path, page: str, text: str, named: str) -> None:
+    """The same site with a page naming a missing object, or a page the nav leaves out: the build fails."""
     copy = tmp_path / "copy"
     shutil.copytree(ROOT / "docs", copy / "docs")
     shutil.copy(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
     (copy / "mha_viz").symlink_to(ROOT / "mha_viz")  # mkdocstrings reads the package beside the config
-    (copy / "docs" / "index.md").write_text("# mha-viz\n\nSee [the trace][mha_viz.NoSuchTrace].\n", encoding="utf-8")
+    (copy / "docs" / page).write_text(text, encoding="utf-8")
     done = build(copy / "mkdocs.yml", tmp_path / "site")
     assert done.returncode != 0
-    assert "mha_viz.NoSuchTrace" in done.stderr
+    assert named in done.stderr

@@ -4,8 +4,8 @@ fresh venv it works from there, not from the checkout: `mha-viz --help`, the lib
 `mha-viz report`, the packaged page in AppTest and `mha-viz serve`.
 
 The fresh venv's dependencies are this test environment's (the pinned versions: test_versions.py), linked in
-read-only through a .pth file so that nothing is downloaded; pip installs the wheel with its app extra from no index,
-so a declared requirement those versions do not satisfy fails the install."""
+read-only through a .pth file so that nothing is downloaded; pip installs the wheel with every extra (the app's
+Streamlit among them) from no index, so a declared requirement those versions do not satisfy fails the install."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ assert Path(mha_viz.__file__).is_relative_to(venv), mha_viz.__file__
 library = "streamlit" not in sys.modules
 model = mha_viz.load_model(mha_viz.INDUCTION_MODEL)
 trace = model.trace({TEXT!r}, 1)
-widget = type(mha_viz.show(trace)).__name__ if hasattr(mha_viz, "show") else None
+widget = mha_viz.show(model, {TEXT!r}, layer=1).layer if hasattr(mha_viz, "show") else None
 from mha_viz.pretrained import induction_model_dir
 print(json.dumps({{"model_dir": str(induction_model_dir()), "library_only": library, "widget": widget,
                   "weights": list(trace.weights.shape), "next": model.generate({TEXT!r}, 1).tokens[0]}}))
@@ -100,6 +100,9 @@ def test_the_wheel_installs_into_a_fresh_venv_and_works_from_there(tmp_path: Pat
         for name in ("app.py", "page.py", ".streamlit/config.toml"):  # files, not links
             assert archive.read(f"mha_viz/ui/app/{name}") == (ROOT / name).read_bytes(), name
         entry_points = next(archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
+        metadata = next(archive.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
+    extras = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Provides-Extra:")]
+    assert "app" in extras  # every extra is installed: its pins must be the tested ones too
     assert "mha-viz = mha_viz.__main__:main" in entry_points
     assert {"mha_viz/models/induction-2l/model.safetensors", "mha_viz/ui/layer_switch.js",
             "mha_viz/lessons/one_head.toml", "mha_viz/training/precomputed/variants-grid.json"} <= carried
@@ -110,8 +113,8 @@ def test_the_wheel_installs_into_a_fresh_venv_and_works_from_there(tmp_path: Pat
     site = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                     cwd=tmp_path).stdout.strip())
     (site / "tested_dependencies.pth").write_text(f"{linked_dependencies(tmp_path / 'dependencies')}\n")
-    run([*PIP, "--python", str(python), "install", "--no-index", "--no-cache-dir", "--quiet", f"{wheel}[app]"],
-        cwd=tmp_path)
+    run([*PIP, "--python", str(python), "install", "--no-index", "--no-cache-dir", "--quiet",
+         f"{wheel}[{','.join(extras)}]"], cwd=tmp_path)
 
     work = tmp_path / "work"  # outside the checkout, without its PYTHONPATH
     work.mkdir()
@@ -122,7 +125,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_works_from_there(tmp_path: Pat
     found = json.loads(run([str(python), "-c", INSTALLED], cwd=work, env=env).stdout.splitlines()[-1])
     assert Path(found["model_dir"]).is_relative_to(venv) and found["library_only"]
     assert found["weights"] == [4, 8, 8] and found["next"] == "fox"
-    assert found["widget"] is None or found["widget"]  # mha_viz.show, where the package has it, returned a widget
+    assert found["widget"] in (None, 1)  # mha_viz.show, where the package has it: a widget on layer 1
 
     done = run([str(script), "report", "--model", "mha-viz/induction-2l", "--layer", "1", "--text", TEXT,
                 "--out", "induction.html"], cwd=work, env=env)
