@@ -48,7 +48,7 @@ def build_wheel(where: Path) -> Path:
 
 def linked_dependencies(where: Path) -> Path:
     """A folder of links to this environment's installed packages, mha-viz itself left out."""
-    where.mkdir()
+    where.mkdir(parents=True)
     site = Path(sysconfig.get_paths()["purelib"])
     for entry in site.iterdir():
         if "mha_viz" not in entry.name:
@@ -112,7 +112,9 @@ def test_the_wheel_installs_into_a_fresh_venv_and_works_from_there(tmp_path: Pat
     python, script = venv / "bin" / "python", venv / "bin" / "mha-viz"
     site = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                     cwd=tmp_path).stdout.strip())
-    (site / "tested_dependencies.pth").write_text(f"{linked_dependencies(tmp_path / 'dependencies')}\n")
+    # named site-packages: Streamlit takes a copy found elsewhere for its development mode (no --server.port)
+    linked = linked_dependencies(tmp_path / "dependencies" / "site-packages")
+    (site / "tested_dependencies.pth").write_text(f"{linked}\n")
     run([*PIP, "--python", str(python), "install", "--no-index", "--no-cache-dir", "--quiet",
          f"{wheel}[{','.join(extras)}]"], cwd=tmp_path)
 
@@ -135,10 +137,12 @@ def test_the_wheel_installs_into_a_fresh_venv_and_works_from_there(tmp_path: Pat
     assert charts >= 1  # the packaged page drew its first page (its heads)
 
     port = free_port()
-    server = subprocess.Popen([str(script), "serve", "--server.port", str(port), "--server.address", "127.0.0.1"],
-                              cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = work / "serve.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen([str(script), "serve", "--server.port", str(port), "--server.address", "127.0.0.1"],
+                                  cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_healthy(f"http://127.0.0.1:{port}", server, timeout=180)
+        wait_healthy(f"http://127.0.0.1:{port}", server, timeout=180, log_tail=lambda: "\n" + log.read_text()[-3000:])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as answer:
             index = answer.read()
         assert b'rel="modulepreload"' in index  # app.py's middleware: the packaged server, not a plain script
