@@ -1,4 +1,7 @@
-"""Command line: python -m mha_viz report ...
+"""Command line: mha-viz report ... (or python -m mha_viz report ...), mha-viz serve
+
+    mha-viz serve                                    # the Streamlit app (pip install "mha-viz[app]")
+    mha-viz serve --server.port 8080                 # options after serve go to `streamlit run`
 
     python -m mha_viz report --text "The cat sat on the mat" --heads 8 --d-model 64 --out report.html
     python -m mha_viz report --text "..." --context "second sentence" --causal --npz trace.npz --json trace.json
@@ -20,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib.util
 import os
 import shlex
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -33,7 +38,9 @@ from .limits import D_MODEL_CHOICES, MAX_HEAD_WIDTH, MAX_HEADS, MAX_SEED, MAX_TO
 from .text import DEFAULT_TEXT, tokenize
 from .trace import AttentionTrace
 
-PROG = "python -m mha_viz"
+PROG = "mha-viz" if sys.argv and Path(sys.argv[0]).stem == "mha-viz" else "python -m mha_viz"  # the console script
+# The app's entry scripts as the package carries them (in a checkout, links to app.py, page.py and .streamlit/)
+APP_SCRIPT = Path(__file__).resolve().parent / "ui" / "app" / "app.py"
 CONFIGURABLE_OPTIONS = ("heads", "d_model", "d_k", "d_v", "d_out", "seed", "causal", "no_pe")
 PRETRAINED_OPTIONS = ("layer", "part")
 OUTPUTS = ("npz", "json", "out")  # in the order they are written
@@ -89,7 +96,33 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--json-arrays", choices=("lists", "base64"), default="lists",
                        help="--json arrays as nested lists of numbers (default) or as base64 of their "
                        "little-endian bytes (exact, about 2.2 times smaller, much faster to write)")
+    commands.add_parser(
+        "serve",
+        help="start the Streamlit app (needs the app extra: pip install \"mha-viz[app]\")",
+        description="Start the Streamlit app on http://localhost:8501. Options after serve go to `streamlit run` "
+        "(e.g. --server.port 8080 --server.address 127.0.0.1).",
+    )
     return parser
+
+
+def serve_command(options: list[str]) -> list[str]:
+    """The `streamlit run` command of the app the package carries, with options for Streamlit."""
+    if importlib.util.find_spec("streamlit") is None:
+        raise CliError('the app needs Streamlit, which is not installed: pip install "mha-viz[app]"', code=1)
+    if not APP_SCRIPT.is_file():
+        raise CliError(f"the app's script {APP_SCRIPT} is missing: reinstall mha-viz", code=1)
+    return [sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT), *options]
+
+
+def serve(options: list[str]) -> int:
+    """Run the app: this process becomes the server (Ctrl-C and SIGTERM reach Streamlit itself); on Windows, which
+    has no exec, the server is a child process and its exit code is returned."""
+    command = serve_command(options)
+    if os.name != "posix":
+        return subprocess.call(command)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
 
 
 def _one_line(message: object) -> str:
@@ -314,8 +347,13 @@ def _out_of_memory(err: BaseException) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = _parser().parse_args(argv)  # usage errors: argparse prints them and exits with 2
+    parser = _parser()
+    args, options = parser.parse_known_args(argv)  # usage errors: argparse prints them and exits with 2
+    if options and args.command != "serve":
+        parser.error(f"unrecognized arguments: {' '.join(options)}")
     try:
+        if args.command == "serve":
+            return serve(options)
         if args.command == "report":
             report(args, argv)
     except CliError as err:

@@ -28,7 +28,7 @@ tokenizer drops control characters, so its tokens never do.
 JSON (trace_to_json / write_json / iter_json / trace_from_json): one object
     format, nonfinite, query_tokens, key_tokens, causal, cross, kv_heads (null: one K/V head per query head),
     scale, shapes {name: [dims]}, dtypes {name: "float32"}, array_format, missing [names], meta {...},
-    arrays {name: ...}  (weights [H][T][S], ...; the layout of mha_viz.trace)
+    arrays {name: ...}  (weights `[H][T][S]`, ...; the layout of mha_viz.trace)
 array_format "lists" (the default): each array as nested lists of numbers, each number the shortest
 decimal that reads back to the same value in the array's dtype. JSON has no infinity: a
 non-finite entry is written as the *string* "-inf", "inf" or "nan" (masked scores are "-inf");

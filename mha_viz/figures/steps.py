@@ -120,7 +120,7 @@ def head_steps_figure(trace: AttentionTrace, head: int, *, compact: bool = False
 
 
 def projections_figure(trace: AttentionTrace, head: int) -> go.Figure:
-    """Head h's projection matrices themselves: W_Q[h] [d_model, d_k], W_K[h], W_V[h] [d_context, d], one colour scale.
+    """Head h's projection matrices: `W_Q[h] [d_model, d_k]`, `W_K[h]`, `W_V[h] [d_context, d]`, one colour scale.
 
     Row i of each matrix is what input dimension i adds to every query / key / value dimension.
     """
