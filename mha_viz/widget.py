@@ -174,15 +174,19 @@ def show(model_or_trace: Any, text: str | None = None, *, view: str = "heads", l
 
 
 def export_html(notebook: str | Path, html_path: str | Path) -> Path:
-    """An executed notebook as one HTML file that shows mha-viz widgets offline: nbconvert's HTML, with each widget
-    output's static copy preferred over the widget view (which would load the widget manager from a CDN)."""
+    """An executed notebook as one HTML file that shows its mha-viz widgets offline: nbconvert's HTML with each
+    widget output's static copy instead of the widget view, and no script loaded from the network (nbconvert's
+    defaults load require.js, MathJax and the widget manager from CDNs: LaTeX in markdown cells stays as text)."""
+    import nbformat
     from nbconvert import HTMLExporter
     from traitlets.config import Config
 
-    priority = HTMLExporter().default_config.NbConvertBase.display_data_priority
+    nb = nbformat.read(str(notebook), as_version=4)
+    nb.metadata.pop("widgets", None)  # without the saved state nbconvert shows the outputs' text/html
     config = Config()
-    config.NbConvertBase.display_data_priority = ["text/html", *(p for p in priority if p != "text/html")]
-    body, _ = HTMLExporter(config=config).from_filename(str(notebook))
+    config.HTMLExporter.require_js_url = "data:,"
+    config.HTMLExporter.mathjax_url = "data:,"
+    body, _ = HTMLExporter(config=config).from_notebook_node(nb)
     out = Path(html_path)
     out.write_text(body, encoding="utf-8")
     return out
