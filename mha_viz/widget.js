@@ -112,7 +112,13 @@ export function render({ model, el: root }) {
 .mha-viz-widget .mv-tip { position: absolute; pointer-events: none; background: #222; color: #fff; padding: 3px 6px;
   border-radius: 4px; white-space: pre; font-size: 12px; z-index: 10; }
 .mha-viz-widget .mv-overview { display: grid; gap: 3px; align-items: center; }
-.mha-viz-widget .mv-muted { opacity: 0.65; }`;
+.mha-viz-widget .mv-muted { opacity: 0.65; }
+.mha-viz-widget .mv-labelled { display: grid; grid-template-columns: auto auto; gap: 2px; }
+.mha-viz-widget .mv-keys { display: flex; align-items: flex-end; max-height: 70px; }
+.mha-viz-widget .mv-keys span { writing-mode: vertical-rl; transform: rotate(180deg); overflow: hidden;
+  white-space: nowrap; line-height: 1; }
+.mha-viz-widget .mv-queries { display: flex; flex-direction: column; align-items: flex-end; max-width: 70px; }
+.mha-viz-widget .mv-queries span { display: flex; align-items: center; overflow: hidden; white-space: nowrap; }`;
   const title = el("div", { class: "mv-title" });
   const bar = el("div", { class: "mv-bar" });
   const body = el("div", { class: "mv-body" });
@@ -149,6 +155,25 @@ export function render({ model, el: root }) {
     return group;
   }
 
+  function labelled(canvas, cell) {
+    // The heatmap with its tokens: queries down the left, keys along the top (when a cell is tall enough to read).
+    if (cell < 9) return canvas;
+    const font = `${Math.min(cell - 1, 11)}px`;
+    const box = el("div", { class: "mv-labelled" });
+    const tokens = (labels, cls) => {
+      const axis = el("div", { class: cls });
+      for (const t of labels) {
+        const s = el("span", {}, t.replace(/^\d+(-\d+)?: /, ""));
+        s.style.fontSize = font;
+        s.style[cls === "mv-keys" ? "width" : "height"] = `${cell}px`;
+        axis.appendChild(s);
+      }
+      return axis;
+    };
+    box.append(el("span"), tokens(keys, "mv-keys"), tokens(queries, "mv-queries"), canvas);
+    return box;
+  }
+
   function heads_view(layer, head) {
     const m = d.values.subarray(layer * heads * rows * cols, (layer + 1) * heads * rows * cols);
     const scaleTop = top(m); // one colour scale for the layer's grid
@@ -157,7 +182,7 @@ export function render({ model, el: root }) {
     for (let h = 0; h < heads; h++) {
       const panel = el("div", { class: "mv-panel", "aria-selected": String(h === head), title: `pick ${d.meta.labels[h]}` });
       panel.appendChild(el("div", {}, d.meta.labels[h]));
-      panel.appendChild(heatmap(d, layer, h, cell, scaleTop, tip));
+      panel.appendChild(labelled(heatmap(d, layer, h, cell, scaleTop, tip), cell));
       panel.addEventListener("click", () => pick({ head: h }));
       grid.appendChild(panel);
     }

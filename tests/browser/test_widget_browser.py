@@ -1,6 +1,6 @@
 """mha_viz.show() in Chromium: the example notebook opened and run in a real JupyterLab (no token, nothing from the
 network), and the same notebook exported to HTML. The grid is painted from every layer's weights sent once; a layer
-click repaints it while the kernel is busy (no kernel round trip), and Python then reads the clicked layer."""
+click repaints it while the kernel waits for an input() (no kernel round trip), and Python then reads the clicked layer."""
 
 from __future__ import annotations
 
@@ -73,12 +73,16 @@ def check_grid_and_switch(page, traces) -> None:
 def jupyterlab(folder: Path) -> Iterator[str]:
     """JupyterLab on a free port serving folder, no token, its settings and runtime files in folder: the base URL."""
     port = free_port()
+    (folder / ".config" / "labconfig").mkdir(parents=True)  # no "get Jupyter news?" question over the notebook
+    (folder / ".config" / "labconfig" / "page_config.json").write_text(
+        '{"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": true}}')
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "JUPYTER_CONFIG_DIR": str(folder / ".config"), "JUPYTER_RUNTIME_DIR": str(folder / ".runtime"),
            "JUPYTERLAB_WORKSPACES_DIR": str(folder / ".workspaces"), "IPYTHONDIR": str(folder / ".ipython")}
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
            f"--ServerApp.root_dir={folder}", "--IdentityProvider.token=", "--ServerApp.password=",
-           "--ServerApp.disable_check_xsrf=True", "--LabApp.news_url=",
+           "--ServerApp.disable_check_xsrf=True", "--allow-root", "--LabApp.news_url=",
+           "--LabApp.expose_app_in_browser=True", "--LabApp.extension_manager=readonly",
            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     log = open(folder / "jupyterlab.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -100,17 +104,27 @@ def jupyterlab(folder: Path) -> Iterator[str]:
         log.close()
 
 
+KERNEL_JS = "() => window.jupyterapp?.shell.currentWidget?.sessionContext?.session?.kernel?.status"
+RUN_CELL_JS = """(source) => {
+    const panel = window.jupyterapp.shell.currentWidget;
+    const n = panel.content.model.cells.length;
+    panel.content.model.sharedModel.insertCell(n, {cell_type: 'code', source});
+    panel.content.activeCellIndex = n;
+    window.jupyterapp.commands.execute('notebook:run-cell');  // not awaited: it resolves when the cell is done
+}"""
+
+
+def kernel_is(page, status: str, timeout: float = 120_000) -> None:
+    page.wait_for_function(f"() => ({KERNEL_JS})() === '{status}'", timeout=timeout)
+
+
 def run_cell(page, source: str) -> None:
-    """A new cell at the end of the notebook with this source, run (Shift+Enter)."""
-    page.locator(".jp-Notebook .jp-Cell").last.click()
-    page.keyboard.press("Escape")
-    page.keyboard.press("b")  # command mode: a cell below
-    page.keyboard.type(source)
-    page.keyboard.press("Shift+Enter")
+    """A new cell at the end of the notebook with this source, run (JupyterLab's own command)."""
+    page.evaluate(RUN_CELL_JS, source)
 
 
 @needs_chromium
-def test_jupyterlab_runs_the_notebook_and_a_layer_click_repaints_while_the_kernel_is_busy(
+def test_jupyterlab_runs_the_notebook_and_a_layer_click_repaints_while_the_kernel_waits(
     browser, tmp_path: Path, assets: Path
 ) -> None:
     traces = mha_viz.load_model(mha_viz.INDUCTION_MODEL).traces(TEXT)
@@ -122,27 +136,29 @@ def test_jupyterlab_runs_the_notebook_and_a_layer_click_repaints_while_the_kerne
         page.on("pageerror", lambda err: errors.append(str(err)))
         page.goto(f"{url}/lab/tree/notebook.ipynb")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-        page.get_by_role("menuitem", name="Run").click()
-        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        kernel_is(page, "idle")
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
         check_grid_and_switch(page, traces)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+        kernel_is(page, "idle")
         page.locator(WIDGET).screenshot(path=str(assets / "notebook-widget.png"))
 
-        run_cell(page, "import time; time.sleep(30)")  # the kernel busy: it cannot answer anything for 30 s
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='busy']", timeout=30_000)
+        # The kernel busy until the page answers input(): it handles no widget message before that.
+        run_cell(page, "answer = input('the kernel waits: ')")
+        page.wait_for_selector(".jp-Stdin-input")
+        kernel_is(page, "busy")
         before = page.evaluate(PAINTED_JS, WIDGET)
         page.locator(f"{WIDGET} .mv-layers button[data-index='0']").click()
-        page.wait_for_function("() => document.querySelector('.mha-viz-widget .mv-grid').dataset.layer === '0'",
-                               timeout=10_000)
+        page.wait_for_function("() => document.querySelector('.mha-viz-widget .mv-grid').dataset.layer === '0'")
         assert page.evaluate(PAINTED_JS, WIDGET) == before + 1
-        assert page.locator(".jp-Notebook-ExecutionIndicator").get_attribute("data-status") == "busy"  # still asleep
+        assert page.evaluate(KERNEL_JS) == "busy"  # still waiting for the input
         T = len(traces[0].query_tokens)
         r, c = T - 1, 8
         assert f"weight {traces[0].weights[2, r, c]:.3f}" in hover_text(page, 2, r, c, T, T)  # layer 0's numbers
 
-        run_cell(page, "print('layer', widget.layer)")  # runs after the sleep: the kernel heard the click
-        page.wait_for_selector(".jp-OutputArea-output:has-text('layer 0')", timeout=90_000)
+        page.locator(".jp-Stdin-input").fill("done")
+        page.locator(".jp-Stdin-input").press("Enter")
+        run_cell(page, "print('python reads layer', widget.layer)")  # after the click's message
+        page.wait_for_selector(".jp-OutputArea-output:has-text('python reads layer 0')", timeout=90_000)
         page.close()
     assert errors == [] and aborted == []
 
