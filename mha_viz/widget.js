@@ -111,7 +111,7 @@ export function render({ model, el: root }) {
 .mha-viz-widget canvas { image-rendering: pixelated; display: block; }
 .mha-viz-widget .mv-tip { position: absolute; pointer-events: none; background: #222; color: #fff; padding: 3px 6px;
   border-radius: 4px; white-space: pre; font-size: 12px; z-index: 10; }
-.mha-viz-widget .mv-overview { display: grid; gap: 3px; align-items: center; }
+.mha-viz-widget .mv-overview { display: grid; gap: 3px 8px; align-items: center; justify-content: start; }
 .mha-viz-widget .mv-muted { opacity: 0.65; }
 .mha-viz-widget .mv-labelled { display: grid; grid-template-columns: auto auto; gap: 2px; }
 .mha-viz-widget .mv-keys { display: flex; align-items: flex-end; max-height: 70px; }
@@ -235,8 +235,9 @@ export function render({ model, el: root }) {
     }
     for (let c = 0; c < cols; c++) text(290, 24 + c * rowPx + rowPx / 2, keys[c], "start");
     const box = el("div");
-    box.appendChild(buttons("Head", heads, h, "head", (i) => pick({ head: i })));
-    box.appendChild(svg);
+    const bar = el("div", { class: "mv-bar" });
+    bar.appendChild(buttons("Head", heads, h, "head", (i) => pick({ head: i })));
+    box.append(bar, svg);
     return box;
   }
 
@@ -244,7 +245,7 @@ export function render({ model, el: root }) {
     const scaleTop = top(d.values); // one colour scale for every thumbnail
     const cell = Math.max(1, Math.floor(56 / Math.max(rows, cols)));
     const grid = el("div", { class: "mv-overview" });
-    grid.style.gridTemplateColumns = `auto repeat(${heads}, auto)`;
+    grid.style.gridTemplateColumns = `max-content repeat(${heads}, max-content)`;
     grid.appendChild(el("span"));
     for (let h = 0; h < heads; h++) grid.appendChild(el("span", { class: "mv-muted" }, `h${h}`));
     for (let l = 0; l < layers; l++) {
