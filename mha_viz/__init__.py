@@ -32,6 +32,7 @@ __all__ = [
     "long_trace",
     "nearest_valid_heads",
     "positional_encoding",
+    "show",
     "tokenize",
     "valid_head_counts",
 ]
@@ -43,4 +44,8 @@ def __getattr__(name: str):
         from . import pretrained
 
         return getattr(pretrained, name)
+    if name == "show":  # the notebook widget: imports anywidget (the "notebook" extra) on first use
+        from .widget import show
+
+        return show
     raise AttributeError(f"module 'mha_viz' has no attribute {name!r}")

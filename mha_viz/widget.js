@@ -1,0 +1,291 @@
+// The notebook widget of mha_viz.show(): every layer's weights arrive once (the layer switch's payload,
+// mha_viz/layer_payload.py) and every view is painted here, so a layer or head click repaints at once,
+// without the kernel; the kernel only learns the new `layer` / `head` (model.save_changes()).
+// Plain DOM + canvas + SVG, no other script: it works offline, in JupyterLab, Notebook, VS Code and the
+// static HTML copy (widget.py: static_html), which drives it with a small model of its own.
+//
+// model: data (payload bytes), query_labels, key_labels, view ("heads" | "lines" | "overview"),
+//        layer (int), head (int or null), title
+const NAN = 65535;
+const SVG = "http://www.w3.org/2000/svg";
+
+function bytesOf(data) {
+  if (data instanceof Uint8Array) return data;
+  if (data instanceof DataView) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  if (data && data.buffer instanceof ArrayBuffer) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  return new Uint8Array(0);
+}
+
+export function decode(data) {
+  const bytes = bytesOf(data);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const n = view.getUint32(0, true);
+  const meta = JSON.parse(new TextDecoder().decode(bytes.subarray(4, 4 + n)));
+  const count = meta.layers * meta.heads * meta.rows * meta.cols;
+  const copy = bytes.slice(4 + n, 4 + n + 2 * count); // a fresh, aligned buffer
+  const codes = new Uint16Array(copy.buffer);
+  const step = (meta.hi - meta.lo) / 65534;
+  const values = new Float32Array(count); // as layer_switch.js decodes: lo + v * step in float64, kept as float32
+  for (let i = 0; i < count; i++) values[i] = codes[i] === NAN ? NaN : meta.lo + codes[i] * step;
+  return { meta, values };
+}
+
+function matrix(d, layer, head) {
+  const { heads, rows, cols } = d.meta;
+  const start = (layer * heads + head) * rows * cols;
+  return d.values.subarray(start, start + rows * cols);
+}
+
+function top(values) {
+  let t = 0;
+  for (const v of values) if (Math.abs(v) > t) t = Math.abs(v);
+  return t || 1;
+}
+
+function colour(d, v, scaleTop) {
+  // Blues from 0 to scaleTop (paint.colorscale, as the app's heatmaps); a negative weight (differential
+  // attention) in red; NaN (masked) the background.
+  if (Number.isNaN(v)) return d.meta.paint.background;
+  const x = Math.min(Math.abs(v) / scaleTop, 1);
+  if (v < 0) return [255, Math.round(255 * (1 - 0.8 * x)), Math.round(255 * (1 - 0.8 * x))];
+  const scale = d.meta.paint.colorscale;
+  for (let i = 1; i < scale.length; i++) {
+    const [p1, c1] = scale[i];
+    if (x <= p1) {
+      const [p0, c0] = scale[i - 1];
+      const f = p1 > p0 ? (x - p0) / (p1 - p0) : 0;
+      return c0.map((c, k) => Math.round(c + f * (c1[k] - c)));
+    }
+  }
+  return scale[scale.length - 1][1];
+}
+
+function el(tag, attrs = {}, text = "") {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text) node.textContent = text;
+  return node;
+}
+
+function heatmap(d, layer, head, cell, scaleTop, tip) {
+  // One head as a canvas of rows x cols cells, `cell` px each; the hover names the token pair and the weight.
+  const { rows, cols } = d.meta;
+  const canvas = el("canvas", { class: "mv-heatmap", width: cols, height: rows, "data-layer": layer, "data-head": head });
+  canvas.style.width = `${cols * cell}px`;
+  canvas.style.height = `${rows * cell}px`;
+  const ctx = canvas.getContext("2d");
+  const image = ctx.createImageData(cols, rows);
+  const m = matrix(d, layer, head);
+  for (let i = 0; i < m.length; i++) {
+    const [r, g, b] = colour(d, m[i], scaleTop);
+    image.data.set([r, g, b, 255], 4 * i);
+  }
+  ctx.putImageData(image, 0, 0);
+  canvas.addEventListener("mousemove", (e) => {
+    const box = canvas.getBoundingClientRect();
+    const c = Math.min(cols - 1, Math.floor(((e.clientX - box.left) / box.width) * cols));
+    const r = Math.min(rows - 1, Math.floor(((e.clientY - box.top) / box.height) * rows));
+    tip(e, d, layer, head, r, c);
+  });
+  canvas.addEventListener("mouseleave", () => tip(null));
+  return canvas;
+}
+
+export function render({ model, el: root }) {
+  const d = decode(model.get("data"));
+  const { layers, heads, rows, cols } = d.meta;
+  const queries = model.get("query_labels");
+  const keys = model.get("key_labels");
+  root.classList.add("mha-viz-widget");
+  const style = el("style");
+  style.textContent = `
+.mha-viz-widget { font: 13px system-ui, sans-serif; color: #222; position: relative; }
+.mha-viz-widget button { margin: 0 2px 2px 0; padding: 2px 8px; border: 1px solid #c4c9d4; border-radius: 6px;
+  background: #fff; color: #222; cursor: pointer; font: inherit; }
+.mha-viz-widget button[aria-pressed="true"] { background: #1f5fa8; border-color: #1f5fa8; color: #fff; }
+.mha-viz-widget .mv-bar { display: flex; flex-wrap: wrap; align-items: center; gap: 4px; margin: 2px 0 6px; }
+.mha-viz-widget .mv-grid { display: flex; flex-wrap: wrap; gap: 12px; }
+.mha-viz-widget .mv-panel { cursor: pointer; padding: 3px; border: 2px solid transparent; border-radius: 4px; }
+.mha-viz-widget .mv-panel[aria-selected="true"] { border-color: #d55e00; }
+.mha-viz-widget canvas { image-rendering: pixelated; display: block; }
+.mha-viz-widget .mv-tip { position: absolute; pointer-events: none; background: #222; color: #fff; padding: 3px 6px;
+  border-radius: 4px; white-space: pre; font-size: 12px; z-index: 10; }
+.mha-viz-widget .mv-overview { display: grid; gap: 3px 8px; align-items: center; justify-content: start; }
+.mha-viz-widget .mv-muted { opacity: 0.65; }
+.mha-viz-widget .mv-labelled { display: grid; grid-template-columns: auto auto; gap: 2px; }
+.mha-viz-widget .mv-keys { display: flex; align-items: flex-end; max-height: 70px; }
+.mha-viz-widget .mv-keys span { writing-mode: vertical-rl; transform: rotate(180deg); overflow: hidden;
+  white-space: nowrap; line-height: 1; }
+.mha-viz-widget .mv-queries { display: flex; flex-direction: column; align-items: flex-end; max-width: 70px; }
+.mha-viz-widget .mv-queries span { display: flex; align-items: center; overflow: hidden; white-space: nowrap; }`;
+  const title = el("div", { class: "mv-title" });
+  const bar = el("div", { class: "mv-bar" });
+  const body = el("div", { class: "mv-body" });
+  const tipBox = el("div", { class: "mv-tip" });
+  tipBox.hidden = true;
+  root.replaceChildren(style, title, bar, body, tipBox);
+
+  const tip = (e, _d, layer, head, r, c) => {
+    if (!e) {
+      tipBox.hidden = true;
+      return;
+    }
+    const v = matrix(d, layer, head)[r * cols + c];
+    tipBox.textContent = `layer ${layer}, ${d.meta.labels[head]}\nquery ${queries[r]}\nkey ${keys[c]}\n` +
+      `weight ${Number.isNaN(v) ? "masked" : v.toFixed(3)}`;
+    const box = root.getBoundingClientRect();
+    tipBox.style.left = `${e.clientX - box.left + 12}px`;
+    tipBox.style.top = `${e.clientY - box.top + 12}px`;
+    tipBox.hidden = false;
+  };
+  const pick = (changes) => {
+    for (const [k, v] of Object.entries(changes)) model.set(k, v);
+    model.save_changes(); // the repaint below runs on the local change event: the kernel is only told
+  };
+
+  function buttons(label, count, active, name, onClick) {
+    const group = el("span", { role: "group", "aria-label": label, class: `mv-${name}s` });
+    group.appendChild(el("span", { class: "mv-muted" }, label));
+    for (let i = 0; i < count; i++) {
+      const b = el("button", { type: "button", "aria-pressed": String(i === active), "data-index": i }, String(i));
+      b.addEventListener("click", () => onClick(i));
+      group.appendChild(b);
+    }
+    return group;
+  }
+
+  function labelled(canvas, cell) {
+    // The heatmap with its tokens: queries down the left, keys along the top (when a cell is tall enough to read).
+    if (cell < 9) return canvas;
+    const font = `${Math.min(cell - 1, 11)}px`;
+    const box = el("div", { class: "mv-labelled" });
+    const tokens = (labels, cls) => {
+      const axis = el("div", { class: cls });
+      for (const t of labels) {
+        const s = el("span", {}, t.replace(/^\d+(-\d+)?: /, ""));
+        s.style.fontSize = font;
+        s.style[cls === "mv-keys" ? "width" : "height"] = `${cell}px`;
+        axis.appendChild(s);
+      }
+      return axis;
+    };
+    box.append(el("span"), tokens(keys, "mv-keys"), tokens(queries, "mv-queries"), canvas);
+    return box;
+  }
+
+  function heads_view(layer, head) {
+    const m = d.values.subarray(layer * heads * rows * cols, (layer + 1) * heads * rows * cols);
+    const scaleTop = top(m); // one colour scale for the layer's grid
+    const cell = Math.max(2, Math.min(24, Math.floor(220 / Math.max(rows, cols))));
+    const grid = el("div", { class: "mv-grid", "data-layer": layer });
+    for (let h = 0; h < heads; h++) {
+      const panel = el("div", { class: "mv-panel", "aria-selected": String(h === head), title: `pick ${d.meta.labels[h]}` });
+      panel.appendChild(el("div", {}, d.meta.labels[h]));
+      panel.appendChild(labelled(heatmap(d, layer, h, cell, scaleTop, tip), cell));
+      panel.addEventListener("click", () => pick({ head: h }));
+      grid.appendChild(panel);
+    }
+    return grid;
+  }
+
+  function lines_view(layer, head) {
+    const h = head ?? 0;
+    const m = matrix(d, layer, h);
+    const scaleTop = top(m);
+    const rowPx = 18;
+    const width = 420;
+    const svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", rowPx * Math.max(rows, cols) + 24);
+    svg.setAttribute("class", "mv-lines");
+    svg.setAttribute("data-layer", layer);
+    svg.setAttribute("data-head", h);
+    const text = (x, y, s, anchor) => {
+      const t = document.createElementNS(SVG, "text");
+      Object.entries({ x, y, "text-anchor": anchor, "font-size": 12, "dominant-baseline": "middle" })
+        .forEach(([k, v]) => t.setAttribute(k, v));
+      t.textContent = s;
+      svg.appendChild(t);
+      return t;
+    };
+    text(130, 8, "queries", "end").setAttribute("font-weight", "bold");
+    text(290, 8, "keys", "start").setAttribute("font-weight", "bold");
+    const lines = [];
+    for (let r = 0; r < rows; r++) {
+      for (let c = 0; c < cols; c++) {
+        const v = m[r * cols + c];
+        if (!(Math.abs(v) >= 0.01 * scaleTop)) continue; // NaN and near-zero weights draw no line
+        const line = document.createElementNS(SVG, "line");
+        Object.entries({ x1: 140, y1: 24 + r * rowPx + rowPx / 2, x2: 280, y2: 24 + c * rowPx + rowPx / 2,
+          stroke: v < 0 ? "#c0392b" : "#1f5fa8", "stroke-width": 3, "stroke-opacity": Math.abs(v) / scaleTop })
+          .forEach(([k, val]) => line.setAttribute(k, val));
+        line.dataset.row = r;
+        line.addEventListener("mousemove", (e) => tip(e, d, layer, h, r, c));
+        line.addEventListener("mouseleave", () => tip(null));
+        svg.appendChild(line);
+        lines.push(line);
+      }
+    }
+    for (let r = 0; r < rows; r++) {
+      const t = text(130, 24 + r * rowPx + rowPx / 2, queries[r], "end");
+      t.style.cursor = "pointer";
+      t.addEventListener("mouseenter", () => lines.forEach((l) => { l.style.display = l.dataset.row == r ? "" : "none"; }));
+      t.addEventListener("mouseleave", () => lines.forEach((l) => { l.style.display = ""; }));
+    }
+    for (let c = 0; c < cols; c++) text(290, 24 + c * rowPx + rowPx / 2, keys[c], "start");
+    const box = el("div");
+    const bar = el("div", { class: "mv-bar" });
+    bar.appendChild(buttons("Head", heads, h, "head", (i) => pick({ head: i })));
+    box.append(bar, svg);
+    return box;
+  }
+
+  function overview_view(layer, head) {
+    const scaleTop = top(d.values); // one colour scale for every thumbnail
+    const cell = Math.max(1, Math.floor(56 / Math.max(rows, cols)));
+    const grid = el("div", { class: "mv-overview" });
+    grid.style.gridTemplateColumns = `max-content repeat(${heads}, max-content)`;
+    grid.appendChild(el("span"));
+    for (let h = 0; h < heads; h++) grid.appendChild(el("span", { class: "mv-muted" }, `h${h}`));
+    for (let l = 0; l < layers; l++) {
+      grid.appendChild(el("span", { class: "mv-muted" }, `layer ${l}`));
+      for (let h = 0; h < heads; h++) {
+        const panel = el("div", { class: "mv-panel", "aria-selected": String(l === layer && h === head),
+          title: `layer ${l}, ${d.meta.labels[h]}` });
+        panel.appendChild(heatmap(d, l, h, cell, scaleTop, tip));
+        panel.addEventListener("click", () => pick({ layer: l, head: h }));
+        grid.appendChild(panel);
+      }
+    }
+    return grid;
+  }
+
+  function paint() {
+    const view = model.get("view");
+    const layer = Math.min(Math.max(model.get("layer"), 0), layers - 1);
+    const head = model.get("head");
+    title.textContent = model.get("title");
+    const views = el("span", { role: "group", "aria-label": "View", class: "mv-views" });
+    for (const name of ["heads", "lines", "overview"]) {
+      const b = el("button", { type: "button", "aria-pressed": String(name === view), "data-view": name }, name);
+      b.addEventListener("click", () => pick({ view: name }));
+      views.appendChild(b);
+    }
+    bar.replaceChildren(views);
+    if (view !== "overview") bar.appendChild(buttons("Layer", layers, layer, "layer", (i) => pick({ layer: i })));
+    tipBox.hidden = true;
+    const drawn = view === "lines" ? lines_view(layer, head) : view === "overview" ? overview_view(layer, head)
+      : heads_view(layer, head);
+    body.replaceChildren(drawn);
+    root.dataset.painted = String(Number(root.dataset.painted || 0) + 1); // how many paints: read by the tests
+  }
+
+  paint();
+  for (const name of ["layer", "head", "view", "title"]) model.on(`change:${name}`, paint);
+  return () => {
+    for (const name of ["layer", "head", "view", "title"]) model.off(`change:${name}`, paint);
+  };
+}
+
+export default { render };

@@ -1,0 +1,195 @@
+"""mha_viz.show(): attention in a Jupyter notebook (JupyterLab, Notebook, VS Code) as an anywidget widget.
+
+Every layer's weights go to the browser once, in the layer switch's payload (mha_viz/layer_payload.py), and
+widget.js paints the views from them: a layer or head click repaints at once, without the kernel, which is
+only told the new `layer` / `head`. widget.js is the widget's only script (in the package: no CDN), and each
+output also carries a static HTML copy of the widget (the same script and data inline) that an exported HTML
+notebook shows offline: see export_html().
+
+This module imports anywidget (`pip install "mha-viz[notebook]"`); `import mha_viz` does not.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import numpy as np
+import traitlets
+
+from .figures.common import max_pool
+from .figures.heads import MAX_CELLS_PER_SIDE, head_label, layer_stack
+from .layer_payload import MAX_BYTES, pack, paint_style, with_header
+from .trace import AttentionTrace
+
+VIEWS = ("heads", "lines", "overview")
+ESM = Path(__file__).with_name("widget.js")
+STATIC_MAX_BYTES = 4 * 2**20  # a larger payload is not copied into the static HTML (the notebook would double)
+
+
+def traces_of(model_or_trace: Any, text: str | None = None, part: str | None = None) -> list[AttentionTrace]:
+    """The layers to show: a trace, a sequence of traces (one per layer), a PretrainedModel with a text (every
+    layer from one forward pass), or a source (mha_viz.sources: ConfigurableSource, ModelSource, ...; with text:
+    on that text)."""
+    if isinstance(model_or_trace, AttentionTrace):
+        return [model_or_trace]
+    if isinstance(model_or_trace, Sequence) and not isinstance(model_or_trace, str | bytes):
+        traces = list(model_or_trace)
+        if not traces or not all(isinstance(t, AttentionTrace) for t in traces):
+            raise TypeError("show() needs a non-empty list of AttentionTrace (one per layer)")
+        return traces
+    if hasattr(model_or_trace, "traces") and hasattr(model_or_trace, "tokenizer"):  # a PretrainedModel
+        if not isinstance(text, str):
+            raise TypeError("show(model, text): a pretrained model needs the text to read")
+        return list(model_or_trace.traces(text, part=part))
+    if hasattr(model_or_trace, "trace") and hasattr(model_or_trace, "num_layers"):  # a source
+        source = model_or_trace if text is None else model_or_trace.with_text(text)
+        return [source.trace(i) for i in range(source.num_layers)]
+    raise TypeError(f"show() takes an AttentionTrace, a list of them, a PretrainedModel with a text or a source, "
+                    f"not {type(model_or_trace).__name__}")
+
+
+def axis_labels(tokens: Sequence[str], block: int) -> list[str]:
+    """A label per row (or column) of a matrix max-pooled in blocks of `block` tokens: the token, or the first and
+    last token of its block with their positions."""
+    if block == 1:
+        return [f"{i}: {t}" for i, t in enumerate(tokens)]
+    out = []
+    for start in range(0, len(tokens), block):
+        end = min(len(tokens), start + block) - 1
+        out.append(f"{start}-{end}: {tokens[start]} … {tokens[end]} (max)")
+    return out
+
+
+def payload(traces: Sequence[AttentionTrace]) -> tuple[bytes, list[str], list[str]]:
+    """The widget's data: (payload bytes, query labels, key labels). Matrices longer than MAX_CELLS_PER_SIDE a
+    side are max-pooled as the app's heads chart draws them."""
+    stack = layer_stack(traces)  # (L, H, t, s) float32
+    if 2 * stack.size > MAX_BYTES:
+        raise ValueError(f"{stack.shape[0]} layers x {stack.shape[1]} heads of {stack.shape[2]} x {stack.shape[3]} "
+                         f"weights are more than the widget sends ({MAX_BYTES // 2**20} MiB): show fewer layers")
+    first = traces[0]
+    _, bt, bs = max_pool(np.zeros((1, *first.weights.shape[1:]), np.float32), MAX_CELLS_PER_SIDE)
+    data = with_header(pack(stack, [head_label(first, h) for h in range(stack.shape[1])]), paint=paint_style())
+    return data, axis_labels(first.query_tokens, bt), axis_labels(first.key_tokens, bs)
+
+
+def title_of(traces: Sequence[AttentionTrace]) -> str:
+    meta = traces[0].meta
+    name = meta.get("model") or (f"random layer, seed {meta['seed']}" if "seed" in meta else "attention")
+    return f"{name}: {len(traces)} layer{'s' * (len(traces) != 1)}, {traces[0].weights.shape[0]} heads"
+
+
+class AttentionWidget(anywidget.AnyWidget):
+    """Every layer's attention heads in a notebook. `layer`, `head` and `view` are read and set from Python (a set
+    repaints the widget) and follow clicks in the browser."""
+
+    _esm = ESM
+    data = traitlets.Bytes().tag(sync=True)
+    query_labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    key_labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    view = traitlets.Enum(VIEWS, default_value="heads").tag(sync=True)
+    layer = traitlets.Int(0).tag(sync=True)
+    head = traitlets.Int(None, allow_none=True).tag(sync=True)
+    title = traitlets.Unicode("").tag(sync=True)
+
+    @property
+    def num_layers(self) -> int:
+        return self.header["layers"]
+
+    @property
+    def num_heads(self) -> int:
+        return self.header["heads"]
+
+    @property
+    def header(self) -> dict:
+        """The payload's JSON header (layers, heads, rows, cols, lo, hi, labels, paint)."""
+        (n,) = np.frombuffer(self.data[:4], "<u4")
+        return json.loads(self.data[4:4 + int(n)])
+
+    @traitlets.validate("layer")
+    def _check_layer(self, proposal: dict) -> int:
+        layer = proposal["value"]
+        if self.data and not 0 <= layer < self.num_layers:
+            raise traitlets.TraitError(f"layer {layer} is out of range: the widget has layers 0..{self.num_layers - 1}")
+        return layer
+
+    @traitlets.validate("head")
+    def _check_head(self, proposal: dict) -> int | None:
+        head = proposal["value"]
+        if head is not None and self.data and not 0 <= head < self.num_heads:
+            raise traitlets.TraitError(f"head {head} is out of range: the widget has heads 0..{self.num_heads - 1}")
+        return head
+
+    def static_html(self) -> str:
+        """The widget as self-contained HTML (its script and data inline, no network): what an exported HTML notebook
+        shows. Clicks switch layers and heads there too, with no kernel."""
+        state = {"data": base64.b64encode(self.data).decode(), "query_labels": self.query_labels,
+                 "key_labels": self.key_labels, "view": self.view, "layer": self.layer, "head": self.head,
+                 "title": self.title}
+        script = f"""
+const state = {json.dumps(state)};
+const esm = {json.dumps(ESM.read_text(encoding="utf-8"))};
+const url = URL.createObjectURL(new Blob([esm], {{type: "text/javascript"}}));
+const bytes = Uint8Array.from(atob(state.data), (c) => c.charCodeAt(0));
+const values = {{...state, data: bytes}};
+const listeners = {{}};
+const model = {{
+  get: (k) => values[k],
+  set: (k, v) => {{ values[k] = v; (listeners["change:" + k] || []).forEach((f) => f()); }},
+  on: (e, f) => {{ (listeners[e] = listeners[e] || []).push(f); }},
+  off: (e, f) => {{ listeners[e] = (listeners[e] || []).filter((g) => g !== f); }},
+  save_changes: () => {{}},
+}};
+import(url).then((m) => m.render({{model, el: document.getElementById("{self.model_id}-static")}}));
+"""
+        script = script.replace("</", "<\\/")  # nothing inside closes the script element
+        return f'<div id="{self.model_id}-static" class="mha-viz-static"></div><script type="module">{script}</script>'
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict] | None:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is not None and len(self.data) <= STATIC_MAX_BYTES:
+            bundle[0]["text/html"] = self.static_html()
+        return bundle
+
+
+def show(model_or_trace: Any, text: str | None = None, *, view: str = "heads", layer: int = 0,
+         head: int | None = None, part: str | None = None) -> AttentionWidget:
+    """A notebook widget of every layer's heads: view "heads" (the grid; a click on a head picks it), "lines" (the
+    picked head's query-to-key lines) or "overview" (layers x heads thumbnails; a click opens that layer and head).
+    model_or_trace: an AttentionTrace, a list of them (one per layer), a PretrainedModel with `text`, or a source.
+    part: the pretrained model's part (encoder, decoder, cross; default its first)."""
+    if view not in VIEWS:
+        raise ValueError(f"view must be one of {', '.join(VIEWS)}, not {view!r}")
+    traces = traces_of(model_or_trace, text, part)
+    data, queries, keys = payload(traces)
+    widget = AttentionWidget(data=data, query_labels=queries, key_labels=keys, view=view, title=title_of(traces))
+    widget.layer = layer  # validated against the layers just sent
+    widget.head = head
+    return widget
+
+
+def export_html(notebook: str | Path, html_path: str | Path) -> Path:
+    """An executed notebook as one HTML file that shows its mha-viz widgets offline: nbconvert's HTML with each
+    widget output's static copy instead of the widget view, and no script loaded from the network (nbconvert's
+    defaults load require.js, MathJax and the widget manager from CDNs: LaTeX in markdown cells stays as text)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+    from traitlets.config import Config
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    nb.metadata.pop("widgets", None)  # without the saved state nbconvert shows the outputs' text/html
+    config = Config()
+    config.HTMLExporter.require_js_url = "data:,"
+    config.HTMLExporter.mathjax_url = "data:,"
+    body, _ = HTMLExporter(config=config).from_notebook_node(nb)
+    out = Path(html_path)
+    out.write_text(body, encoding="utf-8")
+    return out
+
+
+__all__ = ["AttentionWidget", "export_html", "show"]
