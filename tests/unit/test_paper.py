@@ -163,3 +163,28 @@ def test_missing_chromium_says_how_to_install_it(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MHA_VIZ_CHROMIUM", str(tmp_path / "nothing-here"))
     with pytest.raises(FigureExportError, match="not an executable"):
         chromium_path()
+
+
+def test_cli_figure_refuses_a_bad_name_before_any_work(tmp_path, capsys, monkeypatch) -> None:
+    from mha_viz.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["figure", "--text", "a b c"]) == 2
+    assert "give --out heads.pdf" in capsys.readouterr().err
+    assert main(["figure", "--text", "a b c", "--out", "heads.eps"]) == 2
+    assert "must end in .svg, .pdf, .png" in capsys.readouterr().err
+    (tmp_path / "heads.pdf").write_bytes(b"mine")
+    assert main(["figure", "--text", "a b c", "--out", "heads.pdf"]) == 2
+    assert "add --force" in capsys.readouterr().err
+    assert (tmp_path / "heads.pdf").read_bytes() == b"mine"
+
+
+def test_cli_figure_without_kaleido_says_how_to_install_it_in_one_line(tmp_path, capsys, monkeypatch) -> None:
+    from mha_viz.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "kaleido", None)
+    assert main(["figure", "--text", "a b c", "--out", "heads.svg"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("python -m mha_viz figure: error: SVG, PDF and PNG files need kaleido") and "pip install" in err
+    assert err.count("\n") == 1 and not list(tmp_path.iterdir())
