@@ -11,6 +11,7 @@ an SVG opens at the preset's inches, a PDF page is as many points as 0.75 x the 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -55,6 +56,21 @@ def chromium_path() -> str:
             return found
     raise FigureExportError("no Chromium or Chrome found to draw the figure: install one (`apt-get install chromium` "
                             "on Debian and Ubuntu) or set MHA_VIZ_CHROMIUM to its path")
+
+
+def export_missing() -> str | None:
+    """Why figures cannot be drawn to files here (kaleido or Chromium missing, and how to install it), or None."""
+    try:
+        found = importlib.util.find_spec("kaleido") is not None
+    except ValueError:  # sys.modules["kaleido"] is None: an import of it fails
+        found = False
+    if not found:
+        return f"SVG, PDF and PNG files need kaleido: {INSTALL_HINT}"
+    try:
+        chromium_path()
+    except FigureExportError as err:
+        return str(err)
+    return None
 
 
 def prepared(fig: go.Figure, preset: str | None = "paper", *, columns: int = 1) -> go.Figure:
