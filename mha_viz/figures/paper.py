@@ -23,7 +23,7 @@ import numpy as np
 import plotly.colors as pc
 import plotly.graph_objects as go
 
-from .common import LINE_EM, text_px, wrap
+from .common import LINE_EM, WIDE_PX, text_px, wrap
 
 PX_PER_PT = 96 / 72
 COLUMN_PX = {1: 336, 2: 672}  # 3.5 in and 7 in at 96 px per inch
@@ -48,22 +48,21 @@ def paper_figure(fig: go.Figure, *, columns: int = 1) -> go.Figure:
         raise ValueError(f"columns must be 1 or 2 (a column or the text width of a paper), got {columns!r}")
     out = go.Figure(copy.deepcopy(fig.to_dict()))
     layout = out.layout
-    old_width = layout.width or 1000
+    old_width = layout.width or WIDE_PX  # the figures' default width
     old_height = layout.height or 450
     old = layout.margin
     old_l, old_r, old_t, old_b = (v if v is not None else d for v, d in ((old.l, 80), (old.r, 80), (old.t, 100), (old.b, 80)))
     width = COLUMN_PX[columns]
     _colours(out)
     _fonts(out)
-    margin_l, margin_b, margin_r = _side_margins(out, width)
-    margin_t = _top(out, width)
+    margin_l, margin_b, margin_r = (math.ceil(m) for m in _side_margins(out, width))
+    margin_t = math.ceil(_top(out, width))
     area_w = width - margin_l - margin_r
     old_area_w, old_area_h = max(1, old_width - old_l - old_r), max(1, old_height - old_t - old_b)
     area_h = min(max(old_area_h * area_w / old_area_w, _rows_px(out)), MAX_HEIGHT_PX - margin_t - margin_b)
     _thin_labels(out, area_w, area_h)
-    layout.update(width=width, height=round(margin_t + area_h + margin_b), template=None,
-                  margin={"l": round(margin_l), "r": round(margin_r), "t": round(margin_t), "b": round(margin_b),
-                          "pad": 0},
+    layout.update(width=width, height=margin_t + math.ceil(area_h) + margin_b, template=None,
+                  margin={"l": margin_l, "r": margin_r, "t": margin_t, "b": margin_b, "pad": 0},
                   paper_bgcolor="white", plot_bgcolor="white")
     return out
 
