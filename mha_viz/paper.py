@@ -6,7 +6,9 @@
 
 Kaleido (PyPI `kaleido`) draws the figure in a headless Chromium: the one on this machine (MHA_VIZ_CHROMIUM, else
 kaleido's BROWSER_PATH, else chromium or Chrome on the PATH); nothing is downloaded. Sizes are CSS px, 96 to the inch:
-an SVG opens at the preset's inches, a PDF page is as many points as 0.75 x the px.
+an SVG opens at the preset's inches, a PDF page is as many points as 0.75 x the px. The PDF is kaleido's SVG printed
+by that Chromium on a page of the figure's size with no margin (kaleido's own PDF keeps a 0.1 in margin inside the
+page and shrinks the figure by 6 % to fit it, which would take the text below 8 pt).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -25,6 +29,10 @@ PRESETS = ("paper",)
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 PNG_DPI = 300
 EXPORT_TIMEOUT_S = 120
+CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-pdf-header-footer")
+PDF_PAGE = ("<!DOCTYPE html><html><head><meta charset='utf-8'><style>@page {{ size: {width}px {height}px; margin: 0 }} "
+            "html, body {{ margin: 0; padding: 0 }} svg {{ display: block }}</style></head><body>{svg}</body></html>")
 INSTALL_HINT = ("install it with `pip install kaleido==1.5.0` (it uses the machine's Chromium: "
                 "`apt-get install chromium` on Debian and Ubuntu, or set MHA_VIZ_CHROMIUM to a Chrome or Chromium)")
 
@@ -95,7 +103,8 @@ def figure_bytes(fig: go.Figure, fmt: str, *, preset: str | None = "paper", colu
     browser = chromium_path()
     width = fig.layout.width or COLUMN_PX[2]
     height = fig.layout.height or 450
-    opts = {"format": fmt, "width": width, "height": height, "scale": dpi / 96 if fmt == "png" else 1}
+    opts = {"format": "svg" if fmt == "pdf" else fmt, "width": width, "height": height,
+            "scale": dpi / 96 if fmt == "png" else 1}
     kopts = {"path": browser, "mathjax": False, "timeout": EXPORT_TIMEOUT_S}  # MathJax would come from a CDN
     try:
         data = kaleido.calc_fig_sync(fig, opts=opts, kopts=kopts)
@@ -104,7 +113,24 @@ def figure_bytes(fig: go.Figure, fmt: str, *, preset: str | None = "paper", colu
                                 f"{type(err).__name__}: {' '.join(str(err).split())}") from err
     if isinstance(data, str):
         data = data.encode("utf-8")
-    return data
+    return _pdf(data, browser, width, height) if fmt == "pdf" else data
+
+
+def _pdf(svg: bytes, browser: str, width: float, height: float) -> bytes:
+    """The SVG printed by Chromium on one page of exactly width x height px (0.75 pt each), no margin."""
+    with tempfile.TemporaryDirectory(prefix="mha-viz-pdf-") as folder:
+        page, out = Path(folder) / "figure.html", Path(folder) / "figure.pdf"
+        page.write_text(PDF_PAGE.format(width=width, height=height, svg=svg.decode("utf-8")), encoding="utf-8")
+        command = [browser, *CHROMIUM_ARGS, f"--user-data-dir={folder}/profile", f"--print-to-pdf={out}",
+                   page.as_uri()]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise FigureExportError(f"Chromium ({browser}) could not print the figure to PDF: {err}") from err
+        if not out.is_file() or out.stat().st_size == 0:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise FigureExportError(f"Chromium ({browser}) wrote no PDF (exit {done.returncode}): {last}")
+        return out.read_bytes()
 
 
 def save_figure(fig: go.Figure, path: str | os.PathLike[str], preset: str | None = "paper", *, columns: int = 1,
