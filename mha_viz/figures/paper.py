@@ -117,6 +117,8 @@ def _fonts(fig: go.Figure) -> None:
         axis.tickfont.size = FONT_PX
         axis.title.font.size = FONT_PX
         axis.automargin = True  # our margins fit the labels; Plotly grows them should a guess fall short
+        if axis.showticklabels is False:
+            axis.ticks = ""  # a tick mark without its label, between two panels, is clutter on paper
     for name in [k for k in layout if k.startswith("coloraxis")]:
         layout[name].colorbar.tickfont.size = FONT_PX
         layout[name].colorbar.title.font.size = FONT_PX
@@ -214,9 +216,28 @@ def _thin_labels(fig: go.Figure, area_w: float, area_h: float) -> None:
             continue  # level x labels: _side_margins turned them upright if they did not fit side by side
         share = length * ((axis.domain[1] - axis.domain[0]) if axis.domain else 1.0)
         step = max(1, math.ceil(_line_px() / max(share / len(axis.tickvals), 1e-9)))
+        values, texts = list(axis.tickvals), list(axis.ticktext)
         if step > 1:
-            axis.tickvals = list(axis.tickvals)[::step]
-            axis.ticktext = list(axis.ticktext)[::step]
+            axis.tickvals, axis.ticktext = values[::step], texts[::step]
             largest = max(largest, step)
+        if not vertical and len(axis.tickvals) > 1 and _crowds_next_panel(fig, axis, values, share, area_w):
+            axis.tickvals, axis.ticktext = list(axis.tickvals)[:-1], list(axis.ticktext)[:-1]
     meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
     fig.layout.meta = {**meta, "paper_label_step": largest}
+
+
+def _crowds_next_panel(fig: go.Figure, axis, values: list[float], share: float, area_w: float) -> bool:
+    """Whether axis's last upright label stands less than a line from the first label of the panel to its right
+    (their positions taken as the cells' centres of a token axis labelled at values, before thinning)."""
+    if not axis.domain:
+        return False
+    gaps = [other.domain[0] - axis.domain[1] for other in fig.select_xaxes()
+            if other.domain and other.domain[0] >= axis.domain[1] and other is not axis]
+    if not gaps:
+        return False
+    spacing = values[1] - values[0]
+    low, high = values[0] - spacing / 2, values[-1] + spacing / 2
+    px = share / max(high - low, 1e-9)
+    kept = list(axis.tickvals)
+    room = (high - kept[-1]) * px + min(gaps) * area_w + (kept[0] - low) * px
+    return room < _line_px()

@@ -188,3 +188,19 @@ def test_cli_figure_without_kaleido_says_how_to_install_it_in_one_line(tmp_path,
     err = capsys.readouterr().err
     assert err.startswith("python -m mha_viz figure: error: SVG, PDF and PNG files need kaleido") and "pip install" in err
     assert err.count("\n") == 1 and not list(tmp_path.iterdir())
+
+
+def test_upright_key_labels_of_neighbouring_heads_stand_a_line_apart() -> None:
+    fig = spec(paper_figure(heads_figure(trace("The animal didn't cross the street because it was too tired"))))
+    layout, n = fig["layout"], 13  # tokens: positions 0..12, each axis spanning -0.5..12.5
+    area_w = layout["width"] - layout["margin"]["l"] - layout["margin"]["r"]
+    labelled = sorted((a for a in axes(fig, "x") if a.get("showticklabels", True)), key=lambda a: a["domain"][0])
+    assert len(labelled) == 4 and all(a["tickangle"] == -90 for a in labelled)
+
+    def px(axis: dict, value: float) -> float:
+        x0, x1 = axis["domain"]
+        return (x0 + (x1 - x0) * (value + 0.5) / n) * area_w
+
+    for left, right in pairwise(labelled):
+        assert px(right, right["tickvals"][0]) - px(left, left["tickvals"][-1]) >= 1.35 * FONT_PX
+    assert labelled[-1]["ticktext"][-1] == "tired"  # the last panel has no neighbour: its last label stays
