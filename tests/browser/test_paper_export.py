@@ -114,3 +114,32 @@ def test_cli_writes_a_pdf_for_a_paper(tmp_path, monkeypatch, capsys, assets) -> 
     picture = Image.open(render_pdf(tmp_path / "heads.pdf", 200, tmp_path / "heads.png"))
     assert picture.width == pytest.approx(3.5 * 200, abs=3)
     shutil.copyfile(tmp_path / "heads.png", assets / "paper-figure.png")  # the README's picture with --update-assets
+
+
+def test_the_apps_pdf_download_is_the_heads_grid_for_a_paper(server: str, browser, tmp_path) -> None:
+    from tests.browser.test_browser_views import new_page, settle
+
+    page = new_page(browser, accept_downloads=True)
+    try:
+        page.goto(f"{server}/?h=2&text=The+cat+sat+on+the+mat")
+        settle(page)
+        page.get_by_text("Export and share").click()
+        button = page.get_by_role("button", name="Figure for a paper (.pdf)")
+        button.wait_for(timeout=60_000)
+        # the expander's rerun has ended: a click during it hits a button about to be replaced
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+        with page.expect_download(timeout=120_000) as info:
+            button.click()
+        download = info.value
+        assert download.suggested_filename.endswith("-heads.pdf")
+        pdf = tmp_path / "app.pdf"
+        download.save_as(pdf)
+    finally:
+        assert page.errors == []
+        page.close()
+    assert pdf.read_bytes().startswith(b"%PDF-")
+    info_text = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True, timeout=60).stdout
+    size = next(line for line in info_text.splitlines() if line.startswith("Page size:")).split()
+    assert float(size[2]) == pytest.approx(3.5 * 72, abs=1.5)
+    words = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert {"cat", "sat", "mat"} <= set(words.split()) and "head" in words
