@@ -4,8 +4,8 @@
     >>> mha_viz.save_figure(heads_figure(trace), "heads.pdf", preset="paper")            # 3.5 in wide
     >>> mha_viz.save_figure(heads_figure(trace), "heads.svg", preset="paper", columns=2)  # 7 in wide
 
-Kaleido (PyPI `kaleido`) draws the figure in a headless Chromium: the one on this machine (MHA_VIZ_CHROMIUM, else
-kaleido's BROWSER_PATH, else chromium or Chrome on the PATH); nothing is downloaded. Sizes are CSS px, 96 to the inch:
+Kaleido (PyPI `kaleido`) draws the figure in a headless Chromium: the one on this machine (the one kaleido's
+BROWSER_PATH names, else chromium or Chrome on the PATH); nothing is downloaded. Sizes are CSS px, 96 to the inch:
 an SVG opens at the preset's inches, a PDF page is as many points as 0.75 x the px. The PDF is kaleido's SVG printed
 by that Chromium on a page of the figure's size with no margin (kaleido's own PDF keeps a 0.1 in margin inside the
 page and shrinks the figure by 6 % to fit it, which would take the text below 8 pt).
@@ -34,7 +34,7 @@ CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 PDF_PAGE = ("<!DOCTYPE html><html><head><meta charset='utf-8'><style>@page {{ size: {width}px {height}px; margin: 0 }} "
             "html, body {{ margin: 0; padding: 0 }} svg {{ display: block }}</style></head><body>{svg}</body></html>")
 INSTALL_HINT = ("install it with `pip install kaleido==1.5.0` (it uses the machine's Chromium: "
-                "`apt-get install chromium` on Debian and Ubuntu, or set MHA_VIZ_CHROMIUM to a Chrome or Chromium)")
+                "`apt-get install chromium` on Debian and Ubuntu, or set BROWSER_PATH to a Chrome or Chromium)")
 
 
 class FigureExportError(RuntimeError):
@@ -52,18 +52,17 @@ def figure_format(path: str | os.PathLike[str]) -> str:
 
 def chromium_path() -> str:
     """The Chromium (or Chrome) kaleido drives; FigureExportError, saying how to get one, when there is none."""
-    for variable in ("MHA_VIZ_CHROMIUM", "BROWSER_PATH"):
-        given = os.environ.get(variable)
-        if given:
-            if not (Path(given).is_file() and os.access(given, os.X_OK)):
-                raise FigureExportError(f"{variable}={given!r} is not an executable Chrome or Chromium")
-            return given
+    given = os.environ.get("BROWSER_PATH")  # kaleido's (choreographer's) own setting
+    if given:
+        if not (Path(given).is_file() and os.access(given, os.X_OK)):
+            raise FigureExportError(f"BROWSER_PATH={given!r} is not an executable Chrome or Chromium")
+        return given
     for name in BROWSERS:
         found = shutil.which(name)
         if found:
             return found
     raise FigureExportError("no Chromium or Chrome found to draw the figure: install one (`apt-get install chromium` "
-                            "on Debian and Ubuntu) or set MHA_VIZ_CHROMIUM to its path")
+                            "on Debian and Ubuntu) or set BROWSER_PATH to its path")
 
 
 def export_missing() -> str | None:

@@ -155,12 +155,11 @@ def test_missing_kaleido_says_how_to_install_it(tmp_path, monkeypatch) -> None:
 
 def test_missing_chromium_says_how_to_install_it(tmp_path, monkeypatch) -> None:
     pytest.importorskip("kaleido")
-    monkeypatch.delenv("MHA_VIZ_CHROMIUM", raising=False)
     monkeypatch.delenv("BROWSER_PATH", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no browser on it
     with pytest.raises(FigureExportError, match=r"apt-get install chromium"):
         save_figure(heads_figure(trace()), tmp_path / "heads.svg")
-    monkeypatch.setenv("MHA_VIZ_CHROMIUM", str(tmp_path / "nothing-here"))
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "nothing-here"))
     with pytest.raises(FigureExportError, match="not an executable"):
         chromium_path()
 
