@@ -32,6 +32,7 @@ __all__ = [
     "long_trace",
     "nearest_valid_heads",
     "positional_encoding",
+    "save_figure",
     "show",
     "tokenize",
     "valid_head_counts",
@@ -48,4 +49,8 @@ def __getattr__(name: str):
         from .widget import show
 
         return show
+    if name == "save_figure":  # mha_viz.paper (Plotly; kaleido when called): loaded on first use
+        from .paper import save_figure
+
+        return save_figure
     raise AttributeError(f"module 'mha_viz' has no attribute {name!r}")

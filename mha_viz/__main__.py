@@ -7,6 +7,7 @@
     python -m mha_viz report --text "..." --context "second sentence" --causal --npz trace.npz --json trace.json
     python -m mha_viz report --model bundled --layer 2 --text "The cat sat on the mat" --out report.html
     python -m mha_viz report --model org/name --part decoder --layer 0 --text "..." --out report.html
+    python -m mha_viz figure --model bundled --layer 2 --text "The cat sat on the mat" --out heads.pdf
 
 Outputs are never overwritten without --force, never written through a symbolic link (a link is
 refused, even with --force, as is a path through a linked folder), and never half-written: each file is written to a temporary file
@@ -58,6 +59,26 @@ class CliError(Exception):
         self.code = code
 
 
+def _trace_options(command: argparse.ArgumentParser) -> None:
+    """The options that pick the layer to trace: the text, the configurable layer's sizes or a pretrained model."""
+    command.add_argument("--text", default=DEFAULT_TEXT, help="the input sentence (default: %(default)r)")
+    command.add_argument("--context", help="configurable: a second sentence for cross-attention (keys and values); "
+                        "encoder-decoder models: the decoder text")
+    group = command.add_argument_group("configurable layer (without --model)")
+    group.add_argument("--heads", "-H", type=int, help="number of heads h (default 4)")
+    group.add_argument("--d-model", type=int, help="model width d_model (default 64)")
+    group.add_argument("--d-k", type=int, help="query/key width per head (default d_model / h)")
+    group.add_argument("--d-v", type=int, help="value width per head (default d_model / h)")
+    group.add_argument("--d-out", type=int, help="output width after W_O (default d_model)")
+    group.add_argument("--seed", type=int, help="seed of the weights and token vectors (default 0)")
+    group.add_argument("--causal", action="store_true", default=None, help="mask future tokens")
+    group.add_argument("--no-pe", action="store_true", default=None, help="no sinusoidal positional encoding")
+    group = command.add_argument_group("pretrained model")
+    group.add_argument("--model", help="'bundled' (all-MiniLM-L6-v2, offline), a Hugging Face id org/name, or a folder")
+    group.add_argument("--layer", type=int, help="layer number, from 0 (default 0)")
+    group.add_argument("--part", choices=("encoder", "decoder", "cross"), help="attention to trace (default: the model's first)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="mha-viz: multi-head attention made visible.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -68,22 +89,7 @@ def _parser() -> argparse.ArgumentParser:
         "offline, and/or the trace's arrays as NPZ or JSON. Without --model: the configurable layer "
         "(random weights, seeded). With --model: a pretrained model's layer.",
     )
-    report.add_argument("--text", default=DEFAULT_TEXT, help="the input sentence (default: %(default)r)")
-    report.add_argument("--context", help="configurable: a second sentence for cross-attention (keys and values); "
-                        "encoder-decoder models: the decoder text")
-    group = report.add_argument_group("configurable layer (without --model)")
-    group.add_argument("--heads", "-H", type=int, help="number of heads h (default 4)")
-    group.add_argument("--d-model", type=int, help="model width d_model (default 64)")
-    group.add_argument("--d-k", type=int, help="query/key width per head (default d_model / h)")
-    group.add_argument("--d-v", type=int, help="value width per head (default d_model / h)")
-    group.add_argument("--d-out", type=int, help="output width after W_O (default d_model)")
-    group.add_argument("--seed", type=int, help="seed of the weights and token vectors (default 0)")
-    group.add_argument("--causal", action="store_true", default=None, help="mask future tokens")
-    group.add_argument("--no-pe", action="store_true", default=None, help="no sinusoidal positional encoding")
-    group = report.add_argument_group("pretrained model")
-    group.add_argument("--model", help="'bundled' (all-MiniLM-L6-v2, offline), a Hugging Face id org/name, or a folder")
-    group.add_argument("--layer", type=int, help="layer number, from 0 (default 0)")
-    group.add_argument("--part", choices=("encoder", "decoder", "cross"), help="attention to trace (default: the model's first)")
+    _trace_options(report)
     group = report.add_argument_group("output (at least one)")
     group.add_argument("--out", type=Path, help="HTML report file")
     group.add_argument("--npz", type=Path, help="the trace's arrays as .npz (numpy)")
@@ -102,6 +108,23 @@ def _parser() -> argparse.ArgumentParser:
         description="Start the Streamlit app on http://localhost:8501. Options after serve go to `streamlit run` "
         "(e.g. --server.port 8080 --server.address 127.0.0.1).",
     )
+    figure = commands.add_parser(
+        "figure",
+        help="trace one attention layer and write its heads as a figure for a paper (.svg, .pdf or .png)",
+        description="Trace one attention layer, as `report` does, and write every head's attention as a vector "
+        "figure (SVG or PDF) or a 300 dpi PNG, laid out for print (the paper preset: a column wide, 8 pt fonts, "
+        "a colour scale that prints in greyscale). Needs kaleido and a Chromium (mha_viz.paper).",
+    )
+    _trace_options(figure)
+    group = figure.add_argument_group("output")
+    group.add_argument("--out", type=Path, help="the figure: its suffix (.svg, .pdf, .png) says the format")
+    group.add_argument("--columns", type=int, choices=(1, 2), default=1,
+                       help="1: one column of a two-column paper, 3.5 in wide (default); 2: the text width, 7 in")
+    group.add_argument("--preset", choices=("paper", "none"), default="paper",
+                       help="paper (default) or none: the figure as the library draws it for a screen")
+    group.add_argument("--title", help="a title in the figure (default: none; a paper's caption says it)")
+    group.add_argument("--force", action="store_true", help="overwrite an existing file (a regular file only)")
+    figure.set_defaults(npz=None, json=None)
     return parser
 
 
@@ -333,6 +356,34 @@ def report(args: argparse.Namespace, argv: list[str]) -> None:
         print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB): {H} heads, {T} query x {S} key tokens")
 
 
+def figure(args: argparse.Namespace) -> None:
+    """Write the traced layer's heads grid as a figure for a paper (format from --out's suffix)."""
+    from .paper import figure_format
+
+    if args.out is None:
+        raise CliError("nothing to write: give --out heads.pdf (or .svg, .png)")
+    try:
+        fmt = figure_format(args.out)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    _check_options(args)
+    outputs = _check_outputs(args)
+    trace = (pretrained_trace(args) if args.model else configurable_trace(args))[0]
+    from .figures import heads_figure
+    from .paper import FigureExportError, figure_bytes
+
+    try:
+        data = figure_bytes(heads_figure(trace, title=args.title), fmt,
+                            preset=None if args.preset == "none" else "paper", columns=args.columns)
+    except FigureExportError as err:
+        raise CliError(str(err), code=1) from None
+    for option, path in outputs:
+        _check_folders(option, path)
+        _write(path, lambda file: file.write(data), force=args.force)
+        print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB): {trace.weights.shape[0]} heads, "
+              f"{len(trace.query_tokens)} query x {len(trace.key_tokens)} key tokens")
+
+
 def _html(trace: AttentionTrace, title: str, notes: dict[str, Any], stem: str) -> str:
     from .report import html_report
 
@@ -356,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
             return serve(options)
         if args.command == "report":
             report(args, argv)
+        elif args.command == "figure":
+            figure(args)
     except CliError as err:
         print(f"{PROG} {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return err.code

@@ -3,7 +3,8 @@
 #   bash scripts/install.sh          the app and library
 #   bash scripts/install.sh --dev    plus the test tools and, as root on Debian, Chromium for
 #                                    the browser tests and nginx for the replicas test
-#                                    (apt-get install chromium nginx), and with npm axe-core
+#                                    (apt-get install chromium nginx), poppler-utils (pdftoppm) for
+#                                    the PDF figure test, and with npm axe-core
 #                                    for the accessibility tests
 # The venv lives at $MHA_VIZ_VENV (default ~/.venvs/mha-viz). TORCH_INDEX_URL, when set, is the
 # package index torch comes from first (the Dockerfile points it at PyTorch's CPU-only wheels).
@@ -24,6 +25,7 @@ if [ "${1:-}" = "--dev" ]; then
   missing=()
   [ -x /usr/bin/chromium ] || missing+=(chromium)
   command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+  command -v pdftoppm >/dev/null || missing+=(poppler-utils)
   if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import threading
 import uuid
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
@@ -24,6 +25,7 @@ from ..trace import AttentionTrace
 from .cache import shared_cache
 from .views import figures_shown
 
+_DRAWING = threading.Lock()  # one figure drawn by Chromium (kaleido) at a time per server process
 JSON_LISTS_MB = 20  # a JSON export of more than this with nested lists writes its arrays as base64 instead
 REPORT_TOKEN = "_report_token"  # session key: a random name for this session's report figures in the shared cache
 
@@ -71,6 +73,42 @@ def report_html(load: Callable[[], AttentionTrace], figures_key: Hashable, *, ti
     return html_report(trace, title=title, figures=figures, notes=notes, filename=stem, captions=captions)
 
 
+def paper_figure_file(load: Callable[[], AttentionTrace], figures_key: Hashable, index: int, fmt: str) -> bytes:
+    """The figure stored at index under figures_key (the heads grid of load()'s trace when the cache has let it go) as
+    an SVG or PDF file with the paper preset (mha_viz.paper), drawn by one Chromium at a time."""
+    from ..paper import figure_bytes
+
+    stored = shared_cache().peek(figures_key)
+    if stored is None or index >= len(stored[0]):
+        fig = heads_figure(load())
+    else:
+        fig = go.Figure(copy.deepcopy(stored[0][index]))
+    with _DRAWING:
+        return figure_bytes(fig, fmt, preset="paper")
+
+
+def paper_downloads(load: Callable[[], AttentionTrace], figures_key: Hashable, names: Sequence[str], key: str) -> None:
+    """A figure of the page (picked when there are several) as SVG and PDF for a paper, built on click; each chart's
+    toolbar has its PNG. Disabled, saying how to install what is missing, without kaleido or Chromium."""
+    from ..paper import export_missing
+
+    missing = export_missing()
+    index = 0
+    if len(names) > 1:
+        index = st.selectbox("Figure for a paper", range(len(names)), format_func=lambda i: names[i],
+                             key=f"{key}_paper_figure")
+    svg_col, pdf_col = st.columns(2)
+    about = ("The paper preset: 3.5 in (one column) wide, 8 pt text, viridis (prints in greyscale), every token label "
+             "inside the figure. `mha_viz.save_figure(fig, path, columns=2)` makes it 7 in wide.")
+    for col, fmt, mime, icon in ((svg_col, "svg", "image/svg+xml", ":material/image:"),
+                                 (pdf_col, "pdf", "application/pdf", ":material/picture_as_pdf:")):
+        col.download_button(
+            f"Figure for a paper (.{fmt})", data=functools.partial(paper_figure_file, load, figures_key, index, fmt),
+            file_name=f"{names[index]}.{fmt}", mime=mime, key=f"{key}_{fmt}", on_click="ignore", icon=icon,
+            width="stretch", disabled=missing is not None, help=missing or about,
+        )
+
+
 def export_controls(
     load: Callable[[], AttentionTrace],
     *,
@@ -83,7 +121,8 @@ def export_controls(
     key: str = "export",
     max_mb: int | None = None,
 ) -> None:
-    """Three download buttons (trace .npz, trace .json, report .html) and the link to this view.
+    """Three download buttons (trace .npz, trace .json, report .html), a figure as SVG and PDF for a paper
+    (paper_downloads) and the link to this view.
 
     load: returns the trace, cheaply (a read of the shared cache that computes it on a miss); it is called now
     and again at each click, so that the session keeps this function, not the trace. It must not hold the trace.
@@ -143,6 +182,7 @@ def export_controls(
         help="One self-contained page with the figures on this page (and every head), the tokens, shapes and the "
         "W_O check; opens offline.",
     )
+    paper_downloads(load, figures_key, captions or [f"{stem}-figure-{i + 1}" for i in range(len(figures))], key)
     if too_big:
         st.caption(f"This public demo builds downloads of at most {max_mb} MB: {' and '.join(too_big)} "
                    f"{'is' if len(too_big) == 1 else 'are'} too large here; to {FULL_SIZE}.")

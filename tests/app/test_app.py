@@ -193,7 +193,7 @@ def test_export_offers_npz_json_and_an_html_report() -> None:
     at.session_state["export_open"] = True
     at.run()
     buttons = at.get("download_button")
-    assert len(buttons) == 3
+    assert [b.label.split(" (")[0] for b in buttons] == ["Trace", "Trace", "Report", *["Figure for a paper"] * 2]
     assert "h=2" in " ".join(c.value for c in at.code)  # the shareable link carries the state
 
 

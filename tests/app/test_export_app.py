@@ -53,7 +53,7 @@ def big_export_app() -> None:
 def test_a_public_demo_shows_sizes_and_refuses_downloads_past_its_cap() -> None:
     at = AppTest.from_function(big_export_app, default_timeout=120).run()
     assert not at.exception
-    npz, js, _ = at.get("download_button")
+    npz, js, *_ = at.get("download_button")
     assert label_bytes(npz.label) > 50e6 and npz.proto.disabled  # too large for this demo: not offered
     assert "base64" in js.proto.help  # past 20 MB of lists, JSON arrays are base64: exact and far smaller
     assert any("at most 50 MB" in c.value and "bash scripts/install.sh" in c.value for c in at.caption)
@@ -65,7 +65,8 @@ def test_export_controls_render_three_lazy_downloads_and_the_link(deferred) -> N
     at.run()
     assert not at.exception
     buttons = at.get("download_button")
-    assert [b.label.split(",")[0].rstrip(")") for b in buttons] == ["Trace (.npz", "Trace (.json", "Report (.html"]
+    assert [b.label.split(",")[0].rstrip(")") for b in buttons] == ["Trace (.npz", "Trace (.json", "Report (.html",
+                                                                    "Figure for a paper (.svg", "Figure for a paper (.pdf"]
     stated = [label_bytes(b.label) for b in buttons[:2]]  # "Trace (.npz, ≤ 12 kB)": the size before the click
     for b in buttons:
         assert b.proto.ignore_rerun  # a download does not rerun the app
@@ -74,8 +75,10 @@ def test_export_controls_render_three_lazy_downloads_and_the_link(deferred) -> N
         ("application/octet-stream", "all-MiniLM-L6-v2-layer-2-x.npz"),
         ("application/json", "all-MiniLM-L6-v2-layer-2-x.json"),
         ("text/html", "all-MiniLM-L6-v2-layer-2-x-report.html"),
+        ("image/svg+xml", "all-MiniLM-L6-v2-layer-2-x-heads.svg"),
+        ("application/pdf", "all-MiniLM-L6-v2-layer-2-x-heads.pdf"),
     ]
-    npz, js, report = (fn() for fn, _, _ in deferred)
+    npz, js, report = (fn() for fn, _, _ in deferred[:3])  # the figures: tests/app/test_paper_app.py
     assert len(npz) <= stated[0] * 1.05 and abs(len(js) - stated[1]) <= 0.05 * stated[1] + 1000
     trace = trace_from_npz(npz)
     assert trace.query_tokens[1] == XSS[0] and trace.weights.shape == (2, 3, 3)
@@ -90,7 +93,7 @@ def test_export_controls_render_three_lazy_downloads_and_the_link(deferred) -> N
 def test_export_controls_without_a_known_address_show_the_query_string(deferred) -> None:
     at = AppTest.from_function(export_app, args=({"h": "8"},), default_timeout=120).run()
     assert not at.exception
-    assert len(at.get("download_button")) == 3
+    assert len(at.get("download_button")) == 5
     assert at.code[0].value == "?h=8"
     at = AppTest.from_function(export_app, args=({},), default_timeout=120).run()
     assert not at.exception and len(at.code) == 0 and "default view" in at.caption[0].value

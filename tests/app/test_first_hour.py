@@ -67,7 +67,7 @@ def test_train_mode_has_export_and_share_and_its_link_reproduces_it() -> None:
     at = new_app(mode="Train", h="2", d_model="32", steps="40").run()
     at.session_state["export_open"] = True
     at.run()
-    assert not at.exception and len(at.get("download_button")) == 3
+    assert not at.exception and len(at.get("download_button")) == 5  # trace x 2, report, figure x 2
     link = " ".join(c.value for c in at.code)
     assert all(part in link for part in ("mode=Train", "h=2", "d_model=32", "steps=40"))
     at.button_group(key="view").set_value("One head").run()
