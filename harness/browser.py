@@ -38,18 +38,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_tail=lambda: "", interval: float = 0.3) -> None:
-    """Poll url's /_stcore/health every `interval` seconds until it answers 200; raise if the process exits or
-    time runs out."""
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log_tail=lambda: "", interval: float = 0.3,
+                 path: str = "/_stcore/health", server: str = "streamlit") -> None:
+    """Poll url + path (Streamlit's health check, or another server's) every `interval` seconds until it answers
+    200; raise if the process exits or time runs out."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+            with urllib.request.urlopen(f"{url}{path}", timeout=2) as r:
                 if r.status == 200:
                     return
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not become healthy on {url}{log_tail()}") from None
+                raise RuntimeError(f"{server} did not become healthy on {url}{log_tail()}") from None
             time.sleep(interval)
 
 

@@ -9,8 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import numpy as np
 import pytest
 
 import mha_viz
-from harness.browser import CHROMIUM, ROOT, free_port, stop
+from harness.browser import CHROMIUM, ROOT, free_port, stop, wait_healthy
 from mha_viz.widget import export_html
 from tests.unit.test_widget_notebook import NOTEBOOK, TEXT, executed
 
@@ -88,16 +86,8 @@ def jupyterlab(folder: Path) -> Iterator[str]:
     proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api/status", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"JupyterLab did not start: {(folder / 'jupyterlab.log').read_text()[-2000:]}")
-                time.sleep(0.5)
+        wait_healthy(url, proc, 120, lambda: ": " + (folder / "jupyterlab.log").read_text()[-2000:], interval=0.5,
+                     path="/api/status", server="JupyterLab")
         yield url
     finally:
         stop(proc)
