@@ -12,7 +12,7 @@ In an encoder-decoder `text` is always the encoder input. The decoder reads `dec
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from torch import nn
 from ..sampling import GREEDY, Sampling
 from ..trace import AttentionTrace
 from ..weights import HeadWeights
-from . import attribution, generation, weights
+from . import attribution, generation, long, weights
 from .adapter import HeadMasks, HeadValues, TraceRequest, to_numpy
 from .architectures import adapter_for
 from .encoded import Coverage, Encoded
@@ -152,6 +152,21 @@ class PretrainedModel:
                 head_mask=mask,
                 meta=meta,
             ))
+
+    def long_trace(
+        self,
+        text: str | None = None,
+        *,
+        ids: Sequence[int] | None = None,
+        layers: Sequence[int] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        max_bytes: int | None = None,
+    ) -> long.ModelLongTrace:
+        """Every head of every layer (or of layers) over a long text or token ids, exact on demand: .overview(layer),
+        .block(layer, head, q_start, k_start, size), .row(layer, head, query), .stats(). One forward pass with
+        mha-viz's chunked attention kernel; see mha_viz.pretrained.long (what is kept, progress, max_bytes)."""
+        with self._lock:
+            return long.trace_model(self, text, ids=ids, layers=layers, progress=progress, max_bytes=max_bytes)
 
     def attentions(self, text: str, *, part: str | None = None, decoder_text: str | None = None) -> np.ndarray:
         """The model's own attention weights for every layer of part: [layers, heads, T, S]."""

@@ -1,0 +1,481 @@
+"""Long traces of pretrained models: every head of every layer over thousands of tokens, exact on demand.
+
+One forward pass runs the model with mha-viz's own attention kernel in place of transformers' (registered through
+transformers' public AttentionInterface, so no [H, T, S] tensor is ever made). Each attention call receives the
+model's queries and keys after its position handling (rotary, q/k norms) and, for each chunk of query rows,
+computes through the one attention core (mha_viz.attention.attend) over only the keys those rows can see:
+
+    scores[h, i, j] = scale * q_i . k_j, soft-capped, -inf where causal or the sliding window hides j from i
+    lse[h, i]       = log (sum_j exp(scores[h, i, j]) + exp(sink_h))        the sink term with learned sinks only
+    weights         = exp(scores - lse)                                        exact softmax weights of any block
+    output          = weights @ V                                              handed back to the model
+
+It keeps, per layer, Q and K as the scores use them, V, lse, per-row statistics and the overview (block maxima and
+block means of the weights, so a sink column and a diagonal both show). What it keeps per token and layer is
+(H d_k + KV d_k + KV d_v + 5 H) x 4 bytes, plus 2 H x 128 x 128 x 4 bytes of overview per layer (LongLayer.nbytes,
+ModelLongTrace.nbytes); work memory is one chunk of [H, rows, keys] float32 at a time (CHUNK_CELLS).
+
+    >>> long = model.long_trace(text)                 # a PretrainedModel; or token ids: model.long_trace(ids=[...])
+    >>> long.overview(3).max.shape                     # (heads, rows, cols) block maxima of layer 3
+    >>> long.block(3, head=0, q_start=4000, k_start=0, size=128)   # exact weights, (128, 128)
+    >>> long.row(3, head=0, query=16000)               # one query's weights over all keys
+    >>> long.stats().distance                          # [layers, heads] mean attention distance
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..attention import Variations, attend
+
+KERNEL = "mha_viz_long"  # the attention implementation's name in transformers' AttentionInterface
+OVERVIEW_SIDE = 128  # the overview has at most this many blocks a side
+CHUNK_CELLS = 2**24  # query rows go through attend() in chunks of about this many [H, rows, keys] cells (64 MB)
+STAT_NAMES = ("distance", "entropy", "first", "sink")  # per-row statistics kept for every head
+
+
+class LongTraceCancelled(RuntimeError):
+    """The progress callback asked to stop a long trace."""
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How one layer turns the stored q and k into weights (beyond scale * q . k)."""
+
+    scale: float
+    causal: bool
+    window: int | None = None  # keys with |i - j| >= window are hidden (with causal: the window - 1 keys before i)
+    softcap: float | None = None  # scores -> softcap * tanh(scores / softcap)
+    sinks: Tensor | None = None  # (H,) one learned logit per head in each softmax, then dropped (gpt-oss)
+
+    def visible(self, r0: int, r1: int, S: int) -> tuple[int, int]:
+        """The keys [c0, c1) that query rows [r0, r1) can see."""
+        c1 = min(S, r1) if self.causal else S
+        c0 = 0 if self.window is None else max(0, r0 - self.window + 1)
+        return c0, c1
+
+    def mask(self, r0: int, r: int, c0: int, c: int) -> Tensor | None:
+        """(r, c) True where key c0 + j is hidden from query r0 + i; None when nothing is."""
+        i = torch.arange(r0, r0 + r)[:, None]  # (r, 1)
+        j = torch.arange(c0, c0 + c)[None, :]  # (1, c)
+        hidden = torch.zeros(r, c, dtype=torch.bool)
+        if self.causal:
+            hidden |= j > i
+        if self.window is not None:
+            hidden |= (i - j).abs() >= self.window
+        return hidden if bool(hidden.any()) else None
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Every head of one layer at block resolution: max [H, t, s] the largest weight of each block of block_rows x
+    block_cols token pairs, mean [H, t, s] their mean (0 for a pair a query cannot see)."""
+
+    max: np.ndarray
+    mean: np.ndarray
+    block_rows: int
+    block_cols: int
+
+
+@dataclass(frozen=True)
+class LongStats:
+    """Per-head statistics over the whole context, [layers, heads] each (rows averaged over all queries):
+    distance  mean over queries of sum_j w_ij |i - j|: how far back (or away) a head looks, in tokens
+    entropy   mean of -sum_j w_ij log w_ij, in nats
+    first     mean weight on the first token (the usual attention sink)
+    sink      mean weight of the learned sink logit (gpt-oss; 0 elsewhere): 1 - the row's sum"""
+
+    distance: np.ndarray
+    entropy: np.ndarray
+    first: np.ndarray
+    sink: np.ndarray
+    layers: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class LongLayer:
+    """One layer of a long trace: what every block of its weights is computed from.
+
+    queries [H, T, d_k], keys [KV, S, d_k], values [KV, S, d_v] (as the scores use them: after rotary, q/k norms),
+    lse [H, T], row_stats {name: [H, T]}, overview (Overview). kv_heads[h]: the K/V head query head h reads.
+    It has LongTrace's interface (shape, overview, block_rows, block_cols, weights(rows, cols), tokens), so the
+    configurable layer's long figures draw it.
+    """
+
+    layer: int
+    query_tokens: tuple[str, ...]
+    key_tokens: tuple[str, ...]
+    queries: Tensor
+    keys: Tensor
+    values: Tensor
+    lse: Tensor
+    row_stats: dict[str, Tensor]
+    overview_max: np.ndarray
+    overview_mean: np.ndarray
+    block_rows: int
+    block_cols: int
+    rules: Rules
+    kv_heads: tuple[int, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_heads(self) -> int:
+        return self.queries.shape[0]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(H, T, S): the shape of the attention this layer stands for."""
+        return self.queries.shape[0], self.queries.shape[1], self.keys.shape[1]
+
+    @property
+    def overview(self) -> np.ndarray:
+        """[H, t, s] block maxima (LongTrace's overview)."""
+        return self.overview_max
+
+    @property
+    def nbytes(self) -> int:
+        tensors = (self.queries, self.keys, self.values, self.lse, *self.row_stats.values())
+        return sum(t.nelement() * t.element_size() for t in tensors) + self.overview_max.nbytes + self.overview_mean.nbytes
+
+    def weights(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> np.ndarray:
+        """[h, r, c] the exact softmax weights of query positions rows and key positions cols (0 where hidden)."""
+        H, T, S = self.shape
+        r0, r1, _ = rows.indices(T)
+        c0, c1, _ = cols.indices(S)
+        heads = list(range(H)) if heads is None else [int(h) for h in heads]
+        q = self.queries[heads, r0:r1]  # (h, r, d_k)
+        k = self.keys[[self.kv_heads[h] for h in heads], c0:c1]  # (h, c, d_k)
+        rules = self.rules
+        var = Variations(scale=rules.scale, softcap=rules.softcap, mask=rules.mask(r0, r1 - r0, c0, c1 - c0))
+        scores = attend(q, k, torch.zeros(*k.shape[:2], 1), var).scores  # (h, r, c); a sink only changes lse
+        return torch.exp(scores - self.lse[heads, r0:r1, None]).numpy().astype(np.float32)  # (h, r, c)
+
+    def block(self, head: int, q_start: int, k_start: int, size: int) -> np.ndarray:
+        """[r, c] exact weights of queries q_start ... q_start + size - 1 and keys k_start ... (cut at the ends)."""
+        self._check_head(head)
+        H, T, S = self.shape
+        if not (0 <= q_start < T and 0 <= k_start < S and size >= 1):
+            raise ValueError(f"a block needs 0 <= q_start < {T}, 0 <= k_start < {S} and size >= 1")
+        return self.weights(slice(q_start, q_start + size), slice(k_start, k_start + size), [head])[0]
+
+    def row(self, head: int, query: int) -> np.ndarray:
+        """[S] exact weights of one query over every key."""
+        self._check_head(head)
+        if not 0 <= query < self.shape[1]:
+            raise ValueError(f"query must be 0 ... {self.shape[1] - 1}, got {query}")
+        return self.weights(slice(query, query + 1), slice(None), [head])[0, 0]
+
+    def stat(self, name: str) -> np.ndarray:
+        """[H] one statistic (STAT_NAMES) averaged over every query."""
+        return self.row_stats[name].mean(dim=1).numpy()
+
+    def _check_head(self, head: int) -> None:
+        if not 0 <= head < self.num_heads:
+            raise ValueError(f"head must be 0 ... {self.num_heads - 1}, got {head}")
+
+
+@dataclass(eq=False)
+class ModelLongTrace:
+    """Every traced layer of one long input (a PretrainedModel's long_trace): LongLayer per layer."""
+
+    model: str
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    layers: dict[int, LongLayer]
+    seconds: float = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.ids)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(layer.nbytes for layer in self.layers.values())
+
+    def layer(self, layer: int) -> LongLayer:
+        if layer not in self.layers:
+            raise IndexError(f"layer {layer} was not traced: traced layers are {sorted(self.layers)}")
+        return self.layers[layer]
+
+    def overview(self, layer: int) -> Overview:
+        """[heads, rows, cols] block maxima and block means of one layer's weights."""
+        one = self.layer(layer)
+        return Overview(one.overview_max, one.overview_mean, one.block_rows, one.block_cols)
+
+    def block(self, layer: int, head: int, q_start: int, k_start: int, size: int) -> np.ndarray:
+        """[r, c] exact weights of a block of one head (LongLayer.block)."""
+        return self.layer(layer).block(head, q_start, k_start, size)
+
+    def row(self, layer: int, head: int, query: int) -> np.ndarray:
+        """[S] exact weights of one query of one head (LongLayer.row)."""
+        return self.layer(layer).row(head, query)
+
+    def stats(self) -> LongStats:
+        """Per-head statistics of every traced layer over the whole context (LongStats)."""
+        order = sorted(self.layers)
+        return LongStats(*(np.stack([self.layers[i].stat(name) for i in order]) for name in STAT_NAMES),
+                         layers=tuple(order))
+
+
+def kept_bytes_per_token(num_heads: int, num_kv_heads: int, d_k: int, d_v: int) -> int:
+    """Bytes a long trace keeps per token and layer: Q, K, V, lse and the row statistics, float32."""
+    return 4 * (num_heads * d_k + num_kv_heads * (d_k + d_v) + num_heads * (1 + len(STAT_NAMES)))
+
+
+class _Capture:
+    """What one forward pass records: the attention modules of the traced layers, and each layer's LongLayer."""
+
+    def __init__(self, modules: dict[nn.Module, tuple[int, bool]], tokens: tuple[str, ...],
+                 progress: Callable[[int, int], None] | None, side: int) -> None:
+        self.modules = modules  # attention module -> (layer, causal)
+        self.tokens = tokens
+        self.progress = progress
+        self.side = side
+        self.layers: dict[int, LongLayer] = {}
+
+    def attention(self, module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+                  *, scaling: float | None = None, sliding_window: int | None = None, softcap: float | None = None,
+                  s_aux: Tensor | None = None, **_: Any) -> tuple[Tensor, None]:
+        """transformers' attention-function signature: query (1, H, T, d), key (1, KV, S, d), value (1, KV, S, d_v)
+        -> output (1, T, H, d_v); records the layer of a traced module."""
+        if query.shape[0] != 1:
+            raise ValueError("a long trace reads one input (a batch of one)")
+        if attention_mask is not None:
+            raise ValueError(f"{type(module).__name__} passed its own attention mask (a score bias); a long trace "
+                             "cannot reproduce it")
+        layer, causal = self.modules.get(module, (None, bool(getattr(module, "is_causal", False))))
+        rules = Rules(
+            scale=float(scaling if scaling is not None else module.scaling), causal=causal,
+            window=int(sliding_window) if sliding_window else None, softcap=float(softcap) if softcap else None,
+            sinks=None if s_aux is None else s_aux.detach().float(),
+        )
+        q, k, v = query[0].float(), key[0].float(), value[0].float()  # (H, T, d), (KV, S, d), (KV, S, d_v)
+        output, record = run_layer(q, k, v, rules, side=self.side, keep=layer is not None and layer not in self.layers)
+        if record is not None:
+            lse, stats, ov_max, ov_mean, bt, bs = record
+            self.layers[layer] = LongLayer(
+                layer, self.tokens, self.tokens, q, k, v, lse, stats, ov_max, ov_mean, bt, bs, rules,
+                kv_heads=tuple(h // (q.shape[0] // k.shape[0]) for h in range(q.shape[0])),
+            )
+            if self.progress is not None:
+                self.progress(len(self.layers), len(self.modules))
+        return output.to(query.dtype).transpose(0, 1).unsqueeze(0), None  # (1, T, H, d_v)
+
+
+def run_layer(q: Tensor, k: Tensor, v: Tensor, rules: Rules, *, side: int = OVERVIEW_SIDE, keep: bool = True
+              ) -> tuple[Tensor, tuple | None]:
+    """One layer's attention over a long input, chunk by chunk of query rows, each over only the keys it can see.
+
+    q (H, T, d_k), k (KV, S, d_k), v (KV, S, d_v) (query head h reads K/V head h // (H / KV)). Returns the head
+    outputs (H, T, d_v) and, with keep, (lse (H, T), row statistics {name: (H, T)}, overview max and mean (H, t, s),
+    block_rows, block_cols). The same softmax as attend() (LongLayer.weights computes blocks through it, and the
+    tests hold the two equal), written for memory traffic: per chunk, with m the row max (and sink) and
+    e = exp(scores - m) left unnormalised,
+        z = sum_j e_j + exp(sink - m)      lse = m + log z
+        [e V | e j | e] in one matmul      head output, sum_j e_j j (the distance), sum_j e_j
+        entropy = (sum e log z - sum e (scores - m)) / z
+    and the block maxima and sums are taken over key blocks of e first, then divided by z, then over row blocks.
+    """
+    H, T, _ = q.shape
+    KV, S, d_v = v.shape
+    g = H // KV  # query heads per K/V head: q's heads grouped (KV, g * rows, d) against k (KV, d, c)
+    bt, bs = -(-T // side), -(-S // side)
+    t, s = -(-T // bt), -(-S // bs)
+    keys_seen = S if rules.window is None else min(S, rules.window + bt)
+    rows = bt * max(1, CHUNK_CELLS // (H * keys_seen * bt))  # a whole number of overview block rows
+    out = torch.empty(H, T, d_v)
+    lse = torch.empty(H, T)
+    stats = {name: torch.zeros(H, T) for name in STAT_NAMES}
+    ov_max, ov_sum = torch.zeros(H, t, s), torch.zeros(H, t, s)
+    sinks = None if rules.sinks is None else rules.sinks.float()[:, None]  # (H, 1)
+    qs = q * rules.scale  # (H, T, d_k)
+    positions = torch.arange(S, dtype=torch.float32)  # (S,)
+    for r0 in range(0, T, rows):
+        r1 = min(T, r0 + rows)
+        r = r1 - r0
+        c0, c1 = rules.visible(r0, r1, S)
+        c0, c1 = c0 // bs * bs, min(S, -(-c1 // bs) * bs)  # whole overview blocks (the extra keys are hidden: 0)
+        c = c1 - c0
+        scores = torch.bmm(qs[:, r0:r1].reshape(KV, g * r, -1), k[:, c0:c1].transpose(1, 2)).view(H, r, c)
+        if rules.softcap is not None:
+            scores.div_(rules.softcap).tanh_().mul_(rules.softcap)
+        _hide(scores, rules, r0, c0)
+        m = scores.amax(-1)  # (H, r)
+        if sinks is not None:
+            m = torch.maximum(m, sinks)
+        scores.sub_(m[..., None])  # (H, r, c): scores - m, -HIDDEN where hidden
+        e = scores.exp()  # (H, r, c) unnormalised weights, 0 where hidden
+        v_ext = torch.cat((v[:, c0:c1], positions[c0:c1, None].expand(KV, c, 1), torch.ones(KV, c, 1)), dim=-1)
+        mixed = torch.bmm(e.view(KV, g * r, c), v_ext).view(H, r, d_v + 2)  # [e V | e j | e]
+        e_sum = mixed[..., -1]  # (H, r)
+        z = e_sum if sinks is None else e_sum + torch.exp(sinks - m)  # (H, r)
+        out[:, r0:r1] = mixed[..., :d_v] / z[..., None]
+        if not keep:
+            continue
+        lse[:, r0:r1] = m + z.log()
+        i = torch.arange(r0, r1, dtype=torch.float32)  # (r,)
+        if rules.causal:  # every visible key is at or before the query: sum_j w_ij (i - j)
+            stats["distance"][:, r0:r1] = (i * e_sum - mixed[..., -2]) / z
+        else:
+            stats["distance"][:, r0:r1] = (e * (i[:, None] - positions[c0:c1]).abs()).sum(-1) / z
+        stats["entropy"][:, r0:r1] = (e_sum * z.log() - torch.linalg.vecdot(e, scores)) / z
+        if c0 == 0:
+            stats["first"][:, r0:r1] = e[..., 0] / z
+        if sinks is not None:
+            stats["sink"][:, r0:r1] = torch.exp(sinks - m) / z
+        _pool(e, z, r0 // bt, c0 // bs, bt, bs, ov_max, ov_sum)
+    if not keep:
+        return out, None
+    counts = _block_counts(T, bt, t)[:, None] * _block_counts(S, bs, s)[None, :]  # (t, s) token pairs per block
+    return out, (lse, stats, ov_max.numpy(), (ov_sum / counts).numpy(), bt, bs)
+
+
+HIDDEN = 1e30  # a hidden score is -HIDDEN, not -inf: its weight is still exactly 0, and 0 * score stays 0
+
+
+def _hide(scores: Tensor, rules: Rules, r0: int, c0: int) -> None:
+    """Set scores (H, r, c) of rows r0 ... and keys c0 ... to -HIDDEN where rules hide the key, touching only the
+    columns where that can happen (the chunk's diagonal for causal, its left edge for a window)."""
+    _, r, c = scores.shape
+    spans = [(max(c0, r0 + 1), c0 + c)] if rules.causal else []
+    if rules.window is not None:
+        spans.append((c0, min(c0 + c, r0 + r - rules.window)))  # keys j <= i - window for some row i
+        if not rules.causal:
+            spans.append((max(c0, r0 + rules.window), c0 + c))  # keys j >= i + window
+    for a, b in spans:
+        if a < b:
+            hidden = rules.mask(r0, r, a, b - a)
+            if hidden is not None:
+                scores[:, :, a - c0:b - c0].masked_fill_(hidden, -HIDDEN)
+
+
+def _block_counts(n: int, b: int, blocks: int) -> Tensor:
+    """(blocks,) how many of n positions each block of b holds (the last may hold fewer)."""
+    return torch.full((blocks,), float(b)).index_fill_(0, torch.tensor([blocks - 1]), float(n - (blocks - 1) * b))
+
+
+def _pool(e: Tensor, z: Tensor, b_row: int, b_col: int, bt: int, bs: int, ov_max: Tensor, ov_sum: Tensor) -> None:
+    """Write the block maxima and sums of the weights e / z (e (H, r, c), z (H, r)), whose first cell is block
+    (b_row, b_col), into the overview: over each key block of e first (a partial last block on its own), then divided
+    by z, then over each block of rows (padded at the input's end: -inf for the max, 0 for the sum)."""
+    H, r, c = e.shape
+    full = c // bs * bs
+    parts = [e[..., :full].unflatten(-1, (-1, bs))] if full else []
+    if full < c:
+        parts.append(e[..., full:, None].transpose(-1, -2))  # (H, r, 1, c - full): the last, partial key block
+    col_max = torch.cat([p.amax(-1) for p in parts], dim=-1) / z[..., None]  # (H, r, nb)
+    col_sum = torch.cat([p.sum(-1) for p in parts], dim=-1) / z[..., None]  # (H, r, nb)
+    pad = -(-r // bt) * bt - r
+    if pad:
+        col_max = torch.nn.functional.pad(col_max, (0, 0, 0, pad), value=-math.inf)
+        col_sum = torch.nn.functional.pad(col_sum, (0, 0, 0, pad))
+    n_r, n_c = (r + pad) // bt, col_max.shape[-1]
+    ov_max[:, b_row:b_row + n_r, b_col:b_col + n_c] = col_max.unflatten(1, (n_r, bt)).amax(2)
+    ov_sum[:, b_row:b_row + n_r, b_col:b_col + n_c] = col_sum.unflatten(1, (n_r, bt)).sum(2)
+
+
+_ACTIVE = threading.local()  # the capture of the forward pass running in this thread
+
+
+def _kernel(module: nn.Module, *args: Any, **kwargs: Any) -> tuple[Tensor, None]:
+    """The registered attention function: the running capture's (one per thread)."""
+    capture = getattr(_ACTIVE, "capture", None)
+    if capture is None:
+        raise RuntimeError(f"the {KERNEL!r} attention runs only inside mha_viz's long_trace")
+    return capture.attention(module, *args, **kwargs)
+
+
+@contextmanager
+def long_kernel(model: nn.Module, capture: _Capture) -> Iterator[None]:
+    """While open, model's attention runs through capture (this thread only); its implementation is restored after."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(KERNEL, _kernel)  # the same function each time
+    before = model.config._attn_implementation
+    _ACTIVE.capture = capture
+    model.set_attn_implementation(KERNEL)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+        _ACTIVE.capture = None
+
+
+def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | None = None,
+                layers: Sequence[int] | None = None, progress: Callable[[int, int], None] | None = None,
+                max_bytes: int | None = None, overview_side: int = OVERVIEW_SIDE) -> ModelLongTrace:
+    """The long trace of a PretrainedModel (an encoder or a decoder-only model) on text or token ids as given.
+
+    Text is tokenised without the tokenizer's length limit and cut to the model's positions (meta "truncated").
+    layers: which layers to keep (default all; the forward pass runs them all). progress(done, total) is called
+    after each kept layer; raising LongTraceCancelled (or anything) there stops the pass. max_bytes: ValueError
+    before any work when what the trace would keep is larger.
+    """
+    import time
+
+    adapter, part = model.adapter, model.parts[0]
+    if model.kind == "encoder-decoder":
+        raise ValueError(f"{model.name} is an encoder-decoder model; a long trace reads one self-attention stack "
+                         "(an encoder or a decoder-only model)")
+    if model.unavailable is not None:
+        raise ValueError(f"{model.name} cannot be traced layer by layer: {model.unavailable}")
+    ids = _long_ids(model, text, ids)
+    n_layers = model.num_layers[part]
+    chosen = tuple(range(n_layers)) if layers is None else tuple(sorted({model._layer(part, i) for i in layers}))
+    sites = {i: adapter.site(part, i) for i in chosen}
+    need = sum(len(ids) * kept_bytes_per_token(s.num_heads, s.num_kv_heads, s.head_dim, s.head_dim)
+               + 2 * s.num_heads * overview_side**2 * 4 for s in sites.values())
+    if max_bytes is not None and need > max_bytes:
+        raise ValueError(f"a long trace of {len(ids)} tokens over {len(chosen)} layers of {model.name} keeps "
+                         f"{need / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} MiB allowed: trace fewer "
+                         "layers or fewer tokens")
+    modules = {s.attention: (i, adapter.causal(part)) for i, s in sites.items()}
+    tokens = tuple(model.tokenizer.convert_ids_to_tokens(list(ids)))
+    _probe(model, modules)
+    capture = _Capture(modules, tokens, progress, overview_side)
+    start = time.perf_counter()
+    with long_kernel(model.model, capture), torch.no_grad():
+        adapter.base(input_ids=torch.tensor([list(ids)], device=adapter.device()), use_cache=False)
+    return ModelLongTrace(model.name, tuple(ids), tokens, dict(sorted(capture.layers.items())),
+                          seconds=time.perf_counter() - start)
+
+
+def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool]]) -> None:
+    """ValueError unless every traced layer's attention goes through transformers' attention functions (checked on
+    two tokens, before a long pass)."""
+    capture = _Capture(modules, ("a", "b"), None, OVERVIEW_SIDE)
+    with long_kernel(model.model, capture), torch.no_grad():
+        model.adapter.base(input_ids=torch.tensor([[0, 0]], device=model.adapter.device()), use_cache=False)
+    missing = sorted(i for i, _ in modules.values() if i not in capture.layers)
+    if missing:
+        raise ValueError(f"{model.name} ({model.architecture}) computes attention in its own code, not through "
+                         f"transformers' attention functions (layers {missing}): it has no long trace")
+
+
+def _long_ids(model: Any, text: str | None, ids: Sequence[int] | None) -> tuple[int, ...]:
+    """Token ids of text (special tokens added, cut to the model's positions) or ids as given (checked)."""
+    limit = model.adapter.max_positions()
+    if (text is None) == (ids is None):
+        raise ValueError("pass text or ids, not both")
+    if ids is None:
+        from .model import CHARS_PER_TOKEN
+
+        cut = text if limit is None else text[: CHARS_PER_TOKEN * limit]
+        ids = model.tokenizer(cut, verbose=False)["input_ids"]
+        if limit is not None and len(ids) > limit:
+            ids = [*ids[: limit - 1], ids[-1]]  # the closing special token (if any) stays
+    ids = [int(i) for i in ids] if all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids) else None
+    if ids is None or not all(0 <= i < model.vocab_size for i in ids):
+        raise ValueError(f"token ids must be integers in 0 ... {model.vocab_size - 1} for {model.name}")
+    if not 2 <= len(ids) <= (limit or len(ids)):
+        raise ValueError(f"a long trace needs 2 ... {limit} tokens for {model.name}, got {len(ids)}")
+    return tuple(ids)
