@@ -152,8 +152,10 @@ class _WarmBrowser:
         await browser.open()
         return browser
 
-    def run(self, work: Coroutine[Any, Any, T], timeout: float = EXPORT_TIMEOUT_S) -> T:
-        """work's result on the browser's loop; TimeoutError (the work cancelled) after timeout seconds."""
+    def run(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """work's result on the browser's loop; TimeoutError (the work cancelled) after timeout (default:
+        EXPORT_TIMEOUT_S) seconds."""
+        timeout = EXPORT_TIMEOUT_S if timeout is None else timeout
         future = asyncio.run_coroutine_threadsafe(work, self.loop)
         try:
             return future.result(timeout)
