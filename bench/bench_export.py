@@ -12,6 +12,12 @@ a download; a str result is a second copy of the bytes).
 its downloads with mha_viz.serve.slot.build_export: one large export at a time).
 Then: export_size's answer and cost, the HTML report of this trace (and of the widest heads the CLI
 allows), and `python -m mha_viz report` at its limits and beyond them.
+
+    python bench/bench_export.py --figures [--before REV]     (only the next table)
+
+Figures for a paper (mha_viz.paper.figure_bytes, SVG and PDF of a 4-head grid, paper preset): in a fresh process, the
+first figure (cold: Chromium starts) and the next ones (warm), "before" (mha_viz/paper.py at REV) and "after".
+Results: bench/RESULTS-export.md.
 """
 
 from __future__ import annotations
@@ -208,14 +214,64 @@ def cli() -> None:
             print(f"{label:<72} {out[0]:>4} {float(out[1]):8.2f} {int(out[2]) / 1024:8.0f}  {files}")
 
 
+def paper_module(before: str | None):
+    """mha_viz.paper of the working tree, or of git revision `before` (loaded as mha_viz._paper_before)."""
+    import mha_viz.paper
+
+    if before is None:
+        return mha_viz.paper
+    path = Path(tempfile.mkdtemp()) / "paper_before.py"
+    path.write_text(git("show", f"{before}:mha_viz/paper.py"))
+    spec = importlib.util.spec_from_file_location("mha_viz._paper_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def one_figure(fmt: str, before: str | None, calls: int = 4) -> dict:
+    """Run in a fresh process: `calls` figures in fmt one after the other, each call's seconds."""
+    import mha_viz
+    from mha_viz.figures import heads_figure
+
+    tokens = ["The", "animal", "didn't", "cross", "the", "street", "because", "it", "was", "too", "tired"]
+    fig = heads_figure(mha_viz.MultiHeadAttention(48, 4, seed=0)(mha_viz.embed_tokens(tokens, 48), query_tokens=tokens))
+    paper = paper_module(before)
+    seconds = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        paper.figure_bytes(fig, fmt)
+        seconds.append(time.perf_counter() - start)
+    return {"seconds": seconds}
+
+
+def figures(before: str) -> None:
+    print(f"\n## Figures for a paper: the first in a fresh process (cold) and the next 3 (warm; median) (before: {before})\n")
+    print(f"{'code':<7} {'format':<6} {'first s':>8} {'next s':>8} {'first/next':>11}")
+    for label, rev in (("before", before), ("after", None)):
+        for fmt in ("svg", "pdf"):
+            cmd = [sys.executable, __file__, "--one-figure", fmt] + (["--before", rev] if rev else [])
+            done = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT)
+            if done.returncode:
+                print(f"{label:<7} {fmt:<6} {done.stderr.strip().splitlines()[-1]}")
+                continue
+            first, *rest = json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
+            warm = sorted(rest)[len(rest) // 2]
+            print(f"{label:<7} {fmt:<6} {first:8.2f} {warm:8.2f} {first / warm:11.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", help="git revision of the 'before' export module (default: merge-base HEAD main)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--copies", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--figures", action="store_true", help="only the figures for a paper (cold and warm)")
+    parser.add_argument("--one-figure", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(args.one, args.before, args.copies)))
+        return
+    if args.one_figure:
+        print(json.dumps(one_figure(args.one_figure, args.before)))
         return
     before = args.before or git("merge-base", "HEAD", "main")
     print(f"# bench/bench_export.py at {git('rev-parse', '--short', 'HEAD')} (working tree"
@@ -223,7 +279,11 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d %H:%M %Z')}")
     print(f"{os.cpu_count()} CPUs; load average at start {os.getloadavg()[0]:.2f}; "
           f"peak RSS of this process so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    if args.figures:
+        figures(before)
+        return
     exports(before)
+    figures(before)
     sizes()
     reports()
     cli()

@@ -9,16 +9,28 @@ BROWSER_PATH names, else chromium or Chrome on the PATH); nothing is downloaded.
 an SVG opens at the preset's inches, a PDF page is as many points as 0.75 x the px. The PDF is kaleido's SVG printed
 by that Chromium on a page of the figure's size with no margin (kaleido's own PDF keeps a 0.1 in margin inside the
 page and shrinks the figure by 6 % to fit it, which would take the text below 8 pt).
+
+The browser is kept warm: one Chromium per process, started by the first figure (a few seconds) and reused by every
+later one, SVG, PDF and PNG alike, one figure at a time. It runs on a daemon thread with its own asyncio loop; a call
+waits at most EXPORT_TIMEOUT_S for it, so a browser that died or hangs becomes a FigureExportError, never a hang, and
+the next figure starts a new one. It is closed when the process exits, or at once by close_browser().
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import base64
+import concurrent.futures
 import importlib.util
 import os
 import shutil
-import subprocess
+import signal
 import tempfile
+import threading
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import plotly.graph_objects as go
 
@@ -28,9 +40,8 @@ FORMATS = {".svg": "svg", ".pdf": "pdf", ".png": "png"}
 PRESETS = ("paper",)
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 PNG_DPI = 300
-EXPORT_TIMEOUT_S = 120
-CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-pdf-header-footer")
+EXPORT_TIMEOUT_S = 120  # the longest wait for the browser to start, or to draw or print one figure
+CLOSE_TIMEOUT_S = 10  # the longest wait for a browser to close before it is killed
 PDF_PAGE = ("<!DOCTYPE html><html><head><meta charset='utf-8'><style>@page {{ size: {width}px {height}px; margin: 0 }} "
             "html, body {{ margin: 0; padding: 0 }} svg {{ display: block }}</style></head><body>{svg}</body></html>")
 INSTALL_HINT = ("install it with `pip install kaleido==1.5.0` (it uses the machine's Chromium: "
@@ -91,45 +102,165 @@ def prepared(fig: go.Figure, preset: str | None = "paper", *, columns: int = 1) 
 
 def figure_bytes(fig: go.Figure, fmt: str, *, preset: str | None = "paper", columns: int = 1,
                  dpi: int = PNG_DPI) -> bytes:
-    """The file of fig in fmt ("svg", "pdf" or "png", PNG at dpi dots per inch of the figure's size)."""
+    """The file of fig in fmt ("svg", "pdf" or "png", PNG at dpi dots per inch of the figure's size), drawn by this
+    process's warm Chromium (started on first use; see the module's docstring)."""
     if fmt not in FORMATS.values():
         raise ValueError(f"unknown format {fmt!r}: use svg, pdf or png")
     fig = prepared(fig, preset, columns=columns)
     try:
-        import kaleido
+        import kaleido  # noqa: F401  (here to say what is missing; the browser's thread uses it)
     except ImportError:
         raise FigureExportError(f"SVG, PDF and PNG files need kaleido: {INSTALL_HINT}") from None
-    browser = chromium_path()
     width = fig.layout.width or COLUMN_PX[2]
     height = fig.layout.height or 450
     opts = {"format": "svg" if fmt == "pdf" else fmt, "width": width, "height": height,
             "scale": dpi / 96 if fmt == "png" else 1}
-    kopts = {"path": browser, "mathjax": False, "timeout": EXPORT_TIMEOUT_S}  # MathJax would come from a CDN
-    try:
-        data = kaleido.calc_fig_sync(fig, opts=opts, kopts=kopts)
-    except Exception as err:  # kaleido's and choreographer's own errors, a browser that would not start
-        raise FigureExportError(f"Chromium ({browser}) could not draw the figure: "
-                                f"{type(err).__name__}: {' '.join(str(err).split())}") from err
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    return _pdf(data, browser, width, height) if fmt == "pdf" else data
+    with _DRAWING:
+        return _draw(fig, opts, fmt == "pdf")
 
 
-def _pdf(svg: bytes, browser: str, width: float, height: float) -> bytes:
-    """The SVG printed by Chromium on one page of exactly width x height px (0.75 pt each), no margin."""
-    with tempfile.TemporaryDirectory(prefix="mha-viz-pdf-") as folder:
-        page, out = Path(folder) / "figure.html", Path(folder) / "figure.pdf"
-        page.write_text(PDF_PAGE.format(width=width, height=height, svg=svg.decode("utf-8")), encoding="utf-8")
-        command = [browser, *CHROMIUM_ARGS, f"--user-data-dir={folder}/profile", f"--print-to-pdf={out}",
-                   page.as_uri()]
+def close_browser() -> None:
+    """Close this process's warm Chromium, if one runs (the next figure starts a new one). Runs at exit too."""
+    with _DRAWING:
+        _discard()
+
+
+T = TypeVar("T")
+_DRAWING = threading.Lock()  # one figure at a time through the one browser
+_WARM: _WarmBrowser | None = None
+
+
+class _WarmBrowser:
+    """A kaleido.Kaleido (a choreographer.Browser) opened once on a daemon thread running its own asyncio loop."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.kaleido: Any = None
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="mha-viz-chromium", daemon=True)
+        self.thread.start()
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise FigureExportError(f"Chromium ({browser}) could not print the figure to PDF: {err}") from err
-        if not out.is_file() or out.stat().st_size == 0:
-            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            raise FigureExportError(f"Chromium ({browser}) wrote no PDF (exit {done.returncode}): {last}")
-        return out.read_bytes()
+            self.kaleido = self.run(self._open())
+        except BaseException:
+            self.close()
+            raise
+
+    async def _open(self) -> Any:
+        import kaleido
+
+        browser = kaleido.Kaleido(path=self.path, mathjax=False, timeout=EXPORT_TIMEOUT_S)  # MathJax is from a CDN
+        await browser.open()
+        return browser
+
+    def run(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """work's result on the browser's loop; TimeoutError (the work cancelled) after timeout (default:
+        EXPORT_TIMEOUT_S) seconds."""
+        timeout = EXPORT_TIMEOUT_S if timeout is None else timeout
+        future = asyncio.run_coroutine_threadsafe(work, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer in {timeout:g} s") from None
+
+    def alive(self) -> bool:
+        return self.thread.is_alive() and self.kaleido is not None and self.kaleido.subprocess.poll() is None
+
+    def close(self) -> None:
+        """Close the browser (kill its process group when it does not close in time) and end the loop's thread."""
+        if self.kaleido is not None:
+            try:
+                self.run(self.kaleido.close(), CLOSE_TIMEOUT_S)
+            except Exception:  # noqa: BLE001  a hung or half-dead browser: its process group goes
+                try:
+                    os.killpg(self.kaleido.subprocess.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(CLOSE_TIMEOUT_S)
+
+    async def svg_to_pdf(self, svg: bytes, width: float, height: float) -> bytes:
+        """The SVG printed on one page of exactly width x height px (0.75 pt each), no margin, text kept as text."""
+        with tempfile.TemporaryDirectory(prefix="mha-viz-pdf-") as folder:
+            page = Path(folder) / "figure.html"
+            page.write_text(PDF_PAGE.format(width=width, height=height, svg=svg.decode("utf-8")), encoding="utf-8")
+            tab = await self.kaleido.create_tab()
+            try:
+                await tab.send_command("Page.enable")
+                loaded = tab.subscribe_once("Page.loadEventFired")
+                await tab.send_command("Page.navigate", params={"url": page.as_uri()})
+                await loaded
+                printed = await tab.send_command("Page.printToPDF", params={
+                    "paperWidth": width / 96, "paperHeight": height / 96, "marginTop": 0, "marginBottom": 0,
+                    "marginLeft": 0, "marginRight": 0, "preferCSSPageSize": True, "printBackground": True})
+            finally:
+                await tab.close()
+        if "error" in printed:
+            raise RuntimeError(f"Page.printToPDF failed: {printed['error']}")
+        return base64.b64decode(printed["result"]["data"])
+
+    async def draw(self, fig: go.Figure, opts: dict, pdf: bool) -> bytes:
+        data = await self.kaleido.calc_fig(fig, opts=opts)
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        return await self.svg_to_pdf(data, opts["width"], opts["height"]) if pdf else data
+
+
+def _draw(fig: go.Figure, opts: dict, pdf: bool) -> bytes:
+    """fig drawn by the warm browser (under _DRAWING), started when there is none or it died. A browser that fails is
+    closed; one that had drawn before and is found dead after failing is replaced once, for this same figure."""
+    path = chromium_path()
+    reused = _WARM is not None and _WARM.alive() and _WARM.path == path
+    try:
+        return _started(path).run(_WARM.draw(fig, opts, pdf))
+    except Exception as err:  # kaleido's and choreographer's errors, a browser that would not start or answer
+        died = _WARM is None or not _WARM.alive()
+        _discard()
+        if not (reused and died):
+            raise _export_error(path, err) from err
+    try:  # the browser died since the last figure: one new browser for this one
+        return _started(path).run(_WARM.draw(fig, opts, pdf))
+    except Exception as err:
+        _discard()
+        raise _export_error(path, err) from err
+
+
+def _started(path: str) -> _WarmBrowser:
+    """The warm browser at path, started when there is none, it died, or it is another browser."""
+    global _WARM
+    if _WARM is None or not _WARM.alive() or _WARM.path != path:
+        _discard()
+        _WARM = _WarmBrowser(path)
+    return _WARM
+
+
+def _discard() -> None:
+    global _WARM
+    if _WARM is not None:
+        _WARM.close()
+        _WARM = None
+
+
+def _export_error(path: str, err: BaseException) -> FigureExportError:
+    return FigureExportError(f"Chromium ({path}) could not draw the figure: "
+                             f"{type(err).__name__}: {' '.join(str(err).split())}")
+
+
+def _close_at_exit() -> None:
+    """close_browser at exit, without waiting past CLOSE_TIMEOUT_S for a figure still being drawn on another thread."""
+    if _DRAWING.acquire(timeout=CLOSE_TIMEOUT_S):
+        try:
+            _discard()
+        finally:
+            _DRAWING.release()
+    elif _WARM is not None and _WARM.kaleido is not None:
+        try:
+            os.killpg(_WARM.kaleido.subprocess.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+atexit.register(_close_at_exit)
 
 
 def save_figure(fig: go.Figure, path: str | os.PathLike[str], preset: str | None = "paper", *, columns: int = 1,
