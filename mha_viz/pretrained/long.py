@@ -56,6 +56,13 @@ class Rules:
     window: int | None = None  # keys with |i - j| >= window are hidden (with causal: the window - 1 keys before i)
     softcap: float | None = None  # scores -> softcap * tanh(scores / softcap)
     sinks: Tensor | None = None  # (H,) one learned logit per head in each softmax, then dropped (gpt-oss)
+    alibi: Tensor | None = None  # (H,) ALiBi slopes: slope_h * j added to the score of key j (BLOOM's form)
+
+    def bias(self, heads: Sequence[int] | slice, c0: int, c: int) -> dict[str, Tensor]:
+        """attend()'s bias terms for keys c0 ... c0 + c - 1 of heads: ALiBi's slope_h * j, (h, 1, c)."""
+        if self.alibi is None:
+            return {}
+        return {"alibi": self.alibi[heads, None, None] * torch.arange(c0, c0 + c, dtype=torch.float32)}
 
     def visible(self, r0: int, r1: int, S: int) -> tuple[int, int]:
         """The keys [c0, c1) that query rows [r0, r1) can see."""
@@ -155,7 +162,8 @@ class LongLayer:
         q = self.queries[heads, r0:r1]  # (h, r, d_k)
         k = self.keys[[self.kv_heads[h] for h in heads], c0:c1]  # (h, c, d_k)
         rules = self.rules
-        var = Variations(scale=rules.scale, softcap=rules.softcap, mask=rules.mask(r0, r1 - r0, c0, c1 - c0))
+        var = Variations(scale=rules.scale, softcap=rules.softcap, mask=rules.mask(r0, r1 - r0, c0, c1 - c0),
+                         bias=rules.bias(heads, c0, c1 - c0))
         scores = attend(q, k, torch.zeros(*k.shape[:2], 1), var).scores  # (h, r, c); a sink only changes lse
         return torch.exp(scores - self.lse[heads, r0:r1, None]).numpy().astype(np.float32)  # (h, r, c)
 
@@ -306,6 +314,8 @@ def run_layer(q: Tensor, k: Tensor, v: Tensor, rules: Rules, *, side: int = OVER
         c0, c1 = c0 // bs * bs, min(S, -(-c1 // bs) * bs)  # whole overview blocks (the extra keys are hidden: 0)
         c = c1 - c0
         scores = torch.bmm(qs[:, r0:r1].reshape(KV, g * r, -1), k[:, c0:c1].transpose(1, 2)).view(H, r, c)
+        if rules.alibi is not None:
+            scores.add_(rules.bias(slice(None), c0, c)["alibi"])
         if rules.softcap is not None:
             scores.div_(rules.softcap).tanh_().mul_(rules.softcap)
         _hide(scores, rules, r0, c0)
