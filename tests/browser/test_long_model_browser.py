@@ -37,9 +37,10 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> str:
     return saved_random_models({"llama": CONFIGS["llama"]}, AutoModelForCausalLM, tmp_path_factory)["llama"]
 
 
-def open_long(browser, server: str, folder: str, width: int, text: str = TEXT, query: str = "", timeout: float = 240):
+def open_long(browser, server: str, folder: str, width: int, text: str = TEXT, query: str = "", timeout: float = 240,
+              height: int = 1400):
     """The Pretrained page with the model typed in (a local folder must be typed) and text: its long view drawn."""
-    page = browser.new_page(viewport={"width": width, "height": 1400}, is_mobile=width == 390)
+    page = browser.new_page(viewport={"width": width, "height": height}, is_mobile=width == 390)
     page.errors = []
     page.on("pageerror", lambda err: page.errors.append(str(err)))
     url_text = text if len(text) < 30_000 else "a"
@@ -83,17 +84,23 @@ def test_the_long_view_paints_fits_and_works_by_keyboard(server: str, browser, f
         page.close()
 
 
+def words(n: int) -> str:
+    """n words of a repeated sentence: n tokens of the bundled tokenizer (n + 2 with [CLS] and [SEP])."""
+    sentence = ("the", "cat", "sat", "on", "the", "mat", "and", "looked", "at", "the", "dog", ".")
+    return " ".join(sentence[i % len(sentence)] for i in range(n))
+
+
 def sink_model(folder: Path) -> str:
-    """A gpt-oss-style random model with 16,384 positions: sliding-window (128) and full layers alternating, and the
+    """A gpt-oss-style random model with 16,384 positions: sliding-window (1024) and full layers alternating, and the
     learned sink logits of SINK_HEADS set high, saved with the bundled tokenizer."""
     config = tf.GptOssConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=4, num_attention_heads=8,
                              num_key_value_heads=2, head_dim=16, intermediate_size=64, num_local_experts=2,
-                             num_experts_per_tok=1, sliding_window=128, max_position_embeddings=SCREENSHOT_TOKENS,
+                             num_experts_per_tok=1, sliding_window=1024, max_position_embeddings=SCREENSHOT_TOKENS,
                              layer_types=["sliding_attention", "full_attention"] * 2)
     model = random_causal_lm(config)
     with torch.no_grad():
         for layer in model.model.layers:
-            layer.self_attn.sinks[list(SINK_HEADS)] = 8.0
+            layer.self_attn.sinks[list(SINK_HEADS)] = 12.0  # about the largest score of a row: a good share
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(bundled_model_dir()).save_pretrained(folder)
     return str(folder)
@@ -103,13 +110,45 @@ def test_the_readme_picture_of_a_long_context_model(server: str, browser, reques
                                                     tmp_path: Path, assets: Path) -> None:
     if not request.config.getoption("--update-assets"):
         pytest.skip("draws 16,384 tokens: only with --update-assets, which writes assets/long-model.png")
-    folder = sink_model(tmp_path / "sinks")
-    words = "the cat sat on the mat and looked at the dog . ".split()
-    text = " ".join(words[i % len(words)] for i in range(SCREENSHOT_TOKENS - 2))  # with [CLS] and [SEP]: 16,384
-    page = open_long(browser, server, folder, 1400, text=text, query="&long_stat=sink", timeout=600)
+    folder = sink_model(tmp_path / "gpt-oss-style-16k")
+    page = open_long(browser, server, folder, 1400, text=words(SCREENSHOT_TOKENS - 2),  # with [CLS], [SEP]: 16,384 query="&long_stat=sink&zoom=8000&zoom_k=7936",
+                     timeout=900, height=2900)
     try:
         assert page.get_by_text(f"A long text: {SCREENSHOT_TOKENS} tokens").count() == 1
-        page.screenshot(path=str(assets / "long-model.png"), full_page=True)
+        page.screenshot(path=str(assets / "long-model.png"))  # the page's height: the overview, zoom and statistics
+    finally:
+        assert page.errors == []
+        page.close()
+
+
+@pytest.mark.slow
+def test_cancel_stops_a_long_trace_and_it_can_start_again(server: str, browser, tmp_path_factory) -> None:
+    """A 12-layer model at 16,383 tokens takes a minute or more to trace here: Cancel, clicked once the first layer
+    is counted, stops the pass at its next layer and the page says so (and offers to trace it again)."""
+    def config() -> tf.LlamaConfig:
+        return tf.LlamaConfig(**{**CONFIGS["llama"]().to_dict(), "num_hidden_layers": 12, "hidden_size": 256,
+                                 "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+                                 "max_position_embeddings": SCREENSHOT_TOKENS})
+
+    folder = saved_random_models({"deep": config}, AutoModelForCausalLM, tmp_path_factory)["deep"]
+    text = words(SCREENSHOT_TOKENS - 3)
+    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    page.errors = []
+    page.on("pageerror", lambda err: page.errors.append(str(err)))
+    try:
+        page.goto(f"{server}/?mode=Pretrained&view=Heads")
+        model = page.get_by_label("Model (Hugging Face id or local folder)", exact=True)
+        model.fill(folder)
+        model.press("Enter")
+        page.get_by_text("Bundled, offline:").wait_for(timeout=120_000)
+        area = page.get_by_label("Sentence", exact=True)
+        area.fill(text)
+        area.press("Control+Enter")
+        page.get_by_text("Traced 1 of 12 layers").wait_for(timeout=300_000)
+        page.locator(".st-key-long_cancel button").click()
+        page.get_by_text("The long trace of this text was cancelled").wait_for(timeout=300_000)
+        assert page.locator(".st-key-heads_long").count() == 0
+        assert page.locator(".st-key-long_again button").is_visible()
     finally:
         assert page.errors == []
         page.close()
