@@ -56,7 +56,7 @@ def window_notice(source: CachedModel, long: ModelLongTrace) -> str:
             "this model reads both ways, so a window's weights differ from the long run's")
     return (f"A long text: {long.num_tokens} tokens, traced in {long.seconds:.1f} s. The Heads view draws all of them "
             f"(the layer's overview and an exact zoom) and every layer's heads by a long-range statistic. The other "
-            f"views read a window: tokens 0–{len(window) - 1}, the model's first {len(window)} ({rows}).")
+            f"views read a window: tokens 0–{len(window) - 1}, the first {len(window)} ({rows}).")
 
 
 def traced(source: CachedModel) -> ModelLongTrace | None:
