@@ -285,10 +285,13 @@ def test_encoder_decoders_are_refused():
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["llama", "gpt_oss", "bloom"])
 def test_weights_equal_the_models_own_at_2047_tokens(family):
+    """BLOOM's scores carry ALiBi terms up to 0.25 x 2046 = 512 in float32 (its own and ours), so a few of its
+    weights differ by ~1e-5: tolerance 3e-5 there."""
     long, own = traced(family, POSITIONS - 1)
+    atol = 3e-5 if family == "bloom" else TOLERANCE
     for layer, one in long.layers.items():
         for rows in (slice(0, 1024), slice(1024, None)):
-            np.testing.assert_allclose(one.weights(rows, slice(None)), own[layer][:, rows], rtol=0, atol=TOLERANCE)
+            np.testing.assert_allclose(one.weights(rows, slice(None)), own[layer][:, rows], rtol=0, atol=atol)
         top, mean = exact_overview(own[layer], one.block_rows, one.block_cols)
         np.testing.assert_allclose(long.overview(layer).max, top, rtol=0, atol=TOLERANCE)
         np.testing.assert_allclose(long.overview(layer).mean, mean, rtol=0, atol=TOLERANCE)
