@@ -428,7 +428,10 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
     Text is tokenised without the tokenizer's length limit and cut to the model's positions (meta "truncated").
     layers: which layers to keep (default all; the forward pass runs them all). progress(done, total) is called
     after each kept layer; raising LongTraceCancelled (or anything) there stops the pass. max_bytes: ValueError
-    before any work when what the trace would keep is larger.
+    before any work when what the trace would keep is larger. A model whose attention is its own code (BLOOM, ALiBi)
+    runs its own eager pass instead, refused before running where its [H, T, T] tensors would pass
+    long_hooked.EAGER_MAX_BYTES. A differential layer (DiffLlama) keeps its H softmax maps, ordinary heads each:
+    differential head i is map_i - lambda map_(i + H/2) of them.
     """
     import time
 

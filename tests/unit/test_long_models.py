@@ -176,7 +176,7 @@ def test_grouped_query_heads_read_their_kv_head():
                                                  ("modernbert", (None, 33)), ("llama", (None, None))])
 def test_window_layers_hide_keys_beyond_the_window(family, windows):
     """Each layer's weights are 0 exactly beyond its window and not only there (the window matters at T)."""
-    long, own = traced(family)
+    long, _ = traced(family)
     for layer, window in enumerate(windows):
         assert long.layer(layer).rules.window == window
         if window is None:
@@ -201,7 +201,7 @@ def test_differential_layers_keep_both_softmax_maps_of_each_head():
     signed weights of differential head i are map_i - lambda map_(i + H/2), as the full trace and
     attentions_for_ids give them."""
     m = model("diffllama")
-    long, maps = traced("diffllama")
+    long, _ = traced("diffllama")
     signed = m.attentions_for_ids(random_ids(T))  # [layers, H/2, T, T]
     for layer, one in long.layers.items():
         w = one.weights(slice(None), slice(None))  # (H, T, T)
