@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -96,7 +97,8 @@ def _long_layer(adapter: Any, part: str, layer: int, rec: Recorder, tokens: tupl
 
 
 def rules_of(var: Variations, T: int, S: int, where: str) -> Rules:
-    """The Rules of a layer whose attention is var: its scale, causal or no mask, ALiBi slopes from a bias m_h * j.
+    """The Rules of a layer whose attention is var: its scale, a causal mask (a local window read from the mask where
+    keys behind a query are hidden), ALiBi slopes from a bias m_h * j.
     ValueError for anything else (a mask that is not causal, other score biases, sinks, soft-capping, differential
     heads), naming it."""
     unsupported = [name for name, value in (("soft-capping", var.softcap), ("sinks", var.sinks),
@@ -112,11 +114,20 @@ def rules_of(var: Variations, T: int, S: int, where: str) -> Rules:
             unsupported.append("an ALiBi bias that is not m_h * j")
     rules = Rules(scale=var.scale, causal=var.causal, window=var.window, alibi=slopes)
     if var.mask is not None:
-        hidden = rules.mask(0, T, 0, S)
-        hidden = torch.zeros(T, S, dtype=torch.bool) if hidden is None else hidden
-        if not torch.equal(var.mask.bool().expand(-1, T, S).any(0), hidden):
+        given = var.mask.bool().expand(-1, T, S).any(0)  # (T, S) True where hidden
+        back = torch.arange(T)[:, None] - torch.arange(S)[None, :]  # i - j
+        if rules.window is None and bool((given & (back > 0)).any()):  # keys hidden behind a query: a local window
+            rules = replace(rules, window=int(back[given & (back > 0)].min()))
+        without = replace(rules, window=None) if var.window is not None else rules  # a window kept outside the mask
+        if not any(torch.equal(given, _hidden(r, T, S)) for r in (rules, without)):
             unsupported.append("a mask that is not the causal or window mask")
     if unsupported:
         raise ValueError(f"{where} computes attention in its own code with {', '.join(unsupported)}: a long trace "
                          "cannot reproduce it")
     return rules
+
+
+def _hidden(rules: Rules, T: int, S: int) -> Tensor:
+    """(T, S) True where rules hide key j from query i."""
+    hidden = rules.mask(0, T, 0, S)
+    return torch.zeros(T, S, dtype=torch.bool) if hidden is None else hidden

@@ -62,6 +62,13 @@ FAMILIES: dict[str, tuple[type, Callable[[], tf.PretrainedConfig]]] = {
     "diffllama": (AutoModelForCausalLM, lambda: tf.DiffLlamaConfig(
         vocab_size=V, num_key_value_heads=2, lambda_std_dev=0.3, **SMALL, **TOKENS)),
     "bloom": (AutoModelForCausalLM, lambda: tf.BloomConfig(vocab_size=V, hidden_size=32, n_layer=2, n_head=4, **TOKENS)),
+    # their own attention code too (the eager route): a local window in GPT-Neo's own mask, Falcon's rotary
+    "gpt_neo": (AutoModelForCausalLM, lambda: tf.GPTNeoConfig(
+        vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
+        window_size=37, max_position_embeddings=POSITIONS, intermediate_size=64, bos_token_id=101, eos_token_id=102)),
+    "falcon": (AutoModelForCausalLM, lambda: tf.FalconConfig(
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=POSITIONS,
+        **TOKENS)),
 }  # fmt: skip
 TOLERANCE = 1e-5
 
@@ -173,7 +180,8 @@ def test_grouped_query_heads_read_their_kv_head():
 
 @pytest.mark.parametrize(("family", "windows"), [("mistral", (37, 37)), ("gemma2", (33, None)),
                                                  ("gemma3", (33, None)), ("gpt_oss", (29, None)),
-                                                 ("modernbert", (None, 33)), ("llama", (None, None))])
+                                                 ("modernbert", (None, 33)), ("gpt_neo", (None, 37)),
+                                                 ("llama", (None, None))])
 def test_window_layers_hide_keys_beyond_the_window(family, windows):
     """Each layer's weights are 0 exactly beyond its window and not only there (the window matters at T)."""
     long, _ = traced(family)
@@ -233,6 +241,18 @@ def test_bloom_refuses_before_running_when_its_eager_pass_would_not_fit():
                                          r"allowed: use at most 4729 tokens"):
         m.long_trace(ids=random_ids(10_000), progress=lambda done, total: calls.append(done))
     assert calls == []  # nothing ran
+
+
+def test_own_code_terms_a_long_trace_cannot_reproduce_are_refused():
+    """Falcon with alibi=True adds ALiBi twice (once in its attention mask): refused, naming the term."""
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    config = tf.FalconConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=True,
+                             multi_query=False, max_position_embeddings=POSITIONS, **TOKENS)
+    m = PretrainedModel(random_model(AutoModelForCausalLM, config), tokenizer, name="tiny-falcon-alibi")
+    with pytest.raises(ValueError, match="FalconAttention .layer 0. computes attention in its own code with the score "
+                                         "bias 'ALiBi again .in the attention mask.': a long trace cannot reproduce"):
+        m.long_trace(ids=random_ids(50))
+    assert m.model.config._attn_implementation == "eager"
 
 
 @pytest.mark.parametrize("family", ["llama", "bloom"])
