@@ -470,7 +470,10 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
     Text is tokenised without the tokenizer's length limit and cut to the model's positions (meta "truncated").
     layers: which layers to keep (default all; the forward pass runs them all). progress(done, total) is called
     after each kept layer; raising LongTraceCancelled (or anything) there stops the pass. max_bytes: ValueError
-    before any work when what the trace would keep is larger.
+    before any work when what the trace would keep is larger. A model whose attention is its own code (BLOOM, ALiBi)
+    runs its own eager pass instead, refused before running where its [H, T, T] tensors would pass
+    long_hooked.EAGER_MAX_BYTES. A differential layer (DiffLlama) keeps its H softmax maps, ordinary heads each:
+    differential head i is map_i - lambda map_(i + H/2) of them.
     """
     import time
 
@@ -492,25 +495,32 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
                          "layers or fewer tokens")
     modules = {s.attention: (i, adapter.causal(part)) for i, s in sites.items()}
     tokens = tuple(model.tokenizer.convert_ids_to_tokens(list(ids)))
-    _probe(model, modules)
+    own_code = _probe(model, modules)
     capture = _Capture(modules, tokens, progress, overview_side)
     start = time.perf_counter()
-    with long_kernel(model.model, capture), torch.no_grad():
-        adapter.base(input_ids=torch.tensor([list(ids)], device=adapter.device()), use_cache=False)
+    if own_code:  # BLOOM (ALiBi): the model's own eager pass, its q, k, v captured by hooks (long_hooked)
+        from .long_hooked import trace_hooked
+
+        capture.layers = trace_hooked(model, ids, sites, tokens, progress, overview_side)
+    else:
+        with long_kernel(model.model, capture), torch.no_grad():
+            adapter.base(input_ids=torch.tensor([list(ids)], device=adapter.device()), use_cache=False)
     return ModelLongTrace(model.name, tuple(ids), tokens, dict(sorted(capture.layers.items())),
                           seconds=time.perf_counter() - start)
 
 
-def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool]]) -> None:
-    """ValueError unless every traced layer's attention goes through transformers' attention functions (checked on
-    two tokens, before a long pass)."""
+def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool]]) -> bool:
+    """Whether the model computes attention in its own code: True when no traced layer's attention went through
+    transformers' attention functions (checked on two tokens, before a long pass); ValueError when some did and
+    some did not."""
     capture = _Capture(modules, ("a", "b"), None, OVERVIEW_SIDE)
     with long_kernel(model.model, capture), torch.no_grad():
         model.adapter.base(input_ids=torch.tensor([[0, 0]], device=model.adapter.device()), use_cache=False)
     missing = sorted(i for i, _ in modules.values() if i not in capture.layers)
-    if missing:
-        raise ValueError(f"{model.name} ({model.architecture}) computes attention in its own code, not through "
-                         f"transformers' attention functions (layers {missing}): it has no long trace")
+    if missing and capture.layers:
+        raise ValueError(f"{model.name} ({model.architecture}) computes attention in its own code in layers "
+                         f"{missing} only: it has no long trace")
+    return bool(missing)
 
 
 def _long_ids(model: Any, text: str | None, ids: Sequence[int] | None) -> tuple[int, ...]:
