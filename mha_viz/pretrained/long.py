@@ -2,10 +2,11 @@
 
 One forward pass runs the model with mha-viz's own attention kernel in place of transformers' (registered through
 transformers' public AttentionInterface, so no [H, T, S] tensor is ever made). Each attention call receives the
-model's queries and keys after its position handling (rotary, q/k norms) and, for each chunk of query rows,
-computes through the one attention core (mha_viz.attention.attend) over only the keys those rows can see:
+model's queries and keys after its position handling (rotary, q/k norms) and computes, tile by tile of query rows
+and only the keys they can see (run_layer: the softmax of mha_viz.attention.attend, the one core, which computes
+any exact block afterwards; tests hold the two equal and equal to the model's own eager weights):
 
-    scores[h, i, j] = scale * q_i . k_j, soft-capped, -inf where causal or the sliding window hides j from i
+    scores[h, i, j] = scale * q_i . k_j (+ ALiBi), soft-capped, -inf where causal or the sliding window hides j
     lse[h, i]       = log (sum_j exp(scores[h, i, j]) + exp(sink_h))        the sink term with learned sinks only
     weights         = exp(scores - lse)                                        exact softmax weights of any block
     output          = weights @ V                                              handed back to the model
@@ -13,7 +14,9 @@ computes through the one attention core (mha_viz.attention.attend) over only the
 It keeps, per layer, Q and K as the scores use them, V, lse, per-row statistics and the overview (block maxima and
 block means of the weights, so a sink column and a diagonal both show). What it keeps per token and layer is
 (H d_k + KV d_k + KV d_v + 5 H) x 4 bytes, plus 2 H x 128 x 128 x 4 bytes of overview per layer (LongLayer.nbytes,
-ModelLongTrace.nbytes); work memory is one chunk of [H, rows, keys] float32 at a time (CHUNK_CELLS).
+ModelLongTrace.nbytes); work memory is a few tiles of [H, rows, keys] float32 (TILE_CELLS) and one
+[KV, S, d_v + d_k + 2] copy of the keys and values. Models whose attention is their own code (BLOOM) run their own
+eager pass instead (long_hooked), refused beforehand where its [H, T, T] tensors would not fit.
 
     >>> long = model.long_trace(text)                 # a PretrainedModel; or token ids: model.long_trace(ids=[...])
     >>> long.overview(3).max.shape                     # (heads, rows, cols) block maxima of layer 3
@@ -169,7 +172,7 @@ class LongLayer:
     def block(self, head: int, q_start: int, k_start: int, size: int) -> np.ndarray:
         """[r, c] exact weights of queries q_start ... q_start + size - 1 and keys k_start ... (cut at the ends)."""
         self._check_head(head)
-        H, T, S = self.shape
+        _, T, S = self.shape
         if not (0 <= q_start < T and 0 <= k_start < S and size >= 1):
             raise ValueError(f"a block needs 0 <= q_start < {T}, 0 <= k_start < {S} and size >= 1")
         return self.weights(slice(q_start, q_start + size), slice(k_start, k_start + size), [head])[0]
