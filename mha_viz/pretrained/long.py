@@ -307,7 +307,8 @@ def run_layer(q: Tensor, k: Tensor, v: Tensor, rules: Rules, *, side: int = OVER
     cols = bs * max(1, TILE_CELLS // (H * rows * bs))  # a whole number of overview block columns
     positions = torch.arange(S, dtype=torch.float32)  # (S,)
     extra = torch.cat((k, positions[None, :, None].expand(KV, S, 1), torch.ones(KV, S, 1)), dim=-1)
-    v_ext = torch.cat((v, extra), dim=-1) if keep else torch.cat((v, extra[..., -1:]), dim=-1)  # (KV, S, n)
+    v_ext = torch.cat((v, extra), dim=-1)  # (KV, S, n)
+    blocks = torch.eye(cols // bs).repeat_interleave(bs, dim=0)  # (cols, cols / bs): key j -> its block in a tile
     qs = q * rules.scale  # (H, T, d_k)
     sinks = None if rules.sinks is None else rules.sinks.float()[:, None]  # (H, 1)
     out = torch.empty(H, T, d_v)
@@ -331,29 +332,33 @@ def run_layer(q: Tensor, k: Tensor, v: Tensor, rules: Rules, *, side: int = OVER
         first = None
         for a in tiles:
             b = min(c1, a + cols)
-            scores = torch.bmm(q_rows, k[:, a:b].transpose(1, 2)).view(H, r, b - a)  # (H, r, c) scale q . k
+            c, n0 = b - a, (a - c0) // bs
+            n1 = n0 + -(-c // bs)
+            scores = torch.bmm(q_rows, k[:, a:b].transpose(1, 2)).view(H, r, c)  # (H, r, c) scale q . k
             if rules.alibi is not None:
-                scores.add_(rules.bias(slice(None), a, b - a)["alibi"])
+                scores.add_(rules.bias(slice(None), a, c)["alibi"])
             if rules.softcap is not None:
                 scores.div_(rules.softcap).tanh_().mul_(rules.softcap)
             _hide(scores, rules, r0, a)
-            m_new = torch.maximum(m, scores.amax(-1))  # (H, r)
+            raw_max = _block_max(scores, bs)  # (H, r, nb) the largest score of each key block
+            m_new = torch.maximum(m, raw_max.amax(-1))  # (H, r)
             scores.sub_(m_new[..., None])  # s - m
             alpha = torch.exp(m - m_new)[..., None]  # (H, r, 1) rescales what earlier tiles summed
             if soft_es is not None:
                 soft_es = soft_es * alpha[..., 0] + torch.linalg.vecdot(scores.exp(), scores)
             e = scores.exp_()  # (H, r, c) unnormalised weights, 0 where hidden
-            acc.mul_(alpha).add_(torch.bmm(e.view(KV, g * r, b - a), v_ext[:, a:b]).view(H, r, -1))
+            rhs = torch.cat((v_ext[:, a:b], blocks[:c, : n1 - n0].expand(KV, c, n1 - n0)), dim=-1)
+            product = torch.bmm(e.view(KV, g * r, c), rhs).view(H, r, -1)  # [e V | e K | e j | e | block sums]
+            acc.mul_(alpha).add_(product[..., : acc.shape[-1]])
             if distance is not None:
                 i = torch.arange(r0, r1, dtype=torch.float32)[:, None]  # (r, 1)
                 distance = distance * alpha[..., 0] + (e * (i - positions[a:b]).abs()).sum(-1)
             if a == 0:
                 first = e[..., 0].clone()  # (H, r), at m_new
             m = m_new
-            if keep:
-                n0, n1 = (a - c0) // bs, -(-(b - c0) // bs)
-                _pool_keys(e, bs, block_max[..., n0:n1], block_sum[..., n0:n1])
-                block_m[..., n0:n1] = m[..., None]
+            block_max[..., n0:n1] = torch.exp(raw_max - m[..., None])  # exp is monotonic: the max of e
+            block_sum[..., n0:n1] = product[..., acc.shape[-1]:]
+            block_m[..., n0:n1] = m[..., None]
         e_sum = acc[..., -1]  # (H, r)
         sink_w = None if sinks is None else torch.exp(sinks - m)  # (H, r) the sink's share before dividing by z
         z = e_sum if sink_w is None else e_sum + sink_w  # (H, r)
@@ -391,16 +396,13 @@ TILE_CELLS = 2**22  # [H, rows, keys] cells of a tile (16 MB of float32): few en
 HIDDEN = 1e30  # a hidden score is -HIDDEN, not -inf: its weight is still exactly 0, and 0 * score stays 0
 
 
-def _pool_keys(e: Tensor, bs: int, block_max: Tensor, block_sum: Tensor) -> None:
-    """The maxima and sums of e (H, r, c) over each block of bs keys (the last may be partial) into (H, r, nb)."""
-    full = e.shape[-1] // bs * bs
-    if full:
-        blocks = e[..., :full].unflatten(-1, (-1, bs))  # (H, r, full / bs, bs)
-        torch.amax(blocks, -1, out=block_max[..., : full // bs])
-        torch.sum(blocks, -1, out=block_sum[..., : full // bs])
-    if full < e.shape[-1]:
-        block_max[..., -1] = e[..., full:].amax(-1)
-        block_sum[..., -1] = e[..., full:].sum(-1)
+def _block_max(scores: Tensor, bs: int) -> Tensor:
+    """(H, r, nb) the maxima of scores (H, r, c) over each block of bs keys (the last may be partial)."""
+    full = scores.shape[-1] // bs * bs
+    parts = [scores[..., :full].unflatten(-1, (-1, bs)).amax(-1)] if full else []
+    if full < scores.shape[-1]:
+        parts.append(scores[..., full:].amax(-1, keepdim=True))
+    return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
 
 
 def _pool_rows(col_max: Tensor, col_sum: Tensor, b_row: int, b_col: int, bt: int, ov_max: Tensor, ov_sum: Tensor
