@@ -70,6 +70,10 @@ class CachedModel(ModelSource):
         return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed),
                       "Running the head detectors on repeated random tokens…", heavy=True)
 
+    def text_tokens(self) -> tuple[int, ...]:
+        """The text's ids, tokenised once for this model and text (a long text is read several times a run)."""
+        return self.memo(("text tokens", self.long_tokens), super().text_tokens)
+
     def long_key(self) -> tuple:
         """The shared cache's key of long_trace(): the model's key and the ids it reads."""
         return ("model long", self.key, self.part, self.long_ids())

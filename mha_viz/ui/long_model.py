@@ -107,9 +107,8 @@ def long_model_view(long: ModelLongTrace, layer: int, name: str, load: Callable[
     """The Heads view of a long text: the layer's overview and zoom, then every layer's heads by one statistic."""
     views.long_heads_view(long.layer(layer), f"{name}-long", _LayerOf(load, layer))
     stats = long.stats()
-    st.segmented_control("Colour every layer's heads by", list(STATS), key="long_stat", required=True,
-                         format_func=lambda s: STATS[s][0])
-    stat = st.session_state.get("long_stat") or "distance"
+    stat = st.segmented_control("Colour every layer's heads by", list(STATS), key="long_stat", required=True,
+                                format_func=lambda s: STATS[s][0])
     st.caption("Each cell is one head of one layer, averaged over every query of the long text; hover a cell for all "
                "four statistics. Mean distance: how far back a head looks; entropy: how spread its weights are; "
                "first token: the usual attention sink; learned sink: the weight a gpt-oss-style sink logit takes.")
