@@ -132,3 +132,17 @@ def test_a_cancelled_long_trace_says_so_and_can_start_again(folders):
     assert "heads_long" not in [c.key for c in at.get("plotly_chart")]
     at.button(key="long_again").click().run()
     assert not at.exception and "heads_long" in [c.key for c in at.get("plotly_chart")]
+
+
+def test_a_long_trace_larger_than_the_shared_cache_is_refused_with_a_message(folders, monkeypatch):
+    from mha_viz.ui.cache import shared_cache
+
+    monkeypatch.setenv("MHA_VIZ_CACHE_MB", "1")  # 1562 tokens x 2 layers keep about 2 MiB
+    shared_cache.clear()
+    try:
+        at = app_with(folders["llama"])
+        warnings = [w.value for w in at.warning]
+        assert any("No long trace here" in w and "more than the 1 MiB allowed" in w for w in warnings), warnings
+        assert "heads_long" not in [c.key for c in at.get("plotly_chart")]
+    finally:
+        shared_cache.clear()
