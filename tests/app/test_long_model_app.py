@@ -5,7 +5,9 @@ and a cancelled trace."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from transformers import AutoModelForCausalLM
 
 from mha_viz.pretrained import PretrainedModel, load_model
-from mha_viz.pretrained.long import ModelLongTrace
+from mha_viz.pretrained.long import LongLayer, ModelLongTrace
 from mha_viz.sources import ModelSource
 from mha_viz.ui.long_model import CANCELLED, _digest
 from tests.app.test_app import APP
@@ -146,3 +148,23 @@ def test_a_long_trace_larger_than_the_shared_cache_is_refused_with_a_message(fol
         assert "heads_long" not in [c.key for c in at.get("plotly_chart")]
     finally:
         shared_cache.clear()
+
+
+def test_the_session_keeps_a_key_not_the_long_trace(folders):
+    """The zoom is a fragment whose arguments Streamlit keeps for the session's life: they hold a loader of the
+    shared cache's value, not the trace. Once the cache lets the trace go, nothing keeps it; moving the zoom then
+    traces the text again."""
+    from mha_viz.cache import ByteBudgetCache
+    from tests.app.test_memory import alive
+
+    kinds = (ModelLongTrace, LongLayer)
+    before = {id(o): weakref.ref(o) for o in alive(kinds)}
+    at = app_with(folders["llama"])
+    at.slider(key="zoom").set_value(700).run()
+    assert any(isinstance(o, ModelLongTrace) and o.num_tokens == 1562 for o in alive(kinds))
+    for cache in alive((ByteBudgetCache,)):
+        cache.clear()
+    left = [o for o in alive(kinds) if not (id(o) in before and before[id(o)]() is o)]
+    assert left == [], [sorted({type(r).__name__ for r in gc.get_referrers(o)}) for o in left]
+    at.slider(key="zoom").set_value(300).run()
+    assert not at.exception and heatmaps(chart(at, "heads_zoom"))[0]["y0"] == 300
