@@ -329,7 +329,7 @@ class ModelSource:
     def text_tokens(self) -> tuple[int, ...]:
         """The text's token ids as the model reads them (special tokens added), not cut to max_tokens; a text of
         more than CHARS_PER_TOKEN characters a token of long_limit() is cut to that before tokenising."""
-        from .pretrained.model import CHARS_PER_TOKEN
+        from .pretrained.encoded import CHARS_PER_TOKEN
 
         limit = self.long_limit()
         text = self.text if limit is None else self.text[: CHARS_PER_TOKEN * (limit + 1)]
@@ -350,7 +350,7 @@ class ModelSource:
     def long_trace(self, progress: Callable[[int, int], None] | None = None, max_bytes: int | None = None
                    ) -> ModelLongTrace:
         """Every head of every layer over the whole text (up to long_limit() tokens), exact on demand:
-        PretrainedModel.long_trace (progress, max_bytes: see mha_viz.pretrained.long.trace_model)."""
+        PretrainedModel.long_trace (progress, max_bytes: see mha_viz.pretrained.long_pass.trace_model)."""
         return self.model.long_trace(ids=self.long_ids(), progress=progress, max_bytes=max_bytes)
 
     def generate(self, max_new_tokens: int, sampling: Sampling = GREEDY) -> Generation:
