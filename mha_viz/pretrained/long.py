@@ -301,10 +301,8 @@ def run_layer(q: Tensor, k: Tensor, v: Tensor, rules: Rules, *, side: int = OVER
     H, T, d_k = q.shape
     KV, S, d_v = v.shape
     g = H // KV  # query heads per K/V head: q's heads grouped (KV, g * rows, d) against k (KV, d, c)
-    bt, bs = -(-T // side), -(-S // side)
+    bt, bs, rows, cols = tile_shape(H, T, S, side)
     t, s = -(-T // bt), -(-S // bs)
-    rows = bt * -(-TILE_ROWS // bt)  # a whole number of overview block rows
-    cols = bs * max(1, TILE_CELLS // (H * rows * bs))  # a whole number of overview block columns
     positions = torch.arange(S, dtype=torch.float32)  # (S,)
     extra = torch.cat((k, positions[None, :, None].expand(KV, S, 1), torch.ones(KV, S, 1)), dim=-1)
     v_ext = torch.cat((v, extra), dim=-1)  # (KV, S, n)
@@ -392,8 +390,17 @@ def run_layer(q: Tensor, k: Tensor, v: Tensor, rules: Rules, *, side: int = OVER
 
 
 TILE_ROWS = 128  # query rows of a tile (rounded up to whole overview blocks)
-TILE_CELLS = 2**22  # [H, rows, keys] cells of a tile (16 MB of float32): few enough ops that a busy machine does not stall each
+TILE_CELLS = 2**20  # [H, rows, keys] cells of a tile (4 MB of float32, within the CPU's cache); bench/RESULTS-long.md
 HIDDEN = 1e30  # a hidden score is -HIDDEN, not -inf: its weight is still exactly 0, and 0 * score stays 0
+
+
+def tile_shape(H: int, T: int, S: int, side: int = OVERVIEW_SIDE) -> tuple[int, int, int, int]:
+    """(block_rows, block_cols, rows, cols): the overview's blocks (at most side a side) and run_layer's tiles of
+    rows x cols positions: whole blocks, about TILE_CELLS cells for H heads, never more keys than S's blocks hold."""
+    bt, bs = -(-T // side), -(-S // side)
+    rows = bt * -(-TILE_ROWS // bt)
+    cols = bs * min(-(-S // bs), max(1, TILE_CELLS // (H * rows * bs)))
+    return bt, bs, rows, cols
 
 
 def _block_max(scores: Tensor, bs: int) -> Tensor:

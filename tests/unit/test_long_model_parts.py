@@ -60,3 +60,15 @@ def test_the_shared_cache_counts_a_long_traces_bytes(model) -> None:
     cache = ByteBudgetCache(long.nbytes - 1)
     cache.get("long", lambda: long)
     assert "long" not in cache  # larger than the whole cache: used once, not kept
+
+
+@pytest.mark.parametrize(("heads", "tokens"), [(4, 2), (4, 128), (8, 1000), (8, 16384), (32, 4096)])
+def test_kernel_tiles_hold_whole_blocks_and_never_more_keys_than_there_are(heads, tokens):
+    """run_layer's key-block indicator is (cols, cols / block_cols): a tile wider than the input made a 2-token probe
+    or a 128-token trace allocate an 8192 x 8192 matrix (537 MB)."""
+    from mha_viz.pretrained.long import TILE_CELLS, tile_shape
+
+    bt, bs, rows, cols = tile_shape(heads, tokens, tokens)
+    assert rows % bt == 0 and cols % bs == 0
+    assert cols <= bs * -(-tokens // bs)
+    assert heads * rows * cols <= max(TILE_CELLS, heads * rows * bs)
