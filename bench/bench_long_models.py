@@ -56,7 +56,7 @@ HERE = Path(__file__).resolve()
 def status(field: str) -> int:
     """A field of /proc/self/status in bytes (VmRSS, VmHWM)."""
     with open("/proc/self/status") as f:
-        return int(re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.M).group(1)) * 1024
+        return int(re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.MULTILINE).group(1)) * 1024
 
 
 def reset_peak() -> int:
@@ -181,7 +181,7 @@ def run_one(kind: str, T: int, timeout: float) -> dict:
     env = {**os.environ, "PYTHONPATH": str(HERE.parents[1]), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     try:
         done = subprocess.run([sys.executable, str(HERE), "--one", kind, str(T)], capture_output=True, text=True,
-                              timeout=timeout, env=env)
+                              timeout=timeout, env=env, check=False)
     except subprocess.TimeoutExpired:
         return {"model": kind, "tokens": T, "error": f"over {timeout:.0f} s"}
     for line in done.stdout.splitlines():
@@ -240,14 +240,12 @@ def limits(rows: list[dict]) -> None:
         ram_T = (total - ok[-1]["rss_mb"] * 1e6 - a) / b
         cache_T = (budget - c) / d
         k = fit([math.log(x) for x in xs[-3:]], [math.log(r["long_s"]) for r in ok[-3:]])[1]
-
-        def at(t: float) -> float:
-            return ok[-1]["long_s"] * (t / xs[-1]) ** k
+        last_T, last_s = xs[-1], ok[-1]["long_s"]
 
         print(f"  {kind}: peak +{b * 1024 / 1e6:.1f} MB per 1k tokens (+{a / 1e6:.0f} MB), kept {d * 1024 / 1e6:.1f} "
               f"MB per 1k tokens; {total / 2**30:.0f} GiB reached at ~{ram_T:,.0f} tokens "
-              f"(long trace ~{at(ram_T) / 60:,.0f} min there), the 1 GiB cache budget at ~{cache_T:,.0f} tokens "
-              f"(~{at(cache_T):,.0f} s); time exponent k = {k:.2f}")
+              f"(long trace ~{last_s * (ram_T / last_T) ** k / 60:,.0f} min there), the 1 GiB cache budget at ~{cache_T:,.0f} tokens "
+              f"(~{last_s * (cache_T / last_T) ** k:,.0f} s); time exponent k = {k:.2f}")
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -290,7 +288,7 @@ def main() -> None:
         print("RESULT " + json.dumps(measure(args.one[0], int(args.one[1]))), flush=True)
         return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=HERE.parent).stdout.strip()
+                            cwd=HERE.parent, check=False).stdout.strip()
     print(f"# bench/bench_long_models.py at {commit}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
           f"{os.cpu_count()} CPUs (shared), load average {loadavg()}")
     print("targets (issue 26): ratio <= 2, long trace peak <= 1000 MB, figure (build + JSON) <= 1.5 s, "
