@@ -15,7 +15,8 @@ Models (random weights, seed 0, the bundled MiniLM tokenizer's vocabulary; rando
 
 Each (model, tokens) runs in a fresh subprocess: build the model, warm both kernels up on 64 tokens, then
   own      the model's base forward (use_cache=False) with its fast kernel (sdpa; eager for gpt-oss), best of n
-  long     PretrainedModel.long_trace(ids=...) of every layer, best of n; ratio = long / own
+  long     PretrainedModel.long_trace(ids=...) of every layer, best of n (the two interleaved, so both see the same
+           load); ratio = long / own
   peak +MB the growth of the process's peak RSS (VmHWM, reset through /proc/self/clear_refs) over its RSS before,
            for the own forward and for the first long trace; kept MB = ModelLongTrace.nbytes
   figure   mha_viz.figures.heads.long_heads_figure of the last layer as the app draws it (every head, the zoom
@@ -141,27 +142,33 @@ def measure(kind: str, T: int) -> dict:
     ids = rng.integers(low, high, T).tolist()
     n = 3 if T <= 4096 else 1
     lm = model.model
-    before = lm.config._attn_implementation
-    row: dict = {"model": kind, "tokens": T, "kernel": kernel, "layers": model.num_layers[model.parts[0]], "n": n}
-
+    heads = model.adapter.site(model.parts[0], 0).num_heads
+    timed_own = kernel != "eager" or 3 * heads * T * T * 4 <= EAGER_LIMIT
+    row: dict = {"model": kind, "tokens": T, "kernel": kernel, "layers": model.num_layers[model.parts[0]], "n": n,
+                 "own_s": None, "own_peak_mb": None}
+    lm.set_attn_implementation(kernel)  # long_trace switches to its own kernel and back to this one
     with torch.no_grad():
-        lm.set_attn_implementation(kernel)
         forward(model, torch.tensor([ids[:64]]))
-        heads = model.adapter.site(model.parts[0], 0).num_heads
-        if kernel == "eager" and 3 * heads * T * T * 4 > EAGER_LIMIT:
-            row["own_s"] = row["own_peak_mb"] = None
-        else:
-            base = reset_peak()
-            row["own_s"], _ = best(lambda: forward(model, torch.tensor([ids])), n)
-            row["own_peak_mb"] = (status("VmHWM") - base) / 1e6
-        lm.set_attn_implementation(before)
     model.long_trace(ids=ids[:64])
-
-    base = reset_peak()
-    row["long_s"], trace = best(lambda: model.long_trace(ids=ids), n)
-    row["long_peak_mb"] = (status("VmHWM") - base) / 1e6
+    own, long, trace = [], [], None
+    for i in range(n):  # interleaved, so that both see the same load on this shared machine
+        if timed_own:
+            base = reset_peak()
+            start = time.perf_counter()
+            with torch.no_grad():
+                forward(model, torch.tensor([ids]))
+            own.append(time.perf_counter() - start)
+            row["own_peak_mb"] = row["own_peak_mb"] or (status("VmHWM") - base) / 1e6
+        trace = None
+        base = reset_peak()
+        start = time.perf_counter()
+        trace = model.long_trace(ids=ids)
+        long.append(time.perf_counter() - start)
+        if i == 0:
+            row["long_peak_mb"], row["rss_mb"] = (status("VmHWM") - base) / 1e6, base / 1e6
+    row["own_s"] = min(own) if own else None
+    row["long_s"] = min(long)
     row["kept_mb"] = trace.nbytes / 1e6
-    row["rss_mb"] = base / 1e6
 
     layer = trace.layer(max(trace.layers))
     q0, k0 = max(0, T - 200), 0
