@@ -2,10 +2,11 @@
 
 One forward pass runs the model with mha-viz's own attention kernel in place of transformers' (registered through
 transformers' public AttentionInterface, so no [H, T, S] tensor is ever made). Each attention call receives the
-model's queries and keys after its position handling (rotary, q/k norms) and, for each chunk of query rows,
-computes through the one attention core (mha_viz.attention.attend) over only the keys those rows can see:
+model's queries and keys after its position handling (rotary, q/k norms) and computes, tile by tile of query rows
+and only the keys they can see (run_layer: the softmax of mha_viz.attention.attend, the one core, which computes
+any exact block afterwards; tests hold the two equal and equal to the model's own eager weights):
 
-    scores[h, i, j] = scale * q_i . k_j, soft-capped, -inf where causal or the sliding window hides j from i
+    scores[h, i, j] = scale * q_i . k_j (+ ALiBi), soft-capped, -inf where causal or the sliding window hides j
     lse[h, i]       = log (sum_j exp(scores[h, i, j]) + exp(sink_h))        the sink term with learned sinks only
     weights         = exp(scores - lse)                                        exact softmax weights of any block
     output          = weights @ V                                              handed back to the model
@@ -13,7 +14,9 @@ computes through the one attention core (mha_viz.attention.attend) over only the
 It keeps, per layer, Q and K as the scores use them, V, lse, per-row statistics and the overview (block maxima and
 block means of the weights, so a sink column and a diagonal both show). What it keeps per token and layer is
 (H d_k + KV d_k + KV d_v + 5 H) x 4 bytes, plus 2 H x 128 x 128 x 4 bytes of overview per layer (LongLayer.nbytes,
-ModelLongTrace.nbytes); work memory is one chunk of [H, rows, keys] float32 at a time (CHUNK_CELLS).
+ModelLongTrace.nbytes); work memory is a few tiles of [H, rows, keys] float32 (TILE_CELLS) and one
+[KV, S, d_v + d_k + 2] copy of the keys and values. Models whose attention is their own code (BLOOM) run their own
+eager pass instead (long_hooked), refused beforehand where its [H, T, T] tensors would not fit.
 
     >>> long = model.long_trace(text)                 # a PretrainedModel; or token ids: model.long_trace(ids=[...])
     >>> long.overview(3).max.shape                     # (heads, rows, cols) block maxima of layer 3
@@ -39,7 +42,6 @@ from ..attention import Variations, attend
 
 KERNEL = "mha_viz_long"  # the attention implementation's name in transformers' AttentionInterface
 OVERVIEW_SIDE = 128  # the overview has at most this many blocks a side
-CHUNK_CELLS = 2**24  # query rows go through attend() in chunks of about this many [H, rows, keys] cells (64 MB)
 STAT_NAMES = ("distance", "entropy", "first", "sink")  # per-row statistics kept for every head
 
 
@@ -170,7 +172,7 @@ class LongLayer:
     def block(self, head: int, q_start: int, k_start: int, size: int) -> np.ndarray:
         """[r, c] exact weights of queries q_start ... q_start + size - 1 and keys k_start ... (cut at the ends)."""
         self._check_head(head)
-        H, T, S = self.shape
+        _, T, S = self.shape
         if not (0 <= q_start < T and 0 <= k_start < S and size >= 1):
             raise ValueError(f"a block needs 0 <= q_start < {T}, 0 <= k_start < {S} and size >= 1")
         return self.weights(slice(q_start, q_start + size), slice(k_start, k_start + size), [head])[0]
@@ -281,75 +283,140 @@ class _Capture:
 
 def run_layer(q: Tensor, k: Tensor, v: Tensor, rules: Rules, *, side: int = OVERVIEW_SIDE, keep: bool = True
               ) -> tuple[Tensor, tuple | None]:
-    """One layer's attention over a long input, chunk by chunk of query rows, each over only the keys it can see.
+    """One layer's attention over a long input, tile by tile, over only the keys each query can see.
 
     q (H, T, d_k), k (KV, S, d_k), v (KV, S, d_v) (query head h reads K/V head h // (H / KV)). Returns the head
     outputs (H, T, d_v) and, with keep, (lse (H, T), row statistics {name: (H, T)}, overview max and mean (H, t, s),
-    block_rows, block_cols). The same softmax as attend() (LongLayer.weights computes blocks through it, and the
-    tests hold the two equal), written for memory traffic: per chunk, with m the row max (and sink) and
-    e = exp(scores - m) left unnormalised,
-        z = sum_j e_j + exp(sink - m)      lse = m + log z
-        [e V | e j | e] in one matmul      head output, sum_j e_j j (the distance), sum_j e_j
-        entropy = (sum e log z - sum e (scores - m)) / z
-    and the block maxima and sums are taken over key blocks of e first, then divided by z, then over row blocks.
+    block_rows, block_cols).
+
+    The same softmax as attend() (LongLayer.weights computes blocks through it; the tests hold the two equal), in one
+    pass of tiles small enough to stay in the CPU's cache (TILE_CELLS), as flash attention does: for each chunk of
+    query rows, tile by tile of keys, with m the running row max (from the sink logit, if any) and e = exp(s - m),
+        acc = acc * exp(m_old - m) + e [V | K | j | 1]      head output, sum e k (entropy), sum e j (distance), sum e
+        block maxima and sums of e over each key block       kept with the m they were taken at
+    and at the chunk's end z = sum e + exp(sink - m), lse = m + log z, every kept value rescaled to the final m and
+    divided by z, the block values reduced over row blocks. The entropy uses sum_j e_j s_j = scale q . sum_j e_j k_j
+    (+ ALiBi's slope sum_j e_j j): scores are linear in k (soft-capped scores are summed tile by tile instead).
     """
-    H, T, _ = q.shape
+    H, T, d_k = q.shape
     KV, S, d_v = v.shape
     g = H // KV  # query heads per K/V head: q's heads grouped (KV, g * rows, d) against k (KV, d, c)
     bt, bs = -(-T // side), -(-S // side)
     t, s = -(-T // bt), -(-S // bs)
-    keys_seen = S if rules.window is None else min(S, rules.window + bt)
-    rows = bt * max(1, CHUNK_CELLS // (H * keys_seen * bt))  # a whole number of overview block rows
+    rows = bt * -(-TILE_ROWS // bt)  # a whole number of overview block rows
+    cols = bs * max(1, TILE_CELLS // (H * rows * bs))  # a whole number of overview block columns
+    positions = torch.arange(S, dtype=torch.float32)  # (S,)
+    extra = torch.cat((k, positions[None, :, None].expand(KV, S, 1), torch.ones(KV, S, 1)), dim=-1)
+    v_ext = torch.cat((v, extra), dim=-1)  # (KV, S, n)
+    blocks = torch.eye(cols // bs).repeat_interleave(bs, dim=0)  # (cols, cols / bs): key j -> its block in a tile
+    qs = q * rules.scale  # (H, T, d_k)
+    sinks = None if rules.sinks is None else rules.sinks.float()[:, None]  # (H, 1)
     out = torch.empty(H, T, d_v)
     lse = torch.empty(H, T)
     stats = {name: torch.zeros(H, T) for name in STAT_NAMES}
     ov_max, ov_sum = torch.zeros(H, t, s), torch.zeros(H, t, s)
-    sinks = None if rules.sinks is None else rules.sinks.float()[:, None]  # (H, 1)
-    qs = q * rules.scale  # (H, T, d_k)
-    positions = torch.arange(S, dtype=torch.float32)  # (S,)
     for r0 in range(0, T, rows):
         r1 = min(T, r0 + rows)
         r = r1 - r0
         c0, c1 = rules.visible(r0, r1, S)
         c0, c1 = c0 // bs * bs, min(S, -(-c1 // bs) * bs)  # whole overview blocks (the extra keys are hidden: 0)
-        c = c1 - c0
-        scores = torch.bmm(qs[:, r0:r1].reshape(KV, g * r, -1), k[:, c0:c1].transpose(1, 2)).view(H, r, c)
-        if rules.alibi is not None:
-            scores.add_(rules.bias(slice(None), c0, c)["alibi"])
-        if rules.softcap is not None:
-            scores.div_(rules.softcap).tanh_().mul_(rules.softcap)
-        _hide(scores, rules, r0, c0)
-        m = scores.amax(-1)  # (H, r)
-        if sinks is not None:
-            m = torch.maximum(m, sinks)
-        scores.sub_(m[..., None])  # (H, r, c): scores - m, -HIDDEN where hidden
-        e = scores.exp()  # (H, r, c) unnormalised weights, 0 where hidden
-        v_ext = torch.cat((v[:, c0:c1], positions[c0:c1, None].expand(KV, c, 1), torch.ones(KV, c, 1)), dim=-1)
-        mixed = torch.bmm(e.view(KV, g * r, c), v_ext).view(H, r, d_v + 2)  # [e V | e j | e]
-        e_sum = mixed[..., -1]  # (H, r)
-        z = e_sum if sinks is None else e_sum + torch.exp(sinks - m)  # (H, r)
-        out[:, r0:r1] = mixed[..., :d_v] / z[..., None]
+        q_rows = qs[:, r0:r1].reshape(KV, g * r, d_k)
+        m = torch.full((H, r), -math.inf) if sinks is None else sinks.expand(H, r).clone()  # (H, r)
+        acc = torch.zeros(H, r, v_ext.shape[-1])  # (H, r, n)
+        tiles = list(range(c0, c1, cols))
+        n_blocks = -(-(c1 - c0) // bs)
+        block_max, block_sum = torch.empty(H, r, n_blocks), torch.empty(H, r, n_blocks)  # (H, r, nb)
+        block_m = torch.empty(H, r, n_blocks)  # the m each block's values were taken at
+        soft_es = torch.zeros(H, r) if rules.softcap is not None else None  # sum e (s - m), tile by tile
+        distance = torch.zeros(H, r) if not rules.causal else None  # sum e |i - j|, tile by tile
+        first = None
+        for a in tiles:
+            b = min(c1, a + cols)
+            c, n0 = b - a, (a - c0) // bs
+            n1 = n0 + -(-c // bs)
+            scores = torch.bmm(q_rows, k[:, a:b].transpose(1, 2)).view(H, r, c)  # (H, r, c) scale q . k
+            if rules.alibi is not None:
+                scores.add_(rules.bias(slice(None), a, c)["alibi"])
+            if rules.softcap is not None:
+                scores.div_(rules.softcap).tanh_().mul_(rules.softcap)
+            _hide(scores, rules, r0, a)
+            raw_max = _block_max(scores, bs)  # (H, r, nb) the largest score of each key block
+            m_new = torch.maximum(m, raw_max.amax(-1))  # (H, r)
+            scores.sub_(m_new[..., None])  # s - m
+            alpha = torch.exp(m - m_new)[..., None]  # (H, r, 1) rescales what earlier tiles summed
+            if soft_es is not None:
+                soft_es = soft_es * alpha[..., 0] + torch.linalg.vecdot(scores.exp(), scores)
+            e = scores.exp_()  # (H, r, c) unnormalised weights, 0 where hidden
+            rhs = torch.cat((v_ext[:, a:b], blocks[:c, : n1 - n0].expand(KV, c, n1 - n0)), dim=-1)
+            product = torch.bmm(e.view(KV, g * r, c), rhs).view(H, r, -1)  # [e V | e K | e j | e | block sums]
+            acc.mul_(alpha).add_(product[..., : acc.shape[-1]])
+            if distance is not None:
+                i = torch.arange(r0, r1, dtype=torch.float32)[:, None]  # (r, 1)
+                distance = distance * alpha[..., 0] + (e * (i - positions[a:b]).abs()).sum(-1)
+            if a == 0:
+                first = e[..., 0].clone()  # (H, r), at m_new
+            m = m_new
+            block_max[..., n0:n1] = torch.exp(raw_max - m[..., None])  # exp is monotonic: the max of e
+            block_sum[..., n0:n1] = product[..., acc.shape[-1]:]
+            block_m[..., n0:n1] = m[..., None]
+        e_sum = acc[..., -1]  # (H, r)
+        sink_w = None if sinks is None else torch.exp(sinks - m)  # (H, r) the sink's share before dividing by z
+        z = e_sum if sink_w is None else e_sum + sink_w  # (H, r)
+        out[:, r0:r1] = acc[..., :d_v] / z[..., None]
         if not keep:
             continue
-        lse[:, r0:r1] = m + z.log()
-        i = torch.arange(r0, r1, dtype=torch.float32)  # (r,)
-        if rules.causal:  # every visible key is at or before the query: sum_j w_ij (i - j)
-            stats["distance"][:, r0:r1] = (i * e_sum - mixed[..., -2]) / z
+        log_z = z.log()
+        lse[:, r0:r1] = m + log_z
+        sum_ks = acc[..., d_v:d_v + d_k]  # (H, r, d_k) sum e k
+        sum_j = acc[..., -2]  # (H, r) sum e j
+        if soft_es is None:  # sum e (s - m), s = scale q . k + slope j
+            es = torch.linalg.vecdot(qs[:, r0:r1], sum_ks) - m * e_sum
+            if rules.alibi is not None:
+                es = es + rules.alibi[:, None] * sum_j
         else:
-            stats["distance"][:, r0:r1] = (e * (i[:, None] - positions[c0:c1]).abs()).sum(-1) / z
-        stats["entropy"][:, r0:r1] = (e_sum * z.log() - torch.linalg.vecdot(e, scores)) / z
-        if c0 == 0:
-            stats["first"][:, r0:r1] = e[..., 0] / z
-        if sinks is not None:
-            stats["sink"][:, r0:r1] = torch.exp(sinks - m) / z
-        _pool(e, z, r0 // bt, c0 // bs, bt, bs, ov_max, ov_sum)
+            es = soft_es
+        i = torch.arange(r0, r1, dtype=torch.float32)  # (r,)
+        stats["distance"][:, r0:r1] = ((i * e_sum - sum_j) if distance is None else distance) / z
+        stats["entropy"][:, r0:r1] = (e_sum * log_z - es) / z
+        if first is not None:
+            stats["first"][:, r0:r1] = first / z  # tile 0's m is no longer m: rescaled below
+            stats["first"][:, r0:r1] *= torch.exp(block_m[..., 0] - m) if c0 == 0 else 0.0
+        if sink_w is not None:
+            stats["sink"][:, r0:r1] = sink_w / z
+        scale = torch.exp(block_m - m[..., None]) / z[..., None]  # (H, r, nb) to the final m, over z
+        _pool_rows(block_max * scale, block_sum * scale, r0 // bt, c0 // bs, bt, ov_max, ov_sum)
     if not keep:
         return out, None
     counts = _block_counts(T, bt, t)[:, None] * _block_counts(S, bs, s)[None, :]  # (t, s) token pairs per block
     return out, (lse, stats, ov_max.numpy(), (ov_sum / counts).numpy(), bt, bs)
 
 
+TILE_ROWS = 128  # query rows of a tile (rounded up to whole overview blocks)
+TILE_CELLS = 2**22  # [H, rows, keys] cells of a tile (16 MB of float32): few enough ops that a busy machine does not stall each
 HIDDEN = 1e30  # a hidden score is -HIDDEN, not -inf: its weight is still exactly 0, and 0 * score stays 0
+
+
+def _block_max(scores: Tensor, bs: int) -> Tensor:
+    """(H, r, nb) the maxima of scores (H, r, c) over each block of bs keys (the last may be partial)."""
+    full = scores.shape[-1] // bs * bs
+    parts = [scores[..., :full].unflatten(-1, (-1, bs)).amax(-1)] if full else []
+    if full < scores.shape[-1]:
+        parts.append(scores[..., full:].amax(-1, keepdim=True))
+    return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
+
+
+def _pool_rows(col_max: Tensor, col_sum: Tensor, b_row: int, b_col: int, bt: int, ov_max: Tensor, ov_sum: Tensor
+               ) -> None:
+    """Reduce per-row block values (H, r, nb) over each block of bt rows (the input's last may be partial: padded
+    with -inf for the max, 0 for the sum) into the overview at block (b_row, b_col)."""
+    r = col_max.shape[1]
+    pad = -(-r // bt) * bt - r
+    if pad:
+        col_max = torch.nn.functional.pad(col_max, (0, 0, 0, pad), value=-math.inf)
+        col_sum = torch.nn.functional.pad(col_sum, (0, 0, 0, pad))
+    n_r, n_c = (r + pad) // bt, col_max.shape[-1]
+    ov_max[:, b_row:b_row + n_r, b_col:b_col + n_c] = col_max.unflatten(1, (n_r, bt)).amax(2)
+    ov_sum[:, b_row:b_row + n_r, b_col:b_col + n_c] = col_sum.unflatten(1, (n_r, bt)).sum(2)
 
 
 def _hide(scores: Tensor, rules: Rules, r0: int, c0: int) -> None:
@@ -371,26 +438,6 @@ def _hide(scores: Tensor, rules: Rules, r0: int, c0: int) -> None:
 def _block_counts(n: int, b: int, blocks: int) -> Tensor:
     """(blocks,) how many of n positions each block of b holds (the last may hold fewer)."""
     return torch.full((blocks,), float(b)).index_fill_(0, torch.tensor([blocks - 1]), float(n - (blocks - 1) * b))
-
-
-def _pool(e: Tensor, z: Tensor, b_row: int, b_col: int, bt: int, bs: int, ov_max: Tensor, ov_sum: Tensor) -> None:
-    """Write the block maxima and sums of the weights e / z (e (H, r, c), z (H, r)), whose first cell is block
-    (b_row, b_col), into the overview: over each key block of e first (a partial last block on its own), then divided
-    by z, then over each block of rows (padded at the input's end: -inf for the max, 0 for the sum)."""
-    H, r, c = e.shape
-    full = c // bs * bs
-    parts = [e[..., :full].unflatten(-1, (-1, bs))] if full else []
-    if full < c:
-        parts.append(e[..., full:, None].transpose(-1, -2))  # (H, r, 1, c - full): the last, partial key block
-    col_max = torch.cat([p.amax(-1) for p in parts], dim=-1) / z[..., None]  # (H, r, nb)
-    col_sum = torch.cat([p.sum(-1) for p in parts], dim=-1) / z[..., None]  # (H, r, nb)
-    pad = -(-r // bt) * bt - r
-    if pad:
-        col_max = torch.nn.functional.pad(col_max, (0, 0, 0, pad), value=-math.inf)
-        col_sum = torch.nn.functional.pad(col_sum, (0, 0, 0, pad))
-    n_r, n_c = (r + pad) // bt, col_max.shape[-1]
-    ov_max[:, b_row:b_row + n_r, b_col:b_col + n_c] = col_max.unflatten(1, (n_r, bt)).amax(2)
-    ov_sum[:, b_row:b_row + n_r, b_col:b_col + n_c] = col_sum.unflatten(1, (n_r, bt)).sum(2)
 
 
 _ACTIVE = threading.local()  # the capture of the forward pass running in this thread
@@ -428,7 +475,10 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
     Text is tokenised without the tokenizer's length limit and cut to the model's positions (meta "truncated").
     layers: which layers to keep (default all; the forward pass runs them all). progress(done, total) is called
     after each kept layer; raising LongTraceCancelled (or anything) there stops the pass. max_bytes: ValueError
-    before any work when what the trace would keep is larger.
+    before any work when what the trace would keep is larger. A model whose attention is its own code (BLOOM, ALiBi)
+    runs its own eager pass instead, refused before running where its [H, T, T] tensors would pass
+    long_hooked.EAGER_MAX_BYTES. A differential layer (DiffLlama) keeps its H softmax maps, ordinary heads each:
+    differential head i is map_i - lambda map_(i + H/2) of them.
     """
     import time
 
@@ -450,25 +500,32 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
                          "layers or fewer tokens")
     modules = {s.attention: (i, adapter.causal(part)) for i, s in sites.items()}
     tokens = tuple(model.tokenizer.convert_ids_to_tokens(list(ids)))
-    _probe(model, modules)
+    own_code = _probe(model, modules)
     capture = _Capture(modules, tokens, progress, overview_side)
     start = time.perf_counter()
-    with long_kernel(model.model, capture), torch.no_grad():
-        adapter.base(input_ids=torch.tensor([list(ids)], device=adapter.device()), use_cache=False)
+    if own_code:  # BLOOM (ALiBi): the model's own eager pass, its q, k, v captured by hooks (long_hooked)
+        from .long_hooked import trace_hooked
+
+        capture.layers = trace_hooked(model, ids, sites, tokens, progress, overview_side)
+    else:
+        with long_kernel(model.model, capture), torch.no_grad():
+            adapter.base(input_ids=torch.tensor([list(ids)], device=adapter.device()), use_cache=False)
     return ModelLongTrace(model.name, tuple(ids), tokens, dict(sorted(capture.layers.items())),
                           seconds=time.perf_counter() - start)
 
 
-def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool]]) -> None:
-    """ValueError unless every traced layer's attention goes through transformers' attention functions (checked on
-    two tokens, before a long pass)."""
+def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool]]) -> bool:
+    """Whether the model computes attention in its own code: True when no traced layer's attention went through
+    transformers' attention functions (checked on two tokens, before a long pass); ValueError when some did and
+    some did not."""
     capture = _Capture(modules, ("a", "b"), None, OVERVIEW_SIDE)
     with long_kernel(model.model, capture), torch.no_grad():
         model.adapter.base(input_ids=torch.tensor([[0, 0]], device=model.adapter.device()), use_cache=False)
     missing = sorted(i for i, _ in modules.values() if i not in capture.layers)
-    if missing:
-        raise ValueError(f"{model.name} ({model.architecture}) computes attention in its own code, not through "
-                         f"transformers' attention functions (layers {missing}): it has no long trace")
+    if missing and capture.layers:
+        raise ValueError(f"{model.name} ({model.architecture}) computes attention in its own code in layers "
+                         f"{missing} only: it has no long trace")
+    return bool(missing)
 
 
 def _long_ids(model: Any, text: str | None, ids: Sequence[int] | None) -> tuple[int, ...]:
