@@ -200,7 +200,7 @@ def run_one(kind: str, T: int, timeout: float) -> dict:
 
 def cell(value: float | None, spec: str, target: float | None = None) -> str:
     if value is None:
-        return "—"
+        return format("—", f">{int(spec.split('.')[0]) + (0 if target is None else 3)}")
     text = format(value, spec)
     return text + ("" if target is None else (" ok" if value <= target else " OVER"))
 
