@@ -251,8 +251,8 @@ def limits(rows: list[dict]) -> None:
 
         print(f"  {kind}: peak +{b * 1024 / 1e6:.1f} MB per 1k tokens (+{a / 1e6:.0f} MB), kept {d * 1024 / 1e6:.1f} "
               f"MB per 1k tokens; {total / 2**30:.0f} GiB reached at ~{ram_T:,.0f} tokens "
-              f"(long trace ~{last_s * (ram_T / last_T) ** k / 3600:,.0f} h there at T^k, ~{last_s * (ram_T / last_T) ** 2 / 3600:,.0f} h at T^2), the 1 GiB cache budget at ~{cache_T:,.0f} tokens "
-              f"(~{last_s * (cache_T / last_T) ** k / 60:,.0f} min at T^k, ~{last_s * (cache_T / last_T) ** 2 / 60:,.0f} min at T^2); time exponent k = {k:.2f}")
+              f"(long trace ~{last_s * (ram_T / last_T) ** k / 3600:,.1f} h there at T^k, ~{last_s * (ram_T / last_T) ** 2 / 3600:,.1f} h at T^2), the 1 GiB cache budget at ~{cache_T:,.0f} tokens "
+              f"(~{last_s * (cache_T / last_T) ** k / 60:,.1f} min at T^k, ~{last_s * (cache_T / last_T) ** 2 / 60:,.1f} min at T^2); time exponent k = {k:.2f}")
 
 
 def plot(rows: list[dict], path: str) -> None:
