@@ -1,7 +1,7 @@
 """Long traces of pretrained models (issue 26): time, memory, figure and zoom against the model's own fast forward,
 side by side in one run, from 1k to 16k tokens. Prints tables and writes a log-log plot; asserts nothing.
 
-    python bench/bench_long_models.py                                  every model at 1024 ... 16384 tokens, bundled ones
+    python bench/bench_long_models.py                                  every model at 1024 ... 16384 tokens, bundled
     python bench/bench_long_models.py --models llama --sizes 1024,2048 --plot ""      a quick look
     python bench/bench_long_models.py --one llama 4096                 one measurement (what each subprocess runs)
 
@@ -244,15 +244,18 @@ def limits(rows: list[dict]) -> None:
         xs = [r["tokens"] for r in ok]
         a, b = fit(xs, [r["long_peak_mb"] * 1e6 for r in ok])
         c, d = fit(xs, [r["kept_mb"] * 1e6 for r in ok])
-        ram_T = (total - ok[-1]["rss_mb"] * 1e6 - a) / b
         cache_T = (budget - c) / d
         k = fit([math.log(x) for x in xs[-3:]], [math.log(r["long_s"]) for r in ok[-3:]])[1]
-        last_T, last_s = xs[-1], ok[-1]["long_s"]
-
+        ram = "peak RSS does not grow over these sizes: no RAM limit to extrapolate"
+        if b > 0:
+            ram_T = (total - ok[-1]["rss_mb"] * 1e6 - a) / b
+            ram_h = [ok[-1]["long_s"] * (ram_T / xs[-1]) ** e / 3600 for e in (k, 2)]  # hours at T^k, T^2
+            ram = (f"{total / 2**30:.0f} GiB reached at ~{ram_T:,.0f} tokens (long trace ~{ram_h[0]:,.1f} h there at "
+                   f"T^k, ~{ram_h[1]:,.1f} h at T^2)")
+        cache_min = [ok[-1]["long_s"] * (cache_T / xs[-1]) ** e / 60 for e in (k, 2)]  # minutes at T^k, T^2
         print(f"  {kind}: peak +{b * 1024 / 1e6:.1f} MB per 1k tokens (+{a / 1e6:.0f} MB), kept {d * 1024 / 1e6:.1f} "
-              f"MB per 1k tokens; {total / 2**30:.0f} GiB reached at ~{ram_T:,.0f} tokens "
-              f"(long trace ~{last_s * (ram_T / last_T) ** k / 3600:,.1f} h there at T^k, ~{last_s * (ram_T / last_T) ** 2 / 3600:,.1f} h at T^2), the 1 GiB cache budget at ~{cache_T:,.0f} tokens "
-              f"(~{last_s * (cache_T / last_T) ** k / 60:,.1f} min at T^k, ~{last_s * (cache_T / last_T) ** 2 / 60:,.1f} min at T^2); time exponent k = {k:.2f}")
+              f"MB per 1k tokens; {ram}, the 1 GiB cache budget at ~{cache_T:,.0f} tokens "
+              f"(~{cache_min[0]:,.1f} min at T^k, ~{cache_min[1]:,.1f} min at T^2); time exponent k = {k:.2f}")
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -262,8 +265,9 @@ def plot(rows: list[dict], path: str) -> None:
 
     from mha_viz import save_figure
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("seconds: long trace (solid), own forward (dotted)",
-                                                          "MB: long trace peak RSS growth (solid), kept (dotted)"), horizontal_spacing=0.1)
+    titles = ("seconds: long trace (solid), own forward (dotted)",
+              "MB: long trace peak RSS growth (solid), kept (dotted)")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.1)
     colours = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
     random_rows = [r for r in rows if r["model"] in MODELS and "error" not in r]
     for colour, kind in zip(colours, dict.fromkeys(r["model"] for r in random_rows)):
