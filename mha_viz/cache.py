@@ -3,8 +3,8 @@
     cache = ByteBudgetCache(max_bytes=1 << 30)
     trace = cache.get(("configurable", text, h), lambda: configurable_trace(text, cfg))
 
-What it holds is measured by the numpy arrays inside (AttentionTraces, tuples of them, dataclasses such
-as TrainingRun or Generation, dicts): sizeof() walks the value. When a new value would take the total
+What it holds is measured by the numpy arrays and torch tensors inside (AttentionTraces, long traces, tuples of
+them, dataclasses such as TrainingRun or Generation, dicts): sizeof() walks the value. When a new value would take the total
 over max_bytes, the least recently used values are dropped first; a value larger than the whole budget
 is returned but not kept. Two threads that ask for the same key at once compute it once. Values are
 shared, not copied: callers must not modify them (AttentionTrace.read_only() makes traces safe).
@@ -56,6 +56,8 @@ def sizeof(value: Any, _seen: set[int] | None = None) -> int:
     seen.add(id(value))
     if isinstance(value, np.ndarray):
         return int(value.nbytes)
+    if type(value).__module__.startswith("torch") and hasattr(value, "element_size"):  # a tensor (a long trace's)
+        return int(value.nelement() * value.element_size())
     if isinstance(value, (bytes, bytearray, str)):
         return len(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

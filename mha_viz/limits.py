@@ -11,7 +11,9 @@ import math
 
 MAX_TOKENS = 512  # the longest input every view draws in full (the configurable model's, and the CLI's)
 MAX_LONG_TOKENS = 4096  # configurable mode's longest input: the Heads view as an overview and a zoom
-MAX_TEXT_CHARS = 32_000  # room for MAX_LONG_TOKENS tokens of English (about 6 characters a token)
+MAX_TEXT_CHARS = 32_000  # room for MAX_LONG_TOKENS tokens of English (about 6 characters a token); a link's text
+MAX_MODEL_LONG_TOKENS = 32_768  # pretrained mode's longest long trace (at most the model's positions)
+MAX_LONG_TEXT_CHARS = 8 * MAX_MODEL_LONG_TOKENS  # the longest text a session holds (pretrained mode's long texts)
 MAX_HEADS = 16
 MAX_HEAD_WIDTH = 256  # d_k, d_v and d_out of the configurable layer
 MAX_VARIANT_WIDTH = 256  # an attention variant's kv_latent, q_latent and rope_dim (mha_viz.variants)

@@ -17,8 +17,9 @@ from .limits import (
     MAX_HEAD_WIDTH,
     MAX_HEADS,
     MAX_LAYERS,
-    MAX_LONG_TOKENS,
+    MAX_LONG_TEXT_CHARS,
     MAX_MODEL_CHARS,
+    MAX_MODEL_LONG_TOKENS,
     MAX_NEW_TOKENS,
     MAX_SEED,
     MAX_SEQUENCE_CHARS,
@@ -275,7 +276,7 @@ core_fields((
     _core("sequence", _sequence, f"task tokens separated by spaces, at most {MAX_SEQUENCE_CHARS} characters",
           MAX_SEQUENCE_CHARS),
     _core("steps", lambda r: _int(r, 1, MAX_STEPS), f"a number of steps from 1 to {MAX_STEPS}"),
-    _core("text", _text, f"at most {MAX_TEXT_CHARS} characters", MAX_TEXT_CHARS),
+    _core("text", _text, f"at most {MAX_TEXT_CHARS} characters", MAX_LONG_TEXT_CHARS),  # longer: typed, not linked
     _core("h", lambda r: _int(r, 1, MAX_HEADS), f"a whole number of heads from 1 to {MAX_HEADS}"),
     _core("d_model", _d_model, "one of " + ", ".join(map(str, D_MODEL_CHOICES))),
     _core("variant", _one_of(LAYER_VARIANTS), "one of " + ", ".join(LAYER_VARIANTS)),
@@ -306,7 +307,8 @@ core_fields((
 # its render function (mha_viz/ui/) and declares its URL-state fields; a field two parts share is one object.
 _COMPARE = StateField("compare", (), _heads, _HEAD_LIST)  # heads opened larger (Heads) or below the thumbnails
 _POSITION = f"a position from 0 to {MAX_TOKENS - 1}"
-_LONG_POSITION = f"a position from 0 to {MAX_LONG_TOKENS - 1}"
+_LONG_POSITION = f"a position from 0 to {MAX_MODEL_LONG_TOKENS - 1}"  # a long input's, pretrained mode's too
+LONG_STATS = ("distance", "entropy", "first", "sink")  # mha_viz.pretrained.long.STAT_NAMES
 _TRACE_MODES = ("Configurable", "Pretrained", "Train")
 VIEWS.register(Part(
     "Generate", ("Pretrained",), "mha_viz.ui.view_parts:generate", needs=("causal_lm",),
@@ -324,8 +326,9 @@ VIEWS.register(Part(
     "Heads", ("Configurable", "Pretrained"), "mha_viz.ui.view_parts:heads", arrays=("weights",),  # Train: Training
     help="Every head's attention weights, one heatmap a head.",
     fields=(_COMPARE,
-            StateField("zoom", 0, lambda r: _int(r, 0, MAX_LONG_TOKENS - 1), _LONG_POSITION),  # a long input's window
-            StateField("zoom_k", 0, lambda r: _int(r, 0, MAX_LONG_TOKENS - 1), _LONG_POSITION))))
+            StateField("zoom", 0, lambda r: _int(r, 0, MAX_MODEL_LONG_TOKENS - 1), _LONG_POSITION),  # a long input's window
+            StateField("zoom_k", 0, lambda r: _int(r, 0, MAX_MODEL_LONG_TOKENS - 1), _LONG_POSITION),
+            StateField("long_stat", "distance", _one_of(LONG_STATS), "one of " + ", ".join(LONG_STATS)))))
 VIEWS.register(Part(
     "Lines", _TRACE_MODES, "mha_viz.ui.view_parts:lines", arrays=("weights",),
     help="Attention as lines from each query token to the keys it reads.",
@@ -545,7 +548,7 @@ def checked_field(name: str, value: object) -> object:
         return tuple(dict.fromkeys(h for h in heads if h is not None))
     if name == "pick":
         return value if isinstance(value, str) and re.fullmatch(r"[qk]\d{1,4}", value) else ""
-    top = {"layer": MAX_LAYERS, "head": MAX_CLICKED_HEADS}.get(name, MAX_LONG_TOKENS)
+    top = {"layer": MAX_LAYERS, "head": MAX_CLICKED_HEADS}.get(name, MAX_MODEL_LONG_TOKENS)
     checked = client_int(value, 0, top - 1)
     return getattr(DEFAULTS, name) if checked is None else checked
 SECTIONS.register(Part(

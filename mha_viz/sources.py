@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .pretrained import PretrainedModel
     from .pretrained.attribution import LogitAttribution
     from .pretrained.generation import Generation
+    from .pretrained.long import ModelLongTrace
     from .training import TrainedLayer
 
 T = TypeVar("T")
@@ -262,6 +263,7 @@ class ModelSource:
     text: str
     part: str
     decoder_text: str | None = None
+    long_tokens: int | None = None  # the most tokens long_trace() reads (None: the model's positions)
     trainable: ClassVar[bool] = False
     long: ClassVar[bool] = False
 
@@ -318,6 +320,38 @@ class ModelSource:
         if self.part == "cross":
             return None
         return self.model.attentions(self.text, part=self.part, decoder_text=self.decoder_text)
+
+    def long_limit(self) -> int | None:
+        """The most tokens long_trace() reads: the model's positions, at most long_tokens (None: no limit)."""
+        limits = [n for n in (self.model.adapter.max_positions(), self.long_tokens) if n]
+        return min(limits) if limits else None
+
+    def text_tokens(self) -> tuple[int, ...]:
+        """The text's token ids as the model reads them (special tokens added), not cut to max_tokens; a text of
+        more than CHARS_PER_TOKEN characters a token of long_limit() is cut to that before tokenising."""
+        from .pretrained.encoded import CHARS_PER_TOKEN
+
+        limit = self.long_limit()
+        text = self.text if limit is None else self.text[: CHARS_PER_TOKEN * (limit + 1)]
+        return tuple(int(i) for i in self.model.tokenizer(text, verbose=False)["input_ids"])
+
+    def is_long(self) -> bool:
+        """Whether the text has more tokens than max_tokens (what the other views read) and long_trace() reads
+        more: a self-attention stack whose positions (and long_tokens) allow it."""
+        limit = self.long_limit()
+        return (self.part != "cross" and (limit is None or limit > self.model.max_tokens)
+                and len(self.text_tokens()) > self.model.max_tokens)
+
+    def long_ids(self) -> tuple[int, ...]:
+        """The ids long_trace() reads: text_tokens() cut to long_limit() (the closing special token kept)."""
+        ids, limit = self.text_tokens(), self.long_limit()
+        return ids if limit is None or len(ids) <= limit else (*ids[: limit - 1], ids[-1])
+
+    def long_trace(self, progress: Callable[[int, int], None] | None = None, max_bytes: int | None = None
+                   ) -> ModelLongTrace:
+        """Every head of every layer over the whole text (up to long_limit() tokens), exact on demand:
+        PretrainedModel.long_trace (progress, max_bytes: see mha_viz.pretrained.long_pass.trace_model)."""
+        return self.model.long_trace(ids=self.long_ids(), progress=progress, max_bytes=max_bytes)
 
     def generate(self, max_new_tokens: int, sampling: Sampling = GREEDY) -> Generation:
         """The model writing after the text (PretrainedModel.generate)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+CHARS_PER_TOKEN = 64  # read at most this many characters a token: longer texts are cut before tokenising
+
 
 @dataclass(frozen=True)
 class Coverage:

@@ -140,7 +140,7 @@ class HookedModel:
         cut to max_tokens; the ids of model.to_tokens(text) when prepend_bos is cfg.default_prepend_bos."""
         if decoder:
             raise ValueError(f"{self.name} has no decoder input of its own (decoder=True is for encoder-decoders)")
-        from .model import CHARS_PER_TOKEN
+        from .encoded import CHARS_PER_TOKEN
 
         text = text[: CHARS_PER_TOKEN * self.max_tokens]
         full = [self.tokenizer.bos_token_id] if self.prepend_bos else []

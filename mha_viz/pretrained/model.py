@@ -22,14 +22,13 @@ from torch import nn
 from ..sampling import GREEDY, Sampling
 from ..trace import AttentionTrace
 from ..weights import HeadWeights
-from . import attribution, generation, long, weights
+from . import attribution, generation, long, long_pass, weights
 from .adapter import HeadMasks, HeadValues, TraceRequest, to_numpy
 from .architectures import adapter_for
-from .encoded import Coverage, Encoded
+from .encoded import CHARS_PER_TOKEN, Coverage, Encoded
 from .modality import refuse_non_text
 
 _NO_LIMIT = 1_000_000  # tokenizers without a length limit report a huge model_max_length
-CHARS_PER_TOKEN = 64  # read at most this many characters a token: longer texts are cut before tokenising
 
 
 class PretrainedModel:
@@ -166,7 +165,7 @@ class PretrainedModel:
         .block(layer, head, q_start, k_start, size), .row(layer, head, query), .stats(). One forward pass with
         mha-viz's chunked attention kernel; see mha_viz.pretrained.long (what is kept, progress, max_bytes)."""
         with self._lock:
-            return long.trace_model(self, text, ids=ids, layers=layers, progress=progress, max_bytes=max_bytes)
+            return long_pass.trace_model(self, text, ids=ids, layers=layers, progress=progress, max_bytes=max_bytes)
 
     def attentions(self, text: str, *, part: str | None = None, decoder_text: str | None = None) -> np.ndarray:
         """The model's own attention weights for every layer of part: [layers, heads, T, S]."""

@@ -9,8 +9,8 @@ Read from the environment (or, with the same names in lower case, from Streamlit
     MHA_VIZ_MAX_MODEL_MB     a public demo without an allow-list loads hub models whose files (weights, config,
                              tokenizer) are at most this many MB, checked before any download (check_model);
                              unset, it loads only the bundled models.
-    MHA_VIZ_MAX_TOKENS, MHA_VIZ_MAX_TRAINING_SECONDS, MHA_VIZ_MAX_NEW_TOKENS, MHA_VIZ_MAX_PASSES,
-    MHA_VIZ_MAX_EXPORT_MB, MHA_VIZ_MAX_WAIT_SECONDS
+    MHA_VIZ_MAX_TOKENS, MHA_VIZ_MAX_LONG_TOKENS, MHA_VIZ_MAX_TRAINING_SECONDS, MHA_VIZ_MAX_NEW_TOKENS,
+    MHA_VIZ_MAX_PASSES, MHA_VIZ_MAX_EXPORT_MB, MHA_VIZ_MAX_WAIT_SECONDS
                              override one field of the public Budget (defaults below).
 A secret may also drop the prefix (max_model_mb), as allowed_models does.
 """
@@ -35,6 +35,7 @@ class Budget:
     """The most work one rerun of a public demo may do; checked before the work starts."""
 
     max_tokens: int = 256  # tokens a side of one trace (local: 512, or the model's own maximum)
+    max_long_tokens: int = 2048  # tokens of a pretrained model's long trace (local: its positions, up to 32,768)
     max_training_seconds: int = 10  # estimated CPU seconds of one page's training (training_seconds; local: none)
     max_new_tokens: int = 32  # tokens one generation writes (local: 64)
     max_passes: int = 16  # forward passes of one knockout ranking through the whole model

@@ -14,12 +14,13 @@ import numpy as np
 from ..analysis import detect_heads
 from ..long import LongTrace
 from ..pretrained import Generation, ModelLoadError, PretrainedModel
+from ..pretrained.long import ModelLongTrace
 from ..sampling import GREEDY, Sampling
 from ..serve.hosting import Budget, allowed_models, check_model, long_text
 from ..sources import ConfigurableSource, ModelSource
 from ..trace import AttentionTrace
 from . import state
-from .cache import cached
+from .cache import cached, shared_cache
 from .loaders import download_error, get_model, model_size, secret
 
 T = TypeVar("T")
@@ -68,6 +69,30 @@ class CachedModel(ModelSource):
     def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
         return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed),
                       "Running the head detectors on repeated random tokens…", heavy=True)
+
+    def text_tokens(self) -> tuple[int, ...]:
+        """The text's ids, tokenised once for this model and text (a long text is read several times a run)."""
+        return self.memo(("text tokens", self.long_tokens), super().text_tokens)
+
+    def long_key(self) -> tuple:
+        """The shared cache's key of long_trace(): the model's key and the ids it reads."""
+        return ("model long", self.key, self.part, self.long_ids())
+
+    def long_cached(self) -> bool:
+        return self.long_key() in shared_cache()
+
+    def long_trace(self, progress: Callable[[int, int], None] | None = None, max_bytes: int | None = None
+                   ) -> ModelLongTrace:
+        """The whole text's long trace, kept in the shared cache (refused, before any work, when it would hold more
+        than the whole cache: max_bytes defaults to the cache's size)."""
+        limit = shared_cache().max_bytes if max_bytes is None else max_bytes
+        return cached(self.long_key(), lambda: super(CachedModel, self).long_trace(progress, limit),
+                      "Computing every layer's attention over the long text…", heavy=True)
+
+    def long_loader(self) -> Callable[[], ModelLongTrace]:
+        """long_trace() as a function that holds the model's key, not the model or the trace (a fragment's argument)."""
+        text, part, key, long_tokens = self.text, self.part, self.key, self.long_tokens
+        return lambda: CachedModel(get_model(*key), text, part, key=key, long_tokens=long_tokens).long_trace()
 
     def trace_loader(self, layer: int) -> Callable[[], AttentionTrace]:
         """trace(layer) as a function that holds the model's key, not the model: get_model finds it again."""

@@ -13,7 +13,7 @@ import streamlit as st
 from ..config import MHAConfig
 from ..export import safe_filename
 from ..figures.common import plural
-from ..limits import MAX_LONG_TOKENS, MAX_TOKENS
+from ..limits import MAX_LONG_TOKENS, MAX_MODEL_LONG_TOKENS, MAX_TOKENS
 from ..long import LongTrace
 from ..params import ViewState, to_query
 from ..parts import VIEWS
@@ -34,6 +34,7 @@ from .analysis import ModelLoader
 from .cached_sources import CachedConfigurable, CachedModel, model_key
 from .controls import explain_invalid_heads, explain_invalid_kv_heads, random_weights_banner
 from .export import export_section
+from .long_model import long_input, long_model_view
 from .sidebar import Sidebar
 from .text import plain
 from .training import (
@@ -61,7 +62,8 @@ def show(s: ViewState, bar: Sidebar, load: ModelLoader, limits: Budget | None) -
         train_page(s, limits)
     elif bar.model is not None:
         decoder_text = s.context if bar.model.kind == "encoder-decoder" else None
-        source = CachedModel(bar.model, s.text, s.part, decoder_text, key=model_key(s.model.strip(), limits))
+        source = CachedModel(bar.model, s.text, s.part, decoder_text, key=model_key(s.model.strip(), limits),
+                             long_tokens=MAX_MODEL_LONG_TOKENS if limits is None else limits.max_long_tokens)
         pretrained_page(s, source, load, limits)
     else:
         st.error(bar.load_failure)
@@ -242,18 +244,18 @@ def _set_layer(layer: int) -> None:
     st.session_state["layer"] = layer
 
 
-def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], view: str, subtitle: tuple[str, str]
-                   ) -> None:
+def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], view: str, subtitle: tuple[str, str],
+                   long: bool = False) -> None:
     """The subtitle naming the layer, with the layer buttons under it: the page's one layer control. In the Heads
-    view they hold every layer's weights (when these fit) and switch the chart in the browser."""
+    view they hold every layer's weights (when these fit; not a long text's) and switch the chart in the browser."""
     if source.num_layers == 1:
         st.caption(f"{subtitle[0]}{s.layer}{subtitle[1]}")
         return
-    payload = layer_payload(source, hidden) if view == "Heads" else None
+    payload = layer_payload(source, hidden) if view == "Heads" and not long else None
     layer_switch.layer_buttons(payload or layer_switch.no_weights(source.num_layers), s.layer,
                                chart="heads" if payload is not None else None, key="layer_switch",
                                on_change=_set_layer, subtitle=subtitle)
-    if view == "Heads" and payload is None:
+    if view == "Heads" and payload is None and not long:
         st.caption("Every layer of this model at once is more than this page should hold: a layer button asks the "
                    "server for that layer.")
 
@@ -267,15 +269,17 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     if not s.text.strip() or (model.kind == "encoder-decoder" and s.part != "encoder" and not s.context.strip()):
         st.info("Type a sentence to see its attention (it has no visible characters yet).")
         return
+    long = long_input(source, limits) if isinstance(source, CachedModel) else None
     trace = source.trace(s.layer)
     name = safe_filename(f"{model.name.split('/')[-1]}-{s.part}-layer{s.layer}")
     hidden = frozenset() if s.special else frozenset(model.tokenizer.all_special_tokens)
     views_here = VIEWS.menu("Pretrained", source)
     view = st.session_state.get("view") if st.session_state.get("view") in views_here else views_here[0]
+    tokens = f"{long.num_tokens} tokens" if long is not None else f"{len(trace.query_tokens)} query tokens"
     _layer_control(source, s, hidden, view, subtitle=(
         f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer ",
-        f" of {model.num_layers[s.part]} · {plural(model.num_heads[s.part], 'head')} · {len(trace.query_tokens)} query tokens"))
-    if trace.meta.get("truncated"):
+        f" of {model.num_layers[s.part]} · {plural(model.num_heads[s.part], 'head')} · {tokens}"), long=long is not None)
+    if trace.meta.get("truncated") and long is None:
         st.warning(f"The input is longer than the model's maximum of {model.max_tokens} tokens: "
                    f"{trace.meta['truncated']} tokens were cut off the end."
                    + (f" This public demo reads at most {limits.max_tokens}; to {FULL_SIZE}." if limits else ""))
@@ -288,8 +292,16 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
         st.info("Hiding the special tokens would leave nothing to show; showing all tokens.")
         shown = trace
     view = view_picker(views_here)
-    render_view(view, ViewContext(s, name, source, trace, shown, layer=s.layer, limits=limits, hidden=hidden,
-                                  other_model=other_model))
+    if long is not None and view == "Heads":
+        for f in VIEWS.part(view).fields:  # the zoom's and the statistic's widgets start at their defaults
+            st.session_state.setdefault(f.name, f.default)
+        long_model_view(long, s.layer, name, source.long_loader())
+    else:
+        if long is not None:
+            st.caption(f"This view draws the window: the first {len(trace.query_tokens)} tokens of {long.num_tokens}; "
+                       "the Heads view draws all of them.")
+        render_view(view, ViewContext(s, name, source, trace, shown, layer=s.layer, limits=limits, hidden=hidden,
+                                      other_model=other_model))
     export_section(
         source.trace_loader(s.layer), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
         title=f"{model.name}: {s.part} layer {s.layer}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ..limits import MAX_MODEL_CHARS, MAX_TEXT_CHARS
+from ..limits import MAX_LONG_TEXT_CHARS, MAX_MODEL_CHARS, MAX_TEXT_CHARS
 from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, PARTS
 from ..pretrained import BUNDLED_MODEL, INDUCTION_MODEL, PretrainedModel
 from .state import mark_typed
@@ -51,7 +51,9 @@ def model_field(allowed: tuple[str, ...] | None) -> str:
             st.warning(f"This demo only loads the models listed here; '{plain(st.session_state['model'][:60])}' is not one of them.")
             st.session_state["model"] = allowed[0]
         st.selectbox("Model", allowed, key="model", format_func=lambda m: LISTED.get(m, m))
-    st.text_area("Sentence", key="text", max_chars=MAX_TEXT_CHARS, height=90)
+    st.text_area("Sentence", key="text", max_chars=MAX_LONG_TEXT_CHARS, height=90,
+                 help="A long text (up to the model's positions) gets every layer's heads over all of it in the Heads "
+                 "view; the other views read the model's first tokens.")
     return st.session_state.get("model", "").strip()
 
 

@@ -33,7 +33,7 @@ from ..figures.lines import MAX_LINE_TOKENS, picked_token
 from ..figures.overview import picked_head
 from ..figures.steps import score_parts_figure
 from ..formulas import formulas, variant_formulas
-from ..limits import MAX_LONG_TOKENS, client_number
+from ..limits import MAX_MODEL_LONG_TOKENS, client_number
 from ..long import LongTrace
 from ..trace import AttentionTrace
 from ..variants import NAMES as VARIANT_NAMES
@@ -303,7 +303,7 @@ def box_centre(box: object) -> tuple[float, float] | None:
     x, y = box.get("x"), box.get("y")
     if not (isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)) and len(x) == len(y) == 2):
         return None
-    ends = [client_number(v, -1.0, float(MAX_LONG_TOKENS)) for v in (*x, *y)]
+    ends = [client_number(v, -1.0, float(MAX_MODEL_LONG_TOKENS)) for v in (*x, *y)]
     return None if None in ends else ((ends[0] + ends[1]) / 2, (ends[2] + ends[3]) / 2)
 
 

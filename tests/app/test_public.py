@@ -140,7 +140,14 @@ def test_a_public_demo_reads_at_most_its_token_budget(monkeypatch):
     assert any("· 256 query tokens" in c.value for c in at.caption)
     assert any("public demo draws at most 256" in w.value for w in at.warning)
     at = new_app(mode="Pretrained", text=words).run()
-    assert not at.exception and any("public demo reads at most 256" in w.value for w in at.warning)
+    assert not at.exception  # the bundled MiniLM's 512 positions: a long text, its other views on the first 256
+    assert any("has 512 positions" in w.value for w in at.warning)
+    assert any("A long text: 512 tokens" in i.value and "tokens 0–255" in i.value for i in at.info)
+    monkeypatch.setenv("MHA_VIZ_MAX_LONG_TOKENS", "300")
+    at = new_app(mode="Pretrained", text=words).run()
+    assert not at.exception and any("public demo traces at most 300 tokens" in w.value for w in at.warning)
+    assert any("A long text: 300 tokens" in i.value for i in at.info)
+    monkeypatch.delenv("MHA_VIZ_MAX_LONG_TOKENS")
     at = new_app(mode="Train", h="4", d_model="128", steps="5000").run()
     steps = within_budget(ViewState(mode="Train", h=4, d_model=128, steps=5000), Budget())[0].steps
     assert not at.exception and any(f"became {steps} steps" in i.value for i in at.info) and 1 < steps < 5000

@@ -13,7 +13,7 @@ from mha_viz import MHAConfig, MultiHeadAttention, long_trace
 from mha_viz.figures import long_heads_figure
 from mha_viz.figures.common import max_pool
 from mha_viz.figures.heads import MAX_CELLS_PER_SIDE, zoom_window
-from mha_viz.limits import MAX_LONG_TOKENS
+from mha_viz.limits import MAX_LONG_TOKENS, MAX_MODEL_LONG_TOKENS
 from mha_viz.params import EXAMPLES, parse_query
 from mha_viz.sources import ConfigurableSource, long_configurable_trace
 from mha_viz.text import repeat_to_tokens, tokenize
@@ -113,5 +113,6 @@ def test_the_source_says_when_an_input_is_long() -> None:
 def test_the_zoom_is_in_the_url() -> None:
     state, notices = parse_query({"zoom": "3000", "zoom_k": "12"})
     assert (state.zoom, state.zoom_k, notices) == (3000, 12, [])
-    _, notices = parse_query({"zoom_k": "5000"})
+    assert parse_query({"zoom_k": "5000"})[0].zoom_k == 5000  # a pretrained model's long text: up to 32,768 tokens
+    _, notices = parse_query({"zoom_k": str(MAX_MODEL_LONG_TOKENS)})
     assert notices
