@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
 import os
 import resource
@@ -61,15 +60,15 @@ def big_trace(d_head: int | None = None):
     return configurable_trace(TEXT, MHAConfig(768, 16, d_k=d_head, d_v=d_head), context=CONTEXT)
 
 
-def export_module(before: str | None):
-    """mha_viz.export of the working tree, or of git revision `before` (loaded as mha_viz._export_before)."""
-    import mha_viz.export
+def module_before(name: str, before: str | None):
+    """mha_viz.<name> of the working tree, or of git revision `before` (loaded as mha_viz._<name>_before)."""
+    import importlib
 
     if before is None:
-        return mha_viz.export
-    path = Path(tempfile.mkdtemp()) / "export_before.py"
-    path.write_text(git("show", f"{before}:mha_viz/export.py"))
-    spec = importlib.util.spec_from_file_location("mha_viz._export_before", path)
+        return importlib.import_module(f"mha_viz.{name}")
+    path = Path(tempfile.mkdtemp()) / f"{name}_before.py"
+    path.write_text(git("show", f"{before}:mha_viz/{name}.py"))
+    spec = importlib.util.spec_from_file_location(f"mha_viz._{name}_before", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -106,7 +105,7 @@ def one(name: str, before: str | None, copies: int) -> dict:
 
     torch.set_num_threads(1)
     trace = big_trace()
-    build = builder(name, export_module(before))
+    build = builder(name, module_before("export", before))
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS (VmHWM)
     rss = status("VmRSS")
@@ -214,20 +213,6 @@ def cli() -> None:
             print(f"{label:<72} {out[0]:>4} {float(out[1]):8.2f} {int(out[2]) / 1024:8.0f}  {files}")
 
 
-def paper_module(before: str | None):
-    """mha_viz.paper of the working tree, or of git revision `before` (loaded as mha_viz._paper_before)."""
-    import mha_viz.paper
-
-    if before is None:
-        return mha_viz.paper
-    path = Path(tempfile.mkdtemp()) / "paper_before.py"
-    path.write_text(git("show", f"{before}:mha_viz/paper.py"))
-    spec = importlib.util.spec_from_file_location("mha_viz._paper_before", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def one_figure(fmt: str, before: str | None, calls: int = 4) -> dict:
     """Run in a fresh process: `calls` figures in fmt one after the other, each call's seconds."""
     import mha_viz
@@ -235,7 +220,7 @@ def one_figure(fmt: str, before: str | None, calls: int = 4) -> dict:
 
     tokens = ["The", "animal", "didn't", "cross", "the", "street", "because", "it", "was", "too", "tired"]
     fig = heads_figure(mha_viz.MultiHeadAttention(48, 4, seed=0)(mha_viz.embed_tokens(tokens, 48), query_tokens=tokens))
-    paper = paper_module(before)
+    paper = module_before("paper", before)
     seconds = []
     for _ in range(calls):
         start = time.perf_counter()

@@ -32,6 +32,22 @@ def niced_chromium(folder: Path) -> str:
     return str(wrapper)
 
 
+def require_tools(tools: dict[str, str]) -> None:
+    """Skip the calling test module unless every tool {executable: Debian package} is installed; in CI, fail instead
+    (scripts/install.sh --dev installs them)."""
+    import os
+    import shutil
+
+    import pytest
+
+    for tool, package in tools.items():
+        if not shutil.which(tool):
+            if os.environ.get("CI"):
+                raise RuntimeError(f"{tool} is missing: scripts/install.sh --dev must install {package}")
+            pytest.skip(f"{tool} not installed (apt-get install -y --no-install-recommends {package})",
+                        allow_module_level=True)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

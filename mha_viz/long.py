@@ -30,8 +30,22 @@ OVERVIEW_SIDE = 128  # the overview has at most this many cells a side (as heads
 CHUNK_CELLS = 2**22  # query rows go through attend() in chunks of about this many cells, all heads (16 MB float32)
 
 
+class LongShape:
+    """What a long trace's figures read of its size: num_heads and shape (H, T, S), from its queries [H, T, d_k] and
+    keys [., S, d_k] (LongTrace here, a pretrained model's LongLayer)."""
+
+    @property
+    def num_heads(self) -> int:
+        return self.queries.shape[0]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(H, T, S): the shape of the attention this trace stands for."""
+        return self.queries.shape[0], self.queries.shape[1], self.keys.shape[1]
+
+
 @dataclass(frozen=True, eq=False)
-class LongTrace:
+class LongTrace(LongShape):
     """One attention layer on a long input: Q, K, V, the row log-sum-exp, the output and an overview.
 
     queries [H, T, d_k]   keys [H, S, d_k]   values [H, S, d_v]   lse [H, T]
@@ -57,15 +71,6 @@ class LongTrace:
     cross: bool = False
     kv_heads: tuple[int, ...] | None = None  # as AttentionTrace's: the K/V head of each query head (None: its own)
     meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def num_heads(self) -> int:
-        return self.queries.shape[0]
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        """(H, T, S): the shape of the attention this trace stands for."""
-        return self.queries.shape[0], self.queries.shape[1], self.keys.shape[1]
 
     @property
     def nbytes(self) -> int:

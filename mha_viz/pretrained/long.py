@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import Variations, attend
+from ..long import LongShape
 
 KERNEL = "mha_viz_long"  # the attention implementation's name in transformers' AttentionInterface
 OVERVIEW_SIDE = 128  # the overview has at most this many blocks a side
@@ -111,7 +112,7 @@ class LongStats:
 
 
 @dataclass(eq=False)
-class LongLayer:
+class LongLayer(LongShape):
     """One layer of a long trace: what every block of its weights is computed from.
 
     queries [H, T, d_k], keys [KV, S, d_k], values [KV, S, d_v] (as the scores use them: after rotary, q/k norms),
@@ -135,15 +136,6 @@ class LongLayer:
     rules: Rules
     kv_heads: tuple[int, ...]
     meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def num_heads(self) -> int:
-        return self.queries.shape[0]
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        """(H, T, S): the shape of the attention this layer stands for."""
-        return self.queries.shape[0], self.queries.shape[1], self.keys.shape[1]
 
     @property
     def overview(self) -> np.ndarray:

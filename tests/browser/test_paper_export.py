@@ -3,7 +3,6 @@ renders the PDF. The SVG keeps every token label as text, and the PDF has the PN
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -14,18 +13,13 @@ import pytest
 from PIL import Image
 
 import mha_viz
-from harness.browser import CHROMIUM
+from harness.browser import CHROMIUM, require_tools
 from mha_viz.__main__ import main
 from mha_viz.figures import heads_figure
 from mha_viz.figures.paper import COLUMN_PX, paper_figure
 from mha_viz.paper import save_figure
 
-for tool, package in ((CHROMIUM, "chromium"), ("pdftoppm", "poppler-utils"), ("pdfinfo", "poppler-utils")):
-    if not shutil.which(tool):
-        if os.environ.get("CI"):
-            raise RuntimeError(f"{tool} is missing: scripts/install.sh --dev must install {package}")
-        pytest.skip(f"{tool} not installed (apt-get install -y --no-install-recommends {package})",
-                    allow_module_level=True)
+require_tools({CHROMIUM: "chromium", "pdftoppm": "poppler-utils", "pdfinfo": "poppler-utils"})
 pytest.importorskip("kaleido")
 
 TOKENS = ["The", "cat", "sat", "on", "the", "warm", "mat"]

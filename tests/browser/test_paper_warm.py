@@ -5,7 +5,6 @@ PDF it prints is still one page a column wide with the labels as text."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -15,16 +14,11 @@ import pytest
 
 import mha_viz
 import mha_viz.paper
-from harness.browser import CHROMIUM
+from harness.browser import CHROMIUM, require_tools
 from mha_viz.figures import heads_figure
 from mha_viz.paper import FigureExportError, figure_bytes, save_figure
 
-for tool, package in ((CHROMIUM, "chromium"), ("pdfinfo", "poppler-utils")):
-    if not shutil.which(tool):
-        if os.environ.get("CI"):
-            raise RuntimeError(f"{tool} is missing: scripts/install.sh --dev must install {package}")
-        pytest.skip(f"{tool} not installed (apt-get install -y --no-install-recommends {package})",
-                    allow_module_level=True)
+require_tools({CHROMIUM: "chromium", "pdfinfo": "poppler-utils"})
 pytest.importorskip("kaleido")
 
 TOKENS = ["The", "cat", "sat", "on", "the", "mat"]
