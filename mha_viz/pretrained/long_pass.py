@@ -39,12 +39,15 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
     n_layers = model.num_layers[part]
     chosen = tuple(range(n_layers)) if layers is None else tuple(sorted({model._layer(part, i) for i in layers}))
     sites = {i: adapter.site(part, i) for i in chosen}
-    need = sum(len(ids) * kept_bytes_per_token(s.num_heads, s.num_kv_heads, s.head_dim, s.head_dim)
-               + 2 * s.num_heads * overview_side**2 * 4 for s in sites.values())
+    per_token = sum(kept_bytes_per_token(s.num_heads, s.num_kv_heads, s.head_dim, s.head_dim) for s in sites.values())
+    side = -(-len(ids) // -(-len(ids) // overview_side))  # blocks a side of the overview: at most overview_side
+    overview = sum(2 * s.num_heads * 4 for s in sites.values())  # bytes per overview cell (max and mean)
+    need = len(ids) * per_token + overview * side**2
     if max_bytes is not None and need > max_bytes:
+        fit = max(0, (max_bytes - overview * overview_side**2) // per_token)  # whatever the overview's side
         raise ValueError(f"a long trace of {len(ids)} tokens over {len(chosen)} layers of {model.name} keeps "
-                         f"{need / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} MiB allowed: trace fewer "
-                         "layers or fewer tokens")
+                         f"{need / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} MiB allowed: at most "
+                         f"{fit} tokens of these layers fit (or trace fewer layers)")
     modules = {s.attention: (i, adapter.causal(part)) for i, s in sites.items()}
     tokens = tuple(model.tokenizer.convert_ids_to_tokens(list(ids)))
     own_code = _probe(model, modules)

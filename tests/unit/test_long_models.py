@@ -9,6 +9,7 @@ then the refusals (encoder-decoders, positions, ids, bytes) and cancelling."""
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -286,8 +287,10 @@ def test_refusals_name_the_problem():
             m.long_trace(ids=bad)
     with pytest.raises(ValueError, match="text or ids, not both"):
         m.long_trace("some text", ids=[5, 7])
-    with pytest.raises(ValueError, match=r"keeps \d+ MiB, more than the 1 MiB allowed"):
-        m.long_trace(ids=random_ids(1000), max_bytes=2**20)
+    with pytest.raises(ValueError, match=r"keeps \d+ MiB, more than the 2 MiB allowed: at most (\d+) tokens") as err:
+        m.long_trace(ids=random_ids(2000), max_bytes=2**21)
+    fit = int(re.search(r"at most (\d+) tokens", str(err.value)).group(1))
+    assert 0 < fit < 2000 and m.long_trace(ids=random_ids(fit), max_bytes=2**21).nbytes <= 2**21  # the number fits
     long = m.long_trace("word " * 5000)  # text is cut to the model's positions
     assert long.num_tokens == POSITIONS
 
