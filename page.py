@@ -60,6 +60,10 @@ def show_page() -> None:
     lessons.panel()
     # Heavy pages are drawn one at a time: a light page then shares the CPU with one of them at most.
     seconds = max(fair.DEFAULT_SECONDS, page_training_seconds(s))
+    if not lessons.page_shown():  # a lesson's question is open: the page would give its answer away
+        return
+    if not lessons.page_shown():  # a lesson's question is open: the page would give its answer away
+        return
     with body.page_body(body.identity(s)), fair.heavy("This page", seconds) if heavy_request(s) else contextlib.nullcontext():
         pages.show(s, bar, load, limits)
 

@@ -10,6 +10,7 @@ A lesson file (mha_viz/lessons/*.toml) is data a teacher can write:
     text = "Markdown: what to look at. Say whether an example is illustrative or measured."
     state = { weights = "trained", task = "prev-first", h = "1", view = "Heads" }   # URL parameters, as a share link
     target = "control:h"          # what the step points at: control:<widget key>, chart:<chart key> or view:<view>
+    minilm_only = false           # true: the question is about the bundled MiniLM, not asked when it is not installed
     [steps.question]              # asked before the answer is shown: either choices ...
     prompt = "Where will the one head look?"
     choices = ["At the previous token", "At the first token", "Split between both"]
@@ -83,6 +84,7 @@ class Step:
     state: dict[str, str]
     target: str | None = None
     question: Question | None = None
+    minilm_only: bool = False  # its question is about the bundled MiniLM: without that package it is not asked
 
     @property
     def target_kind(self) -> str | None:
@@ -158,8 +160,11 @@ def parse_lesson(text: str, number: int, source: str = "<text>") -> Lesson:
                                    or not target.partition(":")[2]):
             raise LessonError(f"{where}: target must be control:<key>, chart:<key> or view:<name>, got {target!r}")
         question = None if "question" not in s else _question(where, s["question"])
+        minilm_only = s.get("minilm_only", False)
+        if not isinstance(minilm_only, bool):
+            raise LessonError(f"{where}: minilm_only must be true or false")
         parsed.append(Step(_text(where, s.get("title"), "title"), _text(where, s.get("text"), "text"),
-                           _params(f"{where} state", s.get("state", {})), target, question))
+                           _params(f"{where} state", s.get("state", {})), target, question, minilm_only))
     return Lesson(number, _text(source, raw.get("title"), "title"), _text(source, raw.get("summary"), "summary"),
                   tuple(parsed), source)
 

@@ -182,6 +182,27 @@ def contributions(state: ViewState) -> dict[str, Any]:
     top, low = int(means.argmax()), int(means.argmin())
     return {**{f"contribution{h}": float(v) for h, v in enumerate(means)}, "top_head": top,
             "top": float(means[top]), "low_head": low, "low": float(means[low]), "ratio": float(means[top] / means[low])}
+@measure
+def wo_readout(state: ViewState) -> dict[str, Any]:
+    """Analysis → W_O at work on the state's trained layer (mha_viz.analysis.trained_readout): each head's mean direct
+    contribution through its block of W_O to the right answer's logit in each relation's readout
+    (head<i>_<relation>), the relation each head attends to most (head<i>_attends), and how many of the V source
+    tokens each head's token map sends to themselves in the readout of its own relation (head<i>_copies of vocab)."""
+    from ..analysis.readout import trained_readout
+
+    layer = _trained(state)
+    r = trained_readout(layer)
+    V = len(r.vocab)
+    out: dict[str, Any] = {"vocab": V, "h": len(r.heads)}
+    for head in range(len(r.heads)):
+        own = int(layer.scores[head].argmax())  # the relation this head attends to
+        out[f"head{head}_attends"] = layer.relations[own]
+        out[f"head{head}_copies"] = round(float(r.copying[head, r.answers.index(layer.relations[own])]) * V)
+        for a, answer in enumerate(r.answers):
+            out[f"head{head}_{_key(answer)}"] = round(float(r.contributions[head, a]), 1) + 0.0  # no "-0.0"
+    return out
+
+
 # Lessons 5-7 (not all heads matter, induction heads, cheaper attention for long contexts): measured on the page's
 # trained layer, the bundled models or the cost formulas of mha_viz.variants_cost, as the app's views show them.
 

@@ -1,7 +1,10 @@
-"""Lessons in the app, driven with AppTest: every step of every lesson is entered, sets its state, asks its question,
-reveals its answer with the measured numbers; Previous, Next, Leave; links to a step; links to no lesson."""
+"""Lessons in the app, driven with AppTest: every step of every lesson is entered, sets its state, asks its question
+with nothing on the page that gives the answer away (tests/lesson_answers.py), reveals its answer with the measured
+numbers and the page it was hiding; Previous, Next, Leave; links to a step; links to no lesson."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -9,8 +12,9 @@ from streamlit.testing.v1 import AppTest
 from mha_viz.lessons import LESSON_FILES, Lesson, Step, lessons
 from mha_viz.lessons.measures import MEASURES
 from mha_viz.params import parse_query, to_query
-from mha_viz.ui.lessons import explanation, step_params
+from mha_viz.ui.lessons import COVER, explanation, step_params
 from tests.app.test_app import new_app
+from tests.lesson_answers import answer_texts, appears, leaked
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SHAPES = LESSON_FILES.index("shapes.toml") + 1
@@ -38,6 +42,37 @@ def texts(at: AppTest) -> str:
     return "\n".join(m.value for m in at.markdown)
 
 
+TEXT_KINDS = ("markdown", "caption", "success", "info", "warning", "error", "text", "code", "latex", "metric",
+              "subheader", "header", "title")
+
+
+def strings(node) -> list[str]:
+    """Every text in a JSON tree (a chart's layout: titles, annotations, tick labels)."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [t for v in node.values() for t in strings(v)]
+    if isinstance(node, list):
+        return [t for v in node for t in strings(v)]
+    return []
+
+
+def page_text(at: AppTest) -> str:
+    """Everything the page says in words: text elements, widget labels and values, charts' titles and labels."""
+    said = [str(getattr(e, "value", "")) for kind in TEXT_KINDS for e in at.get(kind)]
+    said += [str(getattr(w, "label", "")) + " " + str(getattr(w, "value", "")) for kind in WIDGETS for w in at.get(kind)]
+    for c in at.get("plotly_chart"):
+        spec = json.loads(c.proto.spec)
+        said += strings(spec.get("layout", {})) + [t for d in spec.get("data", []) for t in strings(d.get("text", []))]
+    for frame in at.get("dataframe"):
+        said.append(frame.value.to_string())
+    return "\n".join(said)
+
+
+def has_cover(at: AppTest) -> bool:
+    return any(c.key == COVER for c in at.main.container)
+
+
 def assert_no_error(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
@@ -52,12 +87,7 @@ def assert_step_shown(at: AppTest, lesson: Lesson, number: int, step: Step) -> N
     shown = url(at)
     assert shown.pop("lesson") == str(lesson.number) and shown.pop("step", "1") == str(number)
     assert shown == to_query(step_params(step))  # the state a share link with the step's parameters holds
-    if step.target_kind == "control":  # what the step points at is on its page
-        widget(at, step.target_name)
-    elif step.target_kind == "chart":
-        assert step.target_name in [c.key for c in at.get("plotly_chart")]
-    elif step.target_kind == "view":
-        assert widget(at, "view").value == step.target_name
+    assert_target_shown(at, step)
     question = step.question
     if question is not None and not question.is_task:
         radio = widget(at, f"lesson_choice_{lesson.number}_{number}")
@@ -67,11 +97,29 @@ def assert_step_shown(at: AppTest, lesson: Lesson, number: int, step: Step) -> N
         assert f"**Task:** {question.prompt}" in texts(at)
 
 
+def assert_target_shown(at: AppTest, step: Step) -> None:
+    """The element a step points at is on its page (a choice question still open: the cover stands for the page)."""
+    if step.question is not None and not step.question.is_task and at.get("radio") and any(
+            r.key.startswith("lesson_choice_") and r.value is None for r in at.radio) and has_cover(at):
+        assert not [c.key for c in at.get("plotly_chart")], "a chart is drawn while the question is open"
+        if step.target_kind == "control" and step.target_name in ("h", "kv_heads"):
+            widget(at, step.target_name)
+        return
+    if step.target_kind == "control":  # what the step points at is on its page
+        widget(at, step.target_name)
+    elif step.target_kind == "chart":
+        assert step.target_name in [c.key for c in at.get("plotly_chart")]
+    elif step.target_kind == "view":
+        assert widget(at, "view").value == step.target_name
+
+
 def answer(at: AppTest, lesson: Lesson, number: int, step: Step) -> AppTest:
     """Answer rightly (the right choice and Check, or the expected controls set) and see the explanation."""
     question = step.question
     explain = explanation(step)
     assert explain not in texts(at)  # not before the answer
+    assert leaked(step, page_text(at)) == [], "the answer is on the page before Check"
+    assert has_cover(at) != question.is_task  # a choice: the page waits under a cover; a task: the live page
     if question.is_task:
         wanted, _ = parse_query(question.expect)
         for name in question.expect:
@@ -84,6 +132,11 @@ def answer(at: AppTest, lesson: Lesson, number: int, step: Step) -> AppTest:
         assert any(s.value.startswith("Right") for s in at.success)
     assert_no_error(at)
     assert explain in texts(at) and "{" not in explain
+    assert not has_cover(at)
+    assert_target_shown(at, step)  # the page it hid is drawn, the step's target on it
+    shown = page_text(at)
+    expected = [t for t in answer_texts(step) if not t.startswith(("The answer:", "Not quite"))]
+    assert [t for t in expected if not appears(t, shown)] == [], "the answer is not on the page after Check"
     if question.measure is not None:  # the measured numbers are in the text, as the measure gives them
         measured = MEASURES[question.measure](parse_query({**step.state, **question.expect})[0])
         assert explain == question.explain.format(**measured) and ("{" not in question.explain or explain != question.explain)
