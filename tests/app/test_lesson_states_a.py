@@ -172,23 +172,39 @@ def test_specialise_step_6_the_causal_models_previous_token_head_is_in_layer_0()
     assert z.shape == (2, 4) and np.unravel_index(z.argmax(), z.shape)[0] == 0 and z.max() > 0.9  # answer 0
 
 
-def test_concat_steps_1_to_3_widths_the_per_head_split_and_what_summing_loses() -> None:
+def test_concat_steps_1_2_and_4_widths_the_per_head_split_and_what_summing_loses() -> None:
     at = open_step(step_of("concat.toml", 1))
     assert "d_k = d_v = 16" in texts(at)  # 4 heads × 16 = 64 numbers per token (answer 1)
     at = open_step(step_of("concat.toml", 2))
     assert texts(at).count("equal ✓") == 2  # answer 1: concat · W_Oᵀ = sum of the heads' contributions
-    at = open_step(step_of("concat.toml", 3))
-    m = measured("concat.toml", 3)
+    at = open_step(step_of("concat.toml", 4))
+    m = measured("concat.toml", 4)
     shown = texts(at)
     assert f"{m['fitted_error']:.1%}" in shown and f"{m['mean_error']:.1%}" in shown and "Summing loses" in shown
     assert m["fitted_error"] > 0.1  # answer 2: tens of percent
 
 
-def test_concat_steps_4_and_5_every_head_contributes_and_the_norm_toggle_reaches_the_task() -> None:
-    step = step_of("concat.toml", 5)
+def test_concat_step_3_each_heads_block_of_w_o_writes_its_own_relations_answer() -> None:
+    """The chart the step points at (W_O at work's direct contributions) holds the measured numbers, and the answer
+    the lesson calls right is what it shows: head 0 raises 'previous' and not 'first', head 1 the reverse."""
+    step = step_of("concat.toml", 3)
+    at = open_step(step)
+    z = z_matrix(heatmaps(spec(at, "analysis_wo_contributions"))[0])  # (heads, answers)
+    m = measured("concat.toml", 3)
+    assert z.shape == (2, 2)
+    assert z.ravel() == pytest.approx([m["head0_previous"], m["head0_first"], m["head1_previous"], m["head1_first"]],
+                              abs=0.06)  # the measure rounds to 0.1
+    assert m["head0_attends"] == "previous" and m["head1_attends"] == "first"  # what the step's text says
+    assert z[0, 0] > 10 and z[1, 1] > 10 and abs(z[0, 1]) < 1 and abs(z[1, 0]) < 1  # answer 1
+    assert m["head0_copies"] == m["head1_copies"] == m["vocab"]  # each token map sends every letter to itself
+    assert step.question.choices[step.question.answer].startswith("Head 0 raises the 'previous' answer")
+
+
+def test_concat_steps_5_and_6_every_head_contributes_and_the_norm_toggle_reaches_the_task() -> None:
+    step = step_of("concat.toml", 6)
     at = open_step(step)
     z = z_matrix(heatmaps(spec(at, "analysis_contributions"))[0])
-    m = measured("concat.toml", 4)
+    m = measured("concat.toml", 5)
     means = np.nanmean(z, axis=1) if z.shape[0] == 4 else np.nanmean(z, axis=0)
     assert means == pytest.approx([m[f"contribution{h}"] for h in range(4)], rel=1e-3)
     assert means.max() / means.min() < 2  # answer 1: comparable amounts, none silent

@@ -10,6 +10,7 @@ from mha_viz.analysis import detect_heads
 from mha_viz.analysis.concat_sum import concat_vs_sum
 from mha_viz.analysis.contribution import contribution_norms
 from mha_viz.analysis.head_stats import trace_head_stats
+from mha_viz.analysis.readout import trained_readout
 from mha_viz.config import MHAConfig
 from mha_viz.lessons import LESSON_FILES, lesson
 from mha_viz.lessons.measures import MEASURES
@@ -118,16 +119,30 @@ def test_concat_widths_wo_path_concat_sum_and_contributions_match_the_trained_la
     errors = trace.check_wo_path()
     assert (path["concat_error"], path["sum_error"]) == tuple(errors.values())
     assert path["max_error"] <= path["tolerance"] == trace.rounding_tolerance()  # "yes: it splits per head"
-    _, cs = step_state("concat.toml", 3)
+    _, cs = step_state("concat.toml", 4)
     r = concat_vs_sum(trace)
     assert (cs["fitted_error"], cs["mean_error"], cs["concat_error"]) == (r.fitted_error, r.mean_error, r.concat_error)
     assert not cs["fits_any"] and cs["fitted_error"] > 0.1 and cs["concat_error"] < 1e-5  # tens of percent lost
-    _, c = step_state("concat.toml", 4)
+    _, c = step_state("concat.toml", 5)
     norms = contribution_norms(trace).mean(-1)
     assert [c[f"contribution{h}"] for h in range(4)] == pytest.approx(norms)
     assert c["top_head"] == int(norms.argmax()) and c["ratio"] == pytest.approx(norms.max() / norms.min())
     assert c["ratio"] < 2  # "all four heads add comparable amounts"
-    assert step_state("concat.toml", 5)[1] == c
+    assert step_state("concat.toml", 6)[1] == c
+
+
+def test_wo_readout_is_trained_readout_of_the_two_head_layer() -> None:
+    """Lesson 4's W_O step: each head's block writes its own relation's answer, numbers from trained_readout."""
+    layer = trained_layer("prev-first", 2, 64)
+    r = trained_readout(layer)
+    _, m = step_state("concat.toml", 3)
+    for head in range(2):
+        for a, answer in enumerate(r.answers):
+            assert m[f"head{head}_{answer}"] == pytest.approx(r.contributions[head, a], abs=0.05)
+    assert m["head0_previous"] > 10 and abs(m["head0_first"]) < 0.5  # "+15.4 to previous, about 0 to first"
+    assert m["head1_first"] > 10 and abs(m["head1_previous"]) < 0.5  # "head 1 the reverse"
+    assert (m["head0_attends"], m["head1_attends"]) == ("previous", "first")
+    assert m["head0_copies"] == m["head1_copies"] == m["vocab"] == len(r.vocab)  # every letter to itself
 
 
 def test_measures_of_random_weights_follow_the_seed() -> None:
