@@ -31,9 +31,8 @@ LESSON_FIELDS = ("lesson", "step")  # the URL fields of the lesson itself, which
 # What the student reads for a target, with where it is: the label of its widget or the title of its chart (the one
 # place that names targets for people; tests/unit/test_lessons.py checks every lesson's target has a name here).
 SIDEBAR_CONTROLS = {"h": "the slider Number of heads h", "d_model": "the slider d_model",
-                    "variant": "the menu Attention variant", "mode": "the menu Model", "weights": "the menu Weights",
-                    "task": "the menu Task", "text": "the text box Sentence", "kv_heads": "the slider Key/value heads",
-                    "layer": "the slider Layer", "head": "the menu Head"}
+                    "variant": "the menu Variant", "mode": "the menu Model", "weights": "the menu Weights",
+                    "task": "the menu Task", "text": "the text box Sentence", "kv_heads": "the slider Key/value heads kv_heads"}
 MAIN_CONTROLS = {"off": "the box Switch heads off", "norm": "the switch Norm-based attention",
                  "detector": "the buttons Kind of head", "cost_context": "the slider Context length (tokens)",
                  "view": "the view menu", "wo_answer": "the buttons Readout"}

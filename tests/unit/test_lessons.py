@@ -55,3 +55,37 @@ def test_a_broken_lesson_is_refused_saying_where(text: str, message: str) -> Non
 def test_a_lesson_that_does_not_exist_says_which_do() -> None:
     with pytest.raises(IndexError, match=f"lessons are 1 to {len(LESSON_FILES)}"):
         lesson(len(LESSON_FILES) + 1)
+
+
+def test_every_target_is_named_by_its_label_on_screen_and_where_it_is() -> None:
+    """Show me names a step's target as the student reads it, never by its internal key, and says sidebar or main
+    area as the control really is (SIDEBAR_CONTROLS / MAIN_CONTROLS: checked in the browser by
+    tests/browser/test_lessons_browser.py)."""
+    from mha_viz.ui.lessons import CHART_NAMES, MAIN_CONTROLS, SIDEBAR_CONTROLS, target_label
+
+    for les in lessons():
+        for step in les.steps:
+            if step.target is None:
+                continue
+            label = target_label(step)
+            name = step.target_name
+            known = {"chart": CHART_NAMES, "control": {**SIDEBAR_CONTROLS, **MAIN_CONTROLS}, "view": {name: name}}
+            assert name in known[step.target_kind], (les.source, step.title, step.target)
+            if "_" in name:
+                assert name not in label, label  # "analysis_dla" is not a name a student reads
+            where = "(in the sidebar)" if step.target_kind == "control" and name in SIDEBAR_CONTROLS else "main area)"
+            assert label.endswith(where), label
+
+
+def test_a_task_says_when_it_is_done_in_words() -> None:
+    """Not "Done when norm = true": each control by its label, a switch as on or off."""
+    from mha_viz.ui.lessons import done_when
+
+    tasks = [step.question for les in lessons() for step in les.steps if step.question.is_task]
+    assert tasks
+    for q in tasks:
+        words = done_when(q)
+        assert " = " not in words and "true" not in words and "false" not in words, words
+        assert not [name for name in q.expect if name not in ("h", "variant") and name in words], words  # no keys
+    norm = next(q for q in tasks if "norm" in q.expect)
+    assert done_when(norm) == "the switch Norm-based attention is on"
