@@ -271,7 +271,7 @@ def highlight(step: Step, covered: bool) -> None:
     if key is None:
         return
     st.html(OUTLINE_CSS.format(key=key))
-    label = "the cover (press Check to draw the page)" if key == COVER else target_label(step)
+    label = "where the page will be drawn (main area)" if key == COVER else target_label(step)
     option = step.target_name if step.target_kind == "view" and key != COVER else None
     st.html(SHOW_ME_JS.format(key=json.dumps(key), option=json.dumps(option), label=html.escape(label),
                               label_js=json.dumps(label)), unsafe_allow_javascript=True)
@@ -286,9 +286,14 @@ def cover(step: Step) -> None:
                     "answer away.")
 
 
+def question_key(key: tuple[int, int]) -> str:
+    """The id of the step's question anchor (the element the focus goes to when the step opens)."""
+    return f"lesson-question-{key[0]}-{key[1]}"
+
+
 def focus_question(key: tuple[int, int], step: Step, covered: bool) -> None:
     """The step's anchor: the keyboard focus lands on the question when the step opens."""
-    anchor = f"lesson-question-{key[0]}-{key[1]}"
+    anchor = question_key(key)
     label = f"{key[1]}: {step.question.prompt}" if step.question is not None else str(key[1])
     st.html(STEP_JS.format(anchor=anchor, anchor_js=json.dumps(anchor), label=html.escape(label), sr_only=SR_ONLY,
                            key=json.dumps(target_key(step, covered) or "")), unsafe_allow_javascript=True)
