@@ -5,7 +5,10 @@ app's state to the step's state ONCE, as opening a share link with those paramet
 the controls freely. The panel asks the step's question (choices, or a task checked from the live state), reveals the
 answer with its explanation (numbers from the step's measure, mha_viz.lessons.measures), and points at the step's
 target: an outline drawn by CSS on the target's key class (`st-key-<key>`, Streamlit's documented class for a keyed
-element) and a "Show me" button that scrolls to it and moves the keyboard focus there.
+element) and a "Show me" button, named by the target's label on screen, that scrolls to it and moves the keyboard
+focus there. Predict, then see: while a choice question is open, page.py draws no page under the panel (page_shown),
+and a cover in the panel says what will be there; Check draws it. When a step opens, a script of the panel's own
+(STEP_JS) moves the focus to the question and closes a phone's sidebar that Show me opened.
 """
 
 from __future__ import annotations

@@ -70,6 +70,11 @@ def check_opened_step(page, lesson: Lesson, number: int, step: Step, width: int)
             assert in_viewport(page, 'button[aria-label="Expand sidebar"]') == "ok", where
         else:
             assert in_viewport(page, f".st-key-{key}") == "ok", f"{where}: the target {key} is not on screen"
+    if width >= 640 and step.target_kind == "control":  # Show me says sidebar or main area, as the control is
+        target, panel = page.locator(f".st-key-{step.target_name}").first.bounding_box(), \
+            page.locator(".st-key-lesson_panel").bounding_box()
+        in_sidebar = target["x"] + target["width"] <= panel["x"]  # the main area starts where the panel does
+        assert in_sidebar == sidebar_control(step), f"{where}: {step.target} is not where Show me says"
     page.keyboard.press("Tab")  # one Tab from the question reaches its first answer control
     first = f"lesson_choice_{lesson.number}_{number}" if covered else None
     if first is not None:
@@ -115,7 +120,7 @@ def test_every_step_hides_its_answer_focuses_its_question_and_shows_its_target(s
             if step.question is not None and not step.question.is_task:
                 answer(page, lesson, number, step)
             if number < len(lesson.steps):
-                page.get_by_role("button", name="Next", exact=True).click()
+                page.locator(".st-key-lesson_next button").click()
     finally:
         errors = page.errors
         page.close()

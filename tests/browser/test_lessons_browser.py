@@ -1,6 +1,7 @@
 """A lesson walked end to end with the keyboard only (Tab, Enter, Space, arrow keys) in Debian's headless Chromium,
-at a phone's and a laptop's width: every step's "Show me" moves the focus into its outlined target, which is on
-screen; each question is answered and its explanation shown. The laptop's first step, answered, is the README's
+at a phone's and a laptop's width: every step's "Show me" moves the focus into its outlined target (while a question
+is open: the cover that stands for the page), which is on screen; each question is answered and its explanation
+shown. The laptop's first step, answered, is the README's
 screenshot (assets/lesson-step.png with --update-assets)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 from mha_viz.lessons import LESSON_FILES, lessons
 from mha_viz.ui.lessons import explanation, target_key
 from tests.axe import ALL, axe_path, axe_violations, summary
-from tests.browser.test_layout_browser import open_page
+from tests.browser.test_lesson_walk_browser import open_lesson
 
 LESSON = LESSON_FILES.index("shapes.toml") + 1
 MAX_TABS = 400
@@ -51,11 +52,12 @@ def focused_text(page, text: str) -> str:
 @pytest.mark.parametrize("width", [390, 1400])
 def test_a_lesson_walked_with_the_keyboard_shows_every_target(server: str, browser, assets: Path, width: int) -> None:
     lesson = lessons()[LESSON - 1]
-    page = open_page(browser, server, f"lesson={LESSON}", width, height=900, is_mobile=width == 390)
+    page = open_lesson(browser, server, LESSON, width)
     try:
         for number, step in enumerate(lesson.steps, start=1):
             page.get_by_text(f"Lesson {LESSON} · step {number} of {len(lesson.steps)}").wait_for(timeout=120_000)
-            key = target_key(step)
+            wait_idle(page)
+            key = target_key(step, covered=not step.question.is_task)
             page.keyboard.press("Escape")
             page.evaluate("() => document.activeElement && document.activeElement.blur()")
             tab_to(page, "() => document.activeElement && document.activeElement.id === 'lesson-show-me'")
@@ -101,7 +103,7 @@ def test_a_lesson_step_has_no_accessibility_violation(server: str, browser) -> N
     if axe_path() is None:
         pytest.skip("axe-core not installed (scripts/install.sh --dev)")
     lesson = lessons()[LESSON - 1]
-    page = open_page(browser, server, f"lesson={LESSON}", 1400, height=900)
+    page = open_lesson(browser, server, LESSON, 1400)
     try:
         page.get_by_text(f"Lesson {LESSON} · step 1 of {len(lesson.steps)}").wait_for(timeout=120_000)
         page.get_by_role("button", name="Reveal the answer").click()
