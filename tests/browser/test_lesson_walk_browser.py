@@ -35,8 +35,12 @@ def open_lesson(browser, server: str, number: int, width: int):
 
 
 def wait_idle(page) -> None:
-    page.wait_for_timeout(400)  # the rerun a click started, then its end
+    """The rerun a click started, then its end: no running indicator, and one lesson panel (a run that loads a model
+    draws the new panel before the old one, faded, is taken away at its end; on a phone the indicator is hidden)."""
+    page.wait_for_timeout(400)
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
+    page.wait_for_function("() => document.querySelectorAll('.st-key-lesson_panel, .st-key-lesson_next').length <= 2",
+                           timeout=180_000)
     page.wait_for_timeout(300)
 
 
@@ -120,6 +124,7 @@ def test_every_step_hides_its_answer_focuses_its_question_and_shows_its_target(s
             if step.question is not None and not step.question.is_task:
                 answer(page, lesson, number, step)
             if number < len(lesson.steps):
+                wait_idle(page)
                 page.locator(".st-key-lesson_next button").click()
     finally:
         errors = page.errors
