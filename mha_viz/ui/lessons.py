@@ -21,6 +21,7 @@ import streamlit as st
 from ..lessons import Lesson, Step, lessons
 from ..lessons.measures import MEASURES, use_models
 from ..params import DEFAULTS, ViewState, parse_query
+from ..variants import NAMES as VARIANT_NAMES
 from ..parts import all_fields
 from .cache import cached
 from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
@@ -35,9 +36,9 @@ LESSON_FIELDS = ("lesson", "step")  # the URL fields of the lesson itself, which
 # place that names targets for people; tests/unit/test_lessons.py checks every lesson's target has a name here).
 SIDEBAR_CONTROLS = {"h": "the slider Number of heads h", "d_model": "the slider d_model",
                     "variant": "the menu Variant", "mode": "the menu Model", "weights": "the menu Weights",
-                    "task": "the menu Task", "text": "the text box Sentence", "kv_heads": "the slider Key/value heads kv_heads"}
+                    "task": "the menu Task", "text": "the text box Sentence", "kv_heads": "the slider Key/value heads"}
 MAIN_CONTROLS = {"off": "the box Switch heads off", "norm": "the switch Norm-based attention",
-                 "detector": "the buttons Kind of head", "cost_context": "the slider Context length (tokens)",
+                 "detector": "the choice Kind of head", "cost_context": "the slider Context length (tokens)",
                  "view": "the view menu", "wo_answer": "the buttons Readout"}
 CHART_NAMES = {"heads": "the heatmaps of the heads", "accuracy_by_heads": "the bar chart of accuracy for each h",
                "output_path": "the figure of the concatenation, W_O and the output",
@@ -200,7 +201,8 @@ def done_when(question) -> str:
     parts = []
     for name, value in question.expect.items():
         label = SIDEBAR_CONTROLS.get(name) or MAIN_CONTROLS.get(name) or name
-        parts.append(f"{label} is {VALUE_WORDS.get(value, value)}")
+        shown = VARIANT_NAMES.get(value, value) if name == "variant" else VALUE_WORDS.get(value, value)
+        parts.append(f"{label} is {shown}")
     return " and ".join(parts)
 
 

@@ -42,6 +42,7 @@ GOOD = """title = "t"\nsummary = "s"\n[[steps]]\ntitle = "a"\ntext = "b"\nstate 
     (GOOD.replace('h = "2"', 'h = "x"'), "step 1 state: URL parameter h='x' is not valid"),
     (GOOD.replace('h = "2"', 'nonsense = "1"'), "unknown URL parameter"),
     (GOOD + 'target = "button:go"\n', "target must be"),
+    (GOOD + 'minilm_only = "yes"\n', "minilm_only must be true or false"),
     (GOOD + '[steps.question]\nprompt = "p"\nexplain = "e"\nchoices = ["a", "b"]\nanswer = 2\n', "index of a choice"),
     (GOOD + '[steps.question]\nprompt = "p"\nexplain = "e"\nchoices = ["a"]\nanswer = 0\n', "two or more"),
     (GOOD + '[steps.question]\nprompt = "p"\nexplain = "e"\nexpect = { h = "2" }\nchoices = ["a", "b"]\n', "not both"),
