@@ -99,13 +99,17 @@ def test_a_lesson_walked_with_the_keyboard_shows_every_target(server: str, brows
 
 
 def test_a_lesson_step_has_no_accessibility_violation(server: str, browser) -> None:
-    """axe on a step with its answer revealed: the panel, its Show me button, the outlined control."""
+    """axe on a step with its question open (the cover, the focused question) and with its answer revealed: the
+    panel, its Show me button, the outlined control."""
     if axe_path() is None:
         pytest.skip("axe-core not installed (scripts/install.sh --dev)")
     lesson = lessons()[LESSON - 1]
     page = open_lesson(browser, server, LESSON, 1400)
     try:
         page.get_by_text(f"Lesson {LESSON} · step 1 of {len(lesson.steps)}").wait_for(timeout=120_000)
+        wait_idle(page)
+        violations = axe_violations(page, ALL)
+        assert violations == [], summary(violations)
         page.get_by_role("button", name="Reveal the answer").click()
         page.get_by_text("The answer:").wait_for(timeout=60_000)
         violations = axe_violations(page, ALL)
