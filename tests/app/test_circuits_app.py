@@ -20,6 +20,7 @@ def drawn(at: AppTest) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("params", [
     {},  # the configurable layer, random weights: no embeddings
     {"weights": "trained"},  # the configurable layer trained on a task (a shipped layer)
