@@ -1,7 +1,8 @@
 """Command line: mha-viz report ... (or python -m mha_viz report ...), mha-viz serve
 
-    mha-viz serve                                    # the Streamlit app (pip install "mha-viz[app]")
+    mha-viz serve                                    # the Streamlit app on http://127.0.0.1:8501 (this machine only)
     mha-viz serve --server.port 8080                 # options after serve go to `streamlit run`
+    mha-viz serve --server.address 0.0.0.0           # every interface: other machines can connect
 
     python -m mha_viz report --text "The cat sat on the mat" --heads 8 --d-model 64 --out report.html
     python -m mha_viz report --text "..." --context "second sentence" --causal --npz trace.npz --json trace.json
@@ -31,6 +32,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -42,6 +44,7 @@ from .trace import AttentionTrace
 PROG = "mha-viz" if sys.argv and Path(sys.argv[0]).stem == "mha-viz" else "python -m mha_viz"  # the console script
 # The app's entry scripts as the package carries them (in a checkout, links to app.py, page.py and .streamlit/)
 APP_SCRIPT = Path(__file__).resolve().parent / "ui" / "app" / "app.py"
+LOCAL_ADDRESS = "127.0.0.1"  # `mha-viz serve` listens here unless told otherwise: this machine only
 CONFIGURABLE_OPTIONS = ("heads", "d_model", "d_k", "d_v", "d_out", "seed", "causal", "no_pe")
 PRETRAINED_OPTIONS = ("layer", "part")
 OUTPUTS = ("npz", "json", "out")  # in the order they are written
@@ -105,8 +108,10 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "serve",
         help="start the Streamlit app (needs the app extra: pip install \"mha-viz[app]\")",
-        description="Start the Streamlit app on http://localhost:8501. Options after serve go to `streamlit run` "
-        "(e.g. --server.port 8080 --server.address 127.0.0.1).",
+        description="Start the Streamlit app on http://127.0.0.1:8501, reachable from this machine only. Options "
+        "after serve go to `streamlit run` (e.g. --server.port 8080). --server.address 0.0.0.0 (or a server.address "
+        "in a Streamlit config.toml, or STREAMLIT_SERVER_ADDRESS) serves other machines too: a public demo goes "
+        "behind the shipped nginx configuration (README, Hosting a public demo).",
     )
     figure = commands.add_parser(
         "figure",
@@ -129,12 +134,31 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def serve_command(options: list[str]) -> list[str]:
-    """The `streamlit run` command of the app the package carries, with options for Streamlit."""
+    """The `streamlit run` command of the app the package carries, with options for Streamlit; on 127.0.0.1 (this
+    machine only) unless an address is chosen (the option, STREAMLIT_SERVER_ADDRESS or a config.toml)."""
     if importlib.util.find_spec("streamlit") is None:
         raise CliError('the app needs Streamlit, which is not installed: pip install "mha-viz[app]"', code=1)
     if not APP_SCRIPT.is_file():
         raise CliError(f"the app's script {APP_SCRIPT} is missing: reinstall mha-viz", code=1)
-    return [sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT), *options]
+    local = [] if _address_chosen(options) else ["--server.address", LOCAL_ADDRESS]
+    return [sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT), *local, *options]
+
+
+def _address_chosen(options: list[str]) -> bool:
+    """Whether the user chose the server's address: --server.address [=]X among the options, the environment's
+    STREAMLIT_SERVER_ADDRESS, or server.address in a config.toml Streamlit reads from the user's or the current
+    folder (Streamlit itself reports a file it cannot parse)."""
+    if any(option == "--server.address" or option.startswith("--server.address=") for option in options):
+        return True
+    if os.environ.get("STREAMLIT_SERVER_ADDRESS"):
+        return True
+    for config in (Path.home() / ".streamlit" / "config.toml", Path.cwd() / ".streamlit" / "config.toml"):
+        try:
+            if tomllib.loads(config.read_text(encoding="utf-8")).get("server", {}).get("address"):
+                return True
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+            continue
+    return False
 
 
 def serve(options: list[str]) -> int:
