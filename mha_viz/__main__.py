@@ -12,7 +12,7 @@
 
 Outputs are never overwritten without --force, never written through a symbolic link (a link is
 refused, even with --force, as is a path through a linked folder), and never half-written: each file is written to a temporary file
-in its directory and then moved into place (a hard link that fails if the name exists, or
+in its directory (a short name, so any name the file system takes works) and then moved into place (a hard link that fails if the name exists, or
 os.replace with --force). The sizes have the app's limits (h, d_model, d_k, d_v, d_out; at most
 512 tokens a side, pretrained models included), checked before any work.
 
@@ -51,6 +51,7 @@ OUTPUTS = ("npz", "json", "out")  # in the order they are written
 # The app's limits (mha_viz.limits): the largest layer within them traces in about a second.
 LIMITS = {"heads": MAX_HEADS, "d_model": max(D_MODEL_CHOICES), "d_k": MAX_HEAD_WIDTH, "d_v": MAX_HEAD_WIDTH,
           "d_out": MAX_HEAD_WIDTH}
+TEMP_PREFIX = ".mha-viz-"  # the temporary file's name: this, 8 random characters and .part
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV}
 
 
@@ -202,6 +203,19 @@ def _check_folders(option: str, path: Path) -> None:
                            f"through links: give the real path ({real})")
 
 
+def _check_name_length(option: str, path: Path) -> None:
+    """CliError if path's file name has more bytes than its folder's file system takes (255 on most)."""
+    try:
+        limit = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # no such folder (reported next), or no pathconf (Windows)
+        return
+    size = len(os.fsencode(path.name))
+    if size > limit:
+        shown = path.name if len(path.name) <= 40 else f"{path.name[:20]}...{path.name[-12:]}"
+        raise CliError(f"{option}: the file name {shown} is {size} bytes long (UTF-8), more than the {limit} its "
+                       "folder's file system allows: give a shorter name")
+
+
 def _check_outputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     """The (option, path) pairs to write, checked before any work: distinct paths, existing folders,
     no symbolic links (neither the file nor a folder on its path), nothing overwritten without --force, and
@@ -218,6 +232,7 @@ def _check_outputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     for option, path in outputs:
         if not path.name or path.name in (".", ".."):
             raise CliError(f"{option} {path} is not a file name")
+        _check_name_length(option, path)
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -318,14 +333,15 @@ def _umask() -> int:
 
 
 def _write(path: Path, write: Callable[[IO[bytes]], None], *, force: bool) -> None:
-    """write(file) into a new temporary file next to path, then move it into place.
+    """write(file) into a new temporary file next to path (.mha-viz-*.part, a short name whatever path's length),
+    then move it into place.
 
     Without force a hard link (it fails if path exists, even as a link) or, where the file system
     has none, an exclusive create followed by os.replace; with force os.replace, which replaces a
     link itself and never writes through it. The temporary file is removed on any failure.
     """
     try:
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+        fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".part", dir=path.parent)  # short: any name fits
     except OSError as err:
         raise CliError(f"could not write {path}: {err.strerror or err}", code=1) from None
     try:
