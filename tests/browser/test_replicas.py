@@ -378,4 +378,5 @@ def test_one_address_cannot_take_the_front_from_other_visitors(tmp_path) -> None
         log = (run_dir / "nginx-error.log").read_text()
         assert f'limiting connections by zone "mha_viz_sessions", client: {ATTACKER}' in log
         assert f'limiting connections by zone "mha_viz_per_address", client: {ATTACKER}' in log
+        assert re.search(rf'limiting requests, excess: [\d.]+ by zone "mha_viz_new_sessions", client: {ATTACKER}', log)
         assert "client: 127.0.0.1," not in log  # the browser was never limited
