@@ -18,6 +18,7 @@ opens models larger than one device. load_model(hooked_transformer) opens a Tran
 (a HookedModel: traces checked against its own cache; mha_viz.pretrained.hooked).
 """
 
+from ..checks import TraceCheckError, TraceCheckWarning
 from .attribution import LogitAttribution
 from .errors import (
     InvalidModelNameError,
@@ -54,6 +55,8 @@ __all__ = [
     "ModelLoadError",
     "ModelNotInstalledError",
     "PretrainedModel",
+    "TraceCheckError",
+    "TraceCheckWarning",
     "bundled_model_dir",
     "hooked_weights",
     "induction_model_dir",

@@ -90,6 +90,7 @@ def load_model(
     max_memory: dict | None = None,
     offload_folder: str | os.PathLike | None = None,
     tokenizer: Any = None,
+    strict: bool = False,
 ) -> PretrainedModel | HookedModel:
     """Load a model to trace.
 
@@ -108,15 +109,19 @@ def load_model(
     import transformers' lazy modules at once can fail, and two loads at once double the memory peak.
     A TransformerLens HookedTransformer object: that model as a HookedModel (mha_viz.pretrained.hooked), read with
     tokenizer (default: its own) and max_tokens; the other arguments are for names and folders.
+    strict: a trace whose self-check against the model's own numbers fails raises TraceCheckError instead of
+    warning (TraceCheckWarning); see mha_viz.checks.
     """
     if is_hooked_transformer(name_or_path):
-        return HookedModel(name_or_path, tokenizer, max_tokens=max_tokens)
+        return HookedModel(name_or_path, tokenizer, max_tokens=max_tokens, strict=strict)
     if tokenizer is not None:
         raise ValueError("tokenizer is for a HookedTransformer object; a named model loads its own")
     placement = Placement(dtype, device_map, max_memory, offload_folder)
     placement.kwargs()  # bad arguments fail before anything is read
     with _LOADING:
-        return _load(name_or_path, sha256, max_tokens, folders, placement)
+        model = _load(name_or_path, sha256, max_tokens, folders, placement)
+    model.strict = strict
+    return model
 
 
 def _load(
