@@ -79,7 +79,7 @@ th { background: #f4f4f6; } td.num { font-variant-numeric: tabular-nums; text-al
 figure { margin: 1rem 0 2rem; } figcaption { color: #555; font-size: .9rem; }
 code { font-family: ui-monospace, Menlo, Consolas, monospace; }
 .failed { border: 2px solid #b3261e; background: #fdecea; color: #5f1410; padding: .6rem .9rem; border-radius: 6px; }
-.fail { color: #b3261e; }
+td.fail { color: #b3261e; font-weight: bold; }
 """
 
 
@@ -129,9 +129,8 @@ def _check_row(label: str, error: Any, tol: float) -> list[str]:
         passed = float(error) <= tol
     except (TypeError, ValueError):
         passed = False
-    result = "pass" if passed else '<strong class="fail">FAILED</strong>'
     return [f"<td>{_esc(label)}</td>", f'<td class="num">{_number(error)}</td>', f'<td class="num">{_number(tol)}</td>',
-            f"<td>{result}</td>"]
+            "<td>pass</td>" if passed else '<td class="fail">FAILED</td>']
 
 
 def _tokens(tokens: Sequence[str]) -> str:
@@ -203,7 +202,7 @@ def html_report(
     parts.append(f"<h1>{_esc(title)}</h1><p class=\"sub\">{_esc(summary)}</p>")
     failed = failure_message(trace)
     if failed:
-        parts.append(f'<div class="failed" role="alert"><strong>Self-check failed.</strong> {_esc(failed)}</div>')
+        parts.append(f'<div class="failed" role="alert">{_esc(failed)}</div>')
 
     if notes:
         parts.append("<h2>Notes</h2>" + _table([[f"<th>{_esc(k)}</th>", f"<td>{_text(v)}</td>"] for k, v in notes.items()]))
@@ -239,8 +238,8 @@ def html_report(
 
     checks: list[list[str]] = []
     if not trace.missing:
-        rounding = trace.rounding_tolerance()
-        checks += [_check_row(label, err, rounding) for label, err in trace.check_wo_path().items()]
+        checks += [_check_row(label, err, max(trace.rounding_tolerance(), tolerance(trace, label)))
+                   for label, err in trace.check_wo_path().items()]
     model_check = trace.meta.get("check")
     if isinstance(model_check, Mapping):
         checks += [_check_row(f"{label} (against the model's own numbers)", err, tolerance(trace, str(label)))
