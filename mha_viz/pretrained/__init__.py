@@ -22,6 +22,7 @@ from ..checks import TraceCheckError, TraceCheckWarning
 from .attribution import LogitAttribution
 from .errors import (
     InvalidModelNameError,
+    ModelConfigError,
     ModelDownloadError,
     ModelIntegrityError,
     ModelLoadError,
@@ -50,6 +51,7 @@ __all__ = [
     "HookedModel",
     "InvalidModelNameError",
     "LogitAttribution",
+    "ModelConfigError",
     "ModelDownloadError",
     "ModelIntegrityError",
     "ModelLoadError",
