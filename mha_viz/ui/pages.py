@@ -286,7 +286,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
                    + (f" This public demo reads at most {limits.max_tokens}; to {FULL_SIZE}." if limits else ""))
     failed = failure_message(trace)
     if failed:  # the rebuilt numbers are not the model's own: said before any of them is shown
-        st.error(failed, icon=":material/error:")
+        st.error(plain(failed), icon=":material/error:")
     _coverage_warning(model, s.text)
     if trace.missing:
         held = "only the attention weights" if trace.concat is None else "the attention weights, head outputs, concat, W_O and output"
