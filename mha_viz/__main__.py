@@ -17,8 +17,10 @@ os.replace with --force). The sizes have the app's limits (h, d_model, d_k, d_v,
 512 tokens a side, pretrained models included), checked before any work.
 
 Exit codes: 0 written; 1 the model could not be loaded, memory ran out or a file was not written;
-2 invalid arguments (the message says which and why); 130 interrupted. Errors are one line on
-stderr, never a traceback.
+2 invalid arguments (the message says which and why); 3 the trace's self-check against the model's
+own numbers failed (mha_viz.checks: the message gives each difference and its tolerance; nothing is
+written unless --allow-failed-check, and the status stays 3 with it); 130 interrupted. Errors are one
+line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from .checks import TraceCheckWarning, failure_message
 from .limits import D_MODEL_CHOICES, MAX_HEAD_WIDTH, MAX_HEADS, MAX_SEED, MAX_TOKENS
 from .text import DEFAULT_TEXT, tokenize
 from .trace import AttentionTrace
@@ -52,11 +56,13 @@ OUTPUTS = ("npz", "json", "out")  # in the order they are written
 LIMITS = {"heads": MAX_HEADS, "d_model": max(D_MODEL_CHOICES), "d_k": MAX_HEAD_WIDTH, "d_v": MAX_HEAD_WIDTH,
           "d_out": MAX_HEAD_WIDTH}
 TEMP_PREFIX = ".mha-viz-"  # the temporary file's name: this, 8 random characters and .part
+FAILED_CHECK = 3  # exit status: the trace's self-check against the model failed
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV}
 
 
 class CliError(Exception):
-    """A problem to report in one line; code 2 = bad arguments, 1 = could not load or write."""
+    """A problem to report in one line; code 2 = bad arguments, 1 = could not load or write, 3 = a failed
+    self-check."""
 
     def __init__(self, message: str, code: int = 2) -> None:
         super().__init__(message)
@@ -81,6 +87,9 @@ def _trace_options(command: argparse.ArgumentParser) -> None:
     group.add_argument("--model", help="'bundled' (all-MiniLM-L6-v2, offline), a Hugging Face id org/name, or a folder")
     group.add_argument("--layer", type=int, help="layer number, from 0 (default 0)")
     group.add_argument("--part", choices=("encoder", "decoder", "cross"), help="attention to trace (default: the model's first)")
+    group.add_argument("--allow-failed-check", action="store_true",
+                       help="write the outputs even when the trace's self-check against the model's own numbers fails "
+                       "(the exit status is still 3)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -308,7 +317,9 @@ def pretrained_trace(args: argparse.Namespace) -> tuple[AttentionTrace, str, dic
     part = args.part or model.parts[0]
     layer = 0 if args.layer is None else args.layer
     try:
-        trace = model.trace(args.text, layer, part=part, decoder_text=args.context)
+        with warnings.catch_warnings():  # a failed check is said once, by checked(), in the command's own words
+            warnings.simplefilter("ignore", TraceCheckWarning)
+            trace = model.trace(args.text, layer, part=part, decoder_text=args.context)
     except (ValueError, IndexError) as err:
         raise CliError(str(err)) from None
     if trace.meta.get("truncated"):
@@ -376,6 +387,7 @@ def report(args: argparse.Namespace, argv: list[str]) -> None:
     _check_options(args)
     outputs = _check_outputs(args)
     trace, title, notes = pretrained_trace(args) if args.model else configurable_trace(args)
+    failed = checked(trace, args)
     notes["command"] = shlex.join(["python", "-m", "mha_viz", *argv])
     dtype = "float16" if args.float16 else None
     from .export import write_json, write_npz
@@ -394,6 +406,8 @@ def report(args: argparse.Namespace, argv: list[str]) -> None:
     H, T, S = trace.weights.shape
     for _, path in outputs:
         print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB): {H} heads, {T} query x {S} key tokens")
+    if failed:
+        raise CliError(f"{failed} Written anyway (--allow-failed-check).", code=FAILED_CHECK)
 
 
 def figure(args: argparse.Namespace) -> None:
@@ -409,6 +423,7 @@ def figure(args: argparse.Namespace) -> None:
     _check_options(args)
     outputs = _check_outputs(args)
     trace = (pretrained_trace(args) if args.model else configurable_trace(args))[0]
+    failed = checked(trace, args)
     from .figures import heads_figure
     from .paper import FigureExportError, figure_bytes
 
@@ -422,6 +437,18 @@ def figure(args: argparse.Namespace) -> None:
         _write(path, lambda file: file.write(data), force=args.force)
         print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB): {trace.weights.shape[0]} heads, "
               f"{len(trace.query_tokens)} query x {len(trace.key_tokens)} key tokens")
+    if failed:
+        raise CliError(f"{failed} Written anyway (--allow-failed-check).", code=FAILED_CHECK)
+
+
+def checked(trace: AttentionTrace, args: argparse.Namespace) -> str | None:
+    """The trace's failed self-check (mha_viz.checks.failure_message), or None when it passed or has none.
+    CliError with code FAILED_CHECK before anything is written, unless --allow-failed-check."""
+    failed = failure_message(trace)
+    if failed and not args.allow_failed_check:
+        raise CliError(f"{failed} Nothing was written (--allow-failed-check writes it anyway; the exit status stays "
+                       f"{FAILED_CHECK}).", code=FAILED_CHECK)
+    return failed
 
 
 def _html(trace: AttentionTrace, title: str, notes: dict[str, Any], stem: str) -> str:

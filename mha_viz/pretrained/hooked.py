@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from ..attention import Variations, attend
+from ..checks import verify
 from ..sampling import GREEDY, Sampling
 from ..trace import AttentionTrace
 from ..weights import HeadWeights, centre_writer, fold_reader
@@ -100,7 +101,9 @@ class HookedModel:
         name: str | None = None,
         max_tokens: int | None = None,
         prepend_bos: bool | None = None,
+        strict: bool = False,
     ) -> None:
+        self.strict = strict  # a failed self-check raises TraceCheckError (else a TraceCheckWarning): mha_viz.checks
         if not is_hooked_transformer(model):
             raise ModelLoadError(f"HookedModel needs a TransformerLens HookedTransformer, got {type(model).__name__}")
         cfg = model.cfg
@@ -164,22 +167,27 @@ class HookedModel:
     # Traces
 
     def trace(self, text: str, layer: int, *, part: str | None = None, decoder_text: str | None = None,
-              head_mask: Sequence[float] | None = None) -> AttentionTrace:
+              head_mask: Sequence[float] | None = None, strict: bool | None = None) -> AttentionTrace:
         """Every intermediate of one attention layer, checked against TransformerLens's cache (meta["check"]).
 
         head_mask (one value per head; 1 keeps a head, 0 knocks it out) scales that layer's hook_z heads inside the
-        real model. meta: model, architecture, part, layer, truncated, head_mask, check.
+        real model. meta: model, architecture, part, layer, truncated, head_mask, check. A check beyond rounding warns
+        (TraceCheckWarning); strict (default: the model's strict) raises TraceCheckError instead.
         """
         part = self._part(part, decoder_text)
         layer = self._layer(layer)
         mask = None if head_mask is None else self._mask(head_mask, "head_mask")
-        return self._traces(text, [layer], part, mask)[0]
+        traces = self._traces(text, [layer], part, mask)
+        verify(traces, strict=self.strict if strict is None else strict)
+        return traces[0]
 
-    def traces(self, text: str, *, part: str | None = None, decoder_text: str | None = None
-               ) -> tuple[AttentionTrace, ...]:
-        """Every layer from one forward pass: traces(text)[layer] equals trace(text, layer)."""
+    def traces(self, text: str, *, part: str | None = None, decoder_text: str | None = None,
+               strict: bool | None = None) -> tuple[AttentionTrace, ...]:
+        """Every layer from one forward pass: traces(text)[layer] equals trace(text, layer); checked as trace() is."""
         part = self._part(part, decoder_text)
-        return tuple(self._traces(text, range(self.cfg.n_layers), part, None))
+        traces = tuple(self._traces(text, range(self.cfg.n_layers), part, None))
+        verify(traces, strict=self.strict if strict is None else strict)
+        return traces
 
     def attentions(self, text: str, *, part: str | None = None, decoder_text: str | None = None) -> np.ndarray:
         """TransformerLens's own hook_pattern for every layer: [layers, heads, T, T]."""

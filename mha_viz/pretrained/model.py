@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..checks import verify
 from ..sampling import GREEDY, Sampling
 from ..trace import AttentionTrace
 from ..weights import HeadWeights
@@ -39,6 +40,8 @@ class PretrainedModel:
     precision; a model dispatched by accelerate's device_map is never cast). Traces are float32 numpy
     whatever the model's dtype. max_tokens: longer inputs are truncated; at most (and by default) the
     model's own limit. ModelLoadError for a model that does not read text (vision, audio, multimodal).
+    Every trace is checked against the model's own numbers (meta["check"], mha_viz.checks): a failed check warns
+    (TraceCheckWarning), or with strict=True (here, or on one trace call) raises TraceCheckError.
     """
 
     def __init__(
@@ -49,8 +52,10 @@ class PretrainedModel:
         name: str | None = None,
         max_tokens: int | None = None,
         dtype: torch.dtype | None = torch.float32,
+        strict: bool = False,
     ):
         refuse_non_text(model)
+        self.strict = strict
         if model.config._attn_implementation != "eager":
             model.set_attn_implementation("eager")
         dispatched = bool(getattr(model, "hf_device_map", None))
@@ -106,21 +111,29 @@ class PretrainedModel:
         part: str | None = None,
         decoder_text: str | None = None,
         head_mask: Sequence[float] | None = None,
+        strict: bool | None = None,
     ) -> AttentionTrace:
         """Every intermediate of one attention layer (part defaults to parts[0]).
 
         head_mask (one value per head; 1 keeps a head, 0 knocks it out) scales each head's block
         of the concat before W_O, inside the real model: later layers see the change too.
         meta: model, architecture, part, layer, truncated (tokens dropped from text and
-        decoder_text), head_mask, check (max abs errors against the model's own numbers).
+        decoder_text), head_mask, check (max abs errors against the model's own numbers). A check beyond rounding
+        warns (TraceCheckWarning); strict (default: the model's strict) raises TraceCheckError instead.
         """
         part = self._part(part)
-        return self._traces(text, [self._layer(part, layer)], part, decoder_text, head_mask)[0]
+        traces = self._traces(text, [self._layer(part, layer)], part, decoder_text, head_mask)
+        verify(traces, strict=self.strict if strict is None else strict)
+        return traces[0]
 
-    def traces(self, text: str, *, part: str | None = None, decoder_text: str | None = None) -> tuple[AttentionTrace, ...]:
-        """Every layer of part from one forward pass: traces(text)[layer] equals trace(text, layer)."""
+    def traces(self, text: str, *, part: str | None = None, decoder_text: str | None = None,
+               strict: bool | None = None) -> tuple[AttentionTrace, ...]:
+        """Every layer of part from one forward pass: traces(text)[layer] equals trace(text, layer); checked as
+        trace() is."""
         part = self._part(part)
-        return tuple(self._traces(text, range(self.num_layers[part]), part, decoder_text, None))
+        traces = tuple(self._traces(text, range(self.num_layers[part]), part, decoder_text, None))
+        verify(traces, strict=self.strict if strict is None else strict)
+        return traces
 
     def _traces(
         self, text: str, layers: Sequence[int], part: str, decoder_text: str | None, head_mask: Sequence[float] | None

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from ..checks import failure_message
 from ..config import MHAConfig
 from ..export import safe_filename
 from ..figures.common import plural
@@ -283,6 +284,9 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
         st.warning(f"The input is longer than the model's maximum of {model.max_tokens} tokens: "
                    f"{trace.meta['truncated']} tokens were cut off the end."
                    + (f" This public demo reads at most {limits.max_tokens}; to {FULL_SIZE}." if limits else ""))
+    failed = failure_message(trace)
+    if failed:  # the rebuilt numbers are not the model's own: said before any of them is shown
+        st.error(plain(failed), icon=":material/error:")
     _coverage_warning(model, s.text)
     if trace.missing:
         held = "only the attention weights" if trace.concat is None else "the attention weights, head outputs, concat, W_O and output"

@@ -178,6 +178,8 @@ def _run(model, clean: str, corrupted: str, answer: str, wrong: str | None, metr
 
 
 def _show(result: PatchingResult, name: str) -> None:
+    if result.notice:
+        st.warning(plain(result.notice), icon=":material/content_cut:")
     cols = st.columns(2)
     labelled_value(cols[0], f"Clean run ({METRIC_LABELS[result.metric]})", f"{result.clean:.4g}")
     labelled_value(cols[1], f"Corrupted run ({METRIC_LABELS[result.metric]})", f"{result.corrupted:.4g}")
@@ -228,6 +230,8 @@ def _csv(result: PatchingResult) -> str:
     out.write(f"# clean: {' '.join(result.tokens)}\n# corrupted: {' '.join(result.corrupted_tokens)}\n"
               f"# answer: {result.answer}; wrong: {result.wrong}; metric: {result.metric}; site: {result.site}; "
               f"direction: {result.direction}; clean {result.clean:.6g}; corrupted {result.corrupted:.6g}\n")
+    if result.notice:
+        out.write(f"# {result.notice}\n")
     if "receivers" in result.detail:
         out.write("# path patching: rows = sender layers, columns = sender heads, nan = no path; receivers: "
                   + " ".join(f"{layer}.{h}" for layer, h in result.detail["receivers"])
