@@ -128,10 +128,23 @@ def _draw_table(circuit: TokenCircuit, kind: str, name: str) -> None:
                            row_axis=circuit.row_axis, column_axis=circuit.column_axis, colour=colour, title=title,
                            width=width)
     chart(fig, "circuits_table", f"{name}-L{circuit.layer}H{circuit.head}-{kind.replace(' ', '-')}")
-    share = circuit.top_is_self
-    mine = ("" if math.isnan(share) else  # NaN: rows and columns are different things
-            f" In {share:.0%} of the rows the largest entry is the row's own "
-            f"{'token' if kind != 'QK positions' else 'position'}.")
+    mine = _peaks(circuit) if kind == "QK positions" else _self_share(circuit)
     st.caption(f"Rows: {plain(circuit.sampling)}; " + ("every column." if circuit.full else
                f"each row's {circuit.values.shape[1]} largest columns, largest first.") + mine +
                f" Conventions: {plain(circuit.convention)}.")
+
+
+def _self_share(circuit: TokenCircuit) -> str:
+    share = circuit.top_is_self  # NaN: rows and columns are different things
+    return "" if math.isnan(share) else f" In {share:.0%} of the rows the largest entry is the row's own token."
+
+
+def _peaks(circuit: TokenCircuit) -> str:
+    """Where the positional circuit's rows peak: the commonest offset and its share (and the own position's share,
+    when that is not the commonest)."""
+    peak = circuit.peak_offset()
+    said = (f" The rows peak most often at {peak.where} (key − query = {peak.offset:+d}): {peak.share:.1%} of the "
+            f"{peak.rows} rows that have one.")
+    if peak.offset != 0:
+        said += f" {circuit.top_is_self:.1%} of the rows peak at their own position."
+    return said
