@@ -307,6 +307,16 @@ class CopyingScores:
     note: str  # what the circuit means here, in a sentence
     name: str = ""
 
+    def most_copying(self) -> tuple[int, int]:
+        """(layer, head) of the head that copies most: the highest score, ties broken by the highest positivity
+        (then the first in layer-major order). ValueError when every head's circuit is zero."""
+        if np.isnan(self.scores).all():
+            raise ValueError("no head has a nonzero OV circuit")
+        order = np.lexsort((-np.nan_to_num(self.positivity, nan=-2).ravel(),
+                            -np.nan_to_num(self.scores, nan=-1).ravel()))  # score first, then positivity
+        layer, head = np.unravel_index(int(order[0]), self.scores.shape)
+        return int(layer), int(head)
+
 
 def _gram(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     """A^T B in float64, over chunks of their shared first axis (A [n, p], B [n, q]: a vocabulary's rows)."""

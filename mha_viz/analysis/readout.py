@@ -94,6 +94,12 @@ class Readout:
         diag = np.diagonal(maps, axis1=-2, axis2=-1).mean(-1)  # (heads, answers)
         return diag - (maps.sum((-2, -1)) - diag * V) / (V * (V - 1))
 
+    def strongest(self) -> tuple[int, int]:
+        """(row, answer): the head whose direct contribution to a right answer's logit is the largest, and that
+        answer (the first on a tie)."""
+        row, answer = np.unravel_index(int(np.argmax(self.contributions)), self.contributions.shape)
+        return int(row), int(answer)
+
     def serving(self, share: float = SERVES) -> tuple[tuple[int, ...], ...]:
         """For each answer, the heads whose contribution is positive and at least share x the largest one's."""
         out = []

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
+import numpy as np
 import streamlit as st
 
 from ..analysis import copying_scores, ov_circuit, qk_circuit, singular_values
@@ -21,6 +22,7 @@ from ..params import CIRCUITS
 from ..weights import HeadWeights, head_weights
 from .analysis import SectionContext, open_head
 from .cache import cached
+from .state import open_on_best
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 from .text import plain
@@ -58,6 +60,8 @@ def render(c: SectionContext) -> None:
                "it looks, W_OV = W_V W_O what it writes. " f"Norms: {plain(info['folded'])}."
                + (" " + " ".join(plain(n) for n in causal_note) if causal_note else ""))
     copying = _kept(source, ("copying",), lambda: copying_scores(weights()))
+    if not np.isnan(copying.scores).all() and open_on_best("Circuits", copying.most_copying):
+        st.rerun()  # open on the head that copies most (a link that names a head keeps it)
     if field_value("head") >= H:
         st.session_state["head"] = 0
     layer, head = min(field_value("layer"), L - 1), field_value("head")
