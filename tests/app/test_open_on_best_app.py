@@ -42,15 +42,6 @@ def opened(at: AppTest) -> tuple[int, int]:
     return int(at.session_state["layer"]), int(at.session_state["head"])
 
 
-def test_the_library_picks_the_copying_induction_head_the_strongest_contributor_and_the_k_composition_pair() -> None:
-    model = mha_viz.load_model(mha_viz.INDUCTION_MODEL)
-    c = copying_scores(model.head_weights())
-    assert c.most_copying() == (1, 1) and c.scores[1, 1] == c.scores.max()
-    r = model_readout(model)
-    assert r.strongest() == (4, 0) and r.contributions[4, 0] == r.contributions.max()  # L1 H0
-    assert composition(model, "k").strongest_pair() == ((0, 2), (1, 0))  # the previous-token head into an induction head
-
-
 @pytest.mark.parametrize("section", ["Circuits", "W_O at work", "Composition"])
 def test_a_section_opens_on_its_best_head(section: str, best: dict) -> None:
     at = new_app(**INDUCTION, section=section).run()
