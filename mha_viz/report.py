@@ -28,7 +28,7 @@ import plotly.graph_objects as go
 
 from .export import jsonable, safe_filename, trace_arrays
 from .figures import contributions_figure, heads_figure, output_path_figure
-from .figures.common import with_automargin
+from .figures.common import visible_token, with_automargin
 from .trace import AttentionTrace
 
 MEANINGS = {
@@ -120,7 +120,7 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) -
 
 
 def _tokens(tokens: Sequence[str]) -> str:
-    items = "".join(f"<li><small>{i}</small>{_esc(t) or '␣'}</li>" for i, t in enumerate(tokens))
+    items = "".join(f"<li><small>{i}</small>{_esc(visible_token(t))}</li>" for i, t in enumerate(tokens))
     return f'<ol class="tokens">{items}</ol>'
 
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..token_labels import vocab_labels
 from .head_detectors import repeated_tokens
 
 if TYPE_CHECKING:
@@ -248,7 +249,7 @@ def model_readout(model: PretrainedModel, *, seed: int = 0, length: int = 16, ba
     contributions = np.mean(heads, axis=0)[:, None]  # (L*H, 1)
     written = np.stack([w.W_E.astype(np.float64) @ w.W_OV(l, h) for l in range(L) for h in range(H)])  # (L*H, V, d)
     maps = _centre(written @ w.W_U.astype(np.float64))[:, None].astype(np.float32)  # (L*H, 1, V, V)
-    vocab = w.vocab if w.vocab is not None else tuple(model.tokenizer.convert_ids_to_tokens(list(range(V))))
+    vocab = w.vocab if w.vocab is not None else vocab_labels(model.tokenizer, range(V))
     return Readout(
         name=model.name, heads=tuple(f"L{l} H{h}" for l in range(L) for h in range(H)), answers=(NEXT_TOKEN,),
         contributions=contributions, rest=np.array([np.mean(rest)]), logit=np.array([np.mean(logit)]),

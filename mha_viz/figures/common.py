@@ -32,10 +32,24 @@ LINE_EM = 1.35  # a line of text's height in em
 TITLE_PX, PANEL_TITLE_PX, LABEL_FONT_PX = 17, 16, 12
 
 
+CONTINUES = "◌"  # the label of a token that spells no character of its own (mha_viz.token_labels)
+_BLANKS = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
+
+
+def visible_token(token: str) -> str:
+    """A token as people can see it: "" (the rest of a character begun in the token before, as byte-level labels
+    spell it) as CONTINUES, a token of blanks only with a visible sign for each; any other token as it is."""
+    if not token:
+        return CONTINUES
+    return token.translate(_BLANKS) if token.isspace() else token
+
+
 def token_label(token: str, max_chars: int = 16) -> str:
-    """A token as inert label text: HTML-escaped (Plotly renders a subset of HTML) and shortened."""
+    """A token as inert label text: visible (visible_token), HTML-escaped (Plotly renders a subset of HTML) and
+    shortened."""
+    token = visible_token(token)
     short = token if len(token) <= max_chars else token[: max_chars - 1] + "…"
-    return html.escape(short, quote=True) or "␣"
+    return html.escape(short, quote=True)
 
 
 def token_axis(

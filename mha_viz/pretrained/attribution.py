@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..token_labels import token_label, token_labels
 from .adapter import Adapter, loaded
 from .encoded import Encoded
 from .norms import NormAffine, norm_affine
@@ -165,7 +166,7 @@ def checked_request(model: TextModel, text: str | None, ids: Sequence[int] | Non
         ids = [int(i) for i in ids]
         if not ids:
             raise ValueError("ids is empty")
-        enc = Encoded(tuple(ids), tuple(model.tokenizer.convert_ids_to_tokens(ids)), 0)
+        enc = Encoded(tuple(ids), token_labels(model.tokenizer, ids), 0)
     else:
         enc = model.encode(text)
     T = len(enc.ids)
@@ -244,5 +245,5 @@ def logit_attribution(
             raise ValueError(f"logit attribution does not know the final norm {type(norm).__name__}") from None
         u = unembedding.weight[token_id].detach().double().cpu()  # (d,) W_U[token]
         b_U = None if getattr(unembedding, "bias", None) is None else float(unembedding.bias[token_id])
-        return split_logit(enc, position, token_id, model.tokenizer.convert_ids_to_tokens(token_id), logits, parts,
+        return split_logit(enc, position, token_id, token_label(model.tokenizer, token_id), logits, parts,
                            torch.stack(head_parts), capture.final, affine, u, b_U)  # heads (L, H, d)

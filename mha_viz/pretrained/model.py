@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..sampling import GREEDY, Sampling
+from ..token_labels import token_labels
 from ..trace import AttentionTrace
 from ..weights import HeadWeights
 from . import attribution, generation, long, long_pass, weights
@@ -330,7 +331,7 @@ class PretrainedModel:
             if start is None:
                 raise ValueError(f"{self.name} has no decoder_start_token_id to start the decoder input with")
             ids = [start, *ids[:-1]]
-        return Encoded(tuple(ids), tuple(self.tokenizer.convert_ids_to_tokens(ids)), len(full) - len(ids))
+        return Encoded(tuple(ids), token_labels(self.tokenizer, ids), len(full) - len(ids))
 
     def _part(self, part: str | None) -> str:
         if part is None:

@@ -3,6 +3,8 @@ distribution the token came from, which heads wrote its logit, and where the pre
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import streamlit as st
 
@@ -14,6 +16,7 @@ from ..pretrained.generation import Generation
 from ..sampling import Sampling
 from ..serve.hosting import Budget
 from ..sources import ModelSource
+from ..token_labels import token_labels, vocab_labels
 from ..trace import AttentionTrace
 from .fair import heavy
 from .pandas_guard import guarded
@@ -135,7 +138,7 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
     narrow = is_narrow()
     left, right = (st.container(), st.container()) if narrow else st.columns([2, 3])
     with left:
-        chart(next_token_figure(chosen.probs, model.tokenizer.convert_ids_to_tokens, chosen.token_id,
+        chart(next_token_figure(chosen.probs, functools.partial(vocab_labels, model.tokenizer), chosen.token_id,
                                 title=f"Step {step}: next token ({how})",
                                 width=page_width() if narrow else column_width(0.4)),
               "gen_probs", f"{name}-step{step}-next-token")
@@ -199,7 +202,7 @@ def _opened_head(source: ModelSource, gen: Generation, step: int, name: str) -> 
         return
     ids = gen.input_ids(step - 1)
     weights = model.attentions_for_ids(list(ids))[layer]  # (H, T, T)
-    tokens = tuple(model.tokenizer.convert_ids_to_tokens(list(ids)))
+    tokens = token_labels(model.tokenizer, ids)
     trace = AttentionTrace(query_tokens=tokens, key_tokens=tokens, weights=weights, causal=True,
                            meta={"unavailable": "attention weights of the model on the text at this step"})
     row = weights[head, -1]  # (T,) the predicting query's row
