@@ -95,7 +95,7 @@ class PretrainedModel:
         special = set(self.tokenizer.all_special_ids)
         unk = self.tokenizer.unk_token_id
         ids = [(i, t) for i, t in zip(enc.ids, enc.tokens, strict=True) if i not in special or i == unk]
-        pieces = [t.removeprefix("##").lstrip("Ġ▁") for i, t in ids if i != unk]
+        pieces = [t.removeprefix("##").lstrip("Ġ▁ ") for i, t in ids if i != unk]  # byte-level labels: " 你"
         return Coverage(len(ids), sum(i == unk for i, _ in ids) if unk is not None else 0,
                         sum(len(p) == 1 and not p.isascii() for p in pieces))
 

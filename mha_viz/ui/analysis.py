@@ -41,6 +41,7 @@ from ..figures.analysis import (
     rollout_figure,
 )
 from ..figures.generation import head_scores_figure, logit_attribution_figure
+from ..figures.common import visible_token
 from ..figures.overview import picked_head
 from ..limits import client_int
 from ..params import COMPARE_WITH, DETECTORS
@@ -514,7 +515,7 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
         st.session_state["dla_position"] = T - 1
     a, b = st.columns(2)
     position = a.selectbox("After position", list(range(T)), key="dla_position",
-                           format_func=lambda i: f"{i}: {tokens[i]}", help="The logits at this position predict "
+                           format_func=lambda i: f"{i}: {visible_token(tokens[i])}", help="The logits at this position predict "
                            "the token after it.")
     target = b.text_input("Token whose logit to split", key="dla_token", max_chars=100,
                           placeholder="empty: the model's top prediction").strip()
