@@ -149,8 +149,8 @@ class TokenCircuit:
 
     def peak_offset(self) -> PeakOffset:
         """The commonest offset (column id - row id) of the rows' largest entries, and the share of the rows that
-        have a (not masked) column at that offset whose largest entry is there (a previous-token head's positional QK circuit:
-        offset -1, row 0 not counted). ValueError when rows and columns are different kinds of thing."""
+        have a (not masked) column at that offset whose largest entry is there (a previous-token head's positional
+        QK circuit: offset -1, row 0 not counted). ValueError when rows and columns are different kinds of thing."""
         if self.row_vocab is not self.column_vocab and self.row_vocab != self.column_vocab:
             raise ValueError("rows and columns are different kinds of thing: no offset between them")
         offsets = self.top_columns - self.rows  # [R]

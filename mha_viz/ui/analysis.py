@@ -330,7 +330,8 @@ def _model_knockout(whole: TraceSource | None, name: str, layer: int, H: int, of
     elif off:
         probs, knocked = next_token_knockout(whole.model, whole.text, layer, off, ablation=ablation,
                                              reference=reference)
-        chart(next_token_figure(probs, knocked, functools.partial(vocab_labels, whole.model.tokenizer)), "analysis_next_token",
+        decode = functools.partial(vocab_labels, whole.model.tokenizer)
+        chart(next_token_figure(probs, knocked, decode), "analysis_next_token",
               f"{name}-next-token")
 
 
@@ -515,8 +516,8 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
         st.session_state["dla_position"] = T - 1
     a, b = st.columns(2)
     position = a.selectbox("After position", list(range(T)), key="dla_position",
-                           format_func=lambda i: f"{i}: {visible_token(tokens[i])}", help="The logits at this position predict "
-                           "the token after it.")
+                           format_func=lambda i: f"{i}: {visible_token(tokens[i])}",
+                           help="The logits at this position predict the token after it.")
     target = b.text_input("Token whose logit to split", key="dla_token", max_chars=100,
                           placeholder="empty: the model's top prediction").strip()
     try:

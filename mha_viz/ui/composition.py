@@ -81,9 +81,9 @@ def open_pair_words(result: CompositionScores, layer: int, head: int) -> str:
     score = float(result.scores[(*writer, layer, head)])
     strongest = result.strongest_pair()
     best = float(result.scores[(*strongest[0], *strongest[1])])
-    return (f"Open head {_head(layer, head)} (outlined column): it reads most, through its {READS[result.kind]}, "
-            f"the output of head {_head(*writer)}: {score:.3f} (random matrices: {result.baseline:.3f}). The strongest "
-            f"pair of the model: {_head(*strongest[0])} → {_head(*strongest[1])}, {best:.3f}.")
+    return (f"Open head {_head(layer, head)}: it reads most, through its {READS[result.kind]}, the output of head "
+            f"{_head(*writer)} (the outlined cell): {score:.3f} (random matrices: {result.baseline:.3f}). The "
+            f"strongest pair of the model: {_head(*strongest[0])} → {_head(*strongest[1])}, {best:.3f}.")
 
 
 def _head(layer: int, head: int) -> str:

@@ -54,8 +54,8 @@ def test_a_section_opens_on_its_best_head(section: str, best: dict) -> None:
     elif section == "W_O at work":
         assert title(at, "analysis_wo_token_map").startswith(f"L{layer} H{head}'s token map")
     else:
-        assert any(c.value.startswith(f"Open head {layer}.{head} (outlined column): it reads most, through its keys, "
-                                      "the output of head 0.2") for c in at.caption)
+        assert any(c.value.startswith(f"Open head {layer}.{head}: it reads most, through its keys, the output of "
+                                      "head 0.2 (the outlined cell)") for c in at.caption)
         (mark,) = [s for s in json.loads(next(c.proto.spec for c in at.get("plotly_chart")
                                               if c.key == "analysis_composition"))["layout"]["shapes"]
                    if s.get("name") == "open pair"]
