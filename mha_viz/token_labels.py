@@ -139,3 +139,15 @@ def vocab_labels(tokenizer: object, ids: Sequence[int]) -> tuple[str, ...]:
 def token_label(tokenizer: object, token_id: int) -> str:
     """One token's label on its own (vocab_labels)."""
     return vocab_labels(tokenizer, [token_id])[0]
+
+
+def spelled(tokenizer: object, ids: Sequence[int], cuts: Sequence[int]) -> tuple[str, ...]:
+    """The text the ids spell, in len(cuts) + 1 pieces cut before each position in cuts (ascending): for a
+    byte-level tokenizer the pieces' labels joined (a character split across a cut goes to the piece holding its
+    first byte); otherwise the tokenizer's convert_tokens_to_string of each piece (WordPiece's "##" joined)."""
+    bounds = [0, *cuts, len(ids)]
+    if is_byte_level(tokenizer):
+        labels = token_labels(tokenizer, ids)
+        return tuple("".join(labels[a:b]) for a, b in zip(bounds, bounds[1:]))
+    ids, raw = _raw(tokenizer, ids)
+    return tuple(tokenizer.convert_tokens_to_string(raw[a:b]) for a, b in zip(bounds, bounds[1:]))

@@ -16,7 +16,7 @@ from ..pretrained.generation import Generation
 from ..sampling import Sampling
 from ..serve.hosting import Budget
 from ..sources import ModelSource
-from ..token_labels import token_labels, vocab_labels
+from ..token_labels import spelled, token_labels, vocab_labels
 from ..trace import AttentionTrace
 from .fair import heavy
 from .pandas_guard import guarded
@@ -57,11 +57,11 @@ def _rerun_app() -> None:
 
 def _written(gen: Generation, step: int, model) -> str:
     """The prompt, then the tokens written up to this step, the newest highlighted (Markdown, user text escaped)."""
-    def show(tokens) -> str:
-        return plain(model.tokenizer.convert_tokens_to_string(list(tokens)))
-
-    before = show(gen.prompt_tokens) + " **" + show(gen.tokens[: step - 1]) + "**" if step > 1 else show(gen.prompt_tokens)
-    return f"{before} :red-background[**{show(gen.tokens[step - 1:step])}**]"
+    prompt = len(gen.prompt_ids)
+    ids = gen.input_ids(step - 1) + gen.token_ids[step - 1:step]  # the prompt and the tokens written up to this step
+    read, earlier, newest = (plain(p) for p in spelled(model.tokenizer, ids, (prompt, prompt + step - 1)))
+    before = read + " **" + earlier + "**" if step > 1 else read
+    return f"{before} :red-background[**{newest}**]"
 
 
 def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> Sampling:

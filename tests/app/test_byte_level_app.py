@@ -63,3 +63,19 @@ def test_every_view_labels_byte_level_tokens_with_their_characters(folder: str, 
         bad = [s for s in shown if "\ufffd" in s or foreign & set(s)]
         assert not bad, (view, bad[:5])
         assert any(ch in "".join(shown) for ch in text if not ch.isascii()), view  # the characters are on screen
+
+
+def test_generate_writes_byte_level_text_as_characters(folder: str) -> None:
+    """Generate shows the prompt and what was written as text (spelled from the ids), its charts' token labels
+    without mojibake; the tokens the random model writes may be parts of characters, shown as hex bytes alone."""
+    text = TEXTS["chinese"]
+    at: AppTest = pretrained_app(text=text, new_tokens="4")
+    at.text_input(key="model").set_value(folder).run()
+    at.button_group(key="view").set_value("Generate").run()
+    at.slider(key="gen_step").set_value(4).run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    written = next(m.value for m in at.markdown if "red-background" in m.value)
+    assert written.startswith(text) and "\ufffd" not in written
+    foreign = STAND_INS - set(text)
+    shown = [s for chart in at.get("plotly_chart") for s in token_strings(json.loads(chart.proto.spec))]
+    assert shown and not [s for s in shown if "\ufffd" in s or foreign & set(s)]

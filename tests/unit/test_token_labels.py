@@ -18,7 +18,7 @@ from mha_viz.figures import heads_figure
 from mha_viz.figures.common import CONTINUES, token_label, visible_token
 from mha_viz.pretrained import bundled_model_dir
 from mha_viz.report import html_report
-from mha_viz.token_labels import byte_decoder, is_byte_level, token_labels, vocab_labels
+from mha_viz.token_labels import byte_decoder, is_byte_level, spelled, token_labels, vocab_labels
 from mha_viz.widget import payload
 from tests.byte_level import CORPUS, EOS, TEXTS, byte_level_model, byte_level_tokenizer
 
@@ -104,3 +104,15 @@ def test_the_model_weights_vocabulary_and_generation_read_as_characters(model) -
     assert "".join(generated.prompt_tokens) == "你好" and clean([s.token for s in generated.steps], "")
     dla = model.logit_attribution("the cat 🐈", position=-1)
     assert clean([dla.token], "") and np.isfinite(dla.total)
+
+
+def test_spelled_pieces_join_to_the_text_and_keep_wordpieces_words() -> None:
+    tokenizer, text = byte_level_tokenizer(), TEXTS["chinese"]
+    ids = tokenizer(text)["input_ids"]
+    pieces = spelled(tokenizer, ids, (3, 5))  # a cut inside "，" (3 bytes: tokens 1-3) and inside 界
+    assert "".join(pieces) == text and pieces[0] == "你好，" and clean(pieces, text)
+    wordpiece = AutoTokenizer.from_pretrained(bundled_model_dir())
+    ids = wordpiece("unbelievable cats", add_special_tokens=False)["input_ids"]
+    assert spelled(wordpiece, ids, (len(ids) - 1,)) == (wordpiece.convert_tokens_to_string(
+        wordpiece.convert_ids_to_tokens(ids[:-1])), wordpiece.convert_tokens_to_string(
+        wordpiece.convert_ids_to_tokens(ids[-1:])))
