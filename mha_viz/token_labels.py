@@ -151,3 +151,12 @@ def spelled(tokenizer: object, ids: Sequence[int], cuts: Sequence[int]) -> tuple
         return tuple("".join(labels[a:b]) for a, b in zip(bounds, bounds[1:]))
     ids, raw = _raw(tokenizer, ids)
     return tuple(tokenizer.convert_tokens_to_string(raw[a:b]) for a, b in zip(bounds, bounds[1:]))
+
+
+def vocab_token(tokenizer: object, label: str) -> str:
+    """The vocabulary's spelling of a label, the inverse of vocab_labels for whole characters: a byte-level
+    tokenizer's stand-ins for the label's UTF-8 bytes (" fox" -> "Ġfox"); any other tokenizer's label as it is."""
+    if not is_byte_level(tokenizer):
+        return label
+    encoder = {b: c for c, b in byte_decoder().items()}
+    return "".join(encoder[b] for b in label.encode("utf-8"))

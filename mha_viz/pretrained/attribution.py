@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..token_labels import token_label, token_labels
+from ..token_labels import token_label, token_labels, vocab_token
 from .adapter import Adapter, loaded
 from .encoded import Encoded
 from .norms import NormAffine, norm_affine
@@ -185,9 +185,10 @@ def supported_architectures() -> list[str]:
 def vocab_id(model: TextModel, token: int | str, vocab_size: int) -> int:
     if isinstance(token, str):
         vocab = model.tokenizer.get_vocab()
-        if token not in vocab:
+        spelled = token if token in vocab else vocab_token(model.tokenizer, token)  # a label as shown: " fox"
+        if spelled not in vocab:
             raise ValueError(f"{token!r} is not a token of {model.name}'s vocabulary")
-        token = vocab[token]
+        token = vocab[spelled]
     if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < vocab_size:
         raise ValueError(f"token must be a token string or an id in 0 ... {vocab_size - 1}, got {token!r}")
     return int(token)

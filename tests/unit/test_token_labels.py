@@ -18,7 +18,7 @@ from mha_viz.figures import heads_figure
 from mha_viz.figures.common import CONTINUES, token_label, visible_token
 from mha_viz.pretrained import bundled_model_dir
 from mha_viz.report import html_report
-from mha_viz.token_labels import byte_decoder, is_byte_level, spelled, token_labels, vocab_labels
+from mha_viz.token_labels import byte_decoder, is_byte_level, spelled, token_labels, vocab_labels, vocab_token
 from mha_viz.widget import payload
 from tests.byte_level import CORPUS, EOS, TEXTS, byte_level_model, byte_level_tokenizer
 
@@ -116,3 +116,13 @@ def test_spelled_pieces_join_to_the_text_and_keep_wordpieces_words() -> None:
     assert spelled(wordpiece, ids, (len(ids) - 1,)) == (wordpiece.convert_tokens_to_string(
         wordpiece.convert_ids_to_tokens(ids[:-1])), wordpiece.convert_tokens_to_string(
         wordpiece.convert_ids_to_tokens(ids[-1:])))
+
+
+def test_a_label_as_shown_names_its_token(model) -> None:
+    tokenizer = byte_level_tokenizer()
+    assert vocab_token(tokenizer, " fox") == "Ġfox" and vocab_token(tokenizer, " café") == "ĠcafÃ©"
+    fox = tokenizer.convert_tokens_to_ids("Ġfox")
+    assert token_labels(tokenizer, [fox]) == (" fox",)
+    shown = model.logit_attribution("the red fox saw a big owl . the red", token=" fox")
+    assert shown.token == " fox" and shown.total == model.logit_attribution(
+        "the red fox saw a big owl . the red", token=fox).total
