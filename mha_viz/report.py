@@ -30,7 +30,7 @@ import plotly.graph_objects as go
 from .checks import failure_message, tolerance
 from .export import jsonable, safe_filename, trace_arrays
 from .figures import contributions_figure, heads_figure, output_path_figure
-from .figures.common import with_automargin
+from .figures.common import visible_token, with_automargin
 from .trace import AttentionTrace
 
 MEANINGS = {
@@ -134,7 +134,7 @@ def _check_row(label: str, error: Any, tol: float) -> list[str]:
 
 
 def _tokens(tokens: Sequence[str]) -> str:
-    items = "".join(f"<li><small>{i}</small>{_esc(t) or '␣'}</li>" for i, t in enumerate(tokens))
+    items = "".join(f"<li><small>{i}</small>{_esc(visible_token(t))}</li>" for i, t in enumerate(tokens))
     return f'<ol class="tokens">{items}</ol>'
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import traitlets
 
 from .checks import failure_message
-from .figures.common import max_pool
+from .figures.common import max_pool, visible_token
 from .figures.heads import MAX_CELLS_PER_SIDE, head_label, layer_stack
 from .layer_payload import MAX_BYTES, pack, paint_style, with_header
 from .trace import AttentionTrace
@@ -57,6 +57,7 @@ def traces_of(model_or_trace: Any, text: str | None = None, part: str | None = N
 def axis_labels(tokens: Sequence[str], block: int) -> list[str]:
     """A label per row (or column) of a matrix max-pooled in blocks of `block` tokens: the token, or the first and
     last token of its block with their positions."""
+    tokens = [visible_token(t) for t in tokens]
     if block == 1:
         return [f"{i}: {t}" for i, t in enumerate(tokens)]
     out = []

@@ -27,6 +27,7 @@ number, refuses such prompts instead.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from torch import Tensor, nn
 
 from ..limits import MAX_PATCH_PASSES
 from ..names import PATCH_DIRECTIONS, PATCH_METRICS, PATCH_SITES, PATCH_THROUGH
+from ..token_labels import token_label
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
@@ -384,7 +386,7 @@ class _Runs:
 
     def result(self, values: np.ndarray, site: str, *, raw: bool = True, detail: dict | None = None) -> PatchingResult:
         scores = (values - self.corrupted.metric) / (self.clean.metric - self.corrupted.metric) if raw else values
-        tok = self.model.tokenizer.convert_ids_to_tokens
+        tok = functools.partial(token_label, self.model.tokenizer)
         return PatchingResult(
             scores=scores.astype(np.float32), clean=self.clean.metric, corrupted=self.corrupted.metric,
             metric=self.metric, site=site, direction=self.direction, tokens=self.clean.tokens,

@@ -21,6 +21,7 @@ from torch import nn
 
 from ..checks import verify
 from ..sampling import GREEDY, Sampling
+from ..token_labels import token_labels
 from ..trace import AttentionTrace
 from ..weights import HeadWeights
 from . import attribution, generation, long, long_pass, weights
@@ -99,7 +100,7 @@ class PretrainedModel:
         special = set(self.tokenizer.all_special_ids)
         unk = self.tokenizer.unk_token_id
         ids = [(i, t) for i, t in zip(enc.ids, enc.tokens, strict=True) if i not in special or i == unk]
-        pieces = [t.removeprefix("##").lstrip("Ġ▁") for i, t in ids if i != unk]
+        pieces = [t.removeprefix("##").lstrip("Ġ▁ ") for i, t in ids if i != unk]  # byte-level labels: " 你"
         return Coverage(len(ids), sum(i == unk for i, _ in ids) if unk is not None else 0,
                         sum(len(p) == 1 and not p.isascii() for p in pieces))
 
@@ -343,7 +344,7 @@ class PretrainedModel:
             if start is None:
                 raise ValueError(f"{self.name} has no decoder_start_token_id to start the decoder input with")
             ids = [start, *ids[:-1]]
-        return Encoded(tuple(ids), tuple(self.tokenizer.convert_ids_to_tokens(ids)), len(full) - len(ids))
+        return Encoded(tuple(ids), token_labels(self.tokenizer, ids), len(full) - len(ids))
 
     def _part(self, part: str | None) -> str:
         if part is None:

@@ -20,6 +20,7 @@ from ..figures.patching import patching_figure
 from ..limits import MAX_PATCH_PASSES
 from ..names import PATCH_CHOICES, PATCH_DIRECTIONS, PATCH_METRICS, PATCH_THROUGH
 from ..pretrained import INDUCTION_MODEL
+from ..token_labels import vocab_token
 from .analysis import SectionContext
 from .composition import DETECTED
 from .fair import heavy
@@ -46,10 +47,15 @@ def _fill_pair() -> None:
 
 
 def _as_token(model, typed: str) -> int | str:
-    """A typed answer as a token: the token itself if the vocabulary has it, else the single token the word is
-    with a space before it (GPT-2's 'Ġfox'), else the text as typed (the library then says it is not a token)."""
-    if typed in model.tokenizer.get_vocab():
+    """A typed answer as a token: the token itself if the vocabulary has it (as spelled there, or as the page labels
+    it: " fox" for GPT-2's 'Ġfox'), else the single token the word is with a space before it, else the text as typed
+    (the library then says it is not a token)."""
+    vocab = model.tokenizer.get_vocab()
+    if typed in vocab:
         return typed
+    spelled = vocab_token(model.tokenizer, typed)
+    if spelled in vocab:
+        return int(vocab[spelled])
     ids = model.tokenizer(" " + typed, add_special_tokens=False)["input_ids"]
     return int(ids[0]) if len(ids) == 1 and ids[0] != model.tokenizer.unk_token_id else typed
 
