@@ -16,7 +16,7 @@ from ..export import safe_filename
 from ..figures.common import plural
 from ..limits import MAX_LONG_TOKENS, MAX_MODEL_LONG_TOKENS, MAX_TOKENS
 from ..long import LongTrace
-from ..params import ViewState, to_query
+from ..params import ViewState
 from ..parts import VIEWS
 from ..pretrained import PretrainedModel
 from ..serve.hosting import FULL_SIZE, Budget
@@ -37,6 +37,7 @@ from .controls import explain_invalid_heads, explain_invalid_kv_heads, random_we
 from .export import export_section
 from .long_model import long_input, long_model_view
 from .sidebar import Sidebar
+from .state import share_query
 from .text import plain
 from .training import (
     accuracy_by_heads,
@@ -134,7 +135,7 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
                          + ("" if s.variant in ("mha", "gqa") else f"-{s.variant}"))
     _layer_views(s, trace, source, name, cfg, long=long, limits=limits)
     export_section(
-        lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+        lambda: source.trace(0), trace=trace, name=name, share_query=share_query(s), max_mb=_max_mb(limits),
         title=(f"Grouped-query attention: h = {cfg.num_heads}, kv_heads = {cfg.kv_heads}" if gqa
                else f"Multi-head attention: h = {cfg.num_heads}" if s.variant == "mha"
                else f"{VARIANT_NAMES[s.variant]} attention: h = {cfg.num_heads}") + f", d_model = {cfg.d_model} (random weights)",
@@ -202,7 +203,7 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     diversity_effect(layer, trace, s.sequence, name)
     variants_quality(trained_variant_label(variant, s.h), name)
     export_section(
-        lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+        lambda: source.trace(0), trace=trace, name=name, share_query=share_query(s), max_mb=_max_mb(limits),
         title=f"A layer trained on {spec.title}: h = {s.h}, d_model = {s.d_model}",
         notes={"weights": f"trained for {s.steps} steps on {spec.title} (seed {s.seed})",
                "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}",
@@ -307,7 +308,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
         render_view(view, ViewContext(s, name, source, trace, shown, layer=s.layer, limits=limits, hidden=hidden,
                                       other_model=other_model))
     export_section(
-        source.trace_loader(s.layer), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+        source.trace_loader(s.layer), trace=trace, name=name, share_query=share_query(s), max_mb=_max_mb(limits),
         title=f"{model.name}: {s.part} layer {s.layer}",
         notes={"model": model.name, "text": s.text, **({"decoder text": source.decoder_text} if source.decoder_text else {}), **shown_parts()},
     )
@@ -334,7 +335,7 @@ def train_page(s: ViewState, limits: Budget | None = None) -> None:
         render_view(view, ViewContext(s, name, source, trace, limits=limits))
     if trace is not None:  # a task's probe sequence of a few tokens: a trace of a few kB, kept as it is
         export_section(
-            lambda: trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+            lambda: trace, name=name, share_query=share_query(s), max_mb=_max_mb(limits),
             title=f"Train mode: {TASKS[s.task].title}, h = {s.h} vs h = 1, d_model = {s.d_model}",
             notes={"task": TASKS[s.task].title, "steps": s.steps, "seed": s.seed,
                    "trace": "the trained h-head layer on the task's probe sequence", **shown_parts()},

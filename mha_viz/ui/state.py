@@ -60,9 +60,19 @@ def value(name: str) -> object:
     return st.session_state.get(name, all_fields()[name].default)
 
 
+def share_query(state: ViewState) -> dict[str, str]:
+    """The URL parameters of a link that reproduces the view: to_query, plus the layer and head even at their
+    defaults once a section of this session opened on its best head (open_on_best), since a link without them
+    would open that section on the best head again, not on the one shown."""
+    query = to_query(state)
+    if st.session_state.get(_OPENED):
+        query |= {name: str(getattr(state, name)) for name in sorted(HEAD_FIELDS)}
+    return query
+
+
 def write_url(state: ViewState, extra: dict[str, str] | None = None) -> None:
     """Mirror the state into the URL so that a copied link reproduces the view."""
-    wanted = {**to_query(state), **(extra or {})}
+    wanted = {**share_query(state), **(extra or {})}
     if st.query_params.to_dict() != wanted:
         st.query_params.from_dict(wanted)
 

@@ -48,7 +48,7 @@ def test_a_section_opens_on_its_best_head(section: str, best: dict) -> None:
     layer, head = best[section]
     assert opened(at) == (layer, head)
     url = {k: at.query_params[k] for k in ("layer", "head") if k in at.query_params}
-    assert url == {k: v for k, v in (("layer", str(layer)), ("head", str(head))) if v != "0"}  # defaults left out
+    assert url == {"layer": str(layer), "head": str(head)}  # named even at 0: the link reopens this head
     if section == "Circuits":
         assert title(at, "circuits_table").startswith(f"Layer {layer}, head {head}: ")
     elif section == "W_O at work":
@@ -86,3 +86,14 @@ def test_an_untouched_head_follows_each_sections_best(best: dict) -> None:
     assert opened(at) == best["Circuits"]
     at.button_group(key="section").set_value("Composition").run()
     assert opened(at) == best["Composition"]
+
+
+def test_a_link_copied_after_picking_l0h0_reopens_l0h0() -> None:
+    """L0H0 is the fields' default, which links leave out: once a section opened on its best head, the link names
+    the head anyway, or whoever opens it would get the best head again, not the one shown."""
+    at = new_app(**INDUCTION, section="Circuits").run()
+    at.selectbox(key="_open_head_circuits").set_value((0, 0)).run()
+    assert opened(at) == (0, 0)
+    link = {k: at.query_params[k] for k in at.query_params}
+    assert (link["layer"], link["head"]) == ("0", "0")
+    assert opened(new_app(**link).run()) == (0, 0)
