@@ -27,7 +27,7 @@ if PLOTLY_CHUNK:  # every run, so that what follows keeps its place on the page 
                 unsafe_allow_javascript=True)
 
 from mha_viz.serve.hosting import budget, heavy_request, is_public, within_budget
-from mha_viz.serve.training_budget import calibrate, page_training_seconds
+from mha_viz.serve.training_budget import calibrate
 from mha_viz.ui import body, fair, lessons, pages, state, style, views
 from mha_viz.ui.cached_sources import model_loader
 from mha_viz.ui.loaders import page_drawn, secret
@@ -58,7 +58,7 @@ def show_page() -> None:
         set_training_budget(None)
     else:
         s, cuts = within_budget(s, limits, machine)
-        set_training_budget(limits.max_training_seconds, page_training_seconds(s, machine), machine)
+        set_training_budget(limits.max_training_seconds, machine)
     for notice in (*notices, *bar.notices):
         st.warning(plain(notice), icon="🔗")
     for cut in cuts:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from time import thread_time
 
-from ..params import ViewState
+from ..params import VIEWS, ViewState
 from ..variants import LayerVariant
 from ..variants import PARAMETERS as VARIANT_PARAMETERS
 
@@ -96,10 +96,11 @@ def state_variant(state: ViewState) -> LayerVariant:
 
 
 def page_runs(state: ViewState) -> list[tuple[int, LayerVariant | None, float]]:
-    """The training runs (h, variant, diversity) a page asks for, at its d_model and steps (see the module docstring).
-    Runs a page finds cached or shipped cost less: this counts them all."""
+    """The training runs (h, variant, diversity) a page asks for, at its d_model and steps (see the module docstring;
+    a view its mode does not offer opens the mode's first). Runs a page finds cached or shipped cost less: this
+    counts them all."""
     if state.mode == "Train":
-        if state.view != "Training":  # the other views trace the plain h-head layer
+        if state.view in VIEWS.menu("Train") and state.view != "Training":  # they trace the plain h-head layer
             return [(state.h, None, 0.0)]
         return [(state.h, state_variant(state), state.diversity)] + ([(1, None, 0.0)] if state.h > 1 else [])
     if state.mode == "Configurable" and state.weights == "trained":
@@ -107,7 +108,7 @@ def page_runs(state: ViewState) -> list[tuple[int, LayerVariant | None, float]]:
         runs = [(state.h, variant, state.diversity)]
         if state.diversity:
             runs.append((state.h, variant, 0.0))  # what the penalty did: the same layer trained without it
-        elif variant.kind == "mha" and state.h > 1 and state.view == "Heads":
+        elif variant.kind == "mha" and state.h > 1 and state.view not in VIEWS.menu("Configurable")[1:]:  # Heads
             runs.append((1, None, 0.0))  # the accuracy-by-h chart: h = 1 beside this h
         return runs
     return []
@@ -180,9 +181,7 @@ class RunBudget:
     wall_seconds: float
 
 
-def run_budget(page_seconds: float, page_estimate: float, run_estimate: float) -> RunBudget:
-    """A run's share of its page's training budget (page_seconds): in proportion to its estimate among the page's
-    (page_estimate, at least run_estimate), so a page whose estimate fits its budget gives each run at least its
-    own estimate."""
-    share = page_seconds * run_estimate / max(page_estimate, run_estimate, 1e-9)
-    return RunBudget(share, share * TIME_SLACK)
+def run_budget(page_seconds: float, spent: float) -> RunBudget:
+    """What a run may take when its page may train for page_seconds of CPU and its earlier runs took spent seconds
+    (wall time, at least their CPU time): the rest, and TIME_SLACK times the page's seconds of wall time in all."""
+    return RunBudget(page_seconds - spent, page_seconds * TIME_SLACK - spent)

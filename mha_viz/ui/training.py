@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from time import monotonic
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -15,7 +16,7 @@ from ..config import MHAConfig
 from ..figures.analysis import divergence_figure
 from ..limits import MAX_DIVERSITY, MAX_SEED, MAX_STEPS
 from ..serve.hosting import FULL_SIZE
-from ..serve.training_budget import UNCALIBRATED, Calibration, RunBudget, calibration, run_budget, training_seconds
+from ..serve.training_budget import UNCALIBRATED, Calibration, calibration, run_budget, training_seconds
 from ..trace import AttentionTrace
 from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
 from ..training.figures import (
@@ -89,25 +90,29 @@ def stoppable(key: tuple, train: Callable[[], T]) -> T | None:
 _page = threading.local()  # this script run's training budget (set_training_budget); each session runs in its thread
 
 
-def set_training_budget(seconds: float | None, estimate: float = 0.0,
-                        machine: Calibration = UNCALIBRATED) -> None:
-    """The time this run's page may spend training (a public demo's max_training_seconds; None: no limit) and the
-    page's estimate of it on this machine: every training run the page starts gets its share (run_budget) and is
-    stopped when that is spent."""
-    _page.budget = None if seconds is None else (seconds, estimate, machine)
+def set_training_budget(seconds: float | None, machine: Calibration = UNCALIBRATED) -> None:
+    """The CPU seconds this run's page may spend training (a public demo's max_training_seconds; None: no limit),
+    and this machine's Calibration for the estimates: the page's training runs share it, each stopped when the
+    page's time is spent (run_budget)."""
+    _page.budget = None if seconds is None else (seconds, machine)
+    _page.spent = 0.0
 
 
 @contextmanager
 def _budgeted(h: int, d_model: int, steps: int, variant: LayerVariant | None, diversity: float
               ) -> Iterator[dict[str, float]]:
     """One training run as heavy work (fair.heavy with its estimate; light when that is small), yielding train()'s
-    time-budget arguments (none without a page budget)."""
+    time-budget arguments: what is left of the page's (none without a page budget)."""
     page = getattr(_page, "budget", None)
-    machine = page[2] if page is not None else calibration()
-    estimate = training_seconds(h, d_model, steps, variant, diversity, machine)
-    share: RunBudget | None = None if page is None else run_budget(page[0], page[1], estimate)
-    with heavy("Training", estimate, None if share is None else share.wall_seconds):
-        yield {} if share is None else {"max_seconds": share.wall_seconds, "max_cpu_seconds": share.cpu_seconds}
+    estimate = training_seconds(h, d_model, steps, variant, diversity, calibration() if page is None else page[1])
+    share = None if page is None else run_budget(page[0], _page.spent)
+    with heavy("Training", estimate, None if share is None else max(0.0, share.wall_seconds)):
+        started = monotonic()
+        try:
+            yield {} if share is None else {"max_seconds": share.wall_seconds, "max_cpu_seconds": share.cpu_seconds}
+        finally:
+            if page is not None:
+                _page.spent += monotonic() - started
 
 
 def budget_notice(what: str, reached: int, asked: int, loss: float, accuracy: float) -> None:

@@ -86,7 +86,9 @@ def test_the_estimate_counts_the_variants_widths_and_every_run_a_page_makes() ->
     assert [h for h, _, _ in page_runs(train_page)] == [4, 1]  # h heads beside one head
 
 
-def test_a_runs_time_budget_is_its_share_of_the_pages() -> None:
-    share = run_budget(10, 8, 6)
-    assert share.cpu_seconds == pytest.approx(7.5) and share.wall_seconds >= share.cpu_seconds
-    assert run_budget(10, 0, 6).cpu_seconds == pytest.approx(10)  # a run the page did not count gets it all
+def test_a_runs_time_budget_is_what_its_page_has_left() -> None:
+    first = run_budget(10, 0.0)
+    assert first.cpu_seconds == 10 and first.wall_seconds >= first.cpu_seconds
+    later = run_budget(10, 7.5)  # after runs that took 7.5 s
+    assert later.cpu_seconds == pytest.approx(2.5) and later.wall_seconds < first.wall_seconds
+    assert run_budget(10, 30).cpu_seconds < 0  # spent: the next run stops after its first step
