@@ -1,0 +1,101 @@
+"""A public demo's budgets hold against crafted links: training stopped at its time budget says what it reached, a
+running request never counts as done, clients without cookies stay one visitor, and light views of a cached model
+never wait for (or are refused by) another visitor's heavy work."""
+
+from __future__ import annotations
+
+import pytest
+
+from mha_viz.serve.training_budget import UNCALIBRATED, Calibration, set_calibration
+from mha_viz.ui import fair
+from tests.app.test_app import new_app
+from tests.app.test_public import hold_turn
+
+HEAVY_LINK = {"weights": "trained", "variant": "mla", "kv_latent": "256", "q_latent": "256", "rope_dim": "32",
+              "h": "16", "d_model": "768", "steps": "5000"}  # issue 35's link: estimated 10 s, used 80-92 CPU s
+
+
+@pytest.fixture
+def public(monkeypatch):
+    """A public demo with a training budget of 1 s and a wait bound of 2 s; the calibration as fitted unless a
+    test injects another; the waiting bound and calibration reset after."""
+    monkeypatch.setenv("MHA_VIZ_PUBLIC", "1")
+    monkeypatch.setenv("MHA_VIZ_MAX_TRAINING_SECONDS", "1")
+    monkeypatch.setenv("MHA_VIZ_MAX_WAIT_SECONDS", "2")
+    set_calibration(UNCALIBRATED)
+    yield
+    set_calibration(None)
+    fair.limit_waiting(None)
+
+
+def test_a_crafted_heavy_link_is_stopped_at_the_time_budget_and_shows_what_it_reached(public) -> None:
+    # An estimate that links can beat: a calibration 100 times too optimistic lets the steps through, so the time
+    # budget alone has to stop the training.
+    set_calibration(Calibration(0.01, 0.01))
+    at = new_app(**HEAVY_LINK).run(timeout=300)
+    assert not at.exception
+    stopped = [w.value for w in at.warning if "stopped at this demo's time budget" in w.value]
+    assert len(stopped) == 1 and "reached step" in stopped[0] and "mean accuracy" in stopped[0], [
+        w.value for w in at.warning]
+    reached, asked = (int(n) for n in stopped[0].split("reached step ")[1].split(" (")[0].split(" of "))
+    assert 1 <= reached < asked
+    trained = next(s.value for s in at.success if "Trained weights" in s.value)
+    assert f"was trained for {reached} steps" in trained  # the page shows the layer it reached, and draws it
+    assert at.get("plotly_chart")
+
+
+def test_the_estimate_alone_cuts_the_crafted_link_to_its_budget(public) -> None:
+    at = new_app(**HEAVY_LINK).run(timeout=300)
+    cut = [i.value for i in at.info if "This public demo trains for about 1 s" in i.value]
+    assert not at.exception and len(cut) == 1 and "5000 steps at h = 16" in cut[0]
+
+
+def test_a_running_request_never_counts_as_done_while_it_runs() -> None:
+    budgeted = fair.Ticket("s", "v", seconds=10, limit=30, started=0.0)
+    assert budgeted.left(4) == pytest.approx(6)  # its estimate minus the time it ran
+    assert budgeted.left(12) == pytest.approx(18)  # past its estimate: what is left of its time budget
+    assert budgeted.left(45) == fair.MIN_LEFT  # past its budget too (it is being stopped): still some work
+    unbounded = fair.Ticket("s", "v", seconds=3, started=0.0)
+    assert unbounded.left(20) == pytest.approx(20)  # no budget: re-estimated as long again as it has run
+    assert all(t.left(now) > 0 for t in (budgeted, unbounded) for now in (0, 3, 10, 30, 100, 1e4))
+    assert fair.Ticket("s", "v", seconds=7).left(1e4) == 7  # waiting: its whole estimate
+
+
+def test_clients_without_cookies_are_one_visitor_by_their_address() -> None:
+    cookie = fair.visitor_key({"_streamlit_xsrf": "abc"}, "203.0.113.5", {})
+    assert cookie == fair.visitor_key({"_streamlit_xsrf": "abc"}, "198.51.100.7", {})  # a browser, wherever it is
+    bare = fair.visitor_key({}, "203.0.113.5", {})
+    assert bare == fair.visitor_key({}, "203.0.113.5", {}) != fair.visitor_key({}, "198.51.100.7", {})
+    assert bare != cookie
+    # behind the project's own proxy (on this machine) the client is the address that proxy appended, and only then
+    proxied = fair.visitor_key({}, "127.0.0.1", {"X-Forwarded-For": "10.9.9.9, 203.0.113.5"})
+    assert proxied == bare
+    assert fair.visitor_key({}, "198.51.100.7", {"X-Forwarded-For": "203.0.113.5"}) != bare  # forged elsewhere
+    assert fair.visitor_key({}, None, {}) is None
+
+
+LIGHT_PAGES = {
+    "trained weights (shipped layer), Heads with accuracy by h": {"weights": "trained"},
+    "Circuits of the causal model": {"mode": "Pretrained", "model": "mha-viz/induction-2l", "view": "Analysis",
+                                     "section": "Circuits"},
+    "Generate a few tokens": {"mode": "Pretrained", "model": "mha-viz/induction-2l", "view": "Generate",
+                              "new_tokens": "4", "text": "the red fox saw a big owl by the lake . the red fox"},
+    "Patching of a small prompt": {"mode": "Pretrained", "model": "mha-viz/induction-2l", "view": "Analysis",
+                                   "section": "Patching"},
+}
+
+
+@pytest.mark.parametrize("params", LIGHT_PAGES.values(), ids=LIGHT_PAGES)
+def test_light_views_of_a_cached_model_do_not_take_the_heavy_turn(public, params, monkeypatch) -> None:
+    new_app(**params).run(timeout=300)  # the model and its traces in the caches
+    thread, release = hold_turn(fair, "another visitor", seconds=600)  # heavy work far past the wait bound
+    taken = []
+    real_take = fair._take_turn
+    monkeypatch.setattr(fair, "_take_turn", lambda what, ticket: taken.append(what) or real_take(what, ticket))
+    try:
+        at = new_app(**params).run(timeout=120)
+    finally:
+        release.set()
+        thread.join(10)
+    assert not at.exception and at.get("plotly_chart")
+    assert not [w.value for w in at.warning if "busy" in w.value] and taken == []  # drawn at once, not refused
