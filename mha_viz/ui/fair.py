@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from ..serve.hosting import FULL_SIZE
 from .pandas_guard import import_pandas
 
 DEFAULT_SECONDS = 3.0  # estimated CPU seconds of a heavy request whose cost is not known (a generation, a knockout)
@@ -69,10 +70,29 @@ class TooBusy(RuntimeError):
     """A heavy request refused rather than queued (its message says why and what to do)."""
 
 
+class TimeSpent(RuntimeError):
+    """Heavy work stopped because it ran past its time limit (check_time; its message says so)."""
+
+
 def limit_waiting(max_wait_seconds: float | None) -> None:
     """From now on refuse a heavy request that would wait behind more than max_wait_seconds of others' estimated
-    work, or that a visitor asks for while another of theirs already waits (None: no limit, a local install)."""
+    work, or that a visitor asks for while another of theirs already waits, and stop heavy work without a time limit
+    of its own after that many seconds (check_time) (None: no limit, a local install)."""
     _max_wait[0] = max_wait_seconds
+
+
+def check_time() -> None:
+    """TimeSpent when this thread's heavy work has run past its time limit (a block's own, or limit_waiting's bound):
+    loops of heavy work (patching passes, knockout passes) call it between passes, so that no heavy request holds the
+    turn much longer than the bound others wait by."""
+    ticket = getattr(_held, "ticket", None)
+    if ticket is None or ticket.limit is None or ticket.started is None:
+        return
+    ran = time.monotonic() - ticket.started
+    if ran > ticket.limit:
+        raise TimeSpent(f"stopped at this demo's time budget: this work ran {ran:.0f} s, more than the "
+                        f"{ticket.limit:.0f} s one heavy request may take here. Ask for less (fewer passes, a shorter "
+                        f"text), or {FULL_SIZE}")
 
 
 def visitor_key(cookies: Mapping[str, str], address: str | None, headers: Mapping[str, str]) -> str | None:
@@ -179,7 +199,8 @@ def heavy(what: str, seconds: float = DEFAULT_SECONDS, limit: float | None = Non
     """Run the block as heavy work: at once if no other heavy work runs or waits, else after the requests ahead
     of it (with a message saying whose they are). seconds: the block's estimated CPU seconds (for the bound of
     limit_waiting and the messages); limit: the seconds after which the block stops its work itself (a training's
-    time budget), None when it has none. Below HEAVY_SECONDS the block is light and runs at once.
+    time budget; None: limit_waiting's bound, which check_time enforces). Below HEAVY_SECONDS the block is light and
+    runs at once.
 
     Nested heavy blocks of one thread share its turn. The turn (or the place in line) is given up however the
     block ends, even when Streamlit stops the run (the user changed something) while it waits or works. A request
@@ -189,7 +210,7 @@ def heavy(what: str, seconds: float = DEFAULT_SECONDS, limit: float | None = Non
     if getattr(_held, "turn", False) or seconds < HEAVY_SECONDS:
         yield
         return
-    ticket = Ticket(*_whose(), seconds=seconds, limit=limit)
+    ticket = Ticket(*_whose(), seconds=seconds, limit=limit if limit is not None else _max_wait[0])
     try:
         _take_turn(what, ticket)
     except TooBusy as err:
@@ -199,11 +220,11 @@ def heavy(what: str, seconds: float = DEFAULT_SECONDS, limit: float | None = Non
     except BaseException:
         _release(ticket)
         raise
-    _held.turn = True
+    _held.turn, _held.ticket = True, ticket
     try:
         yield
     finally:
-        _held.turn = False
+        _held.turn, _held.ticket = False, None
         _release(ticket)
 
 

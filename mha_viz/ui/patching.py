@@ -24,7 +24,7 @@ from ..pretrained import INDUCTION_MODEL
 from ..serve.hosting import long_text
 from .analysis import SectionContext
 from .composition import DETECTED
-from .fair import heavy
+from .fair import TimeSpent, check_time, heavy
 from .state import value as field_value
 from .style import page_width
 from .text import plain
@@ -108,7 +108,7 @@ def render(c: SectionContext) -> None:
                 direction, limit, path)
     try:  # a question asked before (by any session on this model and text) is not computed again
         result = c.source.memo(("patching", *question), lambda: _run(model, *question))
-    except ValueError as err:
+    except (ValueError, TimeSpent) as err:
         st.warning(f"Cannot patch: {plain(str(err))}")
         return
     _show(result, c.name)
@@ -173,10 +173,11 @@ def _run(model, clean: str, corrupted: str, answer: str, wrong: str | None, metr
             if path is not None:
                 return path_patching_scan(
                     model, clean, corrupted, receivers=path[0], through=path[1], **common,
-                    on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} senders patched"))
+                    on_pass=lambda done, total: check_time() or bar.progress(done / total,
+                                                                             text=f"{done} of {total} senders patched"))
             return activation_patching(
                 model, clean, corrupted, site=site, **common,
-                on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} patched"))
+                on_pass=lambda done, total: check_time() or bar.progress(done / total, text=f"{done} of {total} patched"))
         finally:
             bar.empty()
 

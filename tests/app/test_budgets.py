@@ -99,3 +99,23 @@ def test_light_views_of_a_cached_model_do_not_take_the_heavy_turn(public, params
         thread.join(10)
     assert not at.exception and at.get("plotly_chart")
     assert not [w.value for w in at.warning if "busy" in w.value] and taken == []  # drawn at once, not refused
+
+
+def test_heavy_work_past_its_time_limit_is_stopped_and_says_so(monkeypatch) -> None:
+    fair.limit_waiting(30)  # a public demo: heavy work without a limit of its own gets the wait bound
+    try:
+        with fair.heavy("Patching", 5) as _:
+            fair.check_time()  # within its limit: goes on
+            ticket = fair._held.ticket
+            assert ticket.limit == 30
+            ticket.started -= 31  # as if it had run 31 s
+            with pytest.raises(fair.TimeSpent, match="stopped at this demo's time budget: this work ran 31 s, more "
+                                                     "than the 30 s"):
+                fair.check_time()
+        with fair.heavy("Training", 5, limit=12):
+            assert fair._held.ticket.limit == 12  # a training's own time budget
+    finally:
+        fair.limit_waiting(None)
+    with fair.heavy("Patching", 5):
+        fair._held.ticket.started -= 1e6
+        fair.check_time()  # a local install: no limit
