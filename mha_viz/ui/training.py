@@ -18,7 +18,7 @@ from ..limits import MAX_DIVERSITY, MAX_SEED, MAX_STEPS
 from ..serve.hosting import FULL_SIZE
 from ..serve.training_budget import UNCALIBRATED, Calibration, calibration, run_budget, training_seconds
 from ..trace import AttentionTrace
-from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
+from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train
 from ..training.figures import (
     accuracy_by_heads_figure,
     accuracy_vs_cache_figure,
@@ -40,6 +40,7 @@ from .controls import (
     heads_slider,
     variant_controls,
 )
+from .cache import shared_cache
 from .fair import heavy
 from .style import column_width
 from .views import chart
@@ -139,28 +140,45 @@ def _train(task: str, h: int, d_model: int, steps: int, seed: int, on_step: Call
     return run(task, h, d_model, steps, seed, on_step=on_step, **options)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
+def _cached_training(key: tuple, h: int, d_model: int, steps: int, variant: LayerVariant, diversity: float,
+                     what: str, run: Callable[[Callable[[int], None], dict[str, float]], T]) -> T:
+    """The shared cache's value for key, or run(on_step, time limits) with a progress bar, as heavy work (_budgeted).
+
+    The heavy turn is taken before the cache computes, never while it holds the key: a request waiting for the turn
+    then keeps nobody who holds the turn waiting for that key."""
+    cache = shared_cache()
+    if key in cache:
+        found = cache.peek(key)
+        if found is not None:
+            return found
+    with _budgeted(h, d_model, steps, variant, diversity) as limits, progress_bar(what, steps) as on_step:
+        return cache.get(key, lambda: run(on_step, limits))
+
+
 def trained_run(task: str, h: int, d_model: int, steps: int, seed: int, variant: LayerVariant = MHA,
                 diversity: float = 0.0) -> TrainingRun:
-    """One training run, cached on its plain arguments; shows a progress bar while it trains."""
-    plain = variant == MHA and not diversity
-    with _budgeted(h, d_model, steps, variant, diversity) as limits, progress_bar(f"h = {h}", steps) as on_step:
-        return _train(task, h, d_model, steps, seed, on_step, **limits, **({} if plain else
-                                                                            {"variant": variant, "diversity": diversity}))
+    """One training run, kept in the shared cache on its plain arguments; shows a progress bar while it trains."""
+    options = {} if variant == MHA and not diversity else {"variant": variant, "diversity": diversity}
+    return _cached_training(("training run", task, h, d_model, steps, seed, variant, diversity), h, d_model, steps,
+                            variant, diversity, f"h = {h}",
+                            lambda on_step, limits: _train(task, h, d_model, steps, seed, on_step, **limits, **options))
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
 def cached_trained_layer(task: str, h: int, d_model: int, steps: int, seed: int,
                          variant: LayerVariant = MHA, diversity: float = 0.0) -> TrainedLayer:
     """The trained layer for these arguments (the attention variant, the head-diversity penalty on head outputs):
-    shipped with the package, or trained now with a progress bar."""
+    shipped with the package, or trained now with a progress bar (kept in the shared cache)."""
     plain = variant == MHA and not diversity
-    if plain and precomputed_layer(task, h, d_model, seed, steps) is not None:
-        return trained_layer(task, h, d_model, seed, steps)
-    with (_budgeted(h, d_model, steps, variant, diversity) as limits,
-          progress_bar(f"h = {h}, d_model = {d_model} on {TASKS[task].title}", steps) as on_step):
-        options = {} if plain else {"variant": variant, "diversity": diversity}
-        return _train(task, h, d_model, steps, seed, on_step, **limits, **options).layer
+    if plain:  # read (and checked against its sha256) once
+        shipped = shared_cache().get(("shipped layer", task, h, d_model, seed, steps),
+                                     lambda: precomputed_layer(task, h, d_model, seed, steps))
+        if shipped is not None:
+            return shipped
+    options = {} if plain else {"variant": variant, "diversity": diversity}
+    return _cached_training(
+        ("trained layer", task, h, d_model, steps, seed, variant, diversity), h, d_model, steps, variant, diversity,
+        f"h = {h}, d_model = {d_model} on {TASKS[task].title}",
+        lambda on_step, limits: _train(task, h, d_model, steps, seed, on_step, **limits, **options).layer)
 
 
 def who_takes_what(scores: np.ndarray, relations: tuple[str, ...]) -> str:
