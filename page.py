@@ -27,7 +27,7 @@ if PLOTLY_CHUNK:  # every run, so that what follows keeps its place on the page 
                 unsafe_allow_javascript=True)
 
 from mha_viz.serve.hosting import budget, heavy_request, is_public, within_budget
-from mha_viz.serve.training_budget import calibrate
+from mha_viz.serve.training_budget import calibrate, calibration, page_runs
 from mha_viz.ui import body, fair, lessons, pages, state, style, views
 from mha_viz.ui.cached_sources import model_loader
 from mha_viz.ui.loaders import page_drawn, secret
@@ -47,12 +47,14 @@ def show_page() -> None:
         fair.leave_a_core_free()
         train_in_child_processes()
     fair.limit_waiting(None if limits is None else limits.max_wait_seconds)
-    machine = calibrate() if limits is not None else None  # measured once per process (well under a second)
     load = model_loader(limits)
     with st.sidebar:
         bar = sidebar(load)
     s = state.current()
     state.write_url(s)  # what was asked for: a link reproduces it in full wherever it is opened
+    # this machine's training step, measured once per process (the warm-up does it at server start): for a page
+    # that trains; other pages do not wait for it
+    machine = (calibrate() if page_runs(s) else calibration()) if limits is not None else None
     if limits is None:
         cuts = []
         set_training_budget(None)
