@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from time import monotonic
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from time import monotonic
 from typing import TypeVar
 
 import numpy as np
