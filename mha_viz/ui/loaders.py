@@ -16,6 +16,7 @@ from ..pretrained import INDUCTION_MODEL, InvalidModelNameError, ModelDownloadEr
 from ..pretrained.loading import import_model_code
 from ..serve.hosting import ModelRefusedError, budget, hub_model_bytes, is_public
 from ..serve.training_budget import calibrate
+from ..training.isolated import start_worker
 from .pandas_guard import import_pandas
 
 
@@ -79,7 +80,7 @@ def warm_up(wait: float = 0.0, wanted: threading.Event | None = None, painted: t
     wait: seconds to let a first page be drawn, and then painted in its browser (`painted`: set when a browser says
     it has painted a chart, app.py), before the loads (~2.5 s of imports mostly, which would share the CPU with
     them), unless `wanted` is set meanwhile: a page that needs a model is on its way; and again before pandas. A public
-    demo then calibrates its training estimate on this machine."""
+    demo then calibrates its training estimate on this machine and starts its training worker process."""
     _until_painted(wait, wanted, painted)
     import_model_code()
     for name in ("", INDUCTION_MODEL):
@@ -88,6 +89,7 @@ def warm_up(wait: float = 0.0, wanted: threading.Event | None = None, painted: t
     import_pandas()  # for tables; a first page goes without it (pandas_guard)
     if is_public(secret=secret):
         calibrate()  # this machine's training step (serve.training_budget), measured before a training page needs it
+        start_worker()  # a public demo trains there (mha_viz.training.isolated): its start is not in a page's turn
 
 
 def _until_painted(wait: float, wanted: threading.Event | None, painted: threading.Event | None) -> None:
