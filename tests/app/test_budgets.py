@@ -28,6 +28,7 @@ def public(monkeypatch):
     fair.limit_waiting(None)
 
 
+@pytest.mark.slow  # trains in the public demo's worker process (a fresh interpreter)
 def test_a_crafted_heavy_link_is_stopped_at_the_time_budget_and_shows_what_it_reached(public) -> None:
     # An estimate that links can beat: a calibration 100 times too optimistic lets the steps through, so the time
     # budget alone has to stop the training.
@@ -44,6 +45,7 @@ def test_a_crafted_heavy_link_is_stopped_at_the_time_budget_and_shows_what_it_re
     assert at.get("plotly_chart")
 
 
+@pytest.mark.slow  # trains in the public demo's worker process (a fresh interpreter)
 def test_the_estimate_alone_cuts_the_crafted_link_to_its_budget(public) -> None:
     at = new_app(**HEAVY_LINK).run(timeout=300)
     cut = [i.value for i in at.info if "This public demo trains for about 1 s" in i.value]
