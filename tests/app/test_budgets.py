@@ -132,3 +132,46 @@ def test_work_estimated_below_the_threshold_runs_at_once_beside_heavy_work() -> 
     finally:
         release.set()
         thread.join(10)
+
+
+def test_a_training_waiting_for_the_turn_keeps_nobody_holding_the_turn_waiting_for_it() -> None:
+    """A request queued for the turn must not hold the cache's key meanwhile: the turn's holder asking for the same
+    training would wait for it, and it for the holder (st.cache_data held its compute lock while the body waited)."""
+    import threading
+
+    from mha_viz.ui import training
+
+    set_calibration(UNCALIBRATED)  # 600 steps at h = 2, d_model = 16: heavy work (about 1.7 s estimated)
+    args = ("prev-first", 2, 16, 600, 7)
+    done: list[str] = []
+
+    def holder() -> None:
+        with fair.heavy("held", 3):
+            for _ in range(400):  # until the other request waits in line
+                with fair._turn:
+                    if fair._queue:
+                        done.append("in line")
+                        break
+                threading.Event().wait(0.05)
+            training.trained_run(*args)  # inside its own turn
+            done.append("holder")
+
+    def queued() -> None:
+        training.trained_run(*args)
+        done.append("queued")
+
+    first = threading.Thread(target=holder, name="holder", daemon=True)
+    first.start()
+    for _ in range(200):
+        with fair._turn:
+            if fair._running:
+                break
+        threading.Event().wait(0.05)
+    second = threading.Thread(target=queued, name="queued", daemon=True)
+    second.start()
+    try:
+        first.join(120)
+        second.join(120)
+        assert sorted(done) == ["holder", "in line", "queued"]  # both done, neither waits for the other forever
+    finally:
+        set_calibration(None)
