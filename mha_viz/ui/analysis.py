@@ -51,7 +51,7 @@ from ..serve.hosting import FULL_SIZE
 from ..token_labels import token_labels, vocab_labels
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
-from .fair import heavy
+from .fair import TimeSpent, check_time, heavy
 from .state import mark_typed
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
@@ -316,10 +316,14 @@ def _model_knockout(whole: TraceSource | None, name: str, layer: int, H: int, of
         else:
             with heavy("Ranking every head through the model"):
                 bar = st.progress(0.0, text="Switching off one head at a time…")
-                effects[f"final hidden state ({ablation} ablation)"] = model_knockout_ranking(
-                    whole.model, whole.text, layer, part=whole.part, decoder_text=whole.decoder_text,
-                    ablation=ablation, reference=reference,
-                    on_pass=lambda done, total: bar.progress(done / total, text=f"Head {done} of {total} switched off"))
+                try:
+                    effects[f"final hidden state ({ablation} ablation)"] = model_knockout_ranking(
+                        whole.model, whole.text, layer, part=whole.part, decoder_text=whole.decoder_text,
+                        ablation=ablation, reference=reference,
+                        on_pass=lambda done, total: check_time() or bar.progress(
+                            done / total, text=f"Head {done} of {total} switched off"))
+                except TimeSpent as err:
+                    st.warning(f"Ranking by the final hidden state {err}", icon=":material/timer_off:")
                 bar.empty()
     chart(ranking_figure(effects), "analysis_ranking", f"{name}-ranking")
     if whole is None:

@@ -4,6 +4,7 @@ distribution the token came from, which heads wrote its logit, and where the pre
 from __future__ import annotations
 
 import functools
+from contextlib import nullcontext
 
 import numpy as np
 import streamlit as st
@@ -14,7 +15,7 @@ from ..figures.overview import picked_head
 from ..limits import MAX_NEW_TOKENS, MAX_SEED
 from ..pretrained.generation import Generation
 from ..sampling import Sampling
-from ..serve.hosting import Budget
+from ..serve.hosting import Budget, heavy_generation
 from ..sources import ModelSource
 from ..token_labels import spelled, token_labels, vocab_labels
 from ..trace import AttentionTrace
@@ -106,8 +107,9 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
 
 def _show_step(source: ModelSource, gen: Generation, name: str) -> None:
     """One step of the generation; while playing, each run of this fragment moves on by one token. Its model passes
-    are heavy work: a rerun of this fragment alone takes the heavy turn (fair.heavy) as the whole page does."""
-    with heavy("Writing"):
+    are heavy work when the generation is (serve.hosting.heavy_generation): a rerun of this fragment alone then takes
+    the heavy turn (fair.heavy); a few tokens of a short text are light."""
+    with heavy("Writing") if heavy_generation(len(gen.steps), getattr(source, "text", "")) else nullcontext():
         _draw_step(source, gen, name)
 
 

@@ -41,6 +41,7 @@ from .state import share_query
 from .text import plain
 from .training import (
     accuracy_by_heads,
+    budget_notice,
     cached_trained_layer,
     diversity_effect,
     stoppable,
@@ -168,6 +169,8 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     layer = stoppable(key, lambda: cached_trained_layer(*key))
     if layer is None:
         return
+    if layer.cut:
+        budget_notice(f"this layer (h = {s.h})", layer.steps, s.steps, layer.loss, layer.mean_accuracy)
     source = TrainedSource(layer, s.sequence)
     try:
         trace = source.trace(0)
@@ -178,7 +181,7 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     what = "" if variant.kind == "mha" else f"{trained_variant_label(variant, s.h)}, "
     penalty = f", head-diversity penalty {s.diversity:g}" if s.diversity else ""
     st.success(
-        f"**Trained weights.** This layer ({what}h = {s.h}, d_model = {s.d_model}{penalty}) was trained for {s.steps} "
+        f"**Trained weights.** This layer ({what}h = {s.h}, d_model = {s.d_model}{penalty}) was trained for {layer.steps} "
         "steps on "
         f"*{spec.title}*: {spec.description} Mean accuracy {layer.mean_accuracy:.1%} ("
         + ", ".join(f"{r} {a:.0%}" for r, a in zip(layer.relations, layer.accuracy)) + "). "
@@ -328,6 +331,8 @@ def train_page(s: ViewState, limits: Budget | None = None) -> None:
                         lambda: trained_run(s.task, s.h, s.d_model, s.steps, s.seed))
         if run is None:
             return
+        if run.cut:
+            budget_notice(f"h = {s.h}", run.steps_done, s.steps, run.final.loss, run.final.mean_accuracy)
         source = TrainedSource(run.layer, "")
         trace = source.trace(0)  # the trained layer on the task's probe sequence
         st.caption(f"The trained layer (task {s.task}, h = {s.h}, d_model = {s.d_model}, {s.steps} steps, seed {s.seed}) "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from contextlib import nullcontext
 
 import numpy as np
 import streamlit as st
@@ -20,10 +21,11 @@ from ..figures.patching import patching_figure
 from ..limits import MAX_PATCH_PASSES
 from ..names import PATCH_CHOICES, PATCH_DIRECTIONS, PATCH_METRICS, PATCH_THROUGH
 from ..pretrained import INDUCTION_MODEL
+from ..serve.hosting import long_text
 from ..token_labels import vocab_token
 from .analysis import SectionContext
 from .composition import DETECTED
-from .fair import heavy
+from .fair import TimeSpent, check_time, heavy
 from .state import value as field_value
 from .style import page_width
 from .text import plain
@@ -112,7 +114,7 @@ def render(c: SectionContext) -> None:
                 direction, limit, path)
     try:  # a question asked before (by any session on this model and text) is not computed again
         result = c.source.memo(("patching", *question), lambda: _run(model, *question))
-    except ValueError as err:
+    except (ValueError, TimeSpent) as err:
         st.warning(f"Cannot patch: {plain(str(err))}")
         return
     _show(result, c.name)
@@ -166,8 +168,10 @@ def _default_receivers(c: SectionContext, model, L: int, H: int) -> list[str]:
 def _run(model, clean: str, corrupted: str, answer: str, wrong: str | None, metric: str, site: str, direction: str,
          limit: int, path: tuple[tuple[tuple[int, int], ...], str] | None) -> PatchingResult:
     """The patching itself, as heavy work (one at a time across sessions), with a progress bar; site "path": the
-    path patching scan of every sender head to path's (receivers, through)."""
-    with heavy("Patching"):
+    path patching scan of every sender head to path's (receivers, through). Light (no turn) for the prompts of up to
+    LIGHT_CHARS that patching reads, except a path scan (a pass per sender head)."""
+    light = path is None and not (long_text(clean) or long_text(corrupted))
+    with nullcontext() if light else heavy("Patching"):
         bar = st.progress(0.0, text="Patching…")
         common = {"answer": _as_token(model, answer), "wrong": None if wrong is None else _as_token(model, wrong),
                   "metric": metric, "direction": direction, "max_passes": limit}
@@ -175,10 +179,11 @@ def _run(model, clean: str, corrupted: str, answer: str, wrong: str | None, metr
             if path is not None:
                 return path_patching_scan(
                     model, clean, corrupted, receivers=path[0], through=path[1], **common,
-                    on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} senders patched"))
+                    on_pass=lambda done, total: check_time() or bar.progress(done / total,
+                                                                             text=f"{done} of {total} senders patched"))
             return activation_patching(
                 model, clean, corrupted, site=site, **common,
-                on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} patched"))
+                on_pass=lambda done, total: check_time() or bar.progress(done / total, text=f"{done} of {total} patched"))
         finally:
             bar.empty()
 
