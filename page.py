@@ -26,14 +26,15 @@ if PLOTLY_CHUNK:  # every run, so that what follows keeps its place on the page 
             import(new URL("./{PLOTLY_CHUNK}", main ? main.src : document.baseURI)).catch(() => {{}});}}</script>""",
                 unsafe_allow_javascript=True)
 
-from mha_viz.serve.hosting import budget, heavy_request, is_public, page_training_seconds, within_budget
+from mha_viz.serve.hosting import budget, heavy_request, is_public, within_budget
+from mha_viz.serve.training_budget import calibrate, calibration, page_runs
 from mha_viz.ui import body, fair, lessons, pages, state, style, views
 from mha_viz.ui.cached_sources import model_loader
 from mha_viz.ui.loaders import page_drawn, secret
 from mha_viz.ui.pandas_guard import figures_allowed
 from mha_viz.ui.sidebar import sidebar
 from mha_viz.ui.text import plain
-from mha_viz.ui.training import train_in_child_processes
+from mha_viz.ui.training import set_training_budget, train_in_child_processes
 
 
 def show_page() -> None:
@@ -51,20 +52,26 @@ def show_page() -> None:
         bar = sidebar(load)
     s = state.current()
     state.write_url(s)  # what was asked for: a link reproduces it in full wherever it is opened
-    s, cuts = within_budget(s, limits)
+    # this machine's training step, measured once per process (the warm-up does it at server start): for a page
+    # that trains; other pages do not wait for it
+    machine = (calibrate() if page_runs(s) else calibration()) if limits is not None else None
+    if limits is None:
+        cuts = []
+        set_training_budget(None)
+    else:
+        s, cuts = within_budget(s, limits, machine)
+        set_training_budget(limits.max_training_seconds, machine)
     for notice in (*notices, *bar.notices):
         st.warning(plain(notice), icon="🔗")
     for cut in cuts:
         st.info(plain(cut), icon=":material/speed:")
     st.header("Multi-head attention, visible")
     lessons.panel()
-    # Heavy pages are drawn one at a time: a light page then shares the CPU with one of them at most.
-    seconds = max(fair.DEFAULT_SECONDS, page_training_seconds(s))
     if not lessons.page_shown():  # a lesson's question is open: the page would give its answer away
         return
-    if not lessons.page_shown():  # a lesson's question is open: the page would give its answer away
-        return
-    with body.page_body(body.identity(s)), fair.heavy("This page", seconds) if heavy_request(s) else contextlib.nullcontext():
+    # Heavy pages (long texts) are drawn one at a time: a light page then shares the CPU with one of them at most;
+    # other pages take the heavy turn only for their heavy parts (training, long generations, model passes).
+    with body.page_body(body.identity(s)), fair.heavy("This page") if heavy_request(s) else contextlib.nullcontext():
         pages.show(s, bar, load, limits)
 
 

@@ -7,7 +7,8 @@ stdout/stderr in a log (bench_load.logged_server). Normal sessions open simple p
 link with its own h, seed and sentence: a new session each time) and time open -> h heatmaps painted,
 from a browser that has opened the app once before the phase (that first, cold visit is timed apart);
 every page is checked (h heatmaps, the caption names h, no exception element). Heavy sessions open the
-hostile links of issue 15 at once: Train mode at the largest width and 5000 steps, 512-token h = 16
+hostile links of issues 15 and 35 at once: Train mode at the largest width and 5000 steps, trained MLA weights
+with latents wider than the model (issue 35), 512-token h = 16
 d_model = 768 cross-attention on Concat -> W_O, the bundled MiniLM with a 5000-character text ranking
 every head by knockout through the whole model, a comparison with a 5000-character second sentence, and
 64 sampled tokens from the causal model; and, once their page is up, they click "Trace (.json)".
@@ -19,8 +20,8 @@ part of what a visitor waits for.
 
 Phases (each on the same server, caches warm from the phases before):
   A  one normal session alone                      the baseline
-  B  one normal session while 5 heavy links run     does heavy work stall another session?
-  C  5 normal sessions while 5 heavy links run      the issue's case (the browsers share the 2 cores too)
+  B  one normal session while the heavy links run   does heavy work stall another session?
+  C  5 normal sessions while the heavy links run    the issue's case (the browsers share the 2 cores too)
   D  5 normal sessions alone                        C's baseline: what the 5 browsers cost without heavy work
 Server RSS is sampled every 0.25 s (peak reported against MHA_VIZ_CACHE_MB); heavy links report how
 long their page took and whether the Budget said what it cut.
@@ -49,6 +50,9 @@ CAUSAL = "the red fox saw a big owl by the lake . the red fox saw a"
 q = urllib.parse.urlencode
 HEAVY = {
     "Train 16 heads, d_model 128, 5000 steps": q({"mode": "Train", "h": 16, "d_model": 128, "steps": 5000, "seed": 11}),
+    "Trained MLA kv/q latent 256, rope 32, h 16, 5000 steps": q({  # issue 35's link
+        "weights": "trained", "variant": "mla", "kv_latent": 256, "q_latent": 256, "rope_dim": 32, "h": 16,
+        "d_model": 768, "steps": 5000}),
     "512 tokens, h 16, d_model 768, cross, Concat": q({"h": 16, "d_model": 768, "cross": "true", "text": HEAVY_TEXT,
                                                       "context": HEAVY_TEXT, "view": "Concat → W_O"}),
     "MiniLM 5000 chars, knockout ranking": q({"mode": "Pretrained", "view": "Analysis", "section": "Knockout",
@@ -116,6 +120,8 @@ async def heavy_session(browser, url: str, name: str, path: str, out: dict) -> N
         await page.wait_for_function(DONE_JS, timeout=240_000, polling=250)
         seconds = time.perf_counter() - start
         budget = await page.locator("text=public demo").count()
+        stopped = await page.locator("text=stopped at this demo's time budget").count()
+        busy = await page.locator("text=This demo is busy").count()
         exceptions = await page.locator('[data-testid="stException"]').count()
         export = "-"
         expander = page.get_by_text("Export and share")
@@ -135,7 +141,7 @@ async def heavy_session(browser, url: str, name: str, path: str, out: dict) -> N
                     export = "refused (disabled)"
             except Exception as err:  # noqa: BLE001 - reported, not raised
                 export = f"no download: {type(err).__name__}"
-        out[name] = (seconds, budget, exceptions, export)
+        out[name] = (seconds, budget, stopped, busy, exceptions, export)
     finally:
         await context.close()
 
@@ -176,8 +182,8 @@ async def main(rounds: int, phases: str, heavy_links: list[str]) -> None:
             print(f"(the server's log is in {SERVER_LOG})")
 
 
-PHASES = (("A: 1 normal session alone", 1, False), ("B: 1 normal session + 5 heavy links", 1, True),
-          ("C: 5 normal sessions + 5 heavy links", 5, True), ("D: 5 normal sessions alone", 5, False))
+PHASES = (("A: 1 normal session alone", 1, False), ("B: 1 normal session + the heavy links", 1, True),
+          ("C: 5 normal sessions + the heavy links", 5, True), ("D: 5 normal sessions alone", 5, False))
 
 
 async def run_phases(server, tmp: str, rounds: int, phases: str, heavy_links: list[str], async_playwright) -> None:
@@ -195,9 +201,9 @@ async def run_phases(server, tmp: str, rounds: int, phases: str, heavy_links: li
             print("  in order: " + " ".join(f"{t:.2f}" for t in results["latency"]))
             print(f"pages correct: {results['correct']} of {results['pages']};  page errors: {len(results['errors'])}")
             print(f"server RSS peak during the phase: {rss_peak:.0f} MB")
-            for name, (seconds, budget, exceptions, export) in heavy_out.items():
+            for name, (seconds, budget, stopped, busy, exceptions, export) in heavy_out.items():
                 print(f"  heavy: {name:<46} page {seconds:6.1f} s  budget notice: {'yes' if budget else 'no '}"
-                      f"  exceptions: {exceptions}  Trace (.json): {export}")
+                      f"  stopped by time: {stopped}  busy: {busy}  exceptions: {exceptions}  Trace (.json): {export}")
         await browser.close()
         await low.close()
     print(f"\nserver errors in the log: {len(server.errors())}; RSS at the end: {server.rss_mb():.0f} MB, "
@@ -214,6 +220,6 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=6, help="simple pages each normal session opens")
     parser.add_argument("--phases", default="ABCD", help="the phases to run, e.g. AB (default ABCD)")
     parser.add_argument("--heavy", action="append", default=[], metavar="WORD",
-                        help="only the heavy links whose name has WORD (repeatable; default: all five)")
+                        help="only the heavy links whose name has WORD (repeatable; default: all six)")
     args = parser.parse_args()
     asyncio.run(main(args.rounds, args.phases.upper(), args.heavy or [""]))

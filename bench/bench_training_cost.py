@@ -1,4 +1,4 @@
-"""What one training step costs, to budget Train pages on a public demo (mha_viz.serve.hosting.training_seconds).
+"""What one training step costs, to budget Train pages on a public demo (mha_viz.serve.training_budget.training_seconds).
 
     python bench/bench_training_cost.py [--steps 300]
 
@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from mha_viz.serve.hosting import TRAIN_SECONDS_PER_STEP, training_seconds
+from mha_viz.serve.training_budget import TRAIN_SECONDS_PER_STEP, training_seconds
 from mha_viz.training import DEFAULT_TASK, train
 
 

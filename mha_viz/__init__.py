@@ -9,6 +9,7 @@
 """
 
 from .attention import AttentionTensors, MultiHeadAttention
+from .checks import TraceCheckError, TraceCheckWarning
 from .config import MHAConfig, nearest_valid_heads, valid_head_counts
 from .cost import LayerCost, full_width_head, layer_cost
 from .long import LongTrace, long_trace
@@ -24,6 +25,8 @@ __all__ = [
     "MHAConfig",
     "MultiHeadAttention",
     "PretrainedModel",
+    "TraceCheckError",
+    "TraceCheckWarning",
     "embed_text",
     "embed_tokens",
     "full_width_head",

@@ -1,7 +1,8 @@
 """Command line: mha-viz report ... (or python -m mha_viz report ...), mha-viz serve
 
-    mha-viz serve                                    # the Streamlit app (pip install "mha-viz[app]")
+    mha-viz serve                                    # the Streamlit app on http://127.0.0.1:8501 (this machine only)
     mha-viz serve --server.port 8080                 # options after serve go to `streamlit run`
+    mha-viz serve --server.address 0.0.0.0           # every interface: other machines can connect
 
     python -m mha_viz report --text "The cat sat on the mat" --heads 8 --d-model 64 --out report.html
     python -m mha_viz report --text "..." --context "second sentence" --causal --npz trace.npz --json trace.json
@@ -11,13 +12,15 @@
 
 Outputs are never overwritten without --force, never written through a symbolic link (a link is
 refused, even with --force, as is a path through a linked folder), and never half-written: each file is written to a temporary file
-in its directory and then moved into place (a hard link that fails if the name exists, or
+in its directory (a short name, so any name the file system takes works) and then moved into place (a hard link that fails if the name exists, or
 os.replace with --force). The sizes have the app's limits (h, d_model, d_k, d_v, d_out; at most
 512 tokens a side, pretrained models included), checked before any work.
 
 Exit codes: 0 written; 1 the model could not be loaded, memory ran out or a file was not written;
-2 invalid arguments (the message says which and why); 130 interrupted. Errors are one line on
-stderr, never a traceback.
+2 invalid arguments (the message says which and why); 3 the trace's self-check against the model's
+own numbers failed (mha_viz.checks: the message gives each difference and its tolerance; nothing is
+written unless --allow-failed-check, and the status stays 3 with it); 130 interrupted. Errors are one
+line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ import stat
 import subprocess
 import sys
 import tempfile
+import tomllib
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from .checks import TraceCheckWarning, failure_message
 from .limits import D_MODEL_CHOICES, MAX_HEAD_WIDTH, MAX_HEADS, MAX_SEED, MAX_TOKENS
 from .text import DEFAULT_TEXT, tokenize
 from .trace import AttentionTrace
@@ -42,17 +48,21 @@ from .trace import AttentionTrace
 PROG = "mha-viz" if sys.argv and Path(sys.argv[0]).stem == "mha-viz" else "python -m mha_viz"  # the console script
 # The app's entry scripts as the package carries them (in a checkout, links to app.py, page.py and .streamlit/)
 APP_SCRIPT = Path(__file__).resolve().parent / "ui" / "app" / "app.py"
+LOCAL_ADDRESS = "127.0.0.1"  # `mha-viz serve` listens here unless told otherwise: this machine only
 CONFIGURABLE_OPTIONS = ("heads", "d_model", "d_k", "d_v", "d_out", "seed", "causal", "no_pe")
 PRETRAINED_OPTIONS = ("layer", "part")
 OUTPUTS = ("npz", "json", "out")  # in the order they are written
 # The app's limits (mha_viz.limits): the largest layer within them traces in about a second.
 LIMITS = {"heads": MAX_HEADS, "d_model": max(D_MODEL_CHOICES), "d_k": MAX_HEAD_WIDTH, "d_v": MAX_HEAD_WIDTH,
           "d_out": MAX_HEAD_WIDTH}
+TEMP_PREFIX = ".mha-viz-"  # the temporary file's name: this, 8 random characters and .part
+FAILED_CHECK = 3  # exit status: the trace's self-check against the model failed
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV}
 
 
 class CliError(Exception):
-    """A problem to report in one line; code 2 = bad arguments, 1 = could not load or write."""
+    """A problem to report in one line; code 2 = bad arguments, 1 = could not load or write, 3 = a failed
+    self-check."""
 
     def __init__(self, message: str, code: int = 2) -> None:
         super().__init__(message)
@@ -77,6 +87,9 @@ def _trace_options(command: argparse.ArgumentParser) -> None:
     group.add_argument("--model", help="'bundled' (all-MiniLM-L6-v2, offline), a Hugging Face id org/name, or a folder")
     group.add_argument("--layer", type=int, help="layer number, from 0 (default 0)")
     group.add_argument("--part", choices=("encoder", "decoder", "cross"), help="attention to trace (default: the model's first)")
+    group.add_argument("--allow-failed-check", action="store_true",
+                       help="write the outputs even when the trace's self-check against the model's own numbers fails "
+                       "(the exit status is still 3)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -105,8 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "serve",
         help="start the Streamlit app (needs the app extra: pip install \"mha-viz[app]\")",
-        description="Start the Streamlit app on http://localhost:8501. Options after serve go to `streamlit run` "
-        "(e.g. --server.port 8080 --server.address 127.0.0.1).",
+        description="Start the Streamlit app on http://127.0.0.1:8501, reachable from this machine only. Options "
+        "after serve go to `streamlit run` (e.g. --server.port 8080). --server.address 0.0.0.0 (or a server.address "
+        "in a Streamlit config.toml, or STREAMLIT_SERVER_ADDRESS) serves other machines too: a public demo goes "
+        "behind the shipped nginx configuration (README, Hosting a public demo).",
     )
     figure = commands.add_parser(
         "figure",
@@ -129,12 +144,31 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def serve_command(options: list[str]) -> list[str]:
-    """The `streamlit run` command of the app the package carries, with options for Streamlit."""
+    """The `streamlit run` command of the app the package carries, with options for Streamlit; on 127.0.0.1 (this
+    machine only) unless an address is chosen (the option, STREAMLIT_SERVER_ADDRESS or a config.toml)."""
     if importlib.util.find_spec("streamlit") is None:
         raise CliError('the app needs Streamlit, which is not installed: pip install "mha-viz[app]"', code=1)
     if not APP_SCRIPT.is_file():
         raise CliError(f"the app's script {APP_SCRIPT} is missing: reinstall mha-viz", code=1)
-    return [sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT), *options]
+    local = [] if _address_chosen(options) else ["--server.address", LOCAL_ADDRESS]
+    return [sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT), *local, *options]
+
+
+def _address_chosen(options: list[str]) -> bool:
+    """Whether the user chose the server's address: --server.address [=]X among the options, the environment's
+    STREAMLIT_SERVER_ADDRESS, or server.address in a config.toml Streamlit reads from the user's or the current
+    folder (Streamlit itself reports a file it cannot parse)."""
+    if any(option == "--server.address" or option.startswith("--server.address=") for option in options):
+        return True
+    if os.environ.get("STREAMLIT_SERVER_ADDRESS"):
+        return True
+    for config in (Path.home() / ".streamlit" / "config.toml", Path.cwd() / ".streamlit" / "config.toml"):
+        try:
+            if tomllib.loads(config.read_text(encoding="utf-8")).get("server", {}).get("address"):
+                return True
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+            continue
+    return False
 
 
 def serve(options: list[str]) -> int:
@@ -178,6 +212,19 @@ def _check_folders(option: str, path: Path) -> None:
                            f"through links: give the real path ({real})")
 
 
+def _check_name_length(option: str, path: Path) -> None:
+    """CliError if path's file name has more bytes than its folder's file system takes (255 on most)."""
+    try:
+        limit = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # no such folder (reported next), or no pathconf (Windows)
+        return
+    size = len(os.fsencode(path.name))
+    if size > limit:
+        shown = path.name if len(path.name) <= 40 else f"{path.name[:20]}...{path.name[-12:]}"
+        raise CliError(f"{option}: the file name {shown} is {size} bytes long (UTF-8), more than the {limit} its "
+                       "folder's file system allows: give a shorter name")
+
+
 def _check_outputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     """The (option, path) pairs to write, checked before any work: distinct paths, existing folders,
     no symbolic links (neither the file nor a folder on its path), nothing overwritten without --force, and
@@ -194,6 +241,7 @@ def _check_outputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     for option, path in outputs:
         if not path.name or path.name in (".", ".."):
             raise CliError(f"{option} {path} is not a file name")
+        _check_name_length(option, path)
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -269,7 +317,9 @@ def pretrained_trace(args: argparse.Namespace) -> tuple[AttentionTrace, str, dic
     part = args.part or model.parts[0]
     layer = 0 if args.layer is None else args.layer
     try:
-        trace = model.trace(args.text, layer, part=part, decoder_text=args.context)
+        with warnings.catch_warnings():  # a failed check is said once, by checked(), in the command's own words
+            warnings.simplefilter("ignore", TraceCheckWarning)
+            trace = model.trace(args.text, layer, part=part, decoder_text=args.context)
     except (ValueError, IndexError) as err:
         raise CliError(str(err)) from None
     if trace.meta.get("truncated"):
@@ -294,14 +344,15 @@ def _umask() -> int:
 
 
 def _write(path: Path, write: Callable[[IO[bytes]], None], *, force: bool) -> None:
-    """write(file) into a new temporary file next to path, then move it into place.
+    """write(file) into a new temporary file next to path (.mha-viz-*.part, a short name whatever path's length),
+    then move it into place.
 
     Without force a hard link (it fails if path exists, even as a link) or, where the file system
     has none, an exclusive create followed by os.replace; with force os.replace, which replaces a
     link itself and never writes through it. The temporary file is removed on any failure.
     """
     try:
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+        fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".part", dir=path.parent)  # short: any name fits
     except OSError as err:
         raise CliError(f"could not write {path}: {err.strerror or err}", code=1) from None
     try:
@@ -336,6 +387,7 @@ def report(args: argparse.Namespace, argv: list[str]) -> None:
     _check_options(args)
     outputs = _check_outputs(args)
     trace, title, notes = pretrained_trace(args) if args.model else configurable_trace(args)
+    failed = checked(trace, args)
     notes["command"] = shlex.join(["python", "-m", "mha_viz", *argv])
     dtype = "float16" if args.float16 else None
     from .export import write_json, write_npz
@@ -354,6 +406,8 @@ def report(args: argparse.Namespace, argv: list[str]) -> None:
     H, T, S = trace.weights.shape
     for _, path in outputs:
         print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB): {H} heads, {T} query x {S} key tokens")
+    if failed:
+        raise CliError(f"{failed} Written anyway (--allow-failed-check).", code=FAILED_CHECK)
 
 
 def figure(args: argparse.Namespace) -> None:
@@ -369,6 +423,7 @@ def figure(args: argparse.Namespace) -> None:
     _check_options(args)
     outputs = _check_outputs(args)
     trace = (pretrained_trace(args) if args.model else configurable_trace(args))[0]
+    failed = checked(trace, args)
     from .figures import heads_figure
     from .paper import FigureExportError, figure_bytes
 
@@ -382,6 +437,18 @@ def figure(args: argparse.Namespace) -> None:
         _write(path, lambda file: file.write(data), force=args.force)
         print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB): {trace.weights.shape[0]} heads, "
               f"{len(trace.query_tokens)} query x {len(trace.key_tokens)} key tokens")
+    if failed:
+        raise CliError(f"{failed} Written anyway (--allow-failed-check).", code=FAILED_CHECK)
+
+
+def checked(trace: AttentionTrace, args: argparse.Namespace) -> str | None:
+    """The trace's failed self-check (mha_viz.checks.failure_message), or None when it passed or has none.
+    CliError with code FAILED_CHECK before anything is written, unless --allow-failed-check."""
+    failed = failure_message(trace)
+    if failed and not args.allow_failed_check:
+        raise CliError(f"{failed} Nothing was written (--allow-failed-check writes it anyway; the exit status stays "
+                       f"{FAILED_CHECK}).", code=FAILED_CHECK)
+    return failed
 
 
 def _html(trace: AttentionTrace, title: str, notes: dict[str, Any], stem: str) -> str:

@@ -7,7 +7,8 @@ One file: plotly.js is inlined (no CDN, nothing fetched), and a Content-Security
 (default-src 'none', connect-src 'none') keeps the page from loading anything at all. It holds
 the figures (by default the heads grid and, when the trace has the intermediates, the
 concat -> W_O path and the per-head contributions), the tokens, every array's shape, the two
-W_O identities' errors and any notes. All text from the trace (tokens, meta, notes, title) is
+W_O identities' errors and the model's self-check, each against its tolerance (a failed check is said at the top,
+mha_viz.checks), and any notes. All text from the trace (tokens, meta, notes, title) is
 HTML-escaped; the figures' JSON escapes <, > and / (no "</script>" inside a script element).
 The figures share a budget (MAX_FIGURE_BYTES): one that would pass it is left out, with a note
 in its place, so a report stays under ~21 MB whatever the trace (plotly.js is 4.6 MB of that).
@@ -26,9 +27,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from .checks import failure_message, tolerance
 from .export import jsonable, safe_filename, trace_arrays
 from .figures import contributions_figure, heads_figure, output_path_figure
-from .figures.common import with_automargin
+from .figures.common import visible_token, with_automargin
 from .trace import AttentionTrace
 
 MEANINGS = {
@@ -76,6 +78,8 @@ th { background: #f4f4f6; } td.num { font-variant-numeric: tabular-nums; text-al
 .tokens li small { color: #888; margin-right: .25rem; }
 figure { margin: 1rem 0 2rem; } figcaption { color: #555; font-size: .9rem; }
 code { font-family: ui-monospace, Menlo, Consolas, monospace; }
+.failed { border: 2px solid #b3261e; background: #fdecea; color: #5f1410; padding: .6rem .9rem; border-radius: 6px; }
+td.fail { color: #b3261e; font-weight: bold; }
 """
 
 
@@ -119,8 +123,18 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None) -
     return f"<table>{head}{body}</table>"
 
 
+def _check_row(label: str, error: Any, tol: float) -> list[str]:
+    """One row of the checks table: a difference within tol passes, one beyond it (or not a number) fails."""
+    try:
+        passed = float(error) <= tol
+    except (TypeError, ValueError):
+        passed = False
+    return [f"<td>{_esc(label)}</td>", f'<td class="num">{_number(error)}</td>', f'<td class="num">{_number(tol)}</td>',
+            "<td>pass</td>" if passed else '<td class="fail">FAILED</td>']
+
+
 def _tokens(tokens: Sequence[str]) -> str:
-    items = "".join(f"<li><small>{i}</small>{_esc(t) or '␣'}</li>" for i, t in enumerate(tokens))
+    items = "".join(f"<li><small>{i}</small>{_esc(visible_token(t))}</li>" for i, t in enumerate(tokens))
     return f'<ol class="tokens">{items}</ol>'
 
 
@@ -186,6 +200,9 @@ def html_report(
     if trace.kv_heads is not None:
         summary += f" · {len(set(trace.kv_heads))} key/value heads (grouped-query)"
     parts.append(f"<h1>{_esc(title)}</h1><p class=\"sub\">{_esc(summary)}</p>")
+    failed = failure_message(trace)
+    if failed:
+        parts.append(f'<div class="failed" role="alert">{_esc(failed)}</div>')
 
     if notes:
         parts.append("<h2>Notes</h2>" + _table([[f"<th>{_esc(k)}</th>", f"<td>{_text(v)}</td>"] for k, v in notes.items()]))
@@ -221,16 +238,19 @@ def html_report(
 
     checks: list[list[str]] = []
     if not trace.missing:
-        checks += [[f"<td>{_esc(label)}</td>", f'<td class="num">{_number(err)}</td>']
+        checks += [_check_row(label, err, max(trace.rounding_tolerance(), tolerance(trace, label)))
                    for label, err in trace.check_wo_path().items()]
     model_check = trace.meta.get("check")
     if isinstance(model_check, Mapping):
-        checks += [[f"<td>{_esc(label)} (against the model's own numbers)</td>", f'<td class="num">{_number(err)}</td>']
+        checks += [_check_row(f"{label} (against the model's own numbers)", err, tolerance(trace, str(label)))
                    for label, err in model_check.items()]
     if checks:
+        beyond = any("FAILED" in row[-1] for row in checks)
+        verdict = "some are beyond float rounding: the rows marked FAILED" if beyond else "float rounding only"
         parts.append(
             "<h2>Concat → W_O check</h2><p>output = concat · W_Oᵀ + b_O = Σ_h head_h · W_O^(h)ᵀ + b_O; "
-            "max |difference| over all entries (float rounding only):</p>" + _table(checks, ["identity", "max error"])
+            f"max |difference| over all entries ({verdict}):</p>"
+            + _table(checks, ["identity", "max error", "tolerance", "result"])
         )
 
     meta = {k: v for k, v in trace.meta.items() if k not in ("check", "unavailable")}

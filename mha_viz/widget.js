@@ -5,7 +5,8 @@
 // static HTML copy (widget.py: static_html), which drives it with a small model of its own.
 //
 // model: data (payload bytes), query_labels, key_labels, view ("heads" | "lines" | "overview"),
-//        layer (int), head (int or null), title
+//        layer (int), head (int or null), title, failed_checks ({layer: message} of the layers whose self-check
+//        against the model failed: said in an alert above the view)
 const NAN = 65535;
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -113,6 +114,8 @@ export function render({ model, el: root }) {
   border-radius: 4px; white-space: pre; font-size: 12px; z-index: 10; }
 .mha-viz-widget .mv-overview { display: grid; gap: 3px 8px; align-items: center; justify-content: start; }
 .mha-viz-widget .mv-muted { opacity: 0.65; }
+.mha-viz-widget .mv-alert { border: 2px solid #b3261e; background: #fdecea; color: #5f1410; padding: 4px 8px;
+  border-radius: 6px; margin: 2px 0 6px; white-space: pre-line; }
 .mha-viz-widget .mv-labelled { display: grid; grid-template-columns: auto auto; gap: 2px; }
 .mha-viz-widget .mv-keys { display: flex; align-items: flex-end; max-height: 70px; }
 .mha-viz-widget .mv-keys span { writing-mode: vertical-rl; transform: rotate(180deg); overflow: hidden;
@@ -120,11 +123,12 @@ export function render({ model, el: root }) {
 .mha-viz-widget .mv-queries { display: flex; flex-direction: column; align-items: flex-end; max-width: 70px; }
 .mha-viz-widget .mv-queries span { display: flex; align-items: center; overflow: hidden; white-space: nowrap; }`;
   const title = el("div", { class: "mv-title" });
+  const alert = el("div", { class: "mv-alert", role: "alert" });
   const bar = el("div", { class: "mv-bar" });
   const body = el("div", { class: "mv-body" });
   const tipBox = el("div", { class: "mv-tip" });
   tipBox.hidden = true;
-  root.replaceChildren(style, title, bar, body, tipBox);
+  root.replaceChildren(style, title, alert, bar, body, tipBox);
 
   const tip = (e, _d, layer, head, r, c) => {
     if (!e) {
@@ -266,6 +270,11 @@ export function render({ model, el: root }) {
     const layer = Math.min(Math.max(model.get("layer"), 0), layers - 1);
     const head = model.get("head");
     title.textContent = model.get("title");
+    const failed = model.get("failed_checks") || {};
+    // the shown layer's failure; the overview shows every layer, so every failure
+    const said = view === "overview" ? Object.values(failed) : failed[String(layer)] ? [failed[String(layer)]] : [];
+    alert.textContent = said.join("\n");
+    alert.hidden = said.length === 0;
     const views = el("span", { role: "group", "aria-label": "View", class: "mv-views" });
     for (const name of ["heads", "lines", "overview"]) {
       const b = el("button", { type: "button", "aria-pressed": String(name === view), "data-view": name }, name);
@@ -282,9 +291,10 @@ export function render({ model, el: root }) {
   }
 
   paint();
-  for (const name of ["layer", "head", "view", "title"]) model.on(`change:${name}`, paint);
+  const watched = ["layer", "head", "view", "title", "failed_checks"];
+  for (const name of watched) model.on(`change:${name}`, paint);
   return () => {
-    for (const name of ["layer", "head", "view", "title"]) model.off(`change:${name}`, paint);
+    for (const name of watched) model.off(`change:${name}`, paint);
   };
 }
 

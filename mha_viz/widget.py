@@ -21,7 +21,8 @@ import anywidget
 import numpy as np
 import traitlets
 
-from .figures.common import max_pool
+from .checks import failure_message
+from .figures.common import max_pool, visible_token
 from .figures.heads import MAX_CELLS_PER_SIDE, head_label, layer_stack
 from .layer_payload import MAX_BYTES, pack, paint_style, with_header
 from .trace import AttentionTrace
@@ -56,6 +57,7 @@ def traces_of(model_or_trace: Any, text: str | None = None, part: str | None = N
 def axis_labels(tokens: Sequence[str], block: int) -> list[str]:
     """A label per row (or column) of a matrix max-pooled in blocks of `block` tokens: the token, or the first and
     last token of its block with their positions."""
+    tokens = [visible_token(t) for t in tokens]
     if block == 1:
         return [f"{i}: {t}" for i, t in enumerate(tokens)]
     out = []
@@ -78,6 +80,11 @@ def payload(traces: Sequence[AttentionTrace]) -> tuple[bytes, list[str], list[st
     return data, axis_labels(first.query_tokens, bt), axis_labels(first.key_tokens, bs)
 
 
+def failed_checks(traces: Sequence[AttentionTrace]) -> dict[str, str]:
+    """{layer index as a string: failure_message} for each trace whose self-check failed."""
+    return {str(i): message for i, t in enumerate(traces) if (message := failure_message(t)) is not None}
+
+
 def title_of(traces: Sequence[AttentionTrace]) -> str:
     meta = traces[0].meta
     name = meta.get("model") or (f"random layer, seed {meta['seed']}" if "seed" in meta else "attention")
@@ -96,6 +103,8 @@ class AttentionWidget(anywidget.AnyWidget):
     layer = traitlets.Int(0).tag(sync=True)
     head = traitlets.Int(None, allow_none=True).tag(sync=True)
     title = traitlets.Unicode("").tag(sync=True)
+    # {layer (as a string): what failed}: the layers whose self-check against the model failed (mha_viz.checks)
+    failed_checks = traitlets.Dict(value_trait=traitlets.Unicode()).tag(sync=True)
 
     @property
     def num_layers(self) -> int:
@@ -130,7 +139,7 @@ class AttentionWidget(anywidget.AnyWidget):
         shows. Clicks switch layers and heads there too, with no kernel."""
         state = {"data": base64.b64encode(self.data).decode(), "query_labels": self.query_labels,
                  "key_labels": self.key_labels, "view": self.view, "layer": self.layer, "head": self.head,
-                 "title": self.title}
+                 "title": self.title, "failed_checks": self.failed_checks}
         script = f"""
 const state = {json.dumps(state)};
 const esm = {json.dumps(ESM.read_text(encoding="utf-8"))};
@@ -162,12 +171,14 @@ def show(model_or_trace: Any, text: str | None = None, *, view: str = "heads", l
     """A notebook widget of every layer's heads: view "heads" (the grid; a click on a head picks it), "lines" (the
     picked head's query-to-key lines) or "overview" (layers x heads thumbnails; a click opens that layer and head).
     model_or_trace: an AttentionTrace, a list of them (one per layer), a PretrainedModel with `text`, or a source.
-    part: the pretrained model's part (encoder, decoder, cross; default its first)."""
+    part: the pretrained model's part (encoder, decoder, cross; default its first). A layer whose self-check against
+    the model failed (mha_viz.checks) is flagged above its view, with the measured differences and tolerances."""
     if view not in VIEWS:
         raise ValueError(f"view must be one of {', '.join(VIEWS)}, not {view!r}")
     traces = traces_of(model_or_trace, text, part)
     data, queries, keys = payload(traces)
-    widget = AttentionWidget(data=data, query_labels=queries, key_labels=keys, view=view, title=title_of(traces))
+    widget = AttentionWidget(data=data, query_labels=queries, key_labels=keys, view=view, title=title_of(traces),
+                             failed_checks=failed_checks(traces))
     widget.layer = layer  # validated against the layers just sent
     widget.head = head
     return widget

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start the app as a deployment does (the Dockerfile's CMD): bash scripts/serve.sh
 #   PORT (default 8501), ADDRESS (default 0.0.0.0), MHA_VIZ_VENV (default ~/.venvs/mha-viz)
+# Streamlit on its own limits no client: a public demo puts deploy/nginx/mha-viz.conf in front (README, Hosting).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${MHA_VIZ_VENV:-$HOME/.venvs/mha-viz}"

@@ -3,6 +3,7 @@
 from .circuits import (
     CopyingScores,
     HeadSingularValues,
+    PeakOffset,
     TokenCircuit,
     copying_scores,
     ov_circuit,
@@ -64,6 +65,7 @@ __all__ = [
     "Readout",
     "Redundancy",
     "ScoreTerms",
+    "PeakOffset",
     "TokenCircuit",
     "ablation_values",
     "activation_patching",

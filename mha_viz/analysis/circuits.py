@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -89,6 +89,23 @@ def singular_values(source: Any, layer: int, head: int, *, part: str | None = No
     )
 
 
+class PeakOffset(NamedTuple):
+    """Where a table's rows peak relative to themselves (column id - row id; for positions, key - query)."""
+
+    offset: int  # the commonest offset of a row's largest column: -1 the previous position, 0 its own
+    share: float  # of the rows that have a column at that offset, the share whose largest column is there
+    rows: int  # how many rows have a column at that offset
+
+    @property
+    def where(self) -> str:
+        """The offset in words: "their own position", "the previous position", "3 positions back", ..."""
+        if self.offset == 0:
+            return "their own position"
+        if abs(self.offset) == 1:
+            return "the previous position" if self.offset < 0 else "the next position"
+        return f"{abs(self.offset)} positions {'back' if self.offset < 0 else 'ahead'}"
+
+
 @dataclass(frozen=True, eq=False)
 class TokenCircuit:
     """A head's circuit as a table over tokens (or positions).
@@ -129,6 +146,21 @@ class TokenCircuit:
         if self.row_vocab is not self.column_vocab and self.row_vocab != self.column_vocab:
             return float("nan")
         return float(np.mean(self.top_columns == self.rows))
+
+    def peak_offset(self) -> PeakOffset:
+        """The commonest offset (column id - row id) of the rows' largest entries, and the share of the rows that
+        have a (not masked) column at that offset whose largest entry is there (a previous-token head's positional
+        QK circuit: offset -1, row 0 not counted). ValueError when rows and columns are different kinds of thing."""
+        if self.row_vocab is not self.column_vocab and self.row_vocab != self.column_vocab:
+            raise ValueError("rows and columns are different kinds of thing: no offset between them")
+        offsets = self.top_columns - self.rows  # [R]
+        values, counts = np.unique(offsets, return_counts=True)
+        offset = int(values[np.argmax(counts)])
+        target = self.rows + offset
+        reachable = (target >= 0) & (target < len(self.column_vocab))
+        if self.full:  # a masked column (a causal model's later keys) is not there to peak at
+            reachable[reachable] = ~np.isnan(self.values[np.flatnonzero(reachable), target[reachable]])
+        return PeakOffset(offset, float(np.mean(offsets[reachable] == offset)), int(reachable.sum()))
 
 
 def _vocab(w: HeadWeights, n: int) -> tuple[str, ...]:
@@ -274,6 +306,16 @@ class CopyingScores:
     small: str  # the [d_v, d_v] matrix computed, e.g. "W_O W_U W_E W_V"
     note: str  # what the circuit means here, in a sentence
     name: str = ""
+
+    def most_copying(self) -> tuple[int, int]:
+        """(layer, head) of the head that copies most: the highest score, ties broken by the highest positivity
+        (then the first in layer-major order). ValueError when every head's circuit is zero."""
+        if np.isnan(self.scores).all():
+            raise ValueError("no head has a nonzero OV circuit")
+        order = np.lexsort((-np.nan_to_num(self.positivity, nan=-2).ravel(),
+                            -np.nan_to_num(self.scores, nan=-1).ravel()))  # score first, then positivity
+        layer, head = np.unravel_index(int(order[0]), self.scores.shape)
+        return int(layer), int(head)
 
 
 def _gram(A: np.ndarray, B: np.ndarray) -> np.ndarray:

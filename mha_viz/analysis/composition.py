@@ -61,6 +61,23 @@ class CompositionScores:
     def title(self) -> str:
         return KIND_NAMES[self.kind]
 
+    def strongest_pair(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The pair with the highest score, ((writer layer, head), (reader layer, head)): the reader in a later
+        layer than the writer (the first such pair in layer-major order on a tie)."""
+        L, H = self.scores.shape[:2]
+        later = np.arange(L)[None, None, :, None] > np.arange(L)[:, None, None, None]  # [L, 1, L, 1]
+        scores = np.where(np.broadcast_to(later, self.scores.shape), np.nan_to_num(self.scores, nan=-np.inf), -np.inf)
+        l1, h1, l2, h2 = (int(i) for i in np.unravel_index(int(np.argmax(scores)), scores.shape))
+        return (l1, h1), (l2, h2)
+
+    def strongest_writer(self, layer: int, head: int) -> tuple[int, int] | None:
+        """The earlier head whose output the head (layer, head) reads most; None for a layer-0 head."""
+        if layer < 1:
+            return None
+        column = np.nan_to_num(self.scores[:layer, :, layer, head], nan=-np.inf)  # [layer, H]
+        l1, h1 = np.unravel_index(int(np.argmax(column)), column.shape)
+        return int(l1), int(h1)
+
     def pairs(self) -> tuple[np.ndarray, tuple[str, ...], tuple[str, ...]]:
         """The part of the scores with a later reader: [(L-1)*H, (L-1)*H], rows the writing heads of layers
         0..L-2, columns the reading heads of layers 1..L-1 (0 where the column's layer is not after the row's),

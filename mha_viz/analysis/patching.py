@@ -19,11 +19,15 @@ and scores every unit as (metric(patched) - metric(corrupted)) / (metric(clean) 
 Path patching (path_patching) follows Wang et al. 2022; see its docstring.
 
 Every patched unit is one sequence through the model, run in batches; the number is capped (max_passes).
+Prompts longer than the model reads (its positions, or max_tokens) are cut to their first tokens, so the metric reads
+the prediction after the last token kept: a result says so (`truncated`, `notice`); patch_heads, which returns a bare
+number, refuses such prompts instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +39,7 @@ from torch import Tensor, nn
 
 from ..limits import MAX_PATCH_PASSES
 from ..names import PATCH_DIRECTIONS, PATCH_METRICS, PATCH_SITES, PATCH_THROUGH
+from ..token_labels import token_label
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
@@ -66,6 +71,12 @@ class PatchingResult:
     answer: str
     wrong: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)  # path patching: receivers
+    truncated: tuple[int, int] | None = None  # (tokens kept, tokens each prompt has) when the prompts were cut
+
+    @property
+    def notice(self) -> str | None:
+        """What was cut, in words, or None when the prompts were read whole."""
+        return cut_notice(self.truncated)
 
     def raw(self) -> np.ndarray:
         """The metric of every patched run (the scores before normalisation)."""
@@ -85,6 +96,21 @@ class PathPatching:
     sender: tuple[int, int]
     receivers: tuple[tuple[int, int], ...]
     through: str
+    truncated: tuple[int, int] | None = None  # (tokens kept, tokens each prompt has) when the prompts were cut
+
+    @property
+    def notice(self) -> str | None:
+        """What was cut, in words, or None when the prompts were read whole."""
+        return cut_notice(self.truncated)
+
+
+def cut_notice(truncated: tuple[int, int] | None) -> str | None:
+    """The notice for prompts cut to fit the model: (tokens kept, tokens each prompt has) in words."""
+    if truncated is None:
+        return None
+    kept, total = truncated
+    return (f"The prompts are longer than the model reads: only their first {kept} of {total} tokens were patched, "
+            f"so the metric reads the prediction after token {kept}, not after the end of the prompts.")
 
 
 @dataclass(frozen=True)
@@ -203,8 +229,11 @@ def patch_heads(
     metric: str | None = None,
 ) -> float:
     """The normalised score (0 = corrupted, 1 = clean) of patching the outputs of all these (layer, head) at once, all
-    positions: e.g. every induction head together."""
+    positions: e.g. every induction head together. ValueError for prompts longer than the model reads (a bare
+    number cannot say they were cut)."""
     run = _Runs(model, clean, corrupted, answer, wrong, metric, direction)
+    if run.truncated is not None:
+        raise ValueError(cut_notice(run.truncated).replace("were patched, so", "would be patched, and"))
     units = [run.head(u, "head") for u in heads]
     source, target = (run.clean, run.corrupted) if direction == "denoise" else (run.corrupted, run.clean)
     with contextlib.ExitStack() as hooks:
@@ -243,7 +272,7 @@ def path_patching(
     receivers = _receivers(run, receivers, through)
     value = float(_path_values(run, senders, receivers, through)[0])
     return PathPatching(run.normalise(value), value, run.clean.metric, run.corrupted.metric, run.metric, direction,
-                        senders[0], receivers, through)
+                        senders[0], receivers, through, run.truncated)
 
 
 def path_patching_scan(
@@ -327,10 +356,12 @@ class _Runs:
         vocab = model.model.get_output_embeddings().weight.shape[0]
         self.answer, self.wrong = vocab_id(model, answer, vocab), None if wrong is None else vocab_id(model, wrong, vocab)
         encoded = [model.encode(text) for text in (clean, corrupted)]
-        if len(encoded[0].ids) != len(encoded[1].ids):
+        total = [len(e.ids) + e.dropped for e in encoded]  # before any cut: two long prompts are cut alike
+        if total[0] != total[1]:
             raise ValueError(f"the clean and the corrupted prompt must have the same number of tokens: "
-                             f"{len(encoded[0].ids)} and {len(encoded[1].ids)}")
+                             f"{total[0]} and {total[1]}")
         self.T = len(encoded[0].ids)
+        self.truncated = (self.T, total[0]) if total[0] > self.T else None  # (kept, of how many)
         self.L = model.num_layers["decoder"]
         self.sites = [model.adapter.site("decoder", layer) for layer in range(self.L)]
         self.H = self.sites[0].num_heads
@@ -355,12 +386,12 @@ class _Runs:
 
     def result(self, values: np.ndarray, site: str, *, raw: bool = True, detail: dict | None = None) -> PatchingResult:
         scores = (values - self.corrupted.metric) / (self.clean.metric - self.corrupted.metric) if raw else values
-        tok = self.model.tokenizer.convert_ids_to_tokens
+        tok = functools.partial(token_label, self.model.tokenizer)
         return PatchingResult(
             scores=scores.astype(np.float32), clean=self.clean.metric, corrupted=self.corrupted.metric,
             metric=self.metric, site=site, direction=self.direction, tokens=self.clean.tokens,
             corrupted_tokens=self.corrupted.tokens, answer=tok(self.answer),
-            wrong=None if self.wrong is None else tok(self.wrong), detail=detail or {},
+            wrong=None if self.wrong is None else tok(self.wrong), detail=detail or {}, truncated=self.truncated,
         )  # fmt: skip
 
     @torch.no_grad()

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..token_labels import vocab_labels
 from .head_detectors import repeated_tokens
 
 if TYPE_CHECKING:
@@ -93,6 +94,12 @@ class Readout:
         V = maps.shape[-1]
         diag = np.diagonal(maps, axis1=-2, axis2=-1).mean(-1)  # (heads, answers)
         return diag - (maps.sum((-2, -1)) - diag * V) / (V * (V - 1))
+
+    def strongest(self) -> tuple[int, int]:
+        """(row, answer): the head whose direct contribution to a right answer's logit is the largest, and that
+        answer (the first on a tie)."""
+        row, answer = np.unravel_index(int(np.argmax(self.contributions)), self.contributions.shape)
+        return int(row), int(answer)
 
     def serving(self, share: float = SERVES) -> tuple[tuple[int, ...], ...]:
         """For each answer, the heads whose contribution is positive and at least share x the largest one's."""
@@ -242,7 +249,7 @@ def model_readout(model: PretrainedModel, *, seed: int = 0, length: int = 16, ba
     contributions = np.mean(heads, axis=0)[:, None]  # (L*H, 1)
     written = np.stack([w.W_E.astype(np.float64) @ w.W_OV(l, h) for l in range(L) for h in range(H)])  # (L*H, V, d)
     maps = _centre(written @ w.W_U.astype(np.float64))[:, None].astype(np.float32)  # (L*H, 1, V, V)
-    vocab = w.vocab if w.vocab is not None else tuple(model.tokenizer.convert_ids_to_tokens(list(range(V))))
+    vocab = w.vocab if w.vocab is not None else vocab_labels(model.tokenizer, range(V))
     return Readout(
         name=model.name, heads=tuple(f"L{l} H{h}" for l in range(L) for h in range(H)), answers=(NEXT_TOKEN,),
         contributions=contributions, rest=np.array([np.mean(rest)]), logit=np.array([np.mean(logit)]),

@@ -130,7 +130,7 @@ def next_token_figure(
 ) -> go.Figure:
     """The most likely next tokens before and after the knockout (union of both top lists).
 
-    decode: token ids -> token strings (e.g. tokenizer.convert_ids_to_tokens).
+    decode: token ids -> token labels (e.g. mha_viz.token_labels.vocab_labels).
     """
     ids = list(dict.fromkeys([*np.argsort(-probs)[:top].tolist(), *np.argsort(-knocked)[:top].tolist()]))
     ids.sort(key=lambda i: -probs[i])

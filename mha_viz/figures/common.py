@@ -6,13 +6,16 @@ repeated tokens ("the" ... "the"). Arrays go out as float32 (Plotly sends them a
 
 from __future__ import annotations
 
+import colorsys
 import html
 import re
 from collections.abc import Callable, Sequence
 from itertools import pairwise
+from typing import NamedTuple
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 
 # Hover labels are one pair of strings per cell and per heatmap, and serialising them costs ~2 µs
 # each: 12 heads at 64 tokens took 0.28 s and 1 MB. Above this many cells per figure, the hover
@@ -29,10 +32,24 @@ LINE_EM = 1.35  # a line of text's height in em
 TITLE_PX, PANEL_TITLE_PX, LABEL_FONT_PX = 17, 16, 12
 
 
+CONTINUES = "◌"  # the label of a token that spells no character of its own (mha_viz.token_labels)
+_BLANKS = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥"})
+
+
+def visible_token(token: str) -> str:
+    """A token as people can see it: "" (the rest of a character begun in the token before, as byte-level labels
+    spell it) as CONTINUES, a token of blanks only with a visible sign for each; any other token as it is."""
+    if not token:
+        return CONTINUES
+    return token.translate(_BLANKS) if token.isspace() else token
+
+
 def token_label(token: str, max_chars: int = 16) -> str:
-    """A token as inert label text: HTML-escaped (Plotly renders a subset of HTML) and shortened."""
+    """A token as inert label text: visible (visible_token), HTML-escaped (Plotly renders a subset of HTML) and
+    shortened."""
+    token = visible_token(token)
     short = token if len(token) <= max_chars else token[: max_chars - 1] + "…"
-    return html.escape(short, quote=True) or "␣"
+    return html.escape(short, quote=True)
 
 
 def token_axis(
@@ -145,6 +162,55 @@ def symmetric_range(*arrays: np.ndarray) -> float:
     """Largest finite |value| over the arrays (at least a tiny positive number)."""
     m = max(float(np.nanmax(np.abs(np.where(np.isfinite(a), a, np.nan)))) if np.isfinite(a).any() else 0.0 for a in arrays)
     return m or 1e-9
+
+
+OUTLIER_PERCENTILE, OUTLIER_FACTOR = 99.0, 2.0  # clip a colour scale at the 99th percentile of |value| when the
+# largest |value| is more than twice it: a few outliers would otherwise wash every other cell out to the middle colour
+
+
+class ColourRange(NamedTuple):
+    """A symmetric colour scale -limit..limit; clipped: the share of the finite values beyond it (0: none)."""
+
+    limit: float
+    clipped: float
+    largest: float  # the largest finite |value|
+
+    def ticks(self) -> dict:
+        """Colour bar ticks at -limit, 0 and limit, the ends marked "≤" / "≥" when values lie beyond them."""
+        ends = ("≤ ", "≥ ") if self.clipped else ("", "")
+        return {"tickmode": "array", "tickvals": [-self.limit, 0.0, self.limit],
+                "ticktext": [f"{ends[0]}{-self.limit:.3g}", "0", f"{ends[1]}{self.limit:.3g}"]}
+
+    def sentence(self, what: str) -> str:
+        """The clipping in words ("" when nothing is clipped)."""
+        if not self.clipped:
+            return ""
+        return (f"{what}: colours clipped at ±{self.limit:.3g} (the {OUTLIER_PERCENTILE:g}th percentile of |value|); "
+                f"{self.clipped:.1%} of the values lie beyond, up to {self.largest:.3g} in size, and take the end "
+                "colours (hover a cell for its value).")
+
+
+def robust_range(*arrays: np.ndarray) -> ColourRange:
+    """A symmetric colour range that shows the structure of the arrays: the largest finite |value|, or, when that is
+    more than OUTLIER_FACTOR times the OUTLIER_PERCENTILE-th percentile of |value| (a few outliers), that percentile."""
+    values = np.abs(np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in arrays]))
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return ColourRange(1e-9, 0.0, 0.0)
+    largest, typical = float(values.max()), float(np.percentile(values, OUTLIER_PERCENTILE))
+    if largest <= OUTLIER_FACTOR * typical or typical <= 0:
+        return ColourRange(largest or 1e-9, 0.0, largest)
+    return ColourRange(typical, float(np.mean(values > typical)), largest)
+
+
+def head_colours(H: int) -> list[str]:
+    """H colours, all different: Plotly's D3 palette up to 10 heads, its Dark24 up to 24; past that, hues spread
+    evenly round the wheel at alternating lightness (neighbouring heads differ in hue and in lightness)."""
+    for palette in (qualitative.D3, qualitative.Dark24):
+        if H <= len(palette):
+            return [c.lower() for c in palette[:H]]
+    return ["#%02x%02x%02x" % tuple(round(255 * c) for c in colorsys.hls_to_rgb(h / H, 0.35 if h % 2 else 0.6, 0.85))
+            for h in range(H)]
 
 
 def subplot_grid(

@@ -16,11 +16,13 @@ TICK_PX = 17  # the least room per labelled head on an axis (12 px labels, slant
 
 
 def composition_figure(scores: np.ndarray, baseline: float, kind: str, *, title: str | None = None,
-                       width: int | None = None) -> go.Figure:
+                       width: int | None = None, marked: tuple[tuple[int, int], tuple[int, int]] | None = None
+                       ) -> go.Figure:
     """scores [L, H, L, H] (mha_viz.analysis.composition_scores) as one heatmap: a row per head of layers 0..L-2
     (the writer), a column per head of layers 1..L-1 (the reader), labelled "layer.head"; pairs whose reader is not
     in a later layer are left blank. baseline: the score of random matrices of the same shapes, marked on the
-    colour bar. width: the px the figure is drawn at (below NARROW_PX the colour bar goes under the heatmap)."""
+    colour bar. width: the px the figure is drawn at (below NARROW_PX the colour bar goes under the heatmap).
+    marked: ((writer layer, head), (reader layer, head)), a pair outlined (the open head and what it reads most)."""
     L, H = scores.shape[:2]
     if scores.shape != (L, H, L, H) or L < 2:
         raise ValueError(f"scores must be [layers, heads, layers, heads] with 2 or more layers, not {scores.shape}")
@@ -58,6 +60,10 @@ def composition_figure(scores: np.ndarray, baseline: float, kind: str, *, title:
         at = layer * H - 0.5
         fig.add_shape(type="line", x0=at, x1=at, y0=-0.5, y1=n - 0.5, line={"color": "#555", "width": 1})
         fig.add_shape(type="line", y0=at, y1=at, x0=-0.5, x1=n - 0.5, line={"color": "#555", "width": 1})
+    if marked is not None and marked[1][0] > marked[0][0]:
+        x, y = (marked[1][0] - 1) * H + marked[1][1], marked[0][0] * H + marked[0][1]
+        fig.add_shape(type="rect", x0=x - 0.5, x1=x + 0.5, y0=y - 0.5, y1=y + 0.5,
+                      line={"color": "#d62728", "width": 3}, name="open pair")
     left_px, bottom_px = 70, 60 + bar_px
     title_layout, top_px = title_block(title, width - 20, below_px=8)  # the first row's label reaches above the plot
     side = max(120, min(width - left_px - 10 - (0 if compact else COLOUR_BAR_PX), 640))

@@ -36,7 +36,7 @@ def next_token_figure(probs: np.ndarray, decode: Callable[[list[int]], Sequence[
                       top: int = 12, title: str | None = None, width: int | None = None) -> go.Figure:
     """The top next tokens of one step (probs [V], the distribution sampled from), the chosen one in red.
 
-    decode: token ids -> token strings (tokenizer.convert_ids_to_tokens). The chosen token is always shown.
+    decode: token ids -> token labels (mha_viz.token_labels.vocab_labels). The chosen token is always shown.
     width: the px the figure is drawn at (the title wraps to it; default a desktop page's).
     """
     ids = [int(i) for i in np.argsort(-probs, kind="stable")[:top]]

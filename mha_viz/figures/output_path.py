@@ -11,14 +11,16 @@ import plotly.graph_objects as go
 
 from ..trace import AttentionTrace
 from .common import (
+    ColourRange,
     PANEL_TITLE_PX,
     TOOLBAR_PX,
     WIDE_PX,
     axis_key,
     f32,
     index_axis,
+    head_colours,
     lines_px,
-    symmetric_range,
+    robust_range,
     text_px,
     title_block,
     token_axis,
@@ -27,12 +29,12 @@ from .common import (
     wrap,
 )
 
-HEAD_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-
 
 def _head_block_shapes(H: int, d_v: int, n_rows: int, axis: str) -> list[dict]:
-    """Dashed separators between head blocks and a coloured band above each block, on subplot axes x<axis>/y<axis>
-    (plain dicts, set once: add_shape per block re-validates the layout and took ~0.6 s at 16 heads)."""
+    """Dashed separators between head blocks and a coloured band above each block (a different colour for every
+    head), on subplot axes x<axis>/y<axis> (plain dicts, set once: add_shape per block re-validates the layout and
+    took ~0.6 s at 16 heads)."""
+    colours = head_colours(H)
     shapes = []
     for h in range(H):
         if h:
@@ -41,7 +43,7 @@ def _head_block_shapes(H: int, d_v: int, n_rows: int, axis: str) -> list[dict]:
                            "line": {"color": "black", "width": 1, "dash": "dot"}})
         shapes.append({"type": "rect", "x0": h * d_v - 0.5, "x1": (h + 1) * d_v - 0.5, "xref": f"x{axis}",
                        "y0": -0.5 - n_rows * 0.06, "y1": -0.5, "yref": f"y{axis}",
-                       "fillcolor": HEAD_COLOURS[h % len(HEAD_COLOURS)], "line": {"width": 0}})
+                       "fillcolor": colours[h], "line": {"width": 0}})
     return shapes
 
 
@@ -89,6 +91,12 @@ def _output_path_frames(trace: AttentionTrace, width: int) -> tuple[list[tuple[l
     return frames, annotations, layout
 
 
+def output_path_ranges(trace: AttentionTrace) -> tuple[ColourRange, ColourRange]:
+    """The colour ranges of output_path_figure: the activations' (concat and output share one) and W_O's, each
+    clipped at a percentile when a few outliers would wash out the rest (figures.common.robust_range)."""
+    return robust_range(trace.require("concat"), trace.require("output")), robust_range(trace.require("W_O"))
+
+
 def output_path_figure(trace: AttentionTrace, *, width: int | None = None) -> go.Figure:
     """Concat (head blocks marked), W_O (same blocks), and the output after W_O: side by side on a wide page,
     stacked below 900 px (width: the px the figure is drawn at, default a desktop page's)."""
@@ -108,16 +116,17 @@ def output_path_figure(trace: AttentionTrace, *, width: int | None = None) -> go
     y_axes = [token_axis(trace.query_tokens), index_axis(trace.d_out, "output dim"), token_axis(trace.query_tokens)]
     x_axes = [index_axis(H * d_v, "concat column (head block)"), index_axis(H * d_v, "concat column (head block)"),
               index_axis(trace.d_out, "output dim")]
-    act, w = symmetric_range(concat, output), symmetric_range(W_O)
+    act, w = output_path_ranges(trace)
     bar = {"x": 1.0, "thickness": 14}
     layout = {
         "annotations": annotations,
         "shapes": _head_block_shapes(H, d_v, T, "") + _head_block_shapes(H, d_v, trace.d_out, "2"),
-        "coloraxis": {"colorscale": "RdBu", "cmin": -act, "cmax": act, "colorbar": {
-            **bar, "title": {"text": "activation"}, "y": frame_layout.pop("coloraxis_y"),
-            "len": frame_layout.pop("coloraxis_len")}},
-        "coloraxis2": {"colorscale": "PiYG", "cmin": -w, "cmax": w, "colorbar": {
-            **bar, "title": {"text": "W_O"}, "y": frame_layout.pop("coloraxis2_y"), "len": frame_layout.pop("coloraxis2_len")}},
+        "coloraxis": {"colorscale": "RdBu", "cmin": -act.limit, "cmax": act.limit, "colorbar": {
+            **bar, **act.ticks(), "title": {"text": "activation" + ("<br>(clipped)" if act.clipped else "")},
+            "y": frame_layout.pop("coloraxis_y"), "len": frame_layout.pop("coloraxis_len")}},
+        "coloraxis2": {"colorscale": "PiYG", "cmin": -w.limit, "cmax": w.limit, "colorbar": {
+            **bar, **w.ticks(), "title": {"text": "W_O" + ("<br>(clipped)" if w.clipped else "")},
+            "y": frame_layout.pop("coloraxis2_y"), "len": frame_layout.pop("coloraxis2_len")}},
         **frame_layout,
     }
     for trace_dict, (xref, yref), (x_domain, y_domain), x_axis, y_axis in zip(data, refs, frames, x_axes, y_axes):

@@ -18,9 +18,11 @@ opens models larger than one device. load_model(hooked_transformer) opens a Tran
 (a HookedModel: traces checked against its own cache; mha_viz.pretrained.hooked).
 """
 
+from ..checks import TraceCheckError, TraceCheckWarning
 from .attribution import LogitAttribution
 from .errors import (
     InvalidModelNameError,
+    ModelConfigError,
     ModelDownloadError,
     ModelIntegrityError,
     ModelLoadError,
@@ -49,11 +51,14 @@ __all__ = [
     "HookedModel",
     "InvalidModelNameError",
     "LogitAttribution",
+    "ModelConfigError",
     "ModelDownloadError",
     "ModelIntegrityError",
     "ModelLoadError",
     "ModelNotInstalledError",
     "PretrainedModel",
+    "TraceCheckError",
+    "TraceCheckWarning",
     "bundled_model_dir",
     "hooked_weights",
     "induction_model_dir",

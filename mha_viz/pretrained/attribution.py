@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..token_labels import token_label, token_labels, vocab_token
 from .adapter import Adapter, loaded
 from .encoded import Encoded
 from .norms import NormAffine, norm_affine
@@ -165,7 +166,7 @@ def checked_request(model: TextModel, text: str | None, ids: Sequence[int] | Non
         ids = [int(i) for i in ids]
         if not ids:
             raise ValueError("ids is empty")
-        enc = Encoded(tuple(ids), tuple(model.tokenizer.convert_ids_to_tokens(ids)), 0)
+        enc = Encoded(tuple(ids), token_labels(model.tokenizer, ids), 0)
     else:
         enc = model.encode(text)
     T = len(enc.ids)
@@ -184,9 +185,10 @@ def supported_architectures() -> list[str]:
 def vocab_id(model: TextModel, token: int | str, vocab_size: int) -> int:
     if isinstance(token, str):
         vocab = model.tokenizer.get_vocab()
-        if token not in vocab:
+        spelled = token if token in vocab else vocab_token(model.tokenizer, token)  # a label as shown: " fox"
+        if spelled not in vocab:
             raise ValueError(f"{token!r} is not a token of {model.name}'s vocabulary")
-        token = vocab[token]
+        token = vocab[spelled]
     if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < vocab_size:
         raise ValueError(f"token must be a token string or an id in 0 ... {vocab_size - 1}, got {token!r}")
     return int(token)
@@ -244,5 +246,5 @@ def logit_attribution(
             raise ValueError(f"logit attribution does not know the final norm {type(norm).__name__}") from None
         u = unembedding.weight[token_id].detach().double().cpu()  # (d,) W_U[token]
         b_U = None if getattr(unembedding, "bias", None) is None else float(unembedding.bias[token_id])
-        return split_logit(enc, position, token_id, model.tokenizer.convert_ids_to_tokens(token_id), logits, parts,
+        return split_logit(enc, position, token_id, token_label(model.tokenizer, token_id), logits, parts,
                            torch.stack(head_parts), capture.final, affine, u, b_U)  # heads (L, H, d)

@@ -15,6 +15,10 @@ class ModelIntegrityError(ModelLoadError):
     """The weights file does not have the expected sha256: refused, not loaded."""
 
 
+class ModelConfigError(ModelLoadError):
+    """The model's config.json is there but unreadable: not valid JSON (or not UTF-8, or not a JSON object)."""
+
+
 class ModelDownloadError(ModelLoadError):
     """A hub model is not in the local cache and could not be downloaded."""
 

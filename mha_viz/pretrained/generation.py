@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from ..sampling import GREEDY, Sampling
+from ..token_labels import token_label, token_labels
 from .adapter import to_numpy
 
 if TYPE_CHECKING:
@@ -220,7 +221,7 @@ def generate(
             token_id = int(torch.multinomial(probs, 1, generator=generator))
         own = model.adapter.model_attentions(outputs, "decoder")  # per layer (1, maps, 1, keys held)
         attentions = placed_rows(model.adapter.head_attentions(own, "decoder"), len(prompt_ids) + t, windows)
-        token = tokenizer.convert_ids_to_tokens(token_id)
+        token = token_label(tokenizer, token_id)
         steps.append(GenerationStep(token_id, token, to_numpy(probs), to_numpy(attentions)))
         if token_id in eos:
             stop_reason = "eos"
@@ -229,7 +230,7 @@ def generate(
     generated = [s.token_id for s in steps]
     return Generation(
         prompt_ids=prompt_ids,
-        prompt_tokens=tuple(tokenizer.convert_ids_to_tokens(list(prompt_ids))),
+        prompt_tokens=token_labels(tokenizer, prompt_ids),
         steps=tuple(steps),
         stop_reason=stop_reason,
         text=tokenizer.decode(generated, skip_special_tokens=True),

@@ -137,5 +137,6 @@ class GenericAdapter(Adapter):
             b_O=b_O_np,
             causal=self.causal(request.part),
             cross=request.part == "cross",
-            meta={**request.layer_meta(layer), "unavailable": self.unavailable, "check": check},
+            meta={**request.layer_meta(layer), "unavailable": self.unavailable,
+                  "model_dtype": str(rec.output.dtype).removeprefix("torch."), "check": check},
         )

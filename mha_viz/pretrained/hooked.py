@@ -34,7 +34,9 @@ import torch
 from torch import Tensor
 
 from ..attention import Variations, attend
+from ..checks import verify
 from ..sampling import GREEDY, Sampling
+from ..token_labels import token_label, token_labels
 from ..trace import AttentionTrace
 from ..weights import HeadWeights, centre_writer, fold_reader
 from .adapter import max_abs_diff, to_numpy
@@ -100,7 +102,9 @@ class HookedModel:
         name: str | None = None,
         max_tokens: int | None = None,
         prepend_bos: bool | None = None,
+        strict: bool = False,
     ) -> None:
+        self.strict = strict  # a failed self-check raises TraceCheckError (else a TraceCheckWarning): mha_viz.checks
         if not is_hooked_transformer(model):
             raise ModelLoadError(f"HookedModel needs a TransformerLens HookedTransformer, got {type(model).__name__}")
         cfg = model.cfg
@@ -148,7 +152,7 @@ class HookedModel:
         ids = full[: self.max_tokens]
         if not ids:
             raise ValueError(f"{text!r} has no tokens")
-        return Encoded(tuple(ids), tuple(self.tokenizer.convert_ids_to_tokens(ids)), len(full) - len(ids))
+        return Encoded(tuple(ids), token_labels(self.tokenizer, ids), len(full) - len(ids))
 
     def tokens(self, text: str, *, decoder: bool = False) -> list[str]:
         """The model's tokens for text, [BOS] included when prepend_bos."""
@@ -164,22 +168,27 @@ class HookedModel:
     # Traces
 
     def trace(self, text: str, layer: int, *, part: str | None = None, decoder_text: str | None = None,
-              head_mask: Sequence[float] | None = None) -> AttentionTrace:
+              head_mask: Sequence[float] | None = None, strict: bool | None = None) -> AttentionTrace:
         """Every intermediate of one attention layer, checked against TransformerLens's cache (meta["check"]).
 
         head_mask (one value per head; 1 keeps a head, 0 knocks it out) scales that layer's hook_z heads inside the
-        real model. meta: model, architecture, part, layer, truncated, head_mask, check.
+        real model. meta: model, architecture, part, layer, truncated, head_mask, check. A check beyond rounding warns
+        (TraceCheckWarning); strict (default: the model's strict) raises TraceCheckError instead.
         """
         part = self._part(part, decoder_text)
         layer = self._layer(layer)
         mask = None if head_mask is None else self._mask(head_mask, "head_mask")
-        return self._traces(text, [layer], part, mask)[0]
+        traces = self._traces(text, [layer], part, mask)
+        verify(traces, strict=self.strict if strict is None else strict)
+        return traces[0]
 
-    def traces(self, text: str, *, part: str | None = None, decoder_text: str | None = None
-               ) -> tuple[AttentionTrace, ...]:
-        """Every layer from one forward pass: traces(text)[layer] equals trace(text, layer)."""
+    def traces(self, text: str, *, part: str | None = None, decoder_text: str | None = None,
+               strict: bool | None = None) -> tuple[AttentionTrace, ...]:
+        """Every layer from one forward pass: traces(text)[layer] equals trace(text, layer); checked as trace() is."""
         part = self._part(part, decoder_text)
-        return tuple(self._traces(text, range(self.cfg.n_layers), part, None))
+        traces = tuple(self._traces(text, range(self.cfg.n_layers), part, None))
+        verify(traces, strict=self.strict if strict is None else strict)
+        return traces
 
     def attentions(self, text: str, *, part: str | None = None, decoder_text: str | None = None) -> np.ndarray:
         """TransformerLens's own hook_pattern for every layer: [layers, heads, T, T]."""
@@ -338,7 +347,7 @@ class HookedModel:
             probs = sampling_distribution(logits, sampling)  # (V,)
             token_id = int(logits.argmax()) if sampling.greedy else int(torch.multinomial(probs, 1, generator=generator))
             attentions = torch.stack([patterns[layer][:, -1] for layer in range(L)])  # (L, H, keys)
-            steps.append(GenerationStep(token_id, self.tokenizer.convert_ids_to_tokens(token_id), to_numpy(probs),
+            steps.append(GenerationStep(token_id, token_label(self.tokenizer, token_id), to_numpy(probs),
                                         to_numpy(attentions)))
             if token_id == self.tokenizer.eos_token_id:
                 stop_reason = "eos"
@@ -388,7 +397,7 @@ class HookedModel:
                             torch.ones(d, dtype=torch.float64) if gamma is None else gamma.detach().double().cpu(),
                             None if beta is None else beta.detach().double().cpu(), self.cfg.eps)
         u = self.hooked.W_U[:, token_id].detach().double().cpu()  # (d,)
-        return split_logit(enc, position, token_id, self.tokenizer.convert_ids_to_tokens(token_id),
+        return split_logit(enc, position, token_id, token_label(self.tokenizer, token_id),
                            logits.double().cpu(), parts, torch.stack(heads), at[f"blocks.{L - 1}.hook_resid_post"],
                            affine, u, float(self.hooked.b_U[token_id].detach()))
 

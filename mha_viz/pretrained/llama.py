@@ -5,7 +5,8 @@
     RoPE: x' = x * cos + rotate_half(x) * sin on the first r dims of Q and K (Phi: r < d_k, partial)
     scores = scale * Q' K'^T + mask     causal; a sliding window on Mistral's, Qwen's and Gemma2's local layers
     Gemma2: scale = query_pre_attn_scalar^-1/2, scores soft-capped: c * tanh(scores / c) before the mask
-    Gemma 3: Gemma2's layout with q/k norms (as Qwen3's) instead of soft-capping; sliding windows on local layers
+    Gemma 3: Gemma2's layout with q/k norms (as Qwen3's) instead of soft-capping (transformers' Gemma3Attention
+        ignores attn_logit_softcapping even when its config sets it); sliding windows on local layers
     Phi-3: one fused qkv_proj, [Q | K | V] side by side
     gpt-oss: a learned sink logit per head joins each softmax and is dropped; sliding and full layers alternate
     DiffLlama: query heads i and i + H/2 pair into one differential head, weights = softmax_i - lambda softmax_(i+H/2)
@@ -83,8 +84,11 @@ class Gemma2Adapter(LlamaAdapter):
         "stream and soft-caps the final logits, so its logits do not split into one term per head"
     )
 
+    caps_scores = True  # transformers' Gemma2Attention passes its attn_logit_softcapping to the attention function
+
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
-        return replace(super().variations(part, site, rec, q, k), softcap=site.attention.attn_logit_softcapping)
+        softcap = site.attention.attn_logit_softcapping if self.caps_scores else None
+        return replace(super().variations(part, site, rec, q, k), softcap=softcap)
 
 
 @register
@@ -93,6 +97,9 @@ class Gemma3Adapter(Gemma2Adapter):
     before the rotation; local and global layers get rotary tables of their own (each module's position_embeddings)."""
 
     architectures = ("gemma3_text",)
+    # Gemma3Attention keeps config.attn_logit_softcapping as an attribute but never passes it to its attention
+    # function (transformers 5.x): its scores are not capped, whatever the config says, and neither are the trace's.
+    caps_scores = False
     attribution_unavailable = (
         "Gemma 3 normalises each attention output (post_attention_layernorm) before adding it to the residual "
         "stream, so its logits do not split into one term per head"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 
 from .errors import (
     InvalidModelNameError,
+    ModelConfigError,
     ModelDownloadError,
     ModelIntegrityError,
     ModelLoadError,
@@ -90,6 +92,7 @@ def load_model(
     max_memory: dict | None = None,
     offload_folder: str | os.PathLike | None = None,
     tokenizer: Any = None,
+    strict: bool = False,
 ) -> PretrainedModel | HookedModel:
     """Load a model to trace.
 
@@ -108,15 +111,19 @@ def load_model(
     import transformers' lazy modules at once can fail, and two loads at once double the memory peak.
     A TransformerLens HookedTransformer object: that model as a HookedModel (mha_viz.pretrained.hooked), read with
     tokenizer (default: its own) and max_tokens; the other arguments are for names and folders.
+    strict: a trace whose self-check against the model's own numbers fails raises TraceCheckError instead of
+    warning (TraceCheckWarning); see mha_viz.checks.
     """
     if is_hooked_transformer(name_or_path):
-        return HookedModel(name_or_path, tokenizer, max_tokens=max_tokens)
+        return HookedModel(name_or_path, tokenizer, max_tokens=max_tokens, strict=strict)
     if tokenizer is not None:
         raise ValueError("tokenizer is for a HookedTransformer object; a named model loads its own")
     placement = Placement(dtype, device_map, max_memory, offload_folder)
     placement.kwargs()  # bad arguments fail before anything is read
     with _LOADING:
-        return _load(name_or_path, sha256, max_tokens, folders, placement)
+        model = _load(name_or_path, sha256, max_tokens, folders, placement)
+    model.strict = strict
+    return model
 
 
 def _load(
@@ -253,6 +260,7 @@ def _from_pretrained(
 ) -> PretrainedModel:
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
+    check_config(Path(source), name)
     common: dict[str, Any] = {"trust_remote_code": False, "local_files_only": local_files_only}
     config = AutoConfig.from_pretrained(source, **common)
     reason = non_text_reason(config)
@@ -266,6 +274,26 @@ def _from_pretrained(
     tokenizer = AutoTokenizer.from_pretrained(source, **common)
     check_finite(model, name)
     return PretrainedModel(model, tokenizer, name=name, max_tokens=max_tokens, dtype=where["dtype"])
+
+
+def check_config(folder: Path, name: str) -> None:
+    """ModelConfigError when folder's config.json is there but unreadable (not UTF-8 JSON, or not an object): said
+    as such, with the path and the JSON error, not taken for a model missing from the cache (transformers raises an
+    OSError for it, as it does for a missing file). A missing config.json is left to the caller."""
+    path = folder / "config.json"
+    if not path.is_file():
+        return
+    try:
+        config = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, OSError) as err:
+        problem = f"{type(err).__name__}: {err}"
+    else:
+        if isinstance(config, dict):
+            return
+        problem = f"a JSON {type(config).__name__}, not an object"
+    raise ModelConfigError(f"Cannot open {name}: its config {path} is corrupt ({problem}). Replace the file or, "
+                           f"for a model in the Hugging Face cache, remove it (hf cache rm model/{name}) and download "
+                           "it again.")
 
 
 def check_finite(model: Any, name: str) -> None:

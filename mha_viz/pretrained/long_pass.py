@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..token_labels import token_labels
 from .encoded import CHARS_PER_TOKEN
 from .long import OVERVIEW_SIDE, ModelLongTrace, _Capture, kept_bytes_per_token, long_kernel
 from .long_hooked import trace_hooked
@@ -49,7 +50,7 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
                          f"{need / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} MiB allowed: at most "
                          f"{fit} tokens of these layers fit (or trace fewer layers)")
     modules = {s.attention: (i, adapter.causal(part)) for i, s in sites.items()}
-    tokens = tuple(model.tokenizer.convert_ids_to_tokens(list(ids)))
+    tokens = token_labels(model.tokenizer, ids)
     own_code = _probe(model, modules)
     capture = _Capture(modules, tokens, progress, overview_side)
     start = time.perf_counter()

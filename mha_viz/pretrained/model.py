@@ -19,7 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..checks import verify
 from ..sampling import GREEDY, Sampling
+from ..token_labels import token_labels
 from ..trace import AttentionTrace
 from ..weights import HeadWeights
 from . import attribution, generation, long, long_pass, weights
@@ -39,6 +41,8 @@ class PretrainedModel:
     precision; a model dispatched by accelerate's device_map is never cast). Traces are float32 numpy
     whatever the model's dtype. max_tokens: longer inputs are truncated; at most (and by default) the
     model's own limit. ModelLoadError for a model that does not read text (vision, audio, multimodal).
+    Every trace is checked against the model's own numbers (meta["check"], mha_viz.checks): a failed check warns
+    (TraceCheckWarning), or with strict=True (here, or on one trace call) raises TraceCheckError.
     """
 
     def __init__(
@@ -49,8 +53,10 @@ class PretrainedModel:
         name: str | None = None,
         max_tokens: int | None = None,
         dtype: torch.dtype | None = torch.float32,
+        strict: bool = False,
     ):
         refuse_non_text(model)
+        self.strict = strict
         if model.config._attn_implementation != "eager":
             model.set_attn_implementation("eager")
         dispatched = bool(getattr(model, "hf_device_map", None))
@@ -94,7 +100,7 @@ class PretrainedModel:
         special = set(self.tokenizer.all_special_ids)
         unk = self.tokenizer.unk_token_id
         ids = [(i, t) for i, t in zip(enc.ids, enc.tokens, strict=True) if i not in special or i == unk]
-        pieces = [t.removeprefix("##").lstrip("Ġ▁") for i, t in ids if i != unk]
+        pieces = [t.removeprefix("##").lstrip("Ġ▁ ") for i, t in ids if i != unk]  # byte-level labels: " 你"
         return Coverage(len(ids), sum(i == unk for i, _ in ids) if unk is not None else 0,
                         sum(len(p) == 1 and not p.isascii() for p in pieces))
 
@@ -106,21 +112,29 @@ class PretrainedModel:
         part: str | None = None,
         decoder_text: str | None = None,
         head_mask: Sequence[float] | None = None,
+        strict: bool | None = None,
     ) -> AttentionTrace:
         """Every intermediate of one attention layer (part defaults to parts[0]).
 
         head_mask (one value per head; 1 keeps a head, 0 knocks it out) scales each head's block
         of the concat before W_O, inside the real model: later layers see the change too.
         meta: model, architecture, part, layer, truncated (tokens dropped from text and
-        decoder_text), head_mask, check (max abs errors against the model's own numbers).
+        decoder_text), head_mask, check (max abs errors against the model's own numbers). A check beyond rounding
+        warns (TraceCheckWarning); strict (default: the model's strict) raises TraceCheckError instead.
         """
         part = self._part(part)
-        return self._traces(text, [self._layer(part, layer)], part, decoder_text, head_mask)[0]
+        traces = self._traces(text, [self._layer(part, layer)], part, decoder_text, head_mask)
+        verify(traces, strict=self.strict if strict is None else strict)
+        return traces[0]
 
-    def traces(self, text: str, *, part: str | None = None, decoder_text: str | None = None) -> tuple[AttentionTrace, ...]:
-        """Every layer of part from one forward pass: traces(text)[layer] equals trace(text, layer)."""
+    def traces(self, text: str, *, part: str | None = None, decoder_text: str | None = None,
+               strict: bool | None = None) -> tuple[AttentionTrace, ...]:
+        """Every layer of part from one forward pass: traces(text)[layer] equals trace(text, layer); checked as
+        trace() is."""
         part = self._part(part)
-        return tuple(self._traces(text, range(self.num_layers[part]), part, decoder_text, None))
+        traces = tuple(self._traces(text, range(self.num_layers[part]), part, decoder_text, None))
+        verify(traces, strict=self.strict if strict is None else strict)
+        return traces
 
     def _traces(
         self, text: str, layers: Sequence[int], part: str, decoder_text: str | None, head_mask: Sequence[float] | None
@@ -330,7 +344,7 @@ class PretrainedModel:
             if start is None:
                 raise ValueError(f"{self.name} has no decoder_start_token_id to start the decoder input with")
             ids = [start, *ids[:-1]]
-        return Encoded(tuple(ids), tuple(self.tokenizer.convert_ids_to_tokens(ids)), len(full) - len(ids))
+        return Encoded(tuple(ids), token_labels(self.tokenizer, ids), len(full) - len(ids))
 
     def _part(self, part: str | None) -> str:
         if part is None:

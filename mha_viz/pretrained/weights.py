@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..token_labels import vocab_labels
 from ..weights import HeadWeights, centre_writer, fold_reader, per_head_out
 from .adapter import loaded, to_numpy
 from .norms import norm_affine
@@ -106,12 +107,10 @@ def model_weights(model: TextModel, part: str) -> HeadWeights:
 
 
 def vocabulary(tokenizer: object, size: int) -> tuple[str, ...]:
-    """Token i's string for every row of the embedding table; "<id i>" for rows the tokenizer has no token for (tables
-    padded past the vocabulary)."""
+    """Token i's label for every row of the embedding table (mha_viz.token_labels.vocab_labels: a byte-level token as
+    the characters it spells); "<id i>" for rows the tokenizer has no token for (tables padded past the vocabulary)."""
     known = min(size, len(tokenizer))
-    tokens = tokenizer.convert_ids_to_tokens(list(range(known)))
-    return tuple(t if isinstance(t, str) else f"<id {i}>" for i, t in enumerate(tokens)) + tuple(
-        f"<id {i}>" for i in range(known, size))
+    return vocab_labels(tokenizer, range(known)) + tuple(f"<id {i}>" for i in range(known, size))
 
 
 def _unembedding(model: TextModel) -> tuple[np.ndarray | None, np.ndarray | None]:

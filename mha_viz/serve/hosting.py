@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
 from ..params import ViewState
+from .training_budget import UNCALIBRATED, Calibration, page_training_seconds, steps_within
 
 BUNDLED = "bundled"
 LIGHT_CHARS = 300  # a text up to this long (~64 tokens) keeps a page light
@@ -36,7 +37,7 @@ class Budget:
 
     max_tokens: int = 256  # tokens a side of one trace (local: 512, or the model's own maximum)
     max_long_tokens: int = 2048  # tokens of a pretrained model's long trace (local: its positions, up to 32,768)
-    max_training_seconds: int = 10  # estimated CPU seconds of one page's training (training_seconds; local: none)
+    max_training_seconds: int = 10  # CPU seconds of one page's training: steps cut by its estimate, runs stopped when spent
     max_new_tokens: int = 32  # tokens one generation writes (local: 64)
     max_passes: int = 16  # forward passes of one knockout ranking through the whole model
     max_export_mb: int = 50  # the largest file built for a download
@@ -173,66 +174,48 @@ def long_text(text: str) -> bool:
     return len(text) > LIGHT_CHARS
 
 
+LIGHT_NEW_TOKENS = 8  # a generation of at most this many tokens (of a text up to LIGHT_CHARS) is light work
+
+
 def heavy_request(state: ViewState) -> bool:
-    """Whether a page asks for heavy work: training, writing, analysis through a pretrained model, or a text
-    past LIGHT_CHARS (the cross-attention context and a comparison's second sentence count too). Such pages are
-    drawn one at a time (mha_viz/ui/fair.py), so that light pages stay quick beside them."""
+    """Whether a whole page is heavy work: a text past LIGHT_CHARS (the cross-attention context and a comparison's
+    second sentence count too), whose passes and figures are all large. Such pages are drawn one at a time
+    (mha_viz/ui/fair.py), so that light pages stay quick beside them. Other pages take the turn only for the part
+    that is heavy, and only when it has to be computed: a training run, a generation of more than LIGHT_NEW_TOKENS,
+    knockout and patching passes through a model, a model's detectors (not a view of a model or trace already
+    cached: Circuits, Patching's small prompts or Generate's few tokens on a cached model stay light)."""
     texts = (state.text, state.context if state.cross or state.mode == "Pretrained" else "",
              state.other_text if state.view == "Analysis" else "")
-    return (state.mode == "Train" or (state.mode == "Configurable" and state.weights == "trained")
-            or state.view == "Generate" or (state.view == "Analysis" and state.mode == "Pretrained")
-            or any(long_text(t) for t in texts))
+    return any(long_text(t) for t in texts)
+
+
+def heavy_generation(new_tokens: int, text: str) -> bool:
+    """A generation is heavy work when it writes more than LIGHT_NEW_TOKENS or reads a long text."""
+    return new_tokens > LIGHT_NEW_TOKENS or long_text(text)
 
 
 FULL_SIZE = ("run it at full size on your own machine: bash scripts/install.sh && ~/.venvs/mha-viz/bin/streamlit run "
              "app.py (or python -m mha_viz report for one layer)")
 
 
-# What one training step costs, in CPU seconds on one torch thread (a public demo's setting): a fixed part (the
-# optimiser, autograd, the batch), a part per head and one growing with d_model squared (the projections), plus
-# the run's 31 evaluation snapshots. Least-squares fit of 24 points of bench/bench_training_cost.py (two runs, two
-# tasks, h 1 and 8, d_model 8, 32 and 128, 300 steps each) on the 2-core AMD EPYC of bench/RESULTS-training-cost.md,
-# rounded; every point within 30 % of it, most within 15 %. A step's tokens are the tasks' batch of 32 sequences of
-# 10 tokens, the same for every task and setting: they are in the fixed part.
-TRAIN_SECONDS_PER_STEP = {"fixed": 2.1e-3, "per_head": 0.3e-3, "per_d_model_squared": 1.7e-7}
-TRAIN_SECONDS_PER_RUN = 0.1
-
-
-def training_seconds(h: int, d_model: int, steps: int) -> float:
-    """Estimated CPU seconds of one training run of steps Adam steps with h heads at d_model (one torch thread)."""
-    c = TRAIN_SECONDS_PER_STEP
-    return TRAIN_SECONDS_PER_RUN + steps * (c["fixed"] + c["per_head"] * h + c["per_d_model_squared"] * d_model**2)
-
-
-def page_training_seconds(state: ViewState) -> float:
-    """Estimated CPU seconds of the training a page asks for: Train mode trains h heads and, to compare, one
-    head (h > 1); trained weights in configurable mode train h heads (or load shipped ones: then less)."""
-    if state.mode == "Train":
-        return training_seconds(state.h, state.d_model, state.steps) + (
-            training_seconds(1, state.d_model, state.steps) if state.h > 1 else 0.0)
-    if state.mode == "Configurable" and state.weights == "trained":
-        return training_seconds(state.h, state.d_model, state.steps)
-    return 0.0
-
-
-def within_budget(state: ViewState, limits: Budget | None) -> tuple[ViewState, list[str]]:
+def within_budget(state: ViewState, limits: Budget | None,
+                  calibration: Calibration = UNCALIBRATED) -> tuple[ViewState, list[str]]:
     """state with the work it asks for cut to the Budget (None: unchanged), and a notice for each cut.
 
     Tokens are cut where the text is read (the trace builders take limits.max_tokens); this cuts the
-    training steps (to the most whose estimated cost fits max_training_seconds) and the tokens to generate.
+    training steps (to the most whose estimated cost on this machine, calibration, fits max_training_seconds; the
+    runs are also stopped when that time is spent, training_budget.run_budget) and the tokens to generate.
     """
     if limits is None:
         return state, []
     changes, notices = {}, []
-    seconds = page_training_seconds(state)
+    seconds = page_training_seconds(state, calibration)
     if seconds > limits.max_training_seconds:
-        fixed = page_training_seconds(replace(state, steps=0))  # the cost is affine in steps
-        per_step = page_training_seconds(replace(state, steps=1)) - fixed
-        steps = max(1, int((limits.max_training_seconds - fixed) / per_step))
+        steps = steps_within(state, limits.max_training_seconds, calibration)
         changes["steps"] = steps
         notices.append(f"This public demo trains for about {limits.max_training_seconds} s of CPU a page: "
-                       f"{state.steps} steps at h = {state.h}, d_model = {state.d_model} (about {seconds:.0f} s) "
-                       f"became {steps} steps. To {FULL_SIZE}.")
+                       f"{state.steps} steps at h = {state.h}, d_model = {state.d_model} (about {seconds:.0f} s "
+                       f"on this machine) became {steps} steps. To {FULL_SIZE}.")
     if state.new_tokens > limits.max_new_tokens:
         changes["new_tokens"] = limits.max_new_tokens
         notices.append(f"This public demo writes at most {limits.max_new_tokens} tokens at a time (you asked for "

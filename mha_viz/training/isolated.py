@@ -68,6 +68,13 @@ def _start() -> subprocess.Popen:
     return _worker
 
 
+def start_worker() -> None:
+    """Start the worker process now (it imports torch while nothing waits for it), so that the first job does not
+    wait for its start; a worker already running is kept."""
+    with _lock:
+        _start()
+
+
 def _stop() -> None:
     global _worker
     if _worker is not None:

@@ -44,6 +44,7 @@ class TrainedLayer:
     variant: LayerVariant = MHA
     diversity: float = 0.0
     diversity_kind: str = "outputs"
+    cut: bool = False  # its training was stopped by a time budget: steps is where it stopped, not what was asked
 
     @property
     def mean_accuracy(self) -> float:

@@ -6,7 +6,9 @@
 The attention layer is that of a LayerVariant (mha_viz.variants; default multi-head attention).
 Each snapshot measures the model on a fixed evaluation batch (loss, accuracy per relation,
 relation scores) and traces it on the task's fixed probe sequence.
-Deterministic for a seed: the same arguments give identical losses and traces.
+Deterministic for a seed: the same arguments give identical losses and traces. A run given a time budget
+(max_seconds of wall time on a monotonic clock, max_cpu_seconds of the training thread's CPU time) stops when it is
+spent and returns what it reached, marked cut; that run alone depends on the machine.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from time import perf_counter
+from time import monotonic, perf_counter, thread_time
 
 import numpy as np
 import torch
@@ -67,6 +69,13 @@ class TrainingRun:
     variant: LayerVariant = MHA  # the attention layer's variant
     diversity: float = 0.0  # weight of the head-diversity penalty in the loss
     diversity_kind: str = "outputs"  # what the penalty compares (diversity.DIVERSITY_KINDS)
+    steps_asked: int | None = None  # the steps asked for (None: as many as were done)
+    cut: bool = False  # stopped by its time budget before steps_asked: train_loss and the last snapshot end earlier
+
+    @property
+    def steps_done(self) -> int:
+        """The optimiser steps taken (steps_asked unless the run was cut)."""
+        return len(self.train_loss)
 
     @property
     def final(self) -> Snapshot:
@@ -77,7 +86,8 @@ class TrainingRun:
         """The trained model as a TrainedLayer (weights and final scores), to trace any sequence."""
         f = self.final
         return TrainedLayer(self.task, self.num_heads, self.d_model, self.seed, f.step, self.relations, f.loss,
-                            f.accuracy, f.scores, self.final_state, self.variant, self.diversity, self.diversity_kind)
+                            f.accuracy, f.scores, self.final_state, self.variant, self.diversity, self.diversity_kind,
+                            self.cut)
 
     @property
     def snapshot_steps(self) -> np.ndarray:
@@ -136,6 +146,8 @@ def train(
     variant: LayerVariant | None = None,
     diversity: float = 0.0,
     diversity_kind: str = "outputs",
+    max_seconds: float | None = None,
+    max_cpu_seconds: float | None = None,
 ) -> TrainingRun:
     """Train a fresh TinyAttentionModel for `steps` Adam steps, with snapshots at num_snapshots + 1
     evenly spaced steps from 0 to `steps` (fewer when steps < num_snapshots).
@@ -145,6 +157,10 @@ def train(
     on_step(step) is called after every step.
     variant: the attention layer's LayerVariant (None: multi-head attention); ValueError if it cannot run at these
     dims (a mixture-of-heads layer also adds MOH_BALANCE times its router's load-balance loss). diversity ≥ 0 weighs the head-similarity penalty of kind diversity_kind ("outputs" or "maps") in the loss.
+    max_seconds, max_cpu_seconds: a time budget (None: none), counted from the call: wall seconds on a monotonic clock,
+    and CPU seconds of this thread (time.thread_time: the work of other threads and sessions is not counted; with
+    threads > 1 torch's other threads are not either). Checked after every step: once either is spent the run stops
+    (after at least one step), snapshots the model where it is, and returns it with cut=True.
     """
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
@@ -160,6 +176,11 @@ def train(
     eval_targets = spec.targets(eval_tokens)  # (N, T, R)
     eval_masks = relation_masks(spec.positions(eval_tokens).numpy(), spec.seq_len)  # (N, R, T, T)
     record = set(np.linspace(0, steps, num_snapshots + 1).round().astype(int).tolist())
+    for name, limit in (("max_seconds", max_seconds), ("max_cpu_seconds", max_cpu_seconds)):
+        if limit is not None and not (isinstance(limit, (int, float)) and not math.isnan(limit)):
+            raise ValueError(f"{name} must be a number of seconds or None, got {limit!r}")
+    wall_end = monotonic() + max_seconds if max_seconds is not None else math.inf
+    cpu_end = thread_time() + max_cpu_seconds if max_cpu_seconds is not None else math.inf
 
     with torch_threads(threads):
         model = TinyAttentionModel(len(spec.vocab), spec.seq_len, d_model, num_heads, len(spec.relations), seed=seed,
@@ -180,6 +201,7 @@ def train(
 
         snapshots = [snapshot(0)]
         losses = np.empty(steps, dtype=np.float32)
+        cut = False
         start = perf_counter()
         batches = _batches(spec, steps, batch_size, torch.Generator().manual_seed(seed))
         for step, (tokens, targets) in enumerate(batches, start=1):
@@ -194,11 +216,15 @@ def train(
             loss.backward()
             optimiser.step()
             losses[step - 1] = loss.item()
-            if step in record:
+            cut = step < steps and (monotonic() >= wall_end or thread_time() >= cpu_end)
+            if step in record or cut:
                 snapshots.append(snapshot(step))
             if on_step is not None:
                 on_step(step)
+            if cut:
+                losses = losses[:step]
+                break
         seconds = perf_counter() - start
         state = {name: t.detach().numpy().copy() for name, t in model.state_dict().items()}
     return TrainingRun(spec.name, num_heads, d_model, seed, spec.relation_names, losses, tuple(snapshots), seconds, state,
-                       variant, float(diversity), diversity_kind)
+                       variant, float(diversity), diversity_kind, steps, cut)

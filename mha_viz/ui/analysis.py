@@ -6,6 +6,7 @@ with the same heads switched off, the same comparison, and so on.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,15 +41,17 @@ from ..figures.analysis import (
     rollout_figure,
 )
 from ..figures.generation import head_scores_figure, logit_attribution_figure
+from ..figures.common import visible_token
 from ..figures.overview import picked_head
 from ..limits import client_int
 from ..params import COMPARE_WITH, DETECTORS
 from ..parts import SECTIONS
 from ..pretrained.errors import ModelLoadError
 from ..serve.hosting import FULL_SIZE
+from ..token_labels import token_labels, vocab_labels
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
-from .fair import heavy
+from .fair import TimeSpent, check_time, heavy
 from .state import mark_typed
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
@@ -313,10 +316,14 @@ def _model_knockout(whole: TraceSource | None, name: str, layer: int, H: int, of
         else:
             with heavy("Ranking every head through the model"):
                 bar = st.progress(0.0, text="Switching off one head at a time…")
-                effects[f"final hidden state ({ablation} ablation)"] = model_knockout_ranking(
-                    whole.model, whole.text, layer, part=whole.part, decoder_text=whole.decoder_text,
-                    ablation=ablation, reference=reference,
-                    on_pass=lambda done, total: bar.progress(done / total, text=f"Head {done} of {total} switched off"))
+                try:
+                    effects[f"final hidden state ({ablation} ablation)"] = model_knockout_ranking(
+                        whole.model, whole.text, layer, part=whole.part, decoder_text=whole.decoder_text,
+                        ablation=ablation, reference=reference,
+                        on_pass=lambda done, total: check_time() or bar.progress(
+                            done / total, text=f"Head {done} of {total} switched off"))
+                except TimeSpent as err:
+                    st.warning(f"Ranking by the final hidden state {err}", icon=":material/timer_off:")
                 bar.empty()
     chart(ranking_figure(effects), "analysis_ranking", f"{name}-ranking")
     if whole is None:
@@ -327,7 +334,8 @@ def _model_knockout(whole: TraceSource | None, name: str, layer: int, H: int, of
     elif off:
         probs, knocked = next_token_knockout(whole.model, whole.text, layer, off, ablation=ablation,
                                              reference=reference)
-        chart(next_token_figure(probs, knocked, whole.model.tokenizer.convert_ids_to_tokens), "analysis_next_token",
+        decode = functools.partial(vocab_labels, whole.model.tokenizer)
+        chart(next_token_figure(probs, knocked, decode), "analysis_next_token",
               f"{name}-next-token")
 
 
@@ -512,8 +520,8 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
         st.session_state["dla_position"] = T - 1
     a, b = st.columns(2)
     position = a.selectbox("After position", list(range(T)), key="dla_position",
-                           format_func=lambda i: f"{i}: {tokens[i]}", help="The logits at this position predict "
-                           "the token after it.")
+                           format_func=lambda i: f"{i}: {visible_token(tokens[i])}",
+                           help="The logits at this position predict the token after it.")
     target = b.text_input("Token whose logit to split", key="dla_token", max_chars=100,
                           placeholder="empty: the model's top prediction").strip()
     try:
@@ -563,7 +571,7 @@ def _head_detectors(name: str, source: TraceSource) -> None:
     layer, head = field_value("layer"), field_value("head")
     ids, start, n = repeated_tokens(source.model, seed=0)  # (B, start + 2n)
     probe = ids[0].tolist()
-    tokens = tuple(source.model.tokenizer.convert_ids_to_tokens(probe))
+    tokens = token_labels(source.model.tokenizer, probe)
     weights = source.model.attentions_for_ids(probe)[layer]  # (H, T, T)
     st.caption(f"Click a head above (or pick it in Open head) to open it here, on the first probe sequence: {start} start token, then "
                f"{n} random tokens, then the same {n} again. A previous-token head draws the diagonal just below "

@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 @st.cache_resource(show_spinner=False)
 def shared_cache() -> ByteBudgetCache:
-    """Every session's traces, generations and detector scores, together at most MHA_VIZ_CACHE_MB."""
+    """Every session's traces, generations, detector scores and training runs, together at most MHA_VIZ_CACHE_MB."""
     return ByteBudgetCache(cache_bytes(secret=secret))
 
 

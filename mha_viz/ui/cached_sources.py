@@ -16,7 +16,7 @@ from ..long import LongTrace
 from ..pretrained import Generation, ModelLoadError, PretrainedModel
 from ..pretrained.long import ModelLongTrace
 from ..sampling import GREEDY, Sampling
-from ..serve.hosting import Budget, allowed_models, check_model, long_text
+from ..serve.hosting import Budget, allowed_models, check_model, heavy_generation, long_text
 from ..sources import ConfigurableSource, ModelSource
 from ..trace import AttentionTrace
 from . import state
@@ -64,7 +64,8 @@ class CachedModel(ModelSource):
 
     def generate(self, max_new_tokens: int, sampling: Sampling = GREEDY) -> Generation:
         key = ("generation", self.key, self.text, max_new_tokens, sampling)
-        return cached(key, lambda: super(CachedModel, self).generate(max_new_tokens, sampling), "Writing…", heavy=True)
+        return cached(key, lambda: super(CachedModel, self).generate(max_new_tokens, sampling), "Writing…",
+                      heavy=heavy_generation(max_new_tokens, self.text))
 
     def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
         return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed),

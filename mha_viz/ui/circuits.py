@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
+import numpy as np
 import streamlit as st
 
 from ..analysis import copying_scores, ov_circuit, qk_circuit, singular_values
@@ -21,6 +22,7 @@ from ..params import CIRCUITS
 from ..weights import HeadWeights, head_weights
 from .analysis import SectionContext, open_head
 from .cache import cached
+from .state import open_on_best
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 from .text import plain
@@ -58,6 +60,8 @@ def render(c: SectionContext) -> None:
                "it looks, W_OV = W_V W_O what it writes. " f"Norms: {plain(info['folded'])}."
                + (" " + " ".join(plain(n) for n in causal_note) if causal_note else ""))
     copying = _kept(source, ("copying",), lambda: copying_scores(weights()))
+    if not np.isnan(copying.scores).all() and open_on_best("Circuits", copying.most_copying):
+        st.rerun()  # open on the head that copies most (a link that names a head keeps it)
     if field_value("head") >= H:
         st.session_state["head"] = 0
     layer, head = min(field_value("layer"), L - 1), field_value("head")
@@ -128,10 +132,23 @@ def _draw_table(circuit: TokenCircuit, kind: str, name: str) -> None:
                            row_axis=circuit.row_axis, column_axis=circuit.column_axis, colour=colour, title=title,
                            width=width)
     chart(fig, "circuits_table", f"{name}-L{circuit.layer}H{circuit.head}-{kind.replace(' ', '-')}")
-    share = circuit.top_is_self
-    mine = ("" if math.isnan(share) else  # NaN: rows and columns are different things
-            f" In {share:.0%} of the rows the largest entry is the row's own "
-            f"{'token' if kind != 'QK positions' else 'position'}.")
+    mine = _peaks(circuit) if kind == "QK positions" else _self_share(circuit)
     st.caption(f"Rows: {plain(circuit.sampling)}; " + ("every column." if circuit.full else
                f"each row's {circuit.values.shape[1]} largest columns, largest first.") + mine +
                f" Conventions: {plain(circuit.convention)}.")
+
+
+def _self_share(circuit: TokenCircuit) -> str:
+    share = circuit.top_is_self  # NaN: rows and columns are different things
+    return "" if math.isnan(share) else f" In {share:.0%} of the rows the largest entry is the row's own token."
+
+
+def _peaks(circuit: TokenCircuit) -> str:
+    """Where the positional circuit's rows peak: the commonest offset and its share (and the own position's share,
+    when that is not the commonest)."""
+    peak = circuit.peak_offset()
+    said = (f" The rows peak most often at {peak.where} (key − query = {peak.offset:+d}): {peak.share:.1%} of the "
+            f"{peak.rows} rows that have one.")
+    if peak.offset != 0:
+        said += f" {circuit.top_is_self:.1%} of the rows peak at their own position."
+    return said

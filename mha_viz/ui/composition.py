@@ -13,9 +13,11 @@ from .analysis import SectionContext
 from .cache import cached
 from .cached_sources import CachedModel
 from .fair import heavy
+from .state import open_on_best
+from .state import value as field_value
 from .style import page_width
 from .text import plain
-from .views import chart
+from .views import chart, open_head_picker
 
 DETECTED = 0.5  # a detector score above this names a head a previous-token or induction head
 
@@ -50,10 +52,17 @@ def render(c: SectionContext) -> None:
         f"over {result.draws} seeded draws): a score well above that is chosen by the weights. "
         f"Weights: {result.folded}."
     )
+    if open_on_best("Composition", lambda: result.strongest_pair()[1]):
+        st.rerun()  # open on the reader of the strongest pair (a link that names a head keeps it)
+    L, H = result.scores.shape[:2]
+    layer, head = min(field_value("layer"), L - 1), min(field_value("head"), H - 1)
+    writer = result.strongest_writer(layer, head)
     model = result.name or c.name  # the model, not this layer: every layer's heads are in the figure
     chart(composition_figure(result.scores, result.baseline, kind, title=f"{KIND_NAMES[kind]} of {model}",
-                             width=page_width()),
+                             width=page_width(), marked=None if writer is None else (writer, (layer, head))),
           "analysis_composition", f"{model.replace('/', '-')}-composition-{kind}")
+    open_head_picker("_open_head_composition", L, H)
+    st.caption(open_pair_words(result, layer, head))
     if kind == "k" and source.causal_lm:
         try:
             detected = source.head_scores(seed=0)
@@ -62,6 +71,19 @@ def render(c: SectionContext) -> None:
         words = induction_words(result, detected)
         if words:
             st.markdown(words)
+
+
+def open_pair_words(result: CompositionScores, layer: int, head: int) -> str:
+    """What the open head (the reader) reads most, in words with its score (outlined in the figure)."""
+    writer = result.strongest_writer(layer, head)
+    if writer is None:
+        return f"Open head {_head(layer, head)}: a layer-0 head reads no earlier head's output. Pick a later head."
+    score = float(result.scores[(*writer, layer, head)])
+    strongest = result.strongest_pair()
+    best = float(result.scores[(*strongest[0], *strongest[1])])
+    return (f"Open head {_head(layer, head)}: it reads most, through its {READS[result.kind]}, the output of head "
+            f"{_head(*writer)} (the outlined cell): {score:.3f} (random matrices: {result.baseline:.3f}). The "
+            f"strongest pair of the model: {_head(*strongest[0])} → {_head(*strongest[1])}, {best:.3f}.")
 
 
 def _head(layer: int, head: int) -> str:

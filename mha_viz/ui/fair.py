@@ -4,9 +4,14 @@ with more than one heavy request for the CPU and the interpreter; the others wai
 arrival, and say whose work they wait for.
 
 On a public demo (limit_waiting) a visitor has at most one heavy request waiting (besides one running), and a
-request that would wait behind more than the Budget's max_wait_seconds of others' estimated work is refused
-with a "too busy, try again" message instead of queueing: a visitor's heavy page never waits behind more
-than that much of other visitors' work.
+request whose expected wait (the estimated work still to do of every request ahead of it) is more than the
+Budget's max_wait_seconds is refused with a "too busy, try again in about N s" message instead of queueing. A
+running request's work still to do is its estimate minus the time it has run; past its estimate, the rest of its
+time budget (training is stopped when that is spent), or as long again as it has run: never 0 while it runs.
+
+Work is heavy when its estimated cost is (HEAVY_SECONDS and above): light analysis of a model or trace already
+cached does not take the turn. A visitor is a browser (its Streamlit cookie); a client that sends no cookie is
+its network address (visitor_key), so that reconnecting without cookies does not make a new visitor.
 """
 
 from __future__ import annotations
@@ -14,32 +19,44 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from ..serve.hosting import FULL_SIZE
 from .pandas_guard import import_pandas
 
 DEFAULT_SECONDS = 3.0  # estimated CPU seconds of a heavy request whose cost is not known (a generation, a knockout)
+HEAVY_SECONDS = 1.0  # work estimated at this many CPU seconds or more takes the heavy turn; less runs at once
+MIN_LEFT = 1.0  # a running request past its estimate and its time budget still counts this much work to do
+LOOPBACK = ("127.", "::1", "::ffff:127.")  # the project's own proxy (deploy/nginx, scripts/replicas.sh) runs here
 POLL = 0.5  # seconds between two updates of a waiting request's message (each is a point where a rerun stops it)
 
 
 @dataclass(eq=False)
 class Ticket:
-    """One heavy request: whose (session, visitor), its estimated seconds, and when it started running."""
+    """One heavy request: whose (session, visitor), its estimated seconds, the time it is stopped at (None: no time
+    budget), and when it started running."""
 
     session: str
     visitor: str
     seconds: float
+    limit: float | None = None
     started: float | None = None
     arrived: float = field(default_factory=time.monotonic)
 
     def left(self, now: float) -> float:
-        """Estimated seconds of work still to do."""
-        return self.seconds if self.started is None else max(0.0, self.seconds - (now - self.started))
+        """Estimated seconds of work still to do: the estimate minus the time run; past it, what is left of the time
+        budget, or (no budget) as long again as it has run; never below MIN_LEFT while it runs."""
+        if self.started is None:
+            return self.seconds
+        ran = now - self.started
+        if ran < self.seconds:
+            return self.seconds - ran
+        return max(MIN_LEFT, ran if self.limit is None else self.limit - ran)
 
 
 _turn = threading.Condition()  # guards _running and _queue; notified when the turn is released
@@ -53,25 +70,56 @@ class TooBusy(RuntimeError):
     """A heavy request refused rather than queued (its message says why and what to do)."""
 
 
+class TimeSpent(RuntimeError):
+    """Heavy work stopped because it ran past its time limit (check_time; its message says so)."""
+
+
 def limit_waiting(max_wait_seconds: float | None) -> None:
     """From now on refuse a heavy request that would wait behind more than max_wait_seconds of others' estimated
-    work, or that a visitor asks for while another of theirs already waits (None: no limit, a local install)."""
+    work, or that a visitor asks for while another of theirs already waits, and stop heavy work without a time limit
+    of its own after that many seconds (check_time) (None: no limit, a local install)."""
     _max_wait[0] = max_wait_seconds
 
 
+def check_time() -> None:
+    """TimeSpent when this thread's heavy work has run past its time limit (a block's own, or limit_waiting's bound):
+    loops of heavy work (patching passes, knockout passes) call it between passes, so that no heavy request holds the
+    turn much longer than the bound others wait by."""
+    ticket = getattr(_held, "ticket", None)
+    if ticket is None or ticket.limit is None or ticket.started is None:
+        return
+    ran = time.monotonic() - ticket.started
+    if ran > ticket.limit:
+        raise TimeSpent(f"stopped at this demo's time budget: this work ran {ran:.0f} s, more than the "
+                        f"{ticket.limit:.0f} s one heavy request may take here. Ask for less (fewer passes, a shorter "
+                        f"text), or {FULL_SIZE}")
+
+
+def visitor_key(cookies: Mapping[str, str], address: str | None, headers: Mapping[str, str]) -> str | None:
+    """Who a request comes from: its browser's Streamlit cookie (every tab of a browser) or, from a client that
+    sends none, its network address: the client's own, or, when that is the project's own proxy on this machine
+    (a loopback address), the last address in the X-Forwarded-For that proxy appends. None: nothing to tell by."""
+    cookie = cookies.get("_streamlit_xsrf") or cookies.get("mha_viz_route")
+    if isinstance(cookie, str) and cookie:
+        return "cookie:" + hashlib.sha256(cookie.encode()).hexdigest()[:16]
+    if address and address.startswith(LOOPBACK):
+        forwarded = (headers.get("X-Forwarded-For") or "").split(",")[-1].strip()
+        address = forwarded or address
+    return f"address:{address}" if address else None
+
+
 def _whose() -> tuple[str, str]:
-    """(session id, visitor id) of the running script: the visitor is the browser (its Streamlit cookie), so a
-    second tab counts as the same visitor; without cookies (a crafted client, tests) the session."""
+    """(session id, visitor id) of the running script (visitor_key; without a request behind it, as in AppTest,
+    the session)."""
     ctx = get_script_run_ctx()
     session = ctx.session_id if ctx is not None else f"thread-{threading.get_ident()}"
-    cookie = None
+    visitor = None
     if ctx is not None:
         try:
-            cookie = st.context.cookies.get("_streamlit_xsrf") or st.context.cookies.get("mha_viz_route")
+            visitor = visitor_key(st.context.cookies, st.context.ip_address, st.context.headers)
         except Exception:  # noqa: BLE001 - no request behind this run (AppTest): the session stands for the visitor
-            cookie = None
-    visitor = hashlib.sha256(cookie.encode()).hexdigest()[:16] if isinstance(cookie, str) and cookie else session
-    return session, visitor
+            visitor = None
+    return session, visitor or session
 
 
 def refusal(ticket: Ticket, now: float) -> str | None:
@@ -82,10 +130,11 @@ def refusal(ticket: Ticket, now: float) -> str | None:
     if any(t.visitor == ticket.visitor and t.session != ticket.session for t in _queue):
         return ("You already have a heavy page waiting its turn (in another tab); this one was not queued, so that "
                 "others get their turn too. Try again once that page has been drawn.")
-    ahead = sum(t.left(now) for t in _running + _queue if t.visitor != ticket.visitor)
+    ahead = sum(t.left(now) for t in _running + _queue)
     if ahead > limit:
-        return (f"This demo is busy: about {ahead:.0f} s of other visitors' heavy work is queued, more than the "
-                f"{limit:.0f} s a page may wait. Try again in a minute (or change a setting to retry now).")
+        return (f"This demo is busy: the heavy work queued ahead of this page would take about {ahead:.0f} s, more "
+                f"than the {limit:.0f} s a page may wait (MHA_VIZ_MAX_WAIT_SECONDS). Try again in about "
+                f"{ahead:.0f} s (or change a setting to retry then).")
     return None
 
 
@@ -146,20 +195,22 @@ def _release(ticket: Ticket) -> None:
 
 
 @contextmanager
-def heavy(what: str, seconds: float = DEFAULT_SECONDS) -> Iterator[None]:
+def heavy(what: str, seconds: float = DEFAULT_SECONDS, limit: float | None = None) -> Iterator[None]:
     """Run the block as heavy work: at once if no other heavy work runs or waits, else after the requests ahead
     of it (with a message saying whose they are). seconds: the block's estimated CPU seconds (for the bound of
-    limit_waiting and the messages).
+    limit_waiting and the messages); limit: the seconds after which the block stops its work itself (a training's
+    time budget; None: limit_waiting's bound, which check_time enforces). Below HEAVY_SECONDS the block is light and
+    runs at once.
 
     Nested heavy blocks of one thread share its turn. The turn (or the place in line) is given up however the
     block ends, even when Streamlit stops the run (the user changed something) while it waits or works. A request
     refused under limit_waiting shows why and stops this run (st.stop), drawing nothing more.
     """
     import_pandas()  # a long run must not keep others from importing it (pandas_guard)
-    if getattr(_held, "turn", False):
+    if getattr(_held, "turn", False) or seconds < HEAVY_SECONDS:
         yield
         return
-    ticket = Ticket(*_whose(), seconds=seconds)
+    ticket = Ticket(*_whose(), seconds=seconds, limit=limit if limit is not None else _max_wait[0])
     try:
         _take_turn(what, ticket)
     except TooBusy as err:
@@ -169,11 +220,11 @@ def heavy(what: str, seconds: float = DEFAULT_SECONDS) -> Iterator[None]:
     except BaseException:
         _release(ticket)
         raise
-    _held.turn = True
+    _held.turn, _held.ticket = True, ticket
     try:
         yield
     finally:
-        _held.turn = False
+        _held.turn, _held.ticket = False, None
         _release(ticket)
 
 

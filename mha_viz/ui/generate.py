@@ -3,6 +3,9 @@ distribution the token came from, which heads wrote its logit, and where the pre
 
 from __future__ import annotations
 
+import functools
+from contextlib import nullcontext
+
 import numpy as np
 import streamlit as st
 
@@ -12,8 +15,9 @@ from ..figures.overview import picked_head
 from ..limits import MAX_NEW_TOKENS, MAX_SEED
 from ..pretrained.generation import Generation
 from ..sampling import Sampling
-from ..serve.hosting import Budget
+from ..serve.hosting import Budget, heavy_generation
 from ..sources import ModelSource
+from ..token_labels import spelled, token_labels, vocab_labels
 from ..trace import AttentionTrace
 from .fair import heavy
 from .pandas_guard import guarded
@@ -54,11 +58,11 @@ def _rerun_app() -> None:
 
 def _written(gen: Generation, step: int, model) -> str:
     """The prompt, then the tokens written up to this step, the newest highlighted (Markdown, user text escaped)."""
-    def show(tokens) -> str:
-        return plain(model.tokenizer.convert_tokens_to_string(list(tokens)))
-
-    before = show(gen.prompt_tokens) + " **" + show(gen.tokens[: step - 1]) + "**" if step > 1 else show(gen.prompt_tokens)
-    return f"{before} :red-background[**{show(gen.tokens[step - 1:step])}**]"
+    prompt = len(gen.prompt_ids)
+    ids = gen.input_ids(step - 1) + gen.token_ids[step - 1:step]  # the prompt and the tokens written up to this step
+    read, earlier, newest = (plain(p) for p in spelled(model.tokenizer, ids, (prompt, prompt + step - 1)))
+    before = read + " **" + earlier + "**" if step > 1 else read
+    return f"{before} :red-background[**{newest}**]"
 
 
 def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> Sampling:
@@ -103,8 +107,9 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
 
 def _show_step(source: ModelSource, gen: Generation, name: str) -> None:
     """One step of the generation; while playing, each run of this fragment moves on by one token. Its model passes
-    are heavy work: a rerun of this fragment alone takes the heavy turn (fair.heavy) as the whole page does."""
-    with heavy("Writing"):
+    are heavy work when the generation is (serve.hosting.heavy_generation): a rerun of this fragment alone then takes
+    the heavy turn (fair.heavy); a few tokens of a short text are light."""
+    with heavy("Writing") if heavy_generation(len(gen.steps), getattr(source, "text", "")) else nullcontext():
         _draw_step(source, gen, name)
 
 
@@ -135,7 +140,7 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
     narrow = is_narrow()
     left, right = (st.container(), st.container()) if narrow else st.columns([2, 3])
     with left:
-        chart(next_token_figure(chosen.probs, model.tokenizer.convert_ids_to_tokens, chosen.token_id,
+        chart(next_token_figure(chosen.probs, functools.partial(vocab_labels, model.tokenizer), chosen.token_id,
                                 title=f"Step {step}: next token ({how})",
                                 width=page_width() if narrow else column_width(0.4)),
               "gen_probs", f"{name}-step{step}-next-token")
@@ -199,7 +204,7 @@ def _opened_head(source: ModelSource, gen: Generation, step: int, name: str) -> 
         return
     ids = gen.input_ids(step - 1)
     weights = model.attentions_for_ids(list(ids))[layer]  # (H, T, T)
-    tokens = tuple(model.tokenizer.convert_ids_to_tokens(list(ids)))
+    tokens = token_labels(model.tokenizer, ids)
     trace = AttentionTrace(query_tokens=tokens, key_tokens=tokens, weights=weights, causal=True,
                            meta={"unavailable": "attention weights of the model on the text at this step"})
     row = weights[head, -1]  # (T,) the predicting query's row

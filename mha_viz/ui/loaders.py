@@ -15,6 +15,8 @@ from streamlit.errors import StreamlitSecretNotFoundError
 from ..pretrained import INDUCTION_MODEL, InvalidModelNameError, ModelDownloadError, PretrainedModel, load_model
 from ..pretrained.loading import import_model_code
 from ..serve.hosting import ModelRefusedError, budget, hub_model_bytes, is_public
+from ..serve.training_budget import calibrate
+from ..training.isolated import start_worker
 from .pandas_guard import import_pandas
 
 
@@ -77,13 +79,17 @@ def warm_up(wait: float = 0.0, wanted: threading.Event | None = None, painted: t
 
     wait: seconds to let a first page be drawn, and then painted in its browser (`painted`: set when a browser says
     it has painted a chart, app.py), before the loads (~2.5 s of imports mostly, which would share the CPU with
-    them), unless `wanted` is set meanwhile: a page that needs a model is on its way; and again before pandas."""
+    them), unless `wanted` is set meanwhile: a page that needs a model is on its way; and again before pandas. A public
+    demo then calibrates its training estimate on this machine and starts its training worker process."""
     _until_painted(wait, wanted, painted)
     import_model_code()
     for name in ("", INDUCTION_MODEL):
         bundled_model(name)
     _until_painted(wait, None, painted)  # a page that wanted a model may still be drawing: pandas can wait
     import_pandas()  # for tables; a first page goes without it (pandas_guard)
+    if is_public(secret=secret):
+        calibrate()  # this machine's training step (serve.training_budget), measured before a training page needs it
+        start_worker()  # a public demo trains there (mha_viz.training.isolated): its start is not in a page's turn
 
 
 def _until_painted(wait: float, wanted: threading.Event | None, painted: threading.Event | None) -> None:

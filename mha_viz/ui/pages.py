@@ -10,12 +10,13 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from ..checks import failure_message
 from ..config import MHAConfig
 from ..export import safe_filename
 from ..figures.common import plural
 from ..limits import MAX_LONG_TOKENS, MAX_MODEL_LONG_TOKENS, MAX_TOKENS
 from ..long import LongTrace
-from ..params import ViewState, to_query
+from ..params import ViewState
 from ..parts import VIEWS
 from ..pretrained import PretrainedModel
 from ..serve.hosting import FULL_SIZE, Budget
@@ -36,9 +37,11 @@ from .controls import explain_invalid_heads, explain_invalid_kv_heads, random_we
 from .export import export_section
 from .long_model import long_input, long_model_view
 from .sidebar import Sidebar
+from .state import share_query
 from .text import plain
 from .training import (
     accuracy_by_heads,
+    budget_notice,
     cached_trained_layer,
     diversity_effect,
     stoppable,
@@ -133,7 +136,7 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
                          + ("" if s.variant in ("mha", "gqa") else f"-{s.variant}"))
     _layer_views(s, trace, source, name, cfg, long=long, limits=limits)
     export_section(
-        lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+        lambda: source.trace(0), trace=trace, name=name, share_query=share_query(s), max_mb=_max_mb(limits),
         title=(f"Grouped-query attention: h = {cfg.num_heads}, kv_heads = {cfg.kv_heads}" if gqa
                else f"Multi-head attention: h = {cfg.num_heads}" if s.variant == "mha"
                else f"{VARIANT_NAMES[s.variant]} attention: h = {cfg.num_heads}") + f", d_model = {cfg.d_model} (random weights)",
@@ -166,6 +169,8 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     layer = stoppable(key, lambda: cached_trained_layer(*key))
     if layer is None:
         return
+    if layer.cut:
+        budget_notice(f"this layer (h = {s.h})", layer.steps, s.steps, layer.loss, layer.mean_accuracy)
     source = TrainedSource(layer, s.sequence)
     try:
         trace = source.trace(0)
@@ -176,7 +181,7 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     what = "" if variant.kind == "mha" else f"{trained_variant_label(variant, s.h)}, "
     penalty = f", head-diversity penalty {s.diversity:g}" if s.diversity else ""
     st.success(
-        f"**Trained weights.** This layer ({what}h = {s.h}, d_model = {s.d_model}{penalty}) was trained for {s.steps} "
+        f"**Trained weights.** This layer ({what}h = {s.h}, d_model = {s.d_model}{penalty}) was trained for {layer.steps} "
         "steps on "
         f"*{spec.title}*: {spec.description} Mean accuracy {layer.mean_accuracy:.1%} ("
         + ", ".join(f"{r} {a:.0%}" for r, a in zip(layer.relations, layer.accuracy)) + "). "
@@ -201,7 +206,7 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     diversity_effect(layer, trace, s.sequence, name)
     variants_quality(trained_variant_label(variant, s.h), name)
     export_section(
-        lambda: source.trace(0), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+        lambda: source.trace(0), trace=trace, name=name, share_query=share_query(s), max_mb=_max_mb(limits),
         title=f"A layer trained on {spec.title}: h = {s.h}, d_model = {s.d_model}",
         notes={"weights": f"trained for {s.steps} steps on {spec.title} (seed {s.seed})",
                "sequence": " ".join(trace.query_tokens), "mean accuracy": f"{layer.mean_accuracy:.3f}",
@@ -283,6 +288,9 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
         st.warning(f"The input is longer than the model's maximum of {model.max_tokens} tokens: "
                    f"{trace.meta['truncated']} tokens were cut off the end."
                    + (f" This public demo reads at most {limits.max_tokens}; to {FULL_SIZE}." if limits else ""))
+    failed = failure_message(trace)
+    if failed:  # the rebuilt numbers are not the model's own: said before any of them is shown
+        st.error(plain(failed), icon=":material/error:")
     _coverage_warning(model, s.text)
     if trace.missing:
         held = "only the attention weights" if trace.concat is None else "the attention weights, head outputs, concat, W_O and output"
@@ -303,7 +311,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
         render_view(view, ViewContext(s, name, source, trace, shown, layer=s.layer, limits=limits, hidden=hidden,
                                       other_model=other_model))
     export_section(
-        source.trace_loader(s.layer), trace=trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+        source.trace_loader(s.layer), trace=trace, name=name, share_query=share_query(s), max_mb=_max_mb(limits),
         title=f"{model.name}: {s.part} layer {s.layer}",
         notes={"model": model.name, "text": s.text, **({"decoder text": source.decoder_text} if source.decoder_text else {}), **shown_parts()},
     )
@@ -323,6 +331,8 @@ def train_page(s: ViewState, limits: Budget | None = None) -> None:
                         lambda: trained_run(s.task, s.h, s.d_model, s.steps, s.seed))
         if run is None:
             return
+        if run.cut:
+            budget_notice(f"h = {s.h}", run.steps_done, s.steps, run.final.loss, run.final.mean_accuracy)
         source = TrainedSource(run.layer, "")
         trace = source.trace(0)  # the trained layer on the task's probe sequence
         st.caption(f"The trained layer (task {s.task}, h = {s.h}, d_model = {s.d_model}, {s.steps} steps, seed {s.seed}) "
@@ -330,7 +340,7 @@ def train_page(s: ViewState, limits: Budget | None = None) -> None:
         render_view(view, ViewContext(s, name, source, trace, limits=limits))
     if trace is not None:  # a task's probe sequence of a few tokens: a trace of a few kB, kept as it is
         export_section(
-            lambda: trace, name=name, share_query=to_query(s), max_mb=_max_mb(limits),
+            lambda: trace, name=name, share_query=share_query(s), max_mb=_max_mb(limits),
             title=f"Train mode: {TASKS[s.task].title}, h = {s.h} vs h = 1, d_model = {s.d_model}",
             notes={"task": TASKS[s.task].title, "steps": s.steps, "seed": s.seed,
                    "trace": "the trained h-head layer on the task's probe sequence", **shown_parts()},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from contextlib import nullcontext
 
 import numpy as np
 import streamlit as st
@@ -20,9 +21,11 @@ from ..figures.patching import patching_figure
 from ..limits import MAX_PATCH_PASSES
 from ..names import PATCH_CHOICES, PATCH_DIRECTIONS, PATCH_METRICS, PATCH_THROUGH
 from ..pretrained import INDUCTION_MODEL
+from ..serve.hosting import long_text
+from ..token_labels import vocab_token
 from .analysis import SectionContext
 from .composition import DETECTED
-from .fair import heavy
+from .fair import TimeSpent, check_time, heavy
 from .state import value as field_value
 from .style import page_width
 from .text import plain
@@ -46,10 +49,15 @@ def _fill_pair() -> None:
 
 
 def _as_token(model, typed: str) -> int | str:
-    """A typed answer as a token: the token itself if the vocabulary has it, else the single token the word is
-    with a space before it (GPT-2's 'Ġfox'), else the text as typed (the library then says it is not a token)."""
-    if typed in model.tokenizer.get_vocab():
+    """A typed answer as a token: the token itself if the vocabulary has it (as spelled there, or as the page labels
+    it: " fox" for GPT-2's 'Ġfox'), else the single token the word is with a space before it, else the text as typed
+    (the library then says it is not a token)."""
+    vocab = model.tokenizer.get_vocab()
+    if typed in vocab:
         return typed
+    spelled = vocab_token(model.tokenizer, typed)
+    if spelled in vocab:
+        return int(vocab[spelled])
     ids = model.tokenizer(" " + typed, add_special_tokens=False)["input_ids"]
     return int(ids[0]) if len(ids) == 1 and ids[0] != model.tokenizer.unk_token_id else typed
 
@@ -106,7 +114,7 @@ def render(c: SectionContext) -> None:
                 direction, limit, path)
     try:  # a question asked before (by any session on this model and text) is not computed again
         result = c.source.memo(("patching", *question), lambda: _run(model, *question))
-    except ValueError as err:
+    except (ValueError, TimeSpent) as err:
         st.warning(f"Cannot patch: {plain(str(err))}")
         return
     _show(result, c.name)
@@ -160,8 +168,10 @@ def _default_receivers(c: SectionContext, model, L: int, H: int) -> list[str]:
 def _run(model, clean: str, corrupted: str, answer: str, wrong: str | None, metric: str, site: str, direction: str,
          limit: int, path: tuple[tuple[tuple[int, int], ...], str] | None) -> PatchingResult:
     """The patching itself, as heavy work (one at a time across sessions), with a progress bar; site "path": the
-    path patching scan of every sender head to path's (receivers, through)."""
-    with heavy("Patching"):
+    path patching scan of every sender head to path's (receivers, through). Light (no turn) for the prompts of up to
+    LIGHT_CHARS that patching reads, except a path scan (a pass per sender head)."""
+    light = path is None and not (long_text(clean) or long_text(corrupted))
+    with nullcontext() if light else heavy("Patching"):
         bar = st.progress(0.0, text="Patching…")
         common = {"answer": _as_token(model, answer), "wrong": None if wrong is None else _as_token(model, wrong),
                   "metric": metric, "direction": direction, "max_passes": limit}
@@ -169,15 +179,18 @@ def _run(model, clean: str, corrupted: str, answer: str, wrong: str | None, metr
             if path is not None:
                 return path_patching_scan(
                     model, clean, corrupted, receivers=path[0], through=path[1], **common,
-                    on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} senders patched"))
+                    on_pass=lambda done, total: check_time() or bar.progress(done / total,
+                                                                             text=f"{done} of {total} senders patched"))
             return activation_patching(
                 model, clean, corrupted, site=site, **common,
-                on_pass=lambda done, total: bar.progress(done / total, text=f"{done} of {total} patched"))
+                on_pass=lambda done, total: check_time() or bar.progress(done / total, text=f"{done} of {total} patched"))
         finally:
             bar.empty()
 
 
 def _show(result: PatchingResult, name: str) -> None:
+    if result.notice:
+        st.warning(plain(result.notice), icon=":material/content_cut:")
     cols = st.columns(2)
     labelled_value(cols[0], f"Clean run ({METRIC_LABELS[result.metric]})", f"{result.clean:.4g}")
     labelled_value(cols[1], f"Corrupted run ({METRIC_LABELS[result.metric]})", f"{result.corrupted:.4g}")
@@ -228,6 +241,8 @@ def _csv(result: PatchingResult) -> str:
     out.write(f"# clean: {' '.join(result.tokens)}\n# corrupted: {' '.join(result.corrupted_tokens)}\n"
               f"# answer: {result.answer}; wrong: {result.wrong}; metric: {result.metric}; site: {result.site}; "
               f"direction: {result.direction}; clean {result.clean:.6g}; corrupted {result.corrupted:.6g}\n")
+    if result.notice:
+        out.write(f"# {result.notice}\n")
     if "receivers" in result.detail:
         out.write("# path patching: rows = sender layers, columns = sender heads, nan = no path; receivers: "
                   + " ".join(f"{layer}.{h}" for layer, h in result.detail["receivers"])

@@ -13,6 +13,7 @@ from ..figures.readout import contributions_heatmap, token_map_figure
 from ..sources import TraceSource
 from .analysis import SectionContext
 from .cache import cached
+from .state import open_on_best
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 from .views import chart, open_head_picker
@@ -63,6 +64,9 @@ def wo_at_work(c: SectionContext) -> None:
                                       format_func=lambda k: r.answers[k])
     else:
         answer = 0
+    heads_per_layer = len(r.heads) // c.source.num_layers
+    if open_on_best("W_O at work", lambda: divmod(r.strongest()[0], heads_per_layer)):
+        st.rerun()  # open on the head with the largest direct contribution (a link that names a head keeps it)
     row = _picked_row(r, c.source.num_layers)
     narrow = is_narrow()
     left, right = (st.container(), st.container()) if narrow else st.columns([2, 3])

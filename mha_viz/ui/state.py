@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import streamlit as st
 
 from ..params import CLICKED_FIELDS, DEFAULTS, TEXT_CAPS, ViewState, checked_field, parse_query, to_query
@@ -9,6 +11,9 @@ from ..parts import all_fields
 from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
 
 _SEEDED = "_seeded_from_url"
+_URL_HEAD = "_url_named_head"  # the session's first URL named a layer or a head
+_OPENED = "_opened_on"  # the sections that open on their best head, once shown (open_on_best)
+HEAD_FIELDS = frozenset({"layer", "head"})
 
 
 def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
@@ -34,6 +39,7 @@ def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
         # A link that sets an advanced field opens the Advanced section, so that it is seen.
         st.session_state[ADVANCED_OPEN] = any(getattr(state, f) != getattr(DEFAULTS, f) for f in ADVANCED_FIELDS)
         st.session_state["_url_notices"] = notices
+        st.session_state[_URL_HEAD] = bool(HEAD_FIELDS & set(st.query_params.to_dict()))
         st.session_state[_SEEDED] = True
     return st.session_state["_url_notices"]
 
@@ -54,9 +60,19 @@ def value(name: str) -> object:
     return st.session_state.get(name, all_fields()[name].default)
 
 
+def share_query(state: ViewState) -> dict[str, str]:
+    """The URL parameters of a link that reproduces the view: to_query, plus the layer and head even at their
+    defaults once a section of this session opened on its best head (open_on_best), since a link without them
+    would open that section on the best head again, not on the one shown."""
+    query = to_query(state)
+    if st.session_state.get(_OPENED):
+        query |= {name: str(getattr(state, name)) for name in sorted(HEAD_FIELDS)}
+    return query
+
+
 def write_url(state: ViewState, extra: dict[str, str] | None = None) -> None:
     """Mirror the state into the URL so that a copied link reproduces the view."""
-    wanted = {**to_query(state), **(extra or {})}
+    wanted = {**share_query(state), **(extra or {})}
     if st.query_params.to_dict() != wanted:
         st.query_params.from_dict(wanted)
 
@@ -71,3 +87,24 @@ def mark_typed(key: str) -> None:
 
 def was_typed(name: str) -> bool:
     return name in st.session_state.get(TYPED, set())
+
+
+def open_on_best(section: str, best: Callable[[], tuple[int, int]]) -> bool:
+    """Open a section on its most informative head (best(): its (layer, head), from the library) the first time the
+    session shows it, unless the URL named a layer or head, a lesson is open (its step says which head), or the head
+    open now was picked (a head other than the default L0H0 and other than those sections opened on). Returns True
+    when it changed the open head (the caller reruns the page, so that everything drawn before the section shows that
+    head too)."""
+    opened = st.session_state.setdefault(_OPENED, {})  # {section: the head it opened on, None: it kept the open one}
+    if section in opened or value("lesson"):  # a lesson step's state says which head is open
+        return False
+    now = (value("layer"), value("head"))
+    untouched = now == (DEFAULTS.layer, DEFAULTS.head) or now in opened.values()
+    if st.session_state.get(_URL_HEAD) or not untouched:
+        opened[section] = None
+        return False
+    opened[section] = picked = best()
+    if picked == now:
+        return False
+    st.session_state["layer"], st.session_state["head"] = picked
+    return True

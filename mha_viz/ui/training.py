@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from time import monotonic
 from typing import TypeVar
 
 import numpy as np
@@ -13,8 +15,10 @@ from ..analysis.redundancy import redundancy
 from ..config import MHAConfig
 from ..figures.analysis import divergence_figure
 from ..limits import MAX_DIVERSITY, MAX_SEED, MAX_STEPS
+from ..serve.hosting import FULL_SIZE
+from ..serve.training_budget import UNCALIBRATED, Calibration, calibration, run_budget, training_seconds
 from ..trace import AttentionTrace
-from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train, trained_layer
+from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train
 from ..training.figures import (
     accuracy_by_heads_figure,
     accuracy_vs_cache_figure,
@@ -36,6 +40,7 @@ from .controls import (
     heads_slider,
     variant_controls,
 )
+from .cache import shared_cache
 from .fair import heavy
 from .style import column_width
 from .views import chart
@@ -78,10 +83,44 @@ def stoppable(key: tuple, train: Callable[[], T]) -> T | None:
     slot = st.empty()
     slot.button("Stop training", key=f"stop_{abs(hash(key))}", on_click=stopped.add, args=(key,), icon=":material/stop:")
     try:
-        with heavy("Training"):
-            return train()
+        return train()  # a run that has to train takes the heavy turn itself (_budgeted); a cached one does not
     finally:
         slot.empty()
+
+
+_page = threading.local()  # this script run's training budget (set_training_budget); each session runs in its thread
+
+
+def set_training_budget(seconds: float | None, machine: Calibration = UNCALIBRATED) -> None:
+    """The CPU seconds this run's page may spend training (a public demo's max_training_seconds; None: no limit),
+    and this machine's Calibration for the estimates: the page's training runs share it, each stopped when the
+    page's time is spent (run_budget)."""
+    _page.budget = None if seconds is None else (seconds, machine)
+    _page.spent = 0.0
+
+
+@contextmanager
+def _budgeted(h: int, d_model: int, steps: int, variant: LayerVariant | None, diversity: float
+              ) -> Iterator[dict[str, float]]:
+    """One training run as heavy work (fair.heavy with its estimate; light when that is small), yielding train()'s
+    time-budget arguments: what is left of the page's (none without a page budget)."""
+    page = getattr(_page, "budget", None)
+    estimate = training_seconds(h, d_model, steps, variant, diversity, calibration() if page is None else page[1])
+    share = None if page is None else run_budget(page[0], _page.spent)
+    with heavy("Training", estimate, None if share is None else max(0.0, share.wall_seconds)):
+        started = monotonic()
+        try:
+            yield {} if share is None else {"max_seconds": share.wall_seconds, "max_cpu_seconds": share.cpu_seconds}
+        finally:
+            if page is not None:
+                _page.spent += monotonic() - started
+
+
+def budget_notice(what: str, reached: int, asked: int, loss: float, accuracy: float) -> None:
+    """Say that a training run was stopped at the demo's time budget, and what it reached."""
+    st.warning(f"Training {what} was stopped at this demo's time budget: it reached step {reached} of {asked} (loss "
+               f"{loss:.4f}, mean accuracy {accuracy:.1%} there), and what follows shows the model as it was then. "
+               f"To {FULL_SIZE}.", icon=":material/timer_off:")
 
 
 _isolated = False  # train in child processes (a public demo: page.py calls train_in_child_processes())
@@ -101,27 +140,45 @@ def _train(task: str, h: int, d_model: int, steps: int, seed: int, on_step: Call
     return run(task, h, d_model, steps, seed, on_step=on_step, **options)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
+def _cached_training(key: tuple, h: int, d_model: int, steps: int, variant: LayerVariant, diversity: float,
+                     what: str, run: Callable[[Callable[[int], None], dict[str, float]], T]) -> T:
+    """The shared cache's value for key, or run(on_step, time limits) with a progress bar, as heavy work (_budgeted).
+
+    The heavy turn is taken before the cache computes, never while it holds the key: a request waiting for the turn
+    then keeps nobody who holds the turn waiting for that key."""
+    cache = shared_cache()
+    if key in cache:
+        found = cache.peek(key)
+        if found is not None:
+            return found
+    with _budgeted(h, d_model, steps, variant, diversity) as limits, progress_bar(what, steps) as on_step:
+        return cache.get(key, lambda: run(on_step, limits))
+
+
 def trained_run(task: str, h: int, d_model: int, steps: int, seed: int, variant: LayerVariant = MHA,
                 diversity: float = 0.0) -> TrainingRun:
-    """One training run, cached on its plain arguments; shows a progress bar while it trains."""
-    plain = variant == MHA and not diversity
-    with progress_bar(f"h = {h}", steps) as on_step:
-        return _train(task, h, d_model, steps, seed, on_step, **({} if plain else
-                                                                  {"variant": variant, "diversity": diversity}))
+    """One training run, kept in the shared cache on its plain arguments; shows a progress bar while it trains."""
+    options = {} if variant == MHA and not diversity else {"variant": variant, "diversity": diversity}
+    return _cached_training(("training run", task, h, d_model, steps, seed, variant, diversity), h, d_model, steps,
+                            variant, diversity, f"h = {h}",
+                            lambda on_step, limits: _train(task, h, d_model, steps, seed, on_step, **limits, **options))
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
 def cached_trained_layer(task: str, h: int, d_model: int, steps: int, seed: int,
                          variant: LayerVariant = MHA, diversity: float = 0.0) -> TrainedLayer:
     """The trained layer for these arguments (the attention variant, the head-diversity penalty on head outputs):
-    shipped with the package, or trained now with a progress bar."""
+    shipped with the package, or trained now with a progress bar (kept in the shared cache)."""
     plain = variant == MHA and not diversity
-    if plain and precomputed_layer(task, h, d_model, seed, steps) is not None:
-        return trained_layer(task, h, d_model, seed, steps)
-    with progress_bar(f"h = {h}, d_model = {d_model} on {TASKS[task].title}", steps) as on_step:
-        options = {} if plain else {"variant": variant, "diversity": diversity}
-        return _train(task, h, d_model, steps, seed, on_step, **options).layer
+    if plain:  # read (and checked against its sha256) once
+        shipped = shared_cache().get(("shipped layer", task, h, d_model, seed, steps),
+                                     lambda: precomputed_layer(task, h, d_model, seed, steps))
+        if shipped is not None:
+            return shipped
+    options = {} if plain else {"variant": variant, "diversity": diversity}
+    return _cached_training(
+        ("trained layer", task, h, d_model, steps, seed, variant, diversity), h, d_model, steps, variant, diversity,
+        f"h = {h}, d_model = {d_model} on {TASKS[task].title}",
+        lambda on_step, limits: _train(task, h, d_model, steps, seed, on_step, **limits, **options).layer)
 
 
 def who_takes_what(scores: np.ndarray, relations: tuple[str, ...]) -> str:
@@ -149,6 +206,10 @@ def accuracy_by_heads(layer: TrainedLayer, name: str) -> None:
     chart(accuracy_by_heads_figure(known, layer.num_heads), "accuracy_by_heads", f"{name}-accuracy-by-h")
     st.caption(f"Mean accuracy on the task after {layer.steps} steps, for each h at d_model = {layer.d_model} "
                f"(seed {layer.seed}); this h in red. Hover a bar for each relation's top head.")
+    for k in known:
+        if k.cut:
+            st.caption(f"h = {k.num_heads} was stopped at this demo's time budget after {k.steps} of {layer.steps} "
+                       "steps: its bar shows the accuracy it had reached.")
     missing = [h for h in choices if h not in {k.num_heads for k in known}]
     if missing:
         st.caption(f"Drag h to {', '.join(map(str, missing))} to train and add {'it' if len(missing) == 1 else 'them'}.")
@@ -167,6 +228,8 @@ def diversity_effect(layer: TrainedLayer, trace: AttentionTrace, sequence: str, 
         st.caption("One head has no other head to differ from: pick h ≥ 2 to see the penalty's effect.")
         return
     base = cached_trained_layer(layer.task, layer.num_heads, layer.d_model, layer.steps, layer.seed, layer.variant, 0.0)
+    if base.cut:
+        st.caption(f"The layer without the penalty was stopped at this demo's time budget after {base.steps} steps.")
     base_trace = base.trace(sequence or None)
     columns = st.columns(2)
     for column, (what, trained, weights) in zip(columns, (
@@ -286,6 +349,9 @@ def training_page(h: int, d_model: int, steps: int, seed: int, task: str, varian
                        ) if h > 1 and run is not None else None
     if run is None or (h > 1 and single is None):
         return None
+    for r in (run, single):
+        if r is not None and r.cut:
+            budget_notice(f"h = {r.num_heads}", r.steps_done, steps, r.final.loss, r.final.mean_accuracy)
     if single is not None:
         _comparison(run, single)
     else:

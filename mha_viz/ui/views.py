@@ -30,6 +30,7 @@ from ..figures import (
 from ..figures.common import describe, figure_title, plural, token_label, under_toolbar, with_automargin
 from ..figures.heads import MAX_CELLS_PER_SIDE, zoom_window
 from ..figures.lines import MAX_LINE_TOKENS, picked_token
+from ..figures.output_path import output_path_ranges
 from ..figures.overview import picked_head
 from ..figures.steps import score_parts_figure
 from ..formulas import formulas, variant_formulas
@@ -515,6 +516,10 @@ def output_path_view(trace: AttentionTrace, name: str) -> None:
     if trace.kv_heads is not None:
         st.caption(concat_text(trace))
     chart(output_path_figure(trace, width=page_width()), "output_path", f"{name}-concat-wo")
+    clipped = " ".join(filter(None, (r.sentence(what) for r, what in zip(output_path_ranges(trace),
+                                                                         ("Concat and output", "W_O")))))
+    if clipped:
+        st.caption(clipped)
     checks = trace.check_wo_path()
     tolerance = trace.rounding_tolerance()
     dtype = trace.output.dtype

@@ -60,6 +60,7 @@ def app_with(folder: str, view: str) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 def test_every_view_renders_without_a_gap(folders, name):
     at = app_with(folders[name], "Heads")
@@ -75,6 +76,7 @@ def test_every_view_renders_without_a_gap(folders, name):
         assert not any(" needs " in i.value for i in at.info), view
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 def test_why_one_score_names_what_the_model_adds(folders, name):
     at = app_with(folders[name], "One head")
@@ -86,6 +88,7 @@ def test_why_one_score_names_what_the_model_adds(folders, name):
     assert any("The parts of query" in t for t in titles) == bool(CONFIGS[name][1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt_oss", "diffllama", "deepseek_v3", "gemma3"])
 def test_every_analysis_section_draws_or_says_why(folders, name):
     """Sinks (rows that sum to less than 1), differential heads (signed weights, no W_QK per head) and latent attention

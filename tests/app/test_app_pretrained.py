@@ -193,6 +193,7 @@ def test_unadapted_architecture_shows_what_the_generic_path_holds(model_folders:
     assert not at.exception and not at.error and at.get("plotly_chart")  # knockout works on the generic path
 
 
+@pytest.mark.slow
 def test_every_analysis_section_renders_for_the_bundled_model() -> None:
     from mha_viz.params import SECTIONS
 

@@ -20,6 +20,7 @@ def drawn(at: AppTest) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("params", [
     {},  # the configurable layer, random weights: no embeddings
     {"weights": "trained"},  # the configurable layer trained on a task (a shipped layer)
@@ -63,3 +64,13 @@ def test_on_the_induction_model_the_induction_heads_copy_most_and_the_url_keeps_
     assert again.radio(key="circuit").value == "QK positions"
     pos = z_matrix(heatmaps(chart(again, "circuits_table"))[0])  # layer 0, head 2: the previous-token head
     assert np.isnan(pos[3, 4]) and (np.nanargmax(pos[1:], axis=1) == np.arange(127)).mean() > 0.95
+
+
+def test_the_positional_caption_says_where_the_previous_token_heads_rows_peak() -> None:
+    """Layer 0, head 2 of induction-2l: its rows peak one position back (126 of the 127 rows that have one), and the
+    caption says so, not only how few peak at their own position."""
+    at = drawn(new_app(**INDUCTION, layer="0", head="2", circuit="QK positions").run())
+    said = [c.value for c in at.caption if "rows peak most often" in c.value]
+    assert len(said) == 1, [c.value for c in at.caption]
+    assert "the previous position (key − query = -1): 99.2% of the 127 rows that have one" in said[0]
+    assert "0.8% of the rows peak at their own position" in said[0]

@@ -67,6 +67,7 @@ def _draws(at: AppTest, view: str, h: int, g: int) -> None:
         assert ("Grouped-query attention leaves this step unchanged" in texts(at)) == grouped, where
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("h", [1, 2, 4, 8, 16])
 def test_every_kv_heads_position_draws_every_layer_view(h: int) -> None:
     at = new_app(h=str(h), d_model="64", variant="gqa").run()

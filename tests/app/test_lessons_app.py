@@ -143,6 +143,7 @@ def answer(at: AppTest, lesson: Lesson, number: int, step: Step) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lesson", lessons(), ids=lambda lesson: lesson.source)
 def test_every_step_of_every_lesson_sets_its_state_asks_and_explains(lesson: Lesson) -> None:
     at = new_app(lesson=str(lesson.number)).run()

@@ -66,6 +66,7 @@ def long_trace(folder: str) -> tuple[PretrainedModel, ModelLongTrace]:
     return model, model.long_trace(ids=ModelSource(model, TEXT, model.parts[0]).long_ids())
 
 
+@pytest.mark.slow
 def test_a_long_text_gets_every_layers_overview_zoom_and_statistics(folders):
     at = app_with(folders["llama"])
     assert not at.error and not at.warning, [w.value for w in at.warning]
@@ -136,6 +137,7 @@ def test_a_cancelled_long_trace_says_so_and_can_start_again(folders):
     assert not at.exception and "heads_long" in [c.key for c in at.get("plotly_chart")]
 
 
+@pytest.mark.slow
 def test_a_long_trace_larger_than_the_shared_cache_is_refused_with_a_message(folders, monkeypatch):
     from mha_viz.ui.cache import shared_cache
 
@@ -150,6 +152,7 @@ def test_a_long_trace_larger_than_the_shared_cache_is_refused_with_a_message(fol
         shared_cache.clear()
 
 
+@pytest.mark.slow
 def test_the_session_keeps_a_key_not_the_long_trace(folders):
     """The zoom is a fragment whose arguments Streamlit keeps for the session's life: they hold a loader of the
     shared cache's value, not the trace. Once the cache lets the trace go, nothing keeps it; moving the zoom then

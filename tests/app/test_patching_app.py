@@ -85,6 +85,23 @@ def test_bad_input_gets_a_message_not_an_exception() -> None:
     assert not at.exception and at.radio(key="patch_site").value == "head"
 
 
+def test_prompts_longer_than_the_model_reads_are_cut_with_a_notice() -> None:
+    """induction-2l has 128 positions: prompts of 141 tokens are patched on their first 128, and the page says so."""
+    clean = " ".join(["red fox blue sky green tree red"] * 20)  # <bos> + 140 words
+    at = new_app(**CAUSAL, view="Analysis", section="Patching", patch_pair="", patch_clean=clean,
+                 patch_corrupted=clean.replace("fox", "cat"), patch_answer="fox", patch_wrong="cat").run()
+    assert not at.exception and not at.error
+    notices = [w.value for w in at.warning if "longer than the model reads" in w.value]
+    assert len(notices) == 1 and "only their first 128 of 141 tokens were patched" in notices[0]
+    assert z_matrix(chart(at, "analysis_patching")["data"][0]).shape == (2, 4)
+    from mha_viz.pretrained import load_model
+    from mha_viz.ui.patching import _csv
+
+    result = activation_patching(load_model(INDUCTION_MODEL), clean, clean.replace("fox", "cat"), answer="fox",
+                                 wrong="cat")
+    assert f"# {result.notice}" in _csv(result).splitlines()[:4]  # the CSV download says it too
+
+
 def test_knockout_says_which_ablation_it_used() -> None:
     at = new_app(**CAUSAL, view="Analysis", section="Knockout", layer="0", off="2").run()
     assert not at.exception and not at.error

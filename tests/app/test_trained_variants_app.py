@@ -193,6 +193,7 @@ def test_trained_variants_at_other_control_positions_draw_their_heads_and_view(p
     assert at.button_group(key="view").value == view and at.get("plotly_chart")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("params", [{"variant": "diff"}, {"variant": "moh", "moh_k": "1"}, {"variant": "mla"},
                                     {"variant": "window", "window": "2"}], ids=lambda p: p["variant"])
 def test_every_analysis_section_works_on_each_trained_variant(params: dict[str, str]) -> None:

@@ -47,6 +47,7 @@ def check_window_view(at: AppTest, window: int, sinks: str) -> None:
     assert ((band == 2).any()) == (sinks == "tokens" and window < 13)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sinks", ["none", "logit", "tokens"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_every_window_and_sinks_draws_heads_and_the_window_view(sinks: str, causal: bool) -> None:

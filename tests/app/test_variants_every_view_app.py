@@ -38,6 +38,7 @@ def test_each_variant_view_is_offered_for_its_variant_only() -> None:
         assert [v for v in own.values() if v in menu] == ([own[kind]] if kind in own else []), kind
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(VARIANTS))
 def test_every_offered_view_draws_the_variant_without_an_error(kind: str) -> None:
     caption = describe(MHAConfig(64, 4), variant(kind))
@@ -54,6 +55,7 @@ def test_every_offered_view_draws_the_variant_without_an_error(kind: str) -> Non
             assert at.get("plotly_chart"), (kind, view)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["mla", "window", "diff", "moh"])
 def test_every_analysis_section_takes_the_variant_or_says_why_not(kind: str) -> None:
     for section in SECTIONS.menu("Configurable", ConfigurableSource("a b", MHAConfig(64, 4), variant=variant(kind))):

@@ -4,14 +4,18 @@ One run of the script (module fixture, ~30 s): the page paints its heatmaps thro
 head slider works over the proxied websocket; one browser keeps one replica (its route cookie);
 a replica whose process group is killed is started again while nginx and the other replica serve;
 browsers with different cookies spread over both replicas, and nginx's access log shows every
-route on a single replica; stopping the script stops every process it started.
+route on a single replica; stopping the script stops every process it started. One address's flood
+(sessions, requests in progress, idle connections) stops at the site file's per-client limits while
+a browser from another address paints its page.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -273,3 +277,106 @@ def kill_a_replica_and_see_it_back(url: str, run_dir: Path, proc: subprocess.Pop
             break
         assert time.monotonic() < deadline, "nginx never sent a request to the restarted replica"
         time.sleep(1)
+
+
+# ------------------------------------------------------------------------------------------ per-client limits
+
+ATTACKER = "127.0.0.2"  # another loopback address: to nginx a client other than the browser's 127.0.0.1
+REFUSED = "HTTP/1.1 429 Too Many Requests"
+
+
+def site_setting(pattern: str) -> int:
+    """A number in the shipped site file (deploy/nginx/mha-viz.conf), e.g. a limit_conn's limit."""
+    found = re.findall(pattern, (ROOT / "deploy" / "nginx" / "mha-viz.conf").read_text())
+    assert len(set(found)) == 1, (pattern, found)
+    return int(found[0])
+
+
+def from_attacker(port: int, request: bytes = b"") -> socket.socket:
+    """A TCP connection to nginx from ATTACKER, after sending request (nothing: an idle connection)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(ATTACKER, 0))
+    sock.sendall(request)
+    return sock
+
+
+def session_request(port: int, i: int) -> bytes:
+    """A websocket handshake to Streamlit's session endpoint, with its own route cookie."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    return (f"GET /_stcore/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nCookie: mha_viz_route={i:032x}\r\n\r\n").encode()
+
+
+def status_line(sock: socket.socket) -> str:
+    """The first line of the answer on sock ('' if nginx closed it without one)."""
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\r\n")[0].decode()
+
+
+def answered(sock: socket.socket) -> str | None:
+    """The status line already received on sock, or None if nothing has come yet (without waiting)."""
+    if not select.select([sock], [], [], 0)[0]:
+        return None
+    return sock.recv(4096, socket.MSG_PEEK).split(b"\r\n")[0].decode()
+
+
+def test_one_address_cannot_take_the_front_from_other_visitors(tmp_path) -> None:
+    """From one address: 300 sessions (websockets) at once get the site file's 32, the rest 429 from nginx at once;
+    requests in progress stop at its 128 per address (200 requests whose bodies never come: the first 96 beside the
+    32 sessions are held, the others 429); and 300 idle TCP connections are closed by nginx after its
+    client_header_timeout. Meanwhile a browser from another address opens a page: it paints over its websocket.
+    Loopback only, about 800 sockets, all closed at the end."""
+    sessions = site_setting(r"limit_conn mha_viz_sessions (\d+);")
+    per_address = site_setting(r"limit_conn mha_viz_per_address (\d+);")
+    header_timeout = site_setting(r"client_header_timeout (\d+)s;")
+    held: list[socket.socket] = []
+    with replicas(tmp_path) as (url, run_dir, proc, _):
+        port = int(url.rsplit(":", 1)[1])
+        try:
+            flood = [from_attacker(port, session_request(port, i)) for i in range(300)]
+            statuses = [status_line(sock) for sock in flood]
+            assert statuses.count("HTTP/1.1 101 Switching Protocols") == sessions
+            assert statuses.count(REFUSED) == 300 - sessions, sorted(set(statuses))
+            held += [sock for sock, status in zip(flood, statuses) if status != REFUSED]
+            for sock, status in zip(flood, statuses):
+                if status == REFUSED:
+                    sock.close()
+
+            post = f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 1000\r\n\r\n".encode()  # no body
+            posts = [from_attacker(port, post) for _ in range(200)]
+            held += posts
+            expected = 200 - (per_address - sessions)
+            deadline = time.monotonic() + 60
+            while sum(answered(sock) == REFUSED for sock in posts) < expected and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(0.5)  # any further answer would have come by now
+            assert sum(answered(sock) == REFUSED for sock in posts) == expected
+            others = {answered(sock) for sock in posts} - {REFUSED}
+            assert others <= {None, ""}, others  # held (nginx waits for their bodies; '': closed after its timeout)
+
+            idle = [from_attacker(port) for _ in range(300)]
+            held += idle
+            with chromium() as browser:  # another visitor, from 127.0.0.1
+                context, page = open_page(browser, url)
+                assert len(painted_heatmaps(page)) == 4 and page.errors == []
+                context.close()
+
+            deadline = time.monotonic() + header_timeout + 30
+            for sock in idle:  # nginx closes them (recv: b"", or a reset)
+                sock.settimeout(max(0.1, deadline - time.monotonic()))
+                try:
+                    assert sock.recv(1) == b""
+                except ConnectionResetError:
+                    pass
+        finally:
+            for sock in held:
+                sock.close()
+        log = (run_dir / "nginx-error.log").read_text()
+        assert f'limiting connections by zone "mha_viz_sessions", client: {ATTACKER}' in log
+        assert f'limiting connections by zone "mha_viz_per_address", client: {ATTACKER}' in log
+        assert re.search(rf'limiting requests, excess: [\d.]+ by zone "mha_viz_new_sessions", client: {ATTACKER}', log)
+        assert "client: 127.0.0.1," not in log  # the browser was never limited

@@ -104,6 +104,30 @@ def test_the_positional_part_of_the_previous_token_head_looks_one_back_in_a_caus
     assert (pos.top_columns[1:] == np.arange(127)).mean() > 0.95  # layer 0, head 2: the previous-token head
 
 
+def test_the_peak_offset_says_where_the_positional_rows_peak(weights) -> None:
+    """Layer 0, head 2 peaks one back in 126 of the 127 rows that have a previous position; head 3 on itself."""
+    prev = qk_circuit(weights, 0, 2, positional=True, causal=True).peak_offset()
+    assert (prev.offset, prev.rows, prev.where) == (-1, 127, "the previous position")
+    assert prev.share == pytest.approx(126 / 127)
+    own = qk_circuit(weights, 0, 3, positional=True, causal=True).peak_offset()
+    assert own.offset == 0 and own.rows == 128 and own.share > 0.95 and own.where == "their own position"
+
+
+def test_the_peak_offset_counts_only_rows_that_can_reach_it() -> None:
+    """A hand-made 4 x 4 table whose rows peak two ahead (the last two rows cannot, and peak elsewhere)."""
+    values = np.full((4, 4), -1.0, dtype=np.float32)
+    values[[0, 1], [2, 3]] = 5.0
+    values[[2, 3], [0, 0]] = 5.0
+    vocab = tuple("0123")
+    table = circuits.TokenCircuit("QK positions", 0, 0, "W_pos W_QK W_pos^T", values, np.arange(4), np.arange(4),
+                                  True, vocab, vocab, "query position", "key position", "", "")
+    peak = table.peak_offset()
+    assert (peak.offset, peak.share, peak.rows, peak.where) == (2, 1.0, 2, "2 positions ahead")
+    with pytest.raises(ValueError, match="different kinds"):
+        circuits.TokenCircuit("OV", 0, 0, "", values, np.arange(4), np.arange(4), True, vocab, tuple("abcd"),
+                              "", "", "", "").peak_offset()
+
+
 def test_top_k_rows_of_a_sample_equal_the_full_tables_rows(weights, monkeypatch) -> None:
     monkeypatch.setattr(circuits, "CHUNK", 50)  # several chunks of columns: the running top-k across them
     for full, top in ((ov_circuit(weights, 1, 0), ov_circuit(weights, 1, 0, top_k=5, sample=20, seed=3)),

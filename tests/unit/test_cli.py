@@ -319,6 +319,45 @@ def test_without_hard_links_a_new_file_is_still_written_and_an_existing_one_kept
     assert (here / "u.json").read_text() == "someone else's" and leftovers(here) == []
 
 
+# ------------------------------------------------------------------------------------------ long names
+
+NAME_MAX = os.pathconf(".", "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+# names of exactly NAME_MAX bytes: ASCII, and two-byte UTF-8 characters (fewer characters than bytes)
+LONGEST = {"ascii": "r" * (NAME_MAX - 5) + ".html", "utf-8": "é" * ((NAME_MAX - 5) // 2) + "r" * ((NAME_MAX - 5) % 2) + ".html"}
+
+
+@pytest.mark.parametrize("kind", sorted(LONGEST))
+def test_a_name_of_the_longest_length_the_file_system_takes_is_written(here: Path, capsys, kind: str) -> None:
+    name = LONGEST[kind]
+    assert len(os.fsencode(name)) == NAME_MAX == os.pathconf(here, "PC_NAME_MAX")
+    assert main(["report", *SMALL, "--out", name, "--json", name[:-5] + ".json"]) == 0  # as long: .json, .html
+    assert f"wrote {name}" in capsys.readouterr().out
+    assert (here / name).read_bytes().startswith(b"<!DOCTYPE html") and leftovers(here) == []
+    assert main(["report", *SMALL, "--out", name, "--force"]) == 0  # replacing it takes the same short temporary file
+    assert leftovers(here) == [] and sorted(os.listdir(here)) == sorted([name, name[:-5] + ".json"])
+
+
+def test_a_figure_with_the_longest_name_is_written(here: Path, capsys, monkeypatch) -> None:
+    import mha_viz.paper
+
+    monkeypatch.setattr(mha_viz.paper, "figure_bytes", lambda fig, fmt, **kwargs: b"<svg/>")  # kaleido not needed
+    name = "é" * ((NAME_MAX - 4) // 2) + "f" * ((NAME_MAX - 4) % 2) + ".svg"
+    assert len(os.fsencode(name)) == NAME_MAX
+    assert main(["figure", *SMALL, "--out", name]) == 0
+    assert (here / name).read_bytes() == b"<svg/>" and leftovers(here) == []
+
+
+@pytest.mark.parametrize("name", ["r" * (NAME_MAX - 4) + ".html", "é" * (NAME_MAX - 5) + ".html"],
+                         ids=["one byte over", "as many characters, twice the bytes"])
+def test_a_name_over_the_limit_is_refused_in_one_line_before_any_work(here: Path, capsys, no_work, name: str) -> None:
+    size = len(os.fsencode(name))
+    refused(capsys, (*SMALL, "--out", name), f"--out: the file name {name[:20]}...{name[-12:]} is {size} bytes long "
+            f"(UTF-8), more than the {NAME_MAX} its folder's file system allows: give a shorter name")
+    assert list(here.iterdir()) == []
+    assert main(["figure", *SMALL, "--out", name[:-5] + "x.svg"]) == 2  # as long
+    assert "bytes long (UTF-8), more than the" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------------------ stated dtypes
 
 

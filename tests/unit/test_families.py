@@ -6,6 +6,7 @@ projection modules; a wrong adapter must be caught; vision and audio models are 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,9 @@ import torch
 import transformers as tf
 from transformers import AutoModel, AutoTokenizer
 
+from mha_viz import TraceCheckWarning
 from mha_viz.analysis import score_terms, without_tokens
+from mha_viz.checks import failures
 from mha_viz.figures.steps import score_parts_figure
 from mha_viz.pretrained import ModelLoadError, PretrainedModel, bundled_model_dir, load_model
 from mha_viz.pretrained import generic as generic_module
@@ -498,7 +501,8 @@ def test_diffllama_lambda_and_both_maps_are_the_modules_own(models, traced):
                                                                        differential=0.5))
     m.adapter = wrong_lambda(m.model)
     try:
-        assert m.trace(TEXTS[0], 1).meta["check"]["head outputs vs concat"] > 1e-3
+        with pytest.warns(TraceCheckWarning, match="head outputs vs concat"):
+            assert m.trace(TEXTS[0], 1).meta["check"]["head outputs vs concat"] > 1e-3
     finally:
         m.adapter = adapter_for(m.model)
 
@@ -620,15 +624,20 @@ NEGATIVE = {
 
 @pytest.mark.parametrize("name", NEGATIVE)
 def test_a_wrong_adapter_is_caught(models, name):
-    """The same checks that pass above fail when the adapter gets one thing wrong (a negative control)."""
+    """The same checks that pass above fail when the adapter gets one thing wrong (a negative control), and the
+    trace says so (a TraceCheckWarning naming the layer)."""
     m = models[name]
     m.adapter = wrong(name, **NEGATIVE[name][1])(m.model)
     try:
         errors = []
         for layer in range(m.num_layers["encoder" if m.kind == "encoder" else "decoder"]):
-            t = m.trace(TEXTS[0], layer)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", TraceCheckWarning)
+                t = m.trace(TEXTS[0], layer)
             errors.append(np.abs(t.weights - m.attentions(TEXTS[0])[layer]).max())
             assert t.meta["check"]["weights vs output_attentions"] == pytest.approx(errors[-1], abs=1e-6)
+            assert bool(caught) == bool(failures(t)) == (errors[-1] > 1e-4), NEGATIVE[name][0]
+            assert all(f"layer {layer}" in str(w.message) for w in caught)
         assert max(errors) > 1e-3, NEGATIVE[name][0]
     finally:
         m.adapter = adapter_for(m.model)

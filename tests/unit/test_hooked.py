@@ -232,3 +232,19 @@ def test_logit_attribution_adds_up_to_the_logit_and_equals_transformer_lens_per_
         stacked = cache.stack_head_results(layer=-1, pos_slice=position, apply_ln=True)  # (L*H, 1, d)
         theirs = (stacked[:, 0] @ ht.W_U[:, a.token_id]).detach().numpy().reshape(a.heads.shape)
         np.testing.assert_allclose(a.heads, theirs, atol=1e-4)
+
+
+def test_a_failed_check_speaks_up_for_a_hooked_model_too(monkeypatch) -> None:
+    """A HookedModel whose soft-cap reading is wrong (1.0 where the model has none) warns, or with strict raises."""
+    from mha_viz import TraceCheckError, TraceCheckWarning
+
+    model = load_model(hooked(**CONFIGS["standard"]))
+    monkeypatch.setattr(HookedModel, "_softcap", lambda self: 1.0)
+    with pytest.warns(TraceCheckWarning, match=r"decoder layer 0: .*weights vs hook_pattern: max \|difference\|"):
+        model.trace(TEXT, 0)
+    with pytest.raises(TraceCheckError, match="tolerance"):
+        model.traces(TEXT, strict=True)
+    strict = load_model(hooked(**CONFIGS["standard"]), strict=True)
+    assert strict.strict is True
+    with pytest.raises(TraceCheckError):
+        strict.trace(TEXT, 1)

@@ -423,3 +423,27 @@ def test_differential_heads_are_not_patched_one_query_head_at_a_time() -> None:
     assert "differential" in patching_unavailable(model)
     with pytest.raises(ValueError, match="differential"):
         activation_patching(model, "the cat sat", "the dog sat", answer="on", wrong="in")
+
+
+def test_prompts_longer_than_the_model_reads_are_cut_with_a_notice():
+    """A tiny GPT-2 has 64 positions: prompts of 80 tokens are cut to their first 64, and every result says so
+    (kept of how many); patch_heads, a bare number, refuses them; two long prompts of different lengths are refused
+    although both would be cut to 64."""
+    model = tiny_causal("gpt2")
+    words = "the cat sat on the warm mat and then the dog ran to the old red barn".split()
+    long_words = (words * 10)[:78]  # [CLS] + 78 + [SEP] = 80 tokens
+    clean, corrupted = " ".join(long_words), " ".join(["a", *long_words[1:]])
+    assert len(model.encode(clean).ids) == 64 and model.encode(clean).dropped == 16
+    result = activation_patching(model, clean, corrupted, answer="cat")
+    assert result.truncated == (64, 80) and len(result.tokens) == 64
+    assert result.notice.startswith("The prompts are longer than the model reads: only their first 64 of 80 tokens")
+    scan = path_patching_scan(model, clean, corrupted, receivers=[(1, 0)], answer="cat")
+    assert scan.truncated == (64, 80) and "64 of 80" in scan.notice
+    one = path_patching(model, clean, corrupted, sender=(0, 1), receivers=[(1, 0)], answer="cat")
+    assert one.truncated == (64, 80) and "64 of 80" in one.notice
+    with pytest.raises(ValueError, match="only their first 64 of 80 tokens would be patched"):
+        patch_heads(model, clean, corrupted, [(0, 1)], answer="cat")
+    with pytest.raises(ValueError, match="same number of tokens: 80 and 81"):
+        activation_patching(model, clean, corrupted + " mat", answer="cat")
+    short = activation_patching(model, CLEAN, CORRUPTED, answer="cat")
+    assert short.truncated is None and short.notice is None

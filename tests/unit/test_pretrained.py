@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from mha_viz.pretrained import (
     BUNDLED_MODEL,
     BUNDLED_SHA256,
     InvalidModelNameError,
+    ModelConfigError,
     ModelDownloadError,
     ModelIntegrityError,
     ModelLoadError,
@@ -181,6 +183,38 @@ def test_missing_package_says_how_to_install(monkeypatch):
 def test_folder_without_config_is_refused(tmp_path):
     with pytest.raises(ModelLoadError, match="no config.json"):
         load_model(tmp_path)
+
+
+def corrupt_hub_cache(cache: Path, monkeypatch, config: bytes = b'{"model_type": "gpt2", ') -> tuple[str, Path]:
+    """A Hugging Face hub cache (HF_HUB_CACHE layout) holding a model whose config.json is not valid JSON, offline:
+    (its hub id, the config's path)."""
+    import huggingface_hub.constants
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / "models--tiny-org--broken"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_bytes(config)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return "tiny-org/broken", snapshot / "config.json"
+
+
+@pytest.mark.parametrize(("config", "problem"), [(b'{"model_type": "gpt2", ', "JSONDecodeError: Expecting property"),
+                                                 (b"\xff\xfe{}", "UnicodeDecodeError"),
+                                                 (b"[1, 2]", "a JSON list, not an object")])
+def test_a_cached_model_with_a_corrupt_config_says_so(tmp_path, monkeypatch, config, problem):
+    """Not "not in the cache": the config is corrupt, with its path and the JSON error (a folder alike)."""
+    name, path = corrupt_hub_cache(tmp_path, monkeypatch, config)
+    with pytest.raises(ModelConfigError) as info:
+        load_model(name)
+    message = str(info.value)
+    assert f"its config {path} is corrupt ({problem}" in message and "not in the cache" not in message
+    assert isinstance(info.value, ModelLoadError)
+    with pytest.raises(ModelConfigError, match=f"config {re.escape(str(path))} is corrupt"):
+        load_model(path.parent)
 
 
 BAD_IDS = ["", "-bert", ".hidden", "/etc/passwd", "../secrets/model", "org/..", "a/b/c", "org/na me", "org/name?x=1"]
