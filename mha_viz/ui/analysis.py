@@ -43,7 +43,7 @@ from ..figures.generation import head_scores_figure, logit_attribution_figure
 from ..figures.overview import picked_head
 from ..limits import client_int
 from ..params import COMPARE_WITH, DETECTORS
-from ..parts import SECTIONS
+from ..parts import SECTIONS, bounds
 from ..pretrained.errors import ModelLoadError
 from ..serve.hosting import FULL_SIZE
 from ..sources import ModelSource, TraceSource
@@ -218,7 +218,7 @@ def _redundancy(trace: AttentionTrace, name: str) -> None:
         "Jensen-Shannon divergence between two heads' attention rows, averaged over the query tokens: "
         "0 bits = they attend identically, 1 bit = to disjoint tokens. Similar heads are clustered together."
     )
-    threshold = st.slider("Near-duplicate below (mean JSD, bits)", 0.0, 0.5, step=0.01, key="threshold")
+    threshold = st.slider("Near-duplicate below (mean JSD, bits)", *bounds("threshold"), step=0.01, key="threshold")
     result = redundancy(trace.weights, threshold)
     chart(divergence_figure(result), "analysis_divergence", f"{name}-redundancy")
     if result.duplicates:

@@ -9,7 +9,8 @@ import streamlit as st
 from ..figures import heads_figure
 from ..figures.generation import logit_attribution_figure, next_token_figure, step_attention_figure
 from ..figures.overview import picked_head
-from ..limits import MAX_NEW_TOKENS, MAX_SEED
+from ..limits import MAX_NEW_TOKENS
+from ..parts import bounds
 from ..pretrained.generation import Generation
 from ..sampling import Sampling
 from ..serve.hosting import Budget
@@ -66,15 +67,15 @@ def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> Sampling:
     cols = st.columns([2, 2, 1, 2, 1])
     st.session_state["new_tokens"] = min(st.session_state.get("new_tokens", 8), max_new_tokens)
     cols[0].slider("New tokens", 1, max_new_tokens, key="new_tokens")
-    temperature = cols[1].slider("Temperature", 0.0, 2.0, step=0.05, key="temperature",
+    temperature = cols[1].slider("Temperature", *bounds("temperature"), step=0.05, key="temperature",
                                  help="0: greedy, always the most likely token. Above 0: sample from "
                                  "softmax(logits / temperature); higher flattens the distribution.")
     sampling = temperature > 0
-    cols[2].number_input("Top-k", 0, 1_000_000, key="top_k", disabled=not sampling,
+    cols[2].number_input("Top-k", *bounds("top_k"), key="top_k", disabled=not sampling,
                          help="Keep only the k most likely tokens before sampling (0: off).")
-    cols[3].slider("Top-p", 0.01, 1.0, step=0.01, key="top_p", disabled=not sampling,
+    cols[3].slider("Top-p", *bounds("top_p"), step=0.01, key="top_p", disabled=not sampling,
                    help="Keep the smallest set of most likely tokens whose probabilities reach p (1: off).")
-    cols[4].number_input("Seed", 0, MAX_SEED, key="gen_seed", disabled=not sampling, help="Sampling is reproducible.")
+    cols[4].number_input("Seed", *bounds("gen_seed"), key="gen_seed", disabled=not sampling, help="Sampling is reproducible.")
     state = st.session_state
     return Sampling.from_settings(temperature, state["top_k"], state["top_p"], int(state["gen_seed"]))
 

@@ -1,0 +1,99 @@
+"""One declaration of a number's range: the URL parser accepts exactly the StateField's bounds, and the slider or
+number box of that field offers exactly those bounds; a link outside them gets a notice, not a broken page."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import mha_viz.params  # noqa: F401 - registers the views' and sections' fields
+from mha_viz.parts import all_fields
+from tests.app.test_gqa_app import new_app, url
+
+BOUNDED = {name: f for name, f in all_fields().items() if f.bounds is not None}
+CAUSAL = dict(mode="Pretrained", model="mha-viz/induction-2l")
+# Links that draw the widgets of the ranged fields (a new ranged field needs a link here: the walk says so).
+HOSTS = (
+    dict(variant="mla", seed="1"),  # MLA's controls, and Advanced open (d_k, d_v, d_out, seed)
+    dict(variant="window", view="Window & sinks"),
+    dict(weights="trained"),
+    dict(mode="Train", h="2", d_model="32", steps="40"),
+    dict(CAUSAL, view="Generate", temperature="1"),
+    dict(CAUSAL, view="Analysis", section="Circuits"),
+    dict(view="Analysis", section="Redundancy"),
+    dict(view="Shapes & cost", cost_variant="mla"),
+    dict(view="Shapes & cost", cost_variant="window"),
+    dict(variant="moh", h="8"),
+)
+
+
+def _past(value: float, direction: int) -> float:
+    """The nearest value beyond a bound: one whole number for int bounds, a little for float bounds."""
+    return value + direction if isinstance(value, int) else value + direction * 1e-3
+
+
+def accepts(name: str, value: float) -> bool:
+    try:
+        all_fields()[name].parse(str(value))
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDED))
+def test_the_url_parser_accepts_exactly_the_declared_bounds(name: str) -> None:
+    lo, hi = BOUNDED[name].bounds
+    assert accepts(name, lo) and accepts(name, hi)
+    assert not accepts(name, _past(lo, -1)) and not accepts(name, _past(hi, +1))
+
+
+def widget_ranges(at: AppTest) -> dict[str, tuple[float, float]]:
+    """key -> (min, max) of every slider, number box and select slider on the page whose key is a registered field."""
+    known = all_fields()
+    out = {}
+    for kind in ("slider", "number_input"):
+        for w in at.get(kind):
+            if w.key in known:
+                out[w.key] = (w.min, w.max)
+    for w in at.get("select_slider"):
+        if w.key in known:
+            numbers = [float(o.replace(",", "")) for o in w.options]  # "1,024"
+            out[w.key] = (min(numbers), max(numbers))
+    return out
+
+
+def test_every_ranged_field_s_widget_offers_the_range_its_url_parameter_accepts() -> None:
+    seen: dict[str, tuple[float, float]] = {}
+    for link in HOSTS:
+        at = new_app(**link).run()
+        assert not at.exception, (link, at.exception)
+        for name, (lo, hi) in widget_ranges(at).items():
+            seen[name] = (lo, hi)
+            f = all_fields()[name]
+            if f.bounds is not None:
+                assert (lo, hi) == f.bounds, (name, (lo, hi), f.bounds)
+            else:  # a range that follows the data (h, the layers, the tokens): within what a link may name
+                assert accepts(name, _whole(lo)) and accepts(name, _whole(hi)), (name, lo, hi)
+    assert set(BOUNDED) <= set(seen), f"no link in HOSTS draws the widget of {sorted(set(BOUNDED) - set(seen))}"
+
+
+def _whole(x: float) -> float:
+    return int(x) if float(x).is_integer() and not math.isinf(x) else x
+
+
+@pytest.mark.parametrize("window", ["33", "512"])
+def test_a_window_link_beyond_the_slider_gives_a_notice_and_a_page_that_keeps_working(window: str) -> None:
+    at = new_app(variant="window", window=window).run()
+    assert not at.exception
+    notices = " ".join(w.value for w in at.warning)
+    lo, hi = all_fields()["window"].bounds
+    assert f"window='{window}'" in notices and f"from {lo} to {hi}" in notices, notices
+    slider = at.slider(key="window")
+    assert (slider.min, slider.max) == (lo, hi) and lo <= slider.value <= hi
+    assert at.get("plotly_chart")  # the heads are drawn
+    slider.set_value(hi).run()  # the session works after
+    assert not at.exception and at.slider(key="window").value == hi and url(at, "window") == str(hi)
+    at.segmented_control(key="view").set_value("Window & sinks").run()
+    assert not at.exception and at.get("plotly_chart")
