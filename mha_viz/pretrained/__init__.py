@@ -29,17 +29,20 @@ from .errors import (
 from .generation import Generation, GenerationStep
 from .hooked import HookedModel, hooked_weights
 from .loading import (
+    BUNDLED_INSTALL,
     BUNDLED_MODEL,
     BUNDLED_SHA256,
     INDUCTION_MODEL,
     INDUCTION_SHA256,
     bundled_model_dir,
+    bundled_model_installed,
     induction_model_dir,
     load_model,
 )
 from .model import PretrainedModel
 
 __all__ = [
+    "BUNDLED_INSTALL",
     "BUNDLED_MODEL",
     "BUNDLED_SHA256",
     "INDUCTION_MODEL",
@@ -55,6 +58,7 @@ __all__ = [
     "ModelNotInstalledError",
     "PretrainedModel",
     "bundled_model_dir",
+    "bundled_model_installed",
     "hooked_weights",
     "induction_model_dir",
     "load_model",
