@@ -498,6 +498,14 @@ def _shorten(raw: str, n: int = 40) -> str:
     return raw if len(raw) <= n else raw[:n] + "…"
 
 
+def value_notice(name: str, value: object, expected: str, using: object, *, here: bool = False) -> str:
+    """The one notice for a value the app cannot use, from a link or beyond what this page has (here: a head this
+    layer lacks, a position past the text's end): the parameter, the value, what a valid one is, what is used."""
+    raw = value if isinstance(value, str) else _format(value)
+    used = using if isinstance(using, str) else _format(using)
+    return f"URL parameter {name}='{_shorten(raw)}' is not valid{' here' if here else ''} ({expected}); using {used}."
+
+
 def parse_query(params: Mapping[str, str | list[str]], ignore: frozenset[str] = frozenset()) -> tuple[ViewState, list[str]]:
     """ViewState from query params; invalid or unknown params give defaults and a notice each."""
     values: dict[str, object] = {}
@@ -514,7 +522,7 @@ def parse_query(params: Mapping[str, str | list[str]], ignore: frozenset[str] = 
         try:
             values[key] = field.parse(raw)
         except (ValueError, TypeError, OverflowError):
-            notices.append(f"URL parameter {key}='{_shorten(raw)}' is not valid ({field.describe()}); using the default {field.default!r}.")
+            notices.append(value_notice(key, raw, field.describe(), f"the default {field.default!r}"))
     return ViewState(**values), notices
 
 

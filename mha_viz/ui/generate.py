@@ -18,7 +18,7 @@ from ..sources import ModelSource
 from ..trace import AttentionTrace
 from .fair import heavy
 from .pandas_guard import guarded
-from .state import current, write_url
+from .state import current, fit, write_url
 from .style import column_width, is_narrow, page_width
 from .text import plain
 from .views import chart, open_head_picker
@@ -65,7 +65,8 @@ def _written(gen: Generation, step: int, model) -> str:
 def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> Sampling:
     """The sampling widgets (keys are ViewState fields); returns the Sampling they set."""
     cols = st.columns([2, 2, 1, 2, 1])
-    st.session_state["new_tokens"] = min(st.session_state.get("new_tokens", 8), max_new_tokens)
+    if st.session_state.get("new_tokens", 8) > max_new_tokens:  # a public demo writes fewer
+        fit("new_tokens", max_new_tokens, f"a number of tokens from 1 to {max_new_tokens} on this demo")
     cols[0].slider("New tokens", 1, max_new_tokens, key="new_tokens")
     temperature = cols[1].slider("Temperature", *bounds("temperature"), step=0.05, key="temperature",
                                  help="0: greedy, always the most likely token. Above 0: sample from "
@@ -96,7 +97,9 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
         st.warning(f"Cannot generate: {plain(str(err))}")
         return
     n = len(gen.steps)
-    st.session_state["gen_step"] = min(max(1, st.session_state.get("gen_step", 1)), n)
+    if st.session_state.get("gen_step", 1) > n:
+        fit("gen_step", n, f"a step from 1 to {n}: {n} tokens were written")
+    st.session_state["gen_step"] = max(1, st.session_state.get("gen_step", 1))
     playing = st.session_state.get("gen_play", False)
     fragment = st.fragment(guarded(_show_step), run_every=PLAY_SECONDS if playing else None)
     fragment(source, gen, name)

@@ -83,7 +83,7 @@ def model_field(allowed: tuple[str, ...] | None) -> str:
         if st.session_state.get("model", "") not in allowed:
             st.warning(f"This demo only loads the models listed here; '{plain(st.session_state['model'][:60])}' is not one of them.")
             st.session_state["model"] = allowed[0]
-        missing = "" if bundled_model_installed() else None
+        missing = None if bundled_model_installed() else ""
         st.selectbox("Model", allowed, key="model",
                      format_func=lambda m: LISTED.get(m, m) + (" (not installed)" if m == missing else ""))
     st.text_area("Sentence", key="text", max_chars=MAX_LONG_TEXT_CHARS, height=90,

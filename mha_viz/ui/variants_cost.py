@@ -14,6 +14,7 @@ from ..variants import NAMES as LAYER_NAMES
 from ..variants import LayerVariant
 from ..variants_cost import PRESETS, VARIANT_NAMES, VARIANTS, CostRow, VariantShape, comparison, parameters, preset_rows
 from .style import page_width
+from .state import fit
 from .views import chart
 
 SINK_TOKENS = 4  # StreamingLLM keeps the first 4 tokens
@@ -26,8 +27,7 @@ def _keep_valid(key: str, options: list[int], what: str) -> None:
     value = st.session_state.get(key)
     if value not in options:
         new = min(options, key=lambda o: (abs(o - value) if isinstance(value, int) else 0, o))
-        st.session_state[key] = new
-        st.caption(f"{what} = {value} is not possible here, so it is now {new}.")
+        fit(key, new, f"{what}: one of {', '.join(map(str, options))} here")
 
 
 def _variant_shape(cfg: MHAConfig) -> VariantShape | None:

@@ -97,3 +97,43 @@ def test_a_window_link_beyond_the_slider_gives_a_notice_and_a_page_that_keeps_wo
     assert not at.exception and at.slider(key="window").value == hi and url(at, "window") == str(hi)
     at.segmented_control(key="view").set_value("Window & sinks").run()
     assert not at.exception and at.get("plotly_chart")
+
+
+def notices(at: AppTest) -> str:
+    return " ".join(w.value for w in at.warning).replace("\\", "")  # Markdown escapes
+
+
+def test_every_ranged_field_beyond_its_range_in_a_link_gets_a_notice_naming_it_its_value_and_its_range() -> None:
+    beyond = {name: str(_past(f.bounds[1], +1)) for name, f in BOUNDED.items()}
+    at = new_app(**beyond).run()
+    assert not at.exception
+    said = notices(at)
+    for name, raw in beyond.items():
+        assert f"URL parameter {name}='{raw}' is not valid ({BOUNDED[name].describe()})" in said, name
+        lo, hi = BOUNDED[name].bounds
+        assert f"{lo:g}" in BOUNDED[name].describe() and f"{hi:g}" in BOUNDED[name].describe()
+
+
+# Values a link may name (within their fields' bounds) that this page has not got: 4 heads, a 12-token text, the
+# tokens written. Each used to be replaced silently.
+BEYOND_THE_PAGE = [
+    (dict(h="4", head="7", view="One head"), "head", "7", "this layer's heads are 0 to 3"),
+    (dict(h="4", compare="1,9", view="Heads"), "compare", "1,9", "this layer's heads are 0 to 3"),
+    (dict(h="4", view="Analysis", section="Knockout", off="0,6"), "off", "0,6", "this layer's heads are 0 to 3"),
+    (dict(h="4", view="Analysis", section="Compare", compare_head="9",
+          other_text="the cat sat on the mat"), "compare_head", "9",
+     "this layer's heads are 0 to 3"),
+    (dict(h="4", view="One head", q_pos="300"), "q_pos", "300", "a position from 0 to"),
+    (dict(CAUSAL, view="Generate", new_tokens="4", gen_step="9"), "gen_step", "9", "a step from 1 to 4"),
+]
+
+
+@pytest.mark.parametrize(("link", "name", "raw", "valid"), BEYOND_THE_PAGE, ids=[b[1] for b in BEYOND_THE_PAGE])
+def test_a_link_s_value_this_page_has_not_got_is_replaced_with_a_notice(link, name: str, raw: str, valid: str) -> None:
+    assert name in all_fields() and accepts(name, raw.split(",")[-1])  # a valid URL value, just not here
+    at = new_app(**link).run()
+    assert not at.exception
+    said = notices(at)
+    assert f"URL parameter {name}='{raw}' is not valid here ({valid}" in said, said
+    at.run()  # said once, then the page goes on with the value it used
+    assert not at.exception and f"{name}='{raw}'" not in notices(at)
