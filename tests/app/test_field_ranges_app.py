@@ -29,6 +29,18 @@ HOSTS = (
 )
 
 
+# Fields whose widget's range follows the page, not a constant: they declare no bounds, and a link's value the page
+# has not got is replaced with a notice (test below). Any other slider or number box must read its field's bounds.
+FOLLOWS_THE_PAGE = {
+    "h": "the divisors of d_model",
+    "moh_k": "the routed heads, h - moh_shared",
+    "moh_shared": "below h",
+    "new_tokens": "a public demo's max_new_tokens",
+    "gen_step": "the tokens written",
+    "cost_context": "a power of two (its parser's own list, CONTEXTS)",
+}
+
+
 def _past(value: float, direction: int) -> float:
     """The nearest value beyond a bound: one whole number for int bounds, a little for float bounds."""
     return value + direction if isinstance(value, int) else value + direction * 1e-3
@@ -74,7 +86,8 @@ def test_every_ranged_field_s_widget_offers_the_range_its_url_parameter_accepts(
             f = all_fields()[name]
             if f.bounds is not None:
                 assert (lo, hi) == f.bounds, (name, (lo, hi), f.bounds)
-            else:  # a range that follows the data (h, the layers, the tokens): within what a link may name
+            else:  # a range that follows the page: within what a link may name
+                assert name in FOLLOWS_THE_PAGE, f"{name}'s widget has a range: declare it as the field's bounds"
                 assert accepts(name, _whole(lo)) and accepts(name, _whole(hi)), (name, lo, hi)
     assert set(BOUNDED) <= set(seen), f"no link in HOSTS draws the widget of {sorted(set(BOUNDED) - set(seen))}"
 
