@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ..limits import MAX_LONG_TEXT_CHARS, MAX_MODEL_CHARS, MAX_TEXT_CHARS
-from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, PARTS
+from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, PARTS, value_notice
 from ..pretrained import BUNDLED_INSTALL, BUNDLED_MODEL, INDUCTION_MODEL, PretrainedModel, bundled_model_installed
 from .state import mark_typed
 from .text import plain
@@ -102,7 +102,8 @@ def layer_controls(model: PretrainedModel) -> list[str]:
     part = st.session_state["part"]
     n = model.num_layers[part]
     if st.session_state.get("layer", 0) >= n:
-        notices.append(f"{model.name} has {n} {part} layers (0 to {n - 1}); showing layer {n - 1}.")
+        notices.append(value_notice("layer", st.session_state["layer"], f"{model.name} has {n} {part} layers, "
+                                    f"0 to {n - 1}", n - 1, here=True))
         st.session_state["layer"] = n - 1
     if n == 1:
         st.session_state["layer"] = 0
