@@ -35,7 +35,7 @@ FOLLOWS_THE_PAGE = {
     "h": "the divisors of d_model",
     "moh_k": "the routed heads, h - moh_shared",
     "moh_shared": "below h",
-    "new_tokens": "a public demo's max_new_tokens",
+    "new_tokens": "a public demo's max_new_tokens (its budget's notice says so)",
     "gen_step": "the tokens written",
     "cost_context": "a power of two (its parser's own list, CONTEXTS)",
 }
