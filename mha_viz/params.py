@@ -268,7 +268,10 @@ def _ranged(name: str, default: object, lo: float, hi: float, expected: str, *, 
             raise ValueError
         return value
 
-    return StateField(name, default, parse, expected.format(lo=f"{lo:g}", hi=f"{hi:g}"), bounds=(lo, hi))
+    def shown(x: float) -> str:
+        return str(x) if isinstance(x, int) else f"{x:g}"
+
+    return StateField(name, default, parse, expected.format(lo=shown(lo), hi=shown(hi)), bounds=(lo, hi))
 
 
 def _core_ranged(name: str, lo: float, hi: float, expected: str, **kind: bool) -> StateField:
