@@ -21,12 +21,15 @@ from .limits import (
     MAX_MODEL_CHARS,
     MAX_MODEL_LONG_TOKENS,
     MAX_NEW_TOKENS,
+    MAX_REACH_LAYERS,
+    MAX_ROPE_DIM,
     MAX_SEED,
     MAX_SEQUENCE_CHARS,
     MAX_STEPS,
     MAX_TEXT_CHARS,
     MAX_TOKENS,
     MAX_VARIANT_WIDTH,
+    MAX_WINDOW,
     client_int,
 )
 from .names import (
@@ -144,13 +147,6 @@ def _int(raw: str, lo: int, hi: int) -> int:
     return value
 
 
-def _rope_dim(raw: str) -> int:
-    value = _int(raw, 0, MAX_VARIANT_WIDTH)
-    if value % 2:
-        raise ValueError
-    return value
-
-
 def _bool(raw: str) -> bool:
     low = raw.strip().lower()
     if low in ("1", "true", "yes", "on"):
@@ -173,10 +169,6 @@ def _short_text(n: int):
         return raw
 
     return parse
-
-
-def _optional_width(raw: str) -> int | None:
-    return None if raw.strip().lower() in ("", "auto") else _int(raw, 1, MAX_HEAD_WIDTH)
 
 
 def _heads(raw: str) -> tuple[int, ...]:
@@ -262,6 +254,31 @@ def _core(name: str, parse: Callable[[str], object], expected: str | Callable[[]
     return StateField(name, ViewState.__dataclass_fields__[name].default, parse, expected, cap)
 
 
+def _ranged(name: str, default: object, lo: float, hi: float, expected: str, *, even: bool = False,
+            optional: bool = False) -> StateField:
+    """A number from lo to hi: the range a link may name and its widget offers (StateField.bounds). Whole numbers
+    when lo and hi are ints; even: even ones only; optional: "" or "auto" is None. expected may name {lo} and {hi}."""
+    whole = isinstance(lo, int) and isinstance(hi, int)
+
+    def parse(raw: str) -> int | float | None:
+        if optional and raw.strip().lower() in ("", "auto"):
+            return None
+        value = _int(raw, lo, hi) if whole else _float(lo, hi)(raw)
+        if even and value % 2:
+            raise ValueError
+        return value
+
+    def shown(x: float) -> str:
+        return str(x) if isinstance(x, int) else f"{x:g}"
+
+    return StateField(name, default, parse, expected.format(lo=shown(lo), hi=shown(hi)), bounds=(lo, hi))
+
+
+def _core_ranged(name: str, lo: float, hi: float, expected: str, **kind: bool) -> StateField:
+    """A ranged field of ViewState itself (see _ranged)."""
+    return _ranged(name, ViewState.__dataclass_fields__[name].default, lo, hi, expected, **kind)
+
+
 _BOOL = "true or false"
 _MODEL_ID = "a Hugging Face model id such as gpt2 or org/name"
 _HEAD_LIST = f"head numbers from 0 to {MAX_HEADS - 1}, comma-separated"
@@ -275,24 +292,24 @@ core_fields((
     _core("task", _one_of(TASK_NAMES), "a task name: " + ", ".join(TASK_NAMES)),
     _core("sequence", _sequence, f"task tokens separated by spaces, at most {MAX_SEQUENCE_CHARS} characters",
           MAX_SEQUENCE_CHARS),
-    _core("steps", lambda r: _int(r, 1, MAX_STEPS), f"a number of steps from 1 to {MAX_STEPS}"),
+    _core_ranged("steps", 1, MAX_STEPS, "a number of steps from {lo} to {hi}"),
     _core("text", _text, f"at most {MAX_TEXT_CHARS} characters", MAX_LONG_TEXT_CHARS),  # longer: typed, not linked
     _core("h", lambda r: _int(r, 1, MAX_HEADS), f"a whole number of heads from 1 to {MAX_HEADS}"),
     _core("d_model", _d_model, "one of " + ", ".join(map(str, D_MODEL_CHOICES))),
     _core("variant", _one_of(LAYER_VARIANTS), "one of " + ", ".join(LAYER_VARIANTS)),
     _core("kv_heads", lambda r: _int(r, 1, MAX_HEADS), f"a number of key/value heads from 1 to {MAX_HEADS} that divides h"),
-    _core("kv_latent", lambda r: _int(r, 1, MAX_VARIANT_WIDTH), f"a latent width from 1 to {MAX_VARIANT_WIDTH}"),
-    _core("q_latent", lambda r: _int(r, 0, MAX_VARIANT_WIDTH), f"0 (none) or a latent width up to {MAX_VARIANT_WIDTH}"),
-    _core("rope_dim", _rope_dim, f"an even number of rotary dimensions from 0 to {MAX_VARIANT_WIDTH}"),
-    _core("window", lambda r: _int(r, 1, MAX_TOKENS), f"a window from 1 to {MAX_TOKENS} tokens"),
+    _core_ranged("kv_latent", 1, MAX_VARIANT_WIDTH, "a latent width from {lo} to {hi}"),
+    _core_ranged("q_latent", 0, MAX_VARIANT_WIDTH, "0 (none) or a latent width up to {hi}"),
+    _core_ranged("rope_dim", 0, MAX_ROPE_DIM, "an even number of rotary dimensions from {lo} to {hi}", even=True),
+    _core_ranged("window", 1, MAX_WINDOW, "a window from {lo} to {hi} tokens"),
     _core("sinks", _one_of(SINK_KINDS), "one of " + ", ".join(SINK_KINDS)),
     _core("moh_k", lambda r: _int(r, 1, MAX_HEADS), f"a number of heads from 1 to {MAX_HEADS}"),
     _core("moh_shared", lambda r: _int(r, 0, MAX_HEADS - 1), f"a number of shared heads from 0 to {MAX_HEADS - 1}"),
-    _core("diversity", _float(0.0, MAX_DIVERSITY), f"a penalty weight from 0 to {MAX_DIVERSITY:g}"),
-    _core("d_k", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
-    _core("d_v", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
-    _core("d_out", _optional_width, f"auto or 1 to {MAX_HEAD_WIDTH}"),
-    _core("seed", lambda r: _int(r, 0, MAX_SEED), f"a whole number from 0 to {MAX_SEED}"),
+    _core_ranged("diversity", 0.0, MAX_DIVERSITY, "a penalty weight from {lo} to {hi}"),
+    _core_ranged("d_k", 1, MAX_HEAD_WIDTH, "auto or {lo} to {hi}", optional=True),
+    _core_ranged("d_v", 1, MAX_HEAD_WIDTH, "auto or {lo} to {hi}", optional=True),
+    _core_ranged("d_out", 1, MAX_HEAD_WIDTH, "auto or {lo} to {hi}", optional=True),
+    _core_ranged("seed", 0, MAX_SEED, "a whole number from {lo} to {hi}"),
     _core("causal", _bool, _BOOL),
     _core("pe", _bool, _BOOL),
     _core("cross", _bool, _BOOL),
@@ -315,10 +332,10 @@ VIEWS.register(Part(
     help="A causal language model writes, token by token, with the attention behind each new token.",
     fields=(StateField("new_tokens", 8, lambda r: _int(r, 1, MAX_NEW_TOKENS),
                        f"a number of tokens from 1 to {MAX_NEW_TOKENS}"),
-            StateField("temperature", 0.0, _float(0.0, 2.0), "a number from 0 (greedy) to 2"),
-            StateField("top_k", 0, lambda r: _int(r, 0, 1_000_000), "0 (off) or a number of tokens"),
-            StateField("top_p", 1.0, _float(0.01, 1.0), "a number from 0.01 to 1 (off)"),
-            StateField("gen_seed", 0, lambda r: _int(r, 0, MAX_SEED), f"a whole number from 0 to {MAX_SEED}"),
+            _ranged("temperature", 0.0, 0.0, 2.0, "a number from {lo} (greedy) to {hi}"),
+            _ranged("top_k", 0, 0, 1_000_000, "0 (off) or a number of tokens up to {hi}"),
+            _ranged("top_p", 1.0, 0.01, 1.0, "a number from {lo} to {hi} (off)"),
+            _ranged("gen_seed", 0, 0, MAX_SEED, "a whole number from {lo} to {hi}"),
             StateField("gen_step", 1, lambda r: _int(r, 1, MAX_NEW_TOKENS), f"a step from 1 to {MAX_NEW_TOKENS}"))))
 VIEWS.register(Part("Training", ("Train",), "mha_viz.ui.view_parts:training",
                     help="h heads and one head trained side by side on a task, with their accuracy."))
@@ -356,7 +373,7 @@ VIEWS.register(Part("Two maps", ("Configurable", "Pretrained"), "mha_viz.ui.diff
 VIEWS.register(Part("Window & sinks", ("Configurable",), "mha_viz.ui.window:render", needs=("windowed",),
                     arrays=("weights",), help="The sliding window's band, each head's sink mass, and what a token "
                     "reaches through L stacked windowed layers.",
-                    fields=(StateField("reach_layers", 2, lambda r: _int(r, 1, 12), "a number of layers from 1 to 12"),)))
+                    fields=(_ranged("reach_layers", 2, 1, MAX_REACH_LAYERS, "a number of layers from {lo} to {hi}"),)))
 VIEWS.register(Part("Latent (MLA)", ("Configurable", "Pretrained"), "mha_viz.ui.latent:render", needs=("latent",),
                     arrays=("queries", "keys", "values", "scores"),
                     help="Multi-head latent attention: the latent each token caches, one head's keys and values "
@@ -381,10 +398,10 @@ VIEWS.register(Part(
     help="Every matrix's shape and the layer's cost in parameters and operations, and attention variants beside MHA.",
     fields=(StateField("cost_variant", "gqa", _one_of(VARIANTS), "one of " + ", ".join(VARIANTS)),
             StateField("cost_kv_heads", 1, lambda r: _int(r, 1, MAX_HEADS), f"a number of KV heads from 1 to {MAX_HEADS}"),
-            StateField("cost_kv_latent", 16, lambda r: _int(r, 1, 4096), "a latent width from 1 to 4096"),
-            StateField("cost_q_latent", 0, lambda r: _int(r, 0, 4096), "0 (none) or a latent width up to 4096"),
-            StateField("cost_rope_dim", 4, lambda r: _int(r, 0, 256), "a number of rotary dimensions from 0 to 256"),
-            StateField("cost_window", 64, lambda r: _int(r, 1, CONTEXTS[-1]), f"a window from 1 to {CONTEXTS[-1]}"),
+            _ranged("cost_kv_latent", 16, 1, 4096, "a latent width from {lo} to {hi}"),
+            _ranged("cost_q_latent", 0, 0, 4096, "0 (none) or a latent width up to {hi}"),
+            _ranged("cost_rope_dim", 4, 0, 256, "a number of rotary dimensions from {lo} to {hi}"),
+            _ranged("cost_window", 64, 1, CONTEXTS[-1], "a window from {lo} to {hi}"),
             StateField("cost_sinks", "none", _one_of(SINKS), "one of " + ", ".join(SINKS)),
             StateField("cost_moh_k", 1, lambda r: _int(r, 1, MAX_HEADS), f"a number of heads from 1 to {MAX_HEADS}"),
             StateField("cost_context", 8192, _context,
@@ -397,7 +414,7 @@ SECTIONS.register(Part("Head statistics", _TRACE_MODES, _ANALYSIS + "head_statis
                        help="Entropy, confidence and where each head looks, one row a head."))
 SECTIONS.register(Part("Redundancy", _TRACE_MODES, _ANALYSIS + "redundancy_section",
                        help="Which heads attend alike (Jensen-Shannon divergence).",
-                       fields=(StateField("threshold", 0.05, _float(0.0, 0.5), "a number from 0 to 0.5"),)))
+                       fields=(_ranged("threshold", 0.05, 0.0, 0.5, "a number from {lo} to {hi}"),)))
 SECTIONS.register(Part("Contribution", _TRACE_MODES, _ANALYSIS + "contribution", arrays=("head_outputs", "W_O"),
                        help="How much each head adds to the output; norm-based attention.",
                        fields=(StateField("norm", False, _bool, _BOOL),)))
@@ -441,7 +458,7 @@ SECTIONS.register(Part(
     "Circuits", _TRACE_MODES, "mha_viz.ui.circuits:render",
     help="Why a head does what it does, from its weights: QK and OV circuits, singular values, copying scores.",
     fields=(StateField("circuit", CIRCUITS[0], _one_of(CIRCUITS), "one of " + ", ".join(CIRCUITS)),
-            StateField("circuit_k", 10, lambda r: _int(r, 1, 50), "a number of columns per row from 1 to 50"))))
+            _ranged("circuit_k", 10, 1, 50, "a number of columns per row from {lo} to {hi}"))))
 
 SECTIONS.register(Part("Composition", ("Pretrained",), "mha_viz.ui.composition:render", needs=("composable",),
                        help="How much each head reads what an earlier head writes (Q-, K-, V-composition).",
@@ -484,6 +501,14 @@ def _shorten(raw: str, n: int = 40) -> str:
     return raw if len(raw) <= n else raw[:n] + "…"
 
 
+def value_notice(name: str, value: object, expected: str, using: object, *, here: bool = False) -> str:
+    """The one notice for a value the app cannot use, from a link or beyond what this page has (here: a head this
+    layer lacks, a position past the text's end): the parameter, the value, what a valid one is, what is used."""
+    raw = value if isinstance(value, str) else _format(value)
+    used = using if isinstance(using, str) else _format(using)
+    return f"URL parameter {name}='{_shorten(raw)}' is not valid{' here' if here else ''} ({expected}); using {used}."
+
+
 def parse_query(params: Mapping[str, str | list[str]], ignore: frozenset[str] = frozenset()) -> tuple[ViewState, list[str]]:
     """ViewState from query params; invalid or unknown params give defaults and a notice each."""
     values: dict[str, object] = {}
@@ -500,7 +525,7 @@ def parse_query(params: Mapping[str, str | list[str]], ignore: frozenset[str] = 
         try:
             values[key] = field.parse(raw)
         except (ValueError, TypeError, OverflowError):
-            notices.append(f"URL parameter {key}='{_shorten(raw)}' is not valid ({field.describe()}); using the default {field.default!r}.")
+            notices.append(value_notice(key, raw, field.describe(), f"the default {field.default!r}"))
     return ViewState(**values), notices
 
 

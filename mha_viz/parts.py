@@ -23,6 +23,8 @@ class StateField:
 
     parse: the URL's text -> the value (ValueError, TypeError or OverflowError when invalid); expected: what a valid
     value looks like, for the notice about an invalid one (or a function giving it); cap: for free text, the longest value the server keeps.
+    bounds: for a number, the smallest and largest value: the range a link may name and the range its slider or
+    number box offers (the widget reads it: bounds), declared once here so that the two agree.
     """
 
     name: str
@@ -30,6 +32,7 @@ class StateField:
     parse: Callable[[str], object]
     expected: str | Callable[[], str]
     cap: int | None = None
+    bounds: tuple[float, float] | None = None
 
     def describe(self) -> str:
         """What a valid value looks like (expected, called when it is a function: a list that can grow)."""
@@ -148,3 +151,11 @@ def all_fields() -> dict[str, StateField]:
         for f in registry.fields():
             out.setdefault(f.name, f)
     return out
+
+
+def bounds(name: str) -> tuple[float, float]:
+    """The (min, max) the widget of a ranged field offers: the range its URL parameter accepts (StateField.bounds)."""
+    lo_hi = all_fields()[name].bounds
+    if lo_hi is None:
+        raise ValueError(f"the field {name!r} declares no bounds")
+    return lo_hi

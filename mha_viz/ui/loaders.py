@@ -12,7 +12,14 @@ import time
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 
-from ..pretrained import INDUCTION_MODEL, InvalidModelNameError, ModelDownloadError, PretrainedModel, load_model
+from ..pretrained import (
+    INDUCTION_MODEL,
+    InvalidModelNameError,
+    ModelDownloadError,
+    PretrainedModel,
+    bundled_model_installed,
+    load_model,
+)
 from ..pretrained.loading import import_model_code
 from ..serve.hosting import ModelRefusedError, budget, hub_model_bytes, is_public
 from ..serve.training_budget import calibrate
@@ -83,7 +90,7 @@ def warm_up(wait: float = 0.0, wanted: threading.Event | None = None, painted: t
     demo then calibrates its training estimate on this machine and starts its training worker process."""
     _until_painted(wait, wanted, painted)
     import_model_code()
-    for name in ("", INDUCTION_MODEL):
+    for name in ("", INDUCTION_MODEL) if bundled_model_installed() else (INDUCTION_MODEL,):
         bundled_model(name)
     _until_painted(wait, None, painted)  # a page that wanted a model may still be drawing: pandas can wait
     import_pandas()  # for tables; a first page goes without it (pandas_guard)

@@ -18,7 +18,7 @@ from ..limits import MAX_LONG_TOKENS, MAX_MODEL_LONG_TOKENS, MAX_TOKENS
 from ..long import LongTrace
 from ..params import ViewState
 from ..parts import VIEWS
-from ..pretrained import PretrainedModel
+from ..pretrained import PretrainedModel, bundled_model_installed
 from ..serve.hosting import FULL_SIZE, Budget
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
@@ -36,6 +36,7 @@ from .cached_sources import CachedConfigurable, CachedModel, model_key
 from .controls import explain_invalid_heads, explain_invalid_kv_heads, random_weights_banner
 from .export import export_section
 from .long_model import long_input, long_model_view
+from .pretrained import MINILM_MISSING, open_induction_button
 from .sidebar import Sidebar
 from .state import share_query
 from .text import plain
@@ -70,8 +71,13 @@ def show(s: ViewState, bar: Sidebar, load: ModelLoader, limits: Budget | None) -
         pretrained_page(s, source, load, limits)
     else:
         st.error(bar.load_failure)
-        st.button("Open the bundled all-MiniLM-L6-v2 instead (works offline)", key="to_bundled",
-                  on_click=_set, args=("model", ""), icon=":material/undo:")
+        if bundled_model_installed():
+            st.button("Open the bundled all-MiniLM-L6-v2 instead (works offline)", key="to_bundled",
+                      on_click=_set, args=("model", ""), icon=":material/undo:")
+        else:
+            if s.model.strip():  # the failure itself says so for the missing MiniLM
+                st.info(plain(MINILM_MISSING))
+            open_induction_button("to_bundled")
 
 
 def _max_mb(limits: Budget | None) -> int | None:

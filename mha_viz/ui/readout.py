@@ -13,7 +13,7 @@ from ..figures.readout import contributions_heatmap, token_map_figure
 from ..sources import TraceSource
 from .analysis import SectionContext
 from .cache import cached
-from .state import open_on_best
+from .state import fit, open_on_best
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 from .views import chart, open_head_picker
@@ -59,7 +59,7 @@ def wo_at_work(c: SectionContext) -> None:
         st.markdown(f"**{sentence}**")
     if len(r.answers) > 1:
         if field_value("wo_answer") >= len(r.answers):
-            st.session_state["wo_answer"] = 0
+            fit("wo_answer", 0, f"an answer from 0 to {len(r.answers) - 1} on this layer")
         answer = st.segmented_control("Readout", list(range(len(r.answers))), key="wo_answer", required=True,
                                       format_func=lambda k: r.answers[k])
     else:

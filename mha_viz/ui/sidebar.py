@@ -38,7 +38,9 @@ def sidebar(load: Callable[[str], PretrainedModel]) -> Sidebar:
     if mode == "Train":
         training_controls()
         return Sidebar(mode)
-    name = pretrained.model_field(allowed_models(secret=secret("allowed_models")))
+    allowed = allowed_models(secret=secret("allowed_models"))
+    fallback = pretrained.without_minilm(allowed)
+    name = pretrained.model_field(allowed)
     try:
         with st.spinner(f"Loading {name or 'the bundled model'}…"):
             model = load(name)
@@ -46,4 +48,4 @@ def sidebar(load: Callable[[str], PretrainedModel]) -> Sidebar:
         failure = f"Could not load the model {plain(name)}: {plain(str(err))}"
         st.error(failure)
         return Sidebar(mode, load_failure=failure)
-    return Sidebar(mode, model, notices=tuple(pretrained.layer_controls(model)))
+    return Sidebar(mode, model, notices=(*fallback, *pretrained.layer_controls(model)))

@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from ..params import CLICKED_FIELDS, DEFAULTS, TEXT_CAPS, ViewState, checked_field, parse_query, to_query
+from ..params import CLICKED_FIELDS, DEFAULTS, TEXT_CAPS, ViewState, checked_field, parse_query, to_query, value_notice
 from ..parts import all_fields
 from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
+from .text import plain
 
 _SEEDED = "_seeded_from_url"
 _URL_HEAD = "_url_named_head"  # the session's first URL named a layer or a head
@@ -68,6 +69,16 @@ def share_query(state: ViewState) -> dict[str, str]:
     if st.session_state.get(_OPENED):
         query |= {name: str(getattr(state, name)) for name in sorted(HEAD_FIELDS)}
     return query
+
+
+def fit(name: str, new: object, expected: str, using: str | None = None) -> None:
+    """Replace a field's value this page cannot show (a head this layer lacks, a position past the end, more tokens
+    than the demo writes) by new, with the notice a link's invalid value gets (params.value_notice): never silently.
+    expected: what is valid here, e.g. "a head from 0 to 3 on this layer"; using: how to name new (else its value)."""
+    old = value(name)
+    if old != new:
+        st.session_state[name] = new
+        st.warning(plain(value_notice(name, old, expected, new if using is None else using, here=True)), icon="🔗")
 
 
 def write_url(state: ViewState, extra: dict[str, str] | None = None) -> None:

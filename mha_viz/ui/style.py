@@ -1,5 +1,6 @@
-"""Page-wide style, and the width the page's figures are laid out for; formulas scroll; the copy-link button is always
-visible; a chart's toolbar shows when the keyboard is on it."""
+"""Page-wide style, and the width the page's figures are laid out for; formulas scroll, and a formula or table that
+scrolls is a tab stop; the copy-link button is always visible; a chart's toolbar shows when the keyboard is on it;
+a disabled widget's label stays readable."""
 
 from __future__ import annotations
 
@@ -17,6 +18,13 @@ CSS = """
 .st-key-share_link div:has(button), .st-key-share_link button { opacity: 1 !important; visibility: visible !important; }
 /* A chart's toolbar shows while one of its buttons has the keyboard's focus, not only under the mouse. */
 .modebar-group:focus-within { opacity: 1 !important; transition: none !important; }
+/* A disabled widget's label stays readable (4.5:1 or more on white): it still says what the control sets. The
+   widget is the innermost keyed element (class st-key- and its key) holding a disabled control. */
+[class*="st-key-"]:not(:has([class*="st-key-"])):has([aria-disabled="true"], input:disabled) label,
+[class*="st-key-"]:not(:has([class*="st-key-"])):has([aria-disabled="true"], input:disabled) label * {
+  color: #5c5d66 !important; opacity: 1 !important; }
+/* A region that scrolls sideways takes the keyboard's focus (scrollable_regions marks it): show where it is. */
+[data-mha-scrolls]:focus-visible { outline: 2px solid #1c83e1; outline-offset: 2px; }
 /* The width probe takes no room: cancel the gap the page puts after it. */
 .st-key-page_width_probe { margin-bottom: -1rem; }
 </style>
@@ -56,12 +64,56 @@ export default function ({ parentElement, setStateValue, data }) {
 )
 
 
+# A formula or a table wider than the page scrolls sideways (CSS above; Streamlit's tables do): the keyboard must be
+# able to scroll it too (WCAG 2.1.1, axe-core's scrollable-region-focusable). This makes each one that scrolls now a
+# named tab stop, and takes that back when the page is wide enough for it, whenever the page changes or resizes.
+_scrollable_regions = st.components.v2.component(
+    "mha_viz.scrollable_regions",
+    html="<span></span>",
+    js="""
+export default function () {
+  const LABELS = { formula: "Formula (scrolls sideways)", table: "Table (scrolls sideways)" };
+  const scroller = (table) => {  // the nearest ancestor that scrolls it sideways
+    for (let e = table.parentElement, i = 0; e && i < 4; e = e.parentElement, i++) {
+      if (/(auto|scroll)/.test(getComputedStyle(e).overflowX)) return e;
+    }
+    return null;
+  };
+  const mark = () => {
+    const boxes = [...document.querySelectorAll(".katex-display")].map(e => [e, "formula"])
+      .concat([...document.querySelectorAll("table")].map(t => [scroller(t), "table"]).filter(([e]) => e));
+    for (const [box, kind] of boxes) {
+      const scrolls = box.scrollWidth > box.clientWidth + 1;
+      if (scrolls && !box.hasAttribute("tabindex")) {
+        box.tabIndex = 0;
+        box.setAttribute("role", "group");
+        box.setAttribute("aria-label", LABELS[kind]);
+        box.setAttribute("data-mha-scrolls", kind);
+      } else if (!scrolls && box.hasAttribute("data-mha-scrolls")) {
+        for (const name of ["tabindex", "role", "aria-label", "data-mha-scrolls"]) box.removeAttribute(name);
+      }
+    }
+  };
+  let frame = 0;
+  const soon = () => { if (!frame) frame = requestAnimationFrame(() => { frame = 0; mark(); }); };
+  const observer = new MutationObserver(soon);
+  observer.observe(document.body, { childList: true, subtree: true });
+  window.addEventListener("resize", soon);
+  soon();
+  return () => { observer.disconnect(); window.removeEventListener("resize", soon); cancelAnimationFrame(frame); };
+}
+""",
+)
+
+
 def page_style() -> None:
-    """Add the page-wide CSS (a style-only st.html takes no room on the page) and the width probe."""
+    """Add the page-wide CSS (a style-only st.html takes no room on the page), the width probe and the keyboard
+    access of regions that scroll sideways."""
     st.html(CSS)
     with st.container(key="page_width_probe"):
         _probe(key=WIDTH_KEY, data={"known": _measured() or _estimated(), "step": RESIZE_STEP_PX}, height=0,
                on_width_change=lambda: None)
+        _scrollable_regions(key="scrollable_regions", height=0)
 
 
 def _measured() -> int | None:

@@ -14,7 +14,7 @@ import streamlit as st
 from ..analysis.redundancy import redundancy
 from ..config import MHAConfig
 from ..figures.analysis import divergence_figure
-from ..limits import MAX_DIVERSITY, MAX_SEED, MAX_STEPS
+from ..parts import bounds
 from ..serve.hosting import FULL_SIZE
 from ..serve.training_budget import UNCALIBRATED, Calibration, calibration, run_budget, training_seconds
 from ..trace import AttentionTrace
@@ -275,11 +275,11 @@ def training_controls() -> None:
     heads_slider(st.session_state["d_model"])
     st.selectbox("d_model", TRAINED_D_MODELS, key="d_model", on_change=_keep_heads_valid,
                  help="Width of the embeddings; each head gets d_model / h.")
-    st.number_input("Training steps", 1, MAX_STEPS, key="steps", step=100, help="Adam steps on random sequences.")
-    st.number_input("Seed (weights and training data)", 0, MAX_SEED, key="seed", step=1)
+    st.number_input("Training steps", *bounds("steps"), key="steps", step=100, help="Adam steps on random sequences.")
+    st.number_input("Seed (weights and training data)", *bounds("seed"), key="seed", step=1)
     if st.session_state.get("h") in head_choices(st.session_state["d_model"]):
         variant_controls(st.session_state["h"])
-    st.slider("Head diversity penalty", 0.0, MAX_DIVERSITY, step=0.1, key="diversity",
+    st.slider("Head diversity penalty", *bounds("diversity"), step=0.1, key="diversity",
               help="loss = task loss + this weight × the mean pairwise cosine similarity of the h heads' outputs (the "
               "disagreement regulariser of Li et al. 2018). The single head beside them has no pair to push apart.")
 

@@ -9,10 +9,12 @@ import streamlit as st
 from ..config import MHAConfig
 from ..figures.cost import kv_cache_figure
 from ..params import CONTEXTS, SINKS
+from ..parts import bounds
 from ..variants import NAMES as LAYER_NAMES
 from ..variants import LayerVariant
 from ..variants_cost import PRESETS, VARIANT_NAMES, VARIANTS, CostRow, VariantShape, comparison, parameters, preset_rows
 from .style import page_width
+from .state import fit
 from .views import chart
 
 SINK_TOKENS = 4  # StreamingLLM keeps the first 4 tokens
@@ -25,8 +27,7 @@ def _keep_valid(key: str, options: list[int], what: str) -> None:
     value = st.session_state.get(key)
     if value not in options:
         new = min(options, key=lambda o: (abs(o - value) if isinstance(value, int) else 0, o))
-        st.session_state[key] = new
-        st.caption(f"{what} = {value} is not possible here, so it is now {new}.")
+        fit(key, new, f"{what}: one of {', '.join(map(str, options))} here")
 
 
 def _variant_shape(cfg: MHAConfig) -> VariantShape | None:
@@ -40,11 +41,11 @@ def _variant_shape(cfg: MHAConfig) -> VariantShape | None:
     if variant == "mla":
         cols = st.columns(3)
         with cols[0]:
-            latent = st.number_input("KV latent width (cached)", 1, 4096, key="cost_kv_latent")
+            latent = st.number_input("KV latent width (cached)", *bounds("cost_kv_latent"), key="cost_kv_latent")
         with cols[1]:
-            q_latent = st.number_input("Query latent width (0: none)", 0, 4096, key="cost_q_latent")
+            q_latent = st.number_input("Query latent width (0: none)", *bounds("cost_q_latent"), key="cost_q_latent")
         with cols[2]:
-            rope = st.number_input("Rotary dimensions (decoupled)", 0, 256, key="cost_rope_dim")
+            rope = st.number_input("Rotary dimensions (decoupled)", *bounds("cost_rope_dim"), key="cost_rope_dim")
         st.caption("Keys and values are rebuilt per head from one cached latent; the rotary part of the key is cached "
                    "apart because the absorbed W_UKᵀ W_Q cannot carry a position-dependent rotation.")
         return VariantShape("mla", d, h, kv_latent=latent, q_latent=q_latent, rope_dim=rope, **common)
@@ -72,7 +73,7 @@ def _variant_shape(cfg: MHAConfig) -> VariantShape | None:
         return VariantShape("diff", d, h, kv_heads=kv, **common)
     cols = st.columns(2)
     with cols[0]:
-        window = st.number_input("Window (tokens a query reaches)", 1, CONTEXTS[-1], key="cost_window")
+        window = st.number_input("Window (tokens a query reaches)", *bounds("cost_window"), key="cost_window")
     with cols[1]:
         sinks = st.radio("Sinks", SINKS, key="cost_sinks", format_func=lambda s: SINK_NAMES[s])
     return VariantShape("window", d, h, kv_heads=kv, window=window,

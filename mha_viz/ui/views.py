@@ -40,7 +40,7 @@ from ..trace import AttentionTrace
 from ..variants import NAMES as VARIANT_NAMES
 from ..variants import LayerVariant
 from .pandas_guard import guarded
-from .state import current, write_url
+from .state import current, fit, write_url
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 
@@ -223,11 +223,22 @@ def labelled_value(container, label: str, value: str) -> None:
     container.markdown(f"{label}  \n**{value}**")
 
 
+def heads_here(num_heads: int) -> str:
+    """What a valid head number is on a layer of num_heads heads (for the notice about one it lacks)."""
+    return f"this layer's heads are 0 to {num_heads - 1}"
+
+
 def _clamp_head_selection(num_heads: int) -> None:
-    """Drop head numbers a smaller h no longer has, before the widgets read them."""
-    st.session_state["compare"] = tuple(h for h in field_value("compare") if h < num_heads)
+    """Drop head numbers a smaller h no longer has, before the widgets read them, and say so (state.fit)."""
+    fit("compare", tuple(h for h in field_value("compare") if h < num_heads), heads_here(num_heads))
     if field_value("head") >= num_heads:
-        st.session_state["head"] = 0
+        fit("head", 0, heads_here(num_heads))
+
+
+def _fit_start(name: str, top: int) -> None:
+    """A window's first position past the last one that fills the window: the last one, said (state.fit)."""
+    if field_value(name) > top:
+        fit(name, top, f"a first position from 0 to {top} on this text")
 
 
 def _head_format(h: int) -> str:
@@ -274,7 +285,8 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None) -> No
         window = None
         if pooled:
             top = max(T, S) - MAX_CELLS_PER_SIDE
-            st.session_state["zoom"] = min(field_value("zoom"), top) // 8 * 8
+            _fit_start("zoom", top)
+            st.session_state["zoom"] = field_value("zoom") // 8 * 8  # the slider's step
             start = st.slider("Full-resolution window: first position", 0, top, step=8, key="zoom")
             window = (start, start + MAX_CELLS_PER_SIDE)
         fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window, width=width)
@@ -359,8 +371,8 @@ def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
     trace = reload()
     H, T, S = trace.shape
     top_q, top_k = max(0, T - MAX_CELLS_PER_SIDE), max(0, S - MAX_CELLS_PER_SIDE)
-    st.session_state["zoom"] = min(field_value("zoom"), top_q)  # a link's start past the end
-    st.session_state["zoom_k"] = min(field_value("zoom_k"), top_k)
+    _fit_start("zoom", top_q)  # a link's start past the end
+    _fit_start("zoom_k", top_k)
     _clamp_head_selection(H)
     a, b, c = st.columns([2, 1, 1]) if not is_narrow() else (st.container(), st.container(), st.container())
     chosen = a.multiselect(f"Heads in the zoom (the first {ZOOM_HEADS} when none is picked)", list(range(H)),
@@ -411,7 +423,8 @@ def lines_view(trace: AttentionTrace, name: str) -> None:
         start = 0
         if max(T, S) > MAX_LINE_TOKENS:
             top = max(T, S) - MAX_LINE_TOKENS
-            st.session_state["zoom"] = min(field_value("zoom"), top) // 8 * 8
+            _fit_start("zoom", top)
+            st.session_state["zoom"] = field_value("zoom") // 8 * 8  # the slider's step
             start = st.slider("First position shown", 0, top, step=8, key="zoom")
         if pick is not None:
             side, pos = pick
@@ -480,8 +493,8 @@ def _why_one_score(trace: AttentionTrace, head: int, name: str) -> None:
     """BertViz's neuron view: the element-wise q ⊙ k of one query and one key, which sums to their score."""
     T, S = trace.weights.shape[1:]
     for field, n in (("q_pos", T), ("k_pos", S)):
-        if st.session_state.get(field, 0) >= n:
-            st.session_state[field] = 0
+        if field_value(field) >= n:
+            fit(field, 0, f"a position from 0 to {n - 1}: this text has {n} tokens")
     st.subheader("Why one score")
     a, b = st.columns(2)
     query = a.selectbox("Query token", list(range(T)), key="q_pos", format_func=_position_format(trace.query_tokens))

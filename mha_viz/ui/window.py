@@ -8,13 +8,13 @@ import streamlit as st
 
 from ..analysis.reach import reach, reach_back
 from ..figures.window import band_figure, reach_back_figure, reach_figure, sink_mass_figure
+from ..parts import bounds
 from ..trace import AttentionTrace
 from ..variants.window import visible_keys
 from .style import page_width
 from .view_parts import ViewContext
 from .views import chart
 
-MAX_REACH_LAYERS = 12  # the reach_layers slider's top, as its URL field in mha_viz/params.py
 
 SINKS_EXPLAINED = (
     "**Why does every token attend to the first one?** A softmax row must sum to 1, so a head with nothing useful to "
@@ -62,7 +62,7 @@ def render(c: ViewContext) -> None:
     st.markdown(SINKS_EXPLAINED)
 
     st.subheader("What a token reaches through L layers")
-    layers = st.slider("Layers L", 1, MAX_REACH_LAYERS, key="reach_layers",
+    layers = st.slider("Layers L", *bounds("reach_layers"), key="reach_layers",
                        help="Stack L self-attention layers with this window: position i holds information from token j "
                        "when a chain of visible keys leads from j to i, one step a layer.")
     n = len(trace.query_tokens)
@@ -73,7 +73,7 @@ def render(c: ViewContext) -> None:
                + (", plus the sink tokens at any distance." if sink_tokens else ".")
                + (" Reach stacks self-attention layers, so it is drawn over the query tokens." if trace.cross else ""))
     chart(reach_figure(R, trace.query_tokens, layers, width=width), "window_reach", f"{c.name}-reach")
-    counts = list(range(1, MAX_REACH_LAYERS + 1))
+    counts = list(range(1, int(bounds("reach_layers")[1]) + 1))
     chart(reach_back_figure(counts, np.array([reach_back(window, L) for L in counts]), window=window,
                             chosen=layers, width=width),
           "window_reach_back", f"{c.name}-reach-back")

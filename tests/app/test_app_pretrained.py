@@ -110,7 +110,8 @@ def test_out_of_range_layer_in_the_url_is_clamped_with_a_notice() -> None:
     at = pretrained_app(layer="40")
     assert not at.exception
     assert at.session_state["layer"] == 5 and layer_control(at)[0]["active"] == 5
-    assert any("6 encoder layers" in w.value for w in at.warning)
+    assert any("URL parameter layer='40' is not valid here (" in w.value and "6 encoder layers, 0 to 5); using 5"
+               in w.value for w in at.warning)
 
 
 def test_unloadable_model_gives_a_message() -> None:

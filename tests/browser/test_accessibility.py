@@ -29,6 +29,8 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} not installed (apt-get install -y --no-install-recommends chromium)", allow_module_level=True)
 
 CAUSAL = "mode=Pretrained&model=mha-viz/induction-2l&"
+TRAIN = "mode=Train&h=2&d_model=32&steps=40&"
+WIDTHS = (390, 1024, 1400)  # a phone, a small laptop, a desktop: the widths the app is laid out for (README)
 # A link to each attention variant (mha_viz.variants): a variant's own views are offered only when it is set.
 VARIANT_LINKS = {"gqa": "variant=gqa&kv_heads=2&h=8", "mla": "variant=mla&kv_latent=8&rope_dim=4",
                  "window": "variant=window&window=3&sinks=logit&causal=true", "diff": "variant=diff",
@@ -43,14 +45,37 @@ def variant_views(kind: str) -> tuple[str, ...]:
     return ("Heads", *(v for v in menu(LayerVariant(kind=kind)) if v not in menu(None)))
 
 
-PAGES = (
-    [f"view={urllib.parse.quote(v)}" for v in VIEWS.menu("Configurable")]
-    + [f"mode=Train&h=2&d_model=32&steps=40&view={urllib.parse.quote(v)}" for v in VIEWS.menu("Train")]
-    + [f"mode=Pretrained&view={urllib.parse.quote(v)}" for v in VIEWS.menu("Pretrained") if v != "Generate"]
-    + [f"{CAUSAL}view=Generate"]
-    + [f"{CAUSAL}view=Analysis&section={urllib.parse.quote(s)}" for s in SECTIONS]
-    + [f"{link}&view={urllib.parse.quote(v)}" for kind, link in VARIANT_LINKS.items() for v in variant_views(kind)]
-)
+def menu_links(prefix: str, mode: str, source: object) -> list[str]:
+    """A link to every view, and every Analysis section, the menus of this mode offer for this source."""
+    views = VIEWS.menu(mode, source)
+    links = [f"{prefix}view={urllib.parse.quote(v)}" for v in views]
+    if "Analysis" in views:  # the view opens on the first section
+        links += [f"{prefix}view=Analysis&section={urllib.parse.quote(s)}" for s in SECTIONS.menu(mode, source)[1:]]
+    return links
+
+
+def all_pages() -> list[str]:
+    """Every page of every mode, from the registry and the sources each link opens (the bundled models, the shipped
+    trained layer of the default settings, the configurable layer and its variants): a new view or section is in."""
+    from mha_viz.params import CAUSAL_EXAMPLE, DEFAULTS, DEFAULT_TEXT
+    from mha_viz.pretrained import INDUCTION_MODEL, bundled_model_installed, load_model
+    from mha_viz.sources import ModelSource, TrainedSource
+    from mha_viz.training.precomputed import precomputed_layer
+
+    d = DEFAULTS
+    trained = TrainedSource(precomputed_layer(d.task, d.h, d.d_model, d.seed, d.steps), "")
+    pages = (menu_links("", "Configurable", ConfigurableSource("a b", MHAConfig(d.d_model, d.h)))
+             + menu_links("weights=trained&", "Configurable", trained)
+             + menu_links(TRAIN, "Train", trained)
+             + menu_links(CAUSAL, "Pretrained", ModelSource(load_model(INDUCTION_MODEL), CAUSAL_EXAMPLE, "decoder"))
+             + [f"{link}&view={urllib.parse.quote(v)}" for kind, link in VARIANT_LINKS.items()
+                for v in variant_views(kind)])
+    if bundled_model_installed():
+        pages += menu_links("mode=Pretrained&", "Pretrained", ModelSource(load_model(), DEFAULT_TEXT, "encoder"))
+    return pages
+
+
+PAGES = all_pages()
 # Streamlit draws some elements once their code has loaded, after the run: wait for those on the page.
 DRAWN = """() => !document.querySelector('[data-testid="stSkeleton"]')
     && [...document.querySelectorAll('[data-testid="stTable"]')].every(t => t.querySelector('th'))
@@ -75,27 +100,41 @@ def axe() -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def tab(browser):
+    """width -> one tab of that width, reused from page to page (a link opens each): one server, one browser."""
+    opened: dict[int, object] = {}
+
+    def get(width: int):
+        if width not in opened:
+            opened[width] = new_page(browser, viewport={"width": width, "height": 1000})
+        return opened[width]
+
+    yield get
+    for page in opened.values():
+        page.close()
+
+
 @pytest.mark.parametrize("query", PAGES)
-def test_no_accessibility_violation_and_every_chart_is_a_named_figure(server: str, browser, axe: Path,
-                                                                              query: str) -> None:
+@pytest.mark.parametrize("width", WIDTHS)
+def test_no_accessibility_violation_and_every_chart_is_a_named_figure(server: str, tab, axe: Path, width: int,
+                                                                      query: str) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    page = new_page(browser)
+    page = tab(width)
+    errors = len(page.errors)
+    page.goto(f"{server}/?{query}")
+    settle(page)
+    page.wait_for_function(DRAWN, timeout=30_000)
     try:
-        page.goto(f"{server}/?{query}")
-        settle(page)
-        page.wait_for_function(DRAWN, timeout=30_000)
-        try:
-            page.wait_for_function(CHARTS_LABELLED, timeout=30_000)
-            labelled = True
-        except PlaywrightTimeout:
-            labelled = False
-        violations = axe_violations(page, ALL)  # once the charts are labelled: their roles are checked too
-        assert violations == [], summary(violations)
-        assert labelled, "a chart is not a figure named for screen readers, with its text alternative"
-    finally:
-        assert page.errors == []
-        page.close()
+        page.wait_for_function(CHARTS_LABELLED, timeout=30_000)
+        labelled = True
+    except PlaywrightTimeout:
+        labelled = False
+    violations = axe_violations(page, ALL)  # once the charts are labelled: their roles are checked too
+    assert violations == [], summary(violations)
+    assert labelled, "a chart is not a figure named for screen readers, with its text alternative"
+    assert page.errors[errors:] == []
 
 
 def tab_until(page, predicate: str, limit: int = 400) -> int:
