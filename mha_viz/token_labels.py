@@ -17,6 +17,7 @@ the parts it holds of others. Other tokenizers (WordPiece's "##ing", SentencePie
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Sequence
 from functools import cache
@@ -148,9 +149,9 @@ def spelled(tokenizer: object, ids: Sequence[int], cuts: Sequence[int]) -> tuple
     bounds = [0, *cuts, len(ids)]
     if is_byte_level(tokenizer):
         labels = token_labels(tokenizer, ids)
-        return tuple("".join(labels[a:b]) for a, b in zip(bounds, bounds[1:]))
+        return tuple("".join(labels[a:b]) for a, b in itertools.pairwise(bounds))
     ids, raw = _raw(tokenizer, ids)
-    return tuple(tokenizer.convert_tokens_to_string(raw[a:b]) for a, b in zip(bounds, bounds[1:]))
+    return tuple(tokenizer.convert_tokens_to_string(raw[a:b]) for a, b in itertools.pairwise(bounds))
 
 
 def vocab_token(tokenizer: object, label: str) -> str:

@@ -64,7 +64,7 @@ class CompositionScores:
     def strongest_pair(self) -> tuple[tuple[int, int], tuple[int, int]]:
         """The pair with the highest score, ((writer layer, head), (reader layer, head)): the reader in a later
         layer than the writer (the first such pair in layer-major order on a tie)."""
-        L, H = self.scores.shape[:2]
+        L, _H = self.scores.shape[:2]
         later = np.arange(L)[None, None, :, None] > np.arange(L)[:, None, None, None]  # [L, 1, L, 1]
         scores = np.where(np.broadcast_to(later, self.scores.shape), np.nan_to_num(self.scores, nan=-np.inf), -np.inf)
         l1, h1, l2, h2 = (int(i) for i in np.unravel_index(int(np.argmax(scores)), scores.shape))

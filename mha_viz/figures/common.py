@@ -209,7 +209,7 @@ def head_colours(H: int) -> list[str]:
     for palette in (qualitative.D3, qualitative.Dark24):
         if H <= len(palette):
             return [c.lower() for c in palette[:H]]
-    return ["#%02x%02x%02x" % tuple(round(255 * c) for c in colorsys.hls_to_rgb(h / H, 0.35 if h % 2 else 0.6, 0.85))
+    return ["#{:02x}{:02x}{:02x}".format(*tuple(round(255 * c) for c in colorsys.hls_to_rgb(h / H, 0.35 if h % 2 else 0.6, 0.85)))
             for h in range(H)]
 
 

@@ -11,14 +11,14 @@ import plotly.graph_objects as go
 
 from ..trace import AttentionTrace
 from .common import (
-    ColourRange,
     PANEL_TITLE_PX,
     TOOLBAR_PX,
     WIDE_PX,
+    ColourRange,
     axis_key,
     f32,
-    index_axis,
     head_colours,
+    index_axis,
     lines_px,
     robust_range,
     text_px,

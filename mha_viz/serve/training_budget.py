@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from time import thread_time
 
 from ..params import VIEWS, ViewState
-from ..variants import LayerVariant
 from ..variants import PARAMETERS as VARIANT_PARAMETERS
+from ..variants import LayerVariant
 
 # What one training step costs, in CPU seconds on one torch thread (a public demo's setting): a fixed part (the
 # optimiser, autograd, the batch), a part per head and one growing with d_model squared (the projections), plus

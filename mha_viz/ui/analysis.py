@@ -40,16 +40,16 @@ from ..figures.analysis import (
     ranking_figure,
     rollout_figure,
 )
-from ..figures.generation import head_scores_figure, logit_attribution_figure
 from ..figures.common import visible_token
+from ..figures.generation import head_scores_figure, logit_attribution_figure
 from ..figures.overview import picked_head
 from ..limits import client_int
 from ..params import COMPARE_WITH, DETECTORS
 from ..parts import SECTIONS, bounds
 from ..pretrained.errors import ModelLoadError
 from ..serve.hosting import FULL_SIZE
-from ..token_labels import token_labels, vocab_labels
 from ..sources import ModelSource, TraceSource
+from ..token_labels import token_labels, vocab_labels
 from ..trace import AttentionTrace
 from .fair import TimeSpent, check_time, heavy
 from .state import fit, mark_typed

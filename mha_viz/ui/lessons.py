@@ -21,8 +21,8 @@ import streamlit as st
 from ..lessons import Lesson, Step, lessons
 from ..lessons.measures import MEASURES, use_models
 from ..params import DEFAULTS, ViewState, parse_query
-from ..variants import NAMES as VARIANT_NAMES
 from ..parts import all_fields
+from ..variants import NAMES as VARIANT_NAMES
 from .cache import cached
 from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
 from .loaders import bundled_model

@@ -32,6 +32,7 @@ from ..training.precomputed import precomputed_layer
 from ..training.variants import mean_divergence, precomputed_variant_grid, variant_label
 from ..variants import LAYERS as VARIANT_LAYERS
 from ..variants import LayerVariant
+from .cache import shared_cache
 from .controls import (
     TRAINED_D_MODELS,
     _keep_heads_valid,
@@ -40,7 +41,6 @@ from .controls import (
     heads_slider,
     variant_controls,
 )
-from .cache import shared_cache
 from .fair import heavy
 from .style import column_width
 from .views import chart

@@ -13,8 +13,8 @@ from ..parts import bounds
 from ..variants import NAMES as LAYER_NAMES
 from ..variants import LayerVariant
 from ..variants_cost import PRESETS, VARIANT_NAMES, VARIANTS, CostRow, VariantShape, comparison, parameters, preset_rows
-from .style import page_width
 from .state import fit
+from .style import page_width
 from .views import chart
 
 SINK_TOKENS = 4  # StreamingLLM keeps the first 4 tokens

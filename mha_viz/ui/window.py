@@ -15,7 +15,6 @@ from .style import page_width
 from .view_parts import ViewContext
 from .views import chart
 
-
 SINKS_EXPLAINED = (
     "**Why does every token attend to the first one?** A softmax row must sum to 1, so a head with nothing useful to "
     "read still has to put its attention somewhere. Trained models learn to park it on the first token, which every "

@@ -126,9 +126,9 @@ def test_heavy_work_past_its_time_limit_is_stopped_and_says_so(monkeypatch) -> N
 def test_work_estimated_below_the_threshold_runs_at_once_beside_heavy_work() -> None:
     thread, release = hold_turn(fair, "another visitor", seconds=600)
     try:
-        with fair.heavy("a small training", fair.HEAVY_SECONDS / 2):  # would wait (and hang this test) if heavy
-            with fair._turn:
-                assert len(fair._running) == 1 and not fair._queue  # only the other visitor's work holds the turn
+        # fair.heavy would wait (and hang this test) if the work were heavy
+        with fair.heavy("a small training", fair.HEAVY_SECONDS / 2), fair._turn:
+            assert len(fair._running) == 1 and not fair._queue  # only the other visitor's work holds the turn
     finally:
         release.set()
         thread.join(10)

@@ -123,7 +123,7 @@ def test_every_ranged_field_beyond_its_range_in_a_link_gets_a_notice_naming_it_i
     said = notices(at)
     for name, raw in beyond.items():
         assert f"URL parameter {name}='{raw}' is not valid ({BOUNDED[name].describe()})" in said, name
-        lo, hi = BOUNDED[name].bounds
+        _lo, hi = BOUNDED[name].bounds
         assert f"{hi:g}" in BOUNDED[name].describe() if isinstance(hi, float) else str(hi) in BOUNDED[name].describe()
 
 

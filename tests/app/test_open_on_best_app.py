@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-import mha_viz
 import pytest
 from streamlit.testing.v1 import AppTest
 
+import mha_viz
 from mha_viz.analysis import copying_scores
 from mha_viz.analysis.composition import composition
 from mha_viz.analysis.readout import model_readout

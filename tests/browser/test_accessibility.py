@@ -57,7 +57,7 @@ def menu_links(prefix: str, mode: str, source: object) -> list[str]:
 def all_pages() -> list[str]:
     """Every page of every mode, from the registry and the sources each link opens (the bundled models, the shipped
     trained layer of the default settings, the configurable layer and its variants): a new view or section is in."""
-    from mha_viz.params import CAUSAL_EXAMPLE, DEFAULTS, DEFAULT_TEXT
+    from mha_viz.params import CAUSAL_EXAMPLE, DEFAULT_TEXT, DEFAULTS
     from mha_viz.pretrained import INDUCTION_MODEL, bundled_model_installed, load_model
     from mha_viz.sources import ModelSource, TrainedSource
     from mha_viz.training.precomputed import precomputed_layer

@@ -334,7 +334,7 @@ def test_one_address_cannot_take_the_front_from_other_visitors(tmp_path) -> None
     per_address = site_setting(r"limit_conn mha_viz_per_address (\d+);")
     header_timeout = site_setting(r"client_header_timeout (\d+)s;")
     held: list[socket.socket] = []
-    with replicas(tmp_path) as (url, run_dir, proc, _):
+    with replicas(tmp_path) as (url, run_dir, _proc, _):
         port = int(url.rsplit(":", 1)[1])
         try:
             flood = [from_attacker(port, session_request(port, i)) for i in range(300)]

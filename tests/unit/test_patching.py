@@ -430,7 +430,7 @@ def test_prompts_longer_than_the_model_reads_are_cut_with_a_notice():
     (kept of how many); patch_heads, a bare number, refuses them; two long prompts of different lengths are refused
     although both would be cut to 64."""
     model = tiny_causal("gpt2")
-    words = "the cat sat on the warm mat and then the dog ran to the old red barn".split()
+    words = ["the", "cat", "sat", "on", "the", "warm", "mat", "and", "then", "the", "dog", "ran", "to", "the", "old", "red", "barn"]
     long_words = (words * 10)[:78]  # [CLS] + 78 + [SEP] = 80 tokens
     clean, corrupted = " ".join(long_words), " ".join(["a", *long_words[1:]])
     assert len(model.encode(clean).ids) == 64 and model.encode(clean).dropped == 16

@@ -86,7 +86,7 @@ def test_the_trace_its_exports_report_and_widget_payload_read_as_the_text(model,
     document = json.loads(trace_to_json(trace))
     assert "".join(document["query_tokens"]) == text
     report = html_report(trace, title=name)
-    listed = re.search(r'<ol class="tokens">(.*?)</ol>', report, re.S)[1]  # the report's token list
+    listed = re.search(r'<ol class="tokens">(.*?)</ol>', report, re.DOTALL)[1]  # the report's token list
     items = [html.unescape(re.sub(r"<small>\d+</small>", "", i)) for i in re.findall(r"<li>(.*?)</li>", listed)]
     assert items == [visible_token(t) for t in trace.query_tokens] and clean(items, text)
     _, rows, columns = payload([trace])  # the widget's labels: "position: token", the token visible

@@ -9,9 +9,7 @@ import pytest
 from mha_viz.params import ViewState
 from mha_viz.serve.hosting import Budget, within_budget
 from mha_viz.serve.training_budget import (
-    PROBES,
     UNCALIBRATED,
-    Calibration,
     calibrate,
     calibration,
     measure_calibration,
@@ -43,7 +41,6 @@ def test_a_generous_deadline_and_no_deadline_finish_the_same_run() -> None:
 
 
 def test_the_calibration_scales_the_estimate_and_can_be_injected() -> None:
-    (h, small, _), (_, large, _) = PROBES
     as_fitted = lambda h, d, steps: training_seconds(h, d, 1) - training_seconds(h, d, 0)  # the constants' own step
     fitted = measure_calibration(as_fitted)
     assert fitted.fixed == pytest.approx(1.0) and fitted.width == pytest.approx(1.0, rel=1e-6)
