@@ -15,7 +15,7 @@ from ..figures.overview import picked_head
 from ..limits import MAX_NEW_TOKENS, MAX_SEED
 from ..pretrained.generation import Generation
 from ..sampling import Sampling
-from ..serve.hosting import Budget, heavy_generation
+from ..serve.hosting import FULL_SIZE, Budget, heavy_generation
 from ..sources import ModelSource
 from ..token_labels import spelled, token_labels, vocab_labels
 from ..trace import AttentionTrace
@@ -99,6 +99,10 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
         st.warning(f"Cannot generate: {plain(str(err))}")
         return
     n = len(gen.steps)
+    if gen.stop_reason == "stopped":
+        st.warning(f"The generation stopped at this demo's time budget: it wrote {n} of the "
+                   f"{st.session_state['new_tokens']} tokens asked for, and the steps below are those {n}. Ask for "
+                   f"fewer tokens or a shorter text, or {FULL_SIZE}.", icon=":material/timer_off:")
     st.session_state["gen_step"] = min(max(1, st.session_state.get("gen_step", 1)), n)
     playing = st.session_state.get("gen_play", False)
     fragment = st.fragment(guarded(_show_step), run_every=PLAY_SECONDS if playing else None)
