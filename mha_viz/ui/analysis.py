@@ -558,8 +558,8 @@ def _head_detectors(name: str, source: TraceSource) -> None:
                    f"{scores.asked} probe sequences: the scores below average those {scores.sequences}. To "
                    f"{FULL_SIZE}.", icon=":material/timer_off:")
     st.caption(f"Each score is the mean attention a head puts where that kind of head looks, on {scores.sequences} "
-               "sequences [BOS] + A + A (A: 32 distinct random tokens of the model's vocabulary, seed 0): previous = on the "
-               "token just before; duplicate = on the earlier copy of the same token; induction = on the token "
+               "sequences [BOS] + A + A (A: 32 distinct random tokens of the model's vocabulary, seed 0): previous = "
+               "on the token just before; duplicate = on the earlier copy of the same token; induction = on the token "
                "after that earlier copy (Olsson et al. 2022). 1 = always exactly there.")
     kind = st.radio("Kind of head", DETECTORS, key="detector", horizontal=True)
     left, right = st.columns([3, 2])
