@@ -353,9 +353,10 @@ class ModelSource:
         PretrainedModel.long_trace (progress, max_bytes: see mha_viz.pretrained.long_pass.trace_model)."""
         return self.model.long_trace(ids=self.long_ids(), progress=progress, max_bytes=max_bytes)
 
-    def generate(self, max_new_tokens: int, sampling: Sampling = GREEDY) -> Generation:
-        """The model writing after the text (PretrainedModel.generate)."""
-        return self.model.generate(self.text, max_new_tokens, sampling)
+    def generate(self, max_new_tokens: int, sampling: Sampling = GREEDY,
+                 should_stop: Callable[[], bool] | None = None) -> Generation:
+        """The model writing after the text (PretrainedModel.generate; should_stop: asked between tokens)."""
+        return self.model.generate(self.text, max_new_tokens, sampling, should_stop)
 
     def logit_attribution(self, *, ids: tuple[int, ...] | None = None, position: int = -1,
                           token: int | str | None = None) -> LogitAttribution:

@@ -14,7 +14,7 @@ from .compare import Comparison, compare_traces
 from .composition import CompositionScores, composition, composition_scores
 from .concat_sum import ConcatVsSum, concat_vs_sum
 from .contribution import contribution_norms, norm_attention, transformed_value_norms
-from .head_detectors import KINDS, detect_heads, detector_scores, head_scores, repeated_tokens
+from .head_detectors import KINDS, DetectorScores, detect_heads, detector_scores, head_scores, repeated_tokens
 from .head_stats import HeadStats, head_stats, special_positions, trace_head_stats, visible_keys
 from .knockout import (
     ABLATIONS,
@@ -55,6 +55,7 @@ __all__ = [
     "CompositionScores",
     "ConcatVsSum",
     "CopyingScores",
+    "DetectorScores",
     "DirectLogits",
     "HeadSingularValues",
     "HeadStats",

@@ -13,6 +13,7 @@ A's tokens are distinct, so every token of the second A has exactly one earlier 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,13 +73,31 @@ def repeated_tokens(
     return ids, len(prefix), n
 
 
+class DetectorScores(dict):
+    """{kind: [layers, heads]} scores, and how many of the probe's sequences they average (sequences of asked:
+    fewer when should_stop ended the probe early)."""
+
+    def __init__(self, scores: dict[str, np.ndarray], sequences: int, asked: int) -> None:
+        super().__init__(scores)
+        self.sequences, self.asked = sequences, asked
+
+
 def detect_heads(
-    model: PretrainedModel, *, seed: int = 0, length: int = DEFAULT_LENGTH, batch: int = DEFAULT_BATCH
-) -> dict[str, np.ndarray]:
-    """Every kind's scores {kind: [layers, heads]} from one probe (one forward pass per sequence)."""
+    model: PretrainedModel, *, seed: int = 0, length: int = DEFAULT_LENGTH, batch: int = DEFAULT_BATCH,
+    should_stop: Callable[[], bool] | None = None,
+) -> DetectorScores:
+    """Every kind's scores {kind: [layers, heads]} from one probe (one forward pass per sequence). should_stop: asked
+    before every sequence after the first; True ends the probe there, and the scores average the sequences run
+    (DetectorScores.sequences)."""
     ids, start, n = repeated_tokens(model, seed=seed, length=length, batch=batch)
-    attentions = np.stack([model.attentions_for_ids(row.tolist()) for row in ids])  # (B, L, H, T, T)
-    return {kind: detector_scores(attentions, kind, n=n, start=start).mean(0) for kind in KINDS}  # (L, H) each
+    runs = []
+    for row in ids:
+        if runs and should_stop is not None and should_stop():
+            break
+        runs.append(model.attentions_for_ids(row.tolist()))  # (L, H, T, T)
+    attentions = np.stack(runs)  # (B', L, H, T, T), B' <= batch
+    scores = {kind: detector_scores(attentions, kind, n=n, start=start).mean(0) for kind in KINDS}  # (L, H) each
+    return DetectorScores(scores, len(runs), len(ids))
 
 
 def head_scores(

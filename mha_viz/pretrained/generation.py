@@ -15,13 +15,15 @@ distribution its token was drawn from and the attention of the query that predic
               positions (the cache keeps them in order, the newest last) and is 0 outside the window, as in a
               forward pass without a cache.
 Generation stops after max_new_tokens tokens, or right after an end-of-sequence token of the model's
-generation_config (kept in the output), as transformers' generate() does.
+generation_config (kept in the output), as transformers' generate() does, or (stop_reason "stopped") before a token
+when the caller's should_stop() says so (asked before every token after the first: a time budget keeps the tokens
+written so far).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,7 +57,7 @@ class Generation:
     prompt_ids: tuple[int, ...]
     prompt_tokens: tuple[str, ...]
     steps: tuple[GenerationStep, ...]
-    stop_reason: str  # "max_new_tokens" or "eos"
+    stop_reason: str  # "max_new_tokens", "eos" or "stopped" (should_stop said so before the next token)
     text: str  # the generated tokens decoded (special tokens skipped)
     sampling: Sampling  # how each token was picked
     windows: tuple[int | None, ...] = ()  # per layer: its sliding window (keys a query sees, itself included) or None
@@ -163,6 +165,11 @@ def eos_token_ids(lm: torch.nn.Module) -> set[int]:
     return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
 
 
+def stop_asked(should_stop: Callable[[], bool] | None, written: int) -> bool:
+    """Whether to write no more: should_stop() says so, asked once at least one token is written."""
+    return should_stop is not None and written > 0 and should_stop()
+
+
 def check_request(model: TextModel, max_new_tokens: object, sampling: object) -> None:
     """ValueError for a model that cannot generate or a max_new_tokens that is not an integer >= 1, TypeError for a
     sampling that is not a Sampling."""
@@ -181,8 +188,10 @@ def generate(
     prompt: str,
     max_new_tokens: int,
     sampling: Sampling = GREEDY,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Generation:
     """Let model write up to max_new_tokens tokens after prompt, picked as sampling says; see the module docstring.
+    should_stop: asked before every token after the first; True ends the generation there (stop_reason "stopped").
 
     ValueError for a model without a causal LM head, bad arguments, or when prompt + max_new_tokens
     would not fit the model's positions (model.max_tokens); the prompt is never truncated. ValueError too when
@@ -206,6 +215,9 @@ def generate(
     cache, feed, steps, stop_reason = None, list(prompt_ids), [], "max_new_tokens"
     windows = sliding_windows(lm.config, model.num_layers["decoder"])
     for t in range(int(max_new_tokens)):
+        if stop_asked(should_stop, t):
+            stop_reason = "stopped"
+            break
         outputs = lm(
             input_ids=torch.tensor([feed], device=device),  # the cache holds the rest
             **{cache_argument: cache},

@@ -43,7 +43,7 @@ from .adapter import max_abs_diff, to_numpy
 from .attribution import LogitAttribution, checked_request, split_logit, vocab_id
 from .encoded import Coverage, Encoded
 from .errors import ModelLoadError
-from .generation import Generation, GenerationStep, check_request, sampling_distribution
+from .generation import Generation, GenerationStep, check_request, sampling_distribution, stop_asked
 from .norms import NormAffine
 from .weights import vocabulary
 
@@ -325,10 +325,12 @@ class HookedModel:
             final = self.hooked.ln_final(store["resid"]) if hasattr(self.hooked, "ln_final") else store["resid"]
         return to_numpy(final)
 
-    def generate(self, prompt: str, max_new_tokens: int, sampling: Sampling = GREEDY) -> Generation:
+    def generate(self, prompt: str, max_new_tokens: int, sampling: Sampling = GREEDY,
+                 should_stop: Callable[[], bool] | None = None) -> Generation:
         """Write up to max_new_tokens tokens after prompt (read as encode() reads it, [BOS] first), as
         PretrainedModel.generate does (mha_viz.pretrained.generation), without a KV cache: one whole forward pass a
-        step, whose hook_pattern rows of the last query are the step's attentions. Stops after the tokenizer's EOS."""
+        step, whose hook_pattern rows of the last query are the step's attentions. Stops after the tokenizer's EOS, or
+        before a token once should_stop() says so (asked from the second token on: stop_reason "stopped")."""
         check_request(self, max_new_tokens, sampling)
         enc = self.encode(prompt)
         room = self.max_tokens - len(enc.ids) - enc.dropped
@@ -339,7 +341,10 @@ class HookedModel:
         generator = torch.Generator(device=self.cfg.device).manual_seed(sampling.seed)
         ids, steps, stop_reason = list(enc.ids), [], "max_new_tokens"
         L = self.cfg.n_layers
-        for _ in range(int(max_new_tokens)):
+        for t in range(int(max_new_tokens)):
+            if stop_asked(should_stop, t):
+                stop_reason = "stopped"
+                break
             patterns: dict[int, Tensor] = {}
             hooks = [(f"blocks.{layer}.attn.hook_pattern", self._keep(patterns, layer)) for layer in range(L)]
             with self._lock:

@@ -257,17 +257,19 @@ class PretrainedModel:
             logits = self.model(input_ids=ids, use_cache=False).logits  # (1, T, vocab)
         return to_numpy(logits[0, -1].float().softmax(-1))  # (vocab,)
 
-    def generate(self, prompt: str, max_new_tokens: int, sampling: Sampling = GREEDY) -> generation.Generation:
+    def generate(self, prompt: str, max_new_tokens: int, sampling: Sampling = GREEDY,
+                 should_stop: Callable[[], bool] | None = None) -> generation.Generation:
         """Write up to max_new_tokens tokens after prompt, one step at a time with the KV cache.
 
         sampling (mha_viz.sampling.Sampling): greedy by default (the tokens of transformers'
         generate(do_sample=False)); otherwise softmax(logits / temperature), then top_k, then top_p, drawn
         reproducibly from its seed. Each step keeps its distribution (.probs) and the predicting query's attention
-        [layers, heads, keys] (.attentions). Stops early after the model's end-of-sequence token. ValueError if the
-        prompt plus max_new_tokens would not fit max_tokens. See mha_viz.pretrained.generation.
+        [layers, heads, keys] (.attentions). Stops early after the model's end-of-sequence token, or before a token
+        once should_stop() says so (asked from the second token on; stop_reason "stopped", the tokens so far kept).
+        ValueError if the prompt plus max_new_tokens would not fit max_tokens. See mha_viz.pretrained.generation.
         """
         with self._lock:
-            return generation.generate(self, prompt, max_new_tokens, sampling)
+            return generation.generate(self, prompt, max_new_tokens, sampling, should_stop)
 
     def logit_attribution(
         self,

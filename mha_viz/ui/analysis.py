@@ -560,9 +560,13 @@ def _head_detectors(name: str, source: TraceSource) -> None:
     except ValueError as err:
         st.warning(f"Cannot run the head detectors: {plain(str(err))}")
         return
-    st.caption("Each score is the mean attention a head puts where that kind of head looks, on 8 sequences "
-               "[BOS] + A + A (A: 32 distinct random tokens of the model's vocabulary, seed 0): previous = on the "
-               "token just before; duplicate = on the earlier copy of the same token; induction = on the token "
+    if scores.sequences < scores.asked:
+        st.warning(f"The head detectors stopped at this demo's time budget after {scores.sequences} of their "
+                   f"{scores.asked} probe sequences: the scores below average those {scores.sequences}. To "
+                   f"{FULL_SIZE}.", icon=":material/timer_off:")
+    st.caption(f"Each score is the mean attention a head puts where that kind of head looks, on {scores.sequences} "
+               "sequences [BOS] + A + A (A: 32 distinct random tokens of the model's vocabulary, seed 0): previous = "
+               "on the token just before; duplicate = on the earlier copy of the same token; induction = on the token "
                "after that earlier copy (Olsson et al. 2022). 1 = always exactly there.")
     kind = st.radio("Kind of head", DETECTORS, key="detector", horizontal=True)
     left, right = st.columns([3, 2])

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..analysis import detect_heads
+from ..analysis import DetectorScores, detect_heads
 from ..long import LongTrace
 from ..pretrained import BUNDLED_INSTALL, Generation, ModelLoadError, PretrainedModel, bundled_model_installed
 from ..pretrained.long import ModelLongTrace
@@ -21,6 +21,7 @@ from ..sources import ConfigurableSource, ModelSource
 from ..trace import AttentionTrace
 from . import state
 from .cache import cached, shared_cache
+from .fair import out_of_time
 from .loaders import download_error, get_model, model_size, secret
 
 T = TypeVar("T")
@@ -63,12 +64,17 @@ class CachedModel(ModelSource):
             heavy=long_text(self.text))
 
     def generate(self, max_new_tokens: int, sampling: Sampling = GREEDY) -> Generation:
+        """The generation, stopped between tokens when its heavy work runs past its time limit (fair.out_of_time:
+        stop_reason "stopped", the tokens written so far kept, and kept in the cache as they are)."""
         key = ("generation", self.key, self.text, max_new_tokens, sampling)
-        return cached(key, lambda: super(CachedModel, self).generate(max_new_tokens, sampling), "Writing…",
-                      heavy=heavy_generation(max_new_tokens, self.text))
+        return cached(key, lambda: super(CachedModel, self).generate(max_new_tokens, sampling, out_of_time),
+                      "Writing…", heavy=heavy_generation(max_new_tokens, self.text))
 
-    def head_scores(self, *, seed: int = 0) -> dict[str, np.ndarray]:
-        return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed),
+    def head_scores(self, *, seed: int = 0) -> DetectorScores:
+        """The detectors' scores, their probe stopped between sequences when it runs past its time limit
+        (fair.out_of_time: the scores then average fewer sequences, DetectorScores.sequences)."""
+        return cached(("head scores", self.key, seed), lambda: detect_heads(self.model, seed=seed,
+                                                                            should_stop=out_of_time),
                       "Running the head detectors on repeated random tokens…", heavy=True)
 
     def text_tokens(self) -> tuple[int, ...]:

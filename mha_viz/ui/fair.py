@@ -83,8 +83,9 @@ def limit_waiting(max_wait_seconds: float | None) -> None:
 
 def check_time() -> None:
     """TimeSpent when this thread's heavy work has run past its time limit (a block's own, or limit_waiting's bound):
-    loops of heavy work (patching passes, knockout passes) call it between passes, so that no heavy request holds the
-    turn much longer than the bound others wait by."""
+    loops of heavy work (patching passes, knockout passes, a long trace's layers; out_of_time for generation and the
+    head detectors) call it between passes, so that no heavy request holds the turn much longer than the bound others
+    wait by."""
     ticket = getattr(_held, "ticket", None)
     if ticket is None or ticket.limit is None or ticket.started is None:
         return
@@ -93,6 +94,17 @@ def check_time() -> None:
         raise TimeSpent(f"stopped at this demo's time budget: this work ran {ran:.0f} s, more than the "
                         f"{ticket.limit:.0f} s one heavy request may take here. Ask for less (fewer passes, a shorter "
                         f"text), or {FULL_SIZE}")
+
+
+def out_of_time() -> bool:
+    """check_time as a question, for library loops that stop themselves and keep what they did (their should_stop
+    callback: a generation between tokens, the head detectors between probe sequences): True once this thread's
+    heavy work has run past its time limit."""
+    try:
+        check_time()
+    except TimeSpent:
+        return True
+    return False
 
 
 def visitor_key(cookies: Mapping[str, str], address: str | None, headers: Mapping[str, str]) -> str | None:

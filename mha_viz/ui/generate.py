@@ -16,7 +16,7 @@ from ..limits import MAX_NEW_TOKENS
 from ..parts import bounds
 from ..pretrained.generation import Generation
 from ..sampling import Sampling
-from ..serve.hosting import Budget, heavy_generation
+from ..serve.hosting import FULL_SIZE, Budget, heavy_generation
 from ..sources import ModelSource
 from ..token_labels import spelled, token_labels, vocab_labels
 from ..trace import AttentionTrace
@@ -101,6 +101,10 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
         st.warning(f"Cannot generate: {plain(str(err))}")
         return
     n = len(gen.steps)
+    if gen.stop_reason == "stopped":
+        st.warning(f"The generation stopped at this demo's time budget: it wrote {n} of the "
+                   f"{st.session_state['new_tokens']} tokens asked for, and the steps below are those {n}. Ask for "
+                   f"fewer tokens or a shorter text, or {FULL_SIZE}.", icon=":material/timer_off:")
     if st.session_state.get("gen_step", 1) > n:
         fit("gen_step", n, f"a step from 1 to {n}: {n} tokens were written")
     st.session_state["gen_step"] = max(1, st.session_state.get("gen_step", 1))

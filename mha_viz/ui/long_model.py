@@ -14,9 +14,11 @@ from ..pretrained.long import LongLayer, LongTraceCancelled, ModelLongTrace
 from ..serve.hosting import FULL_SIZE, Budget
 from . import views
 from .cached_sources import CachedModel
+from .fair import TimeSpent, check_time
 from .style import page_width
 
 CANCELLED = "_cancelled_long_traces"  # session key: digests of the long traces this session cancelled
+TIMED_OUT = "_timed_out_long_traces"  # session key: digest -> the notice of a long trace stopped at the time budget
 
 
 def _digest(key: tuple) -> str:
@@ -59,16 +61,26 @@ def window_notice(source: CachedModel, long: ModelLongTrace) -> str:
             f"views read a window: tokens 0–{len(window) - 1}, the first {len(window)} ({rows}).")
 
 
+def _trace_again(key: str) -> None:
+    st.session_state.get(CANCELLED, set()).discard(key)
+    st.session_state.get(TIMED_OUT, {}).pop(key, None)
+
+
 def traced(source: CachedModel) -> ModelLongTrace | None:
     """source.long_trace() with a progress bar (per layer) and a Cancel button while it computes; None once this
-    session cancelled it, with a button to trace it again. A click on Cancel reruns the page: the pass stops at its
-    next layer (the progress callback raises LongTraceCancelled, or Streamlit stops the run at the bar's update)."""
+    session cancelled it or it ran past its time limit (fair.check_time between layers), with a button to trace it
+    again. A click on Cancel reruns the page: the pass stops at its next layer (the progress callback raises
+    LongTraceCancelled, or Streamlit stops the run at the bar's update)."""
     key = _digest(source.long_key())
     cancelled = st.session_state.setdefault(CANCELLED, set())
-    if key in cancelled:
-        st.info("The long trace of this text was cancelled: the views read its first "
-                f"{source.model.max_tokens} tokens.", icon=":material/stop_circle:")
-        st.button("Trace the whole text", key="long_again", on_click=cancelled.discard, args=(key,),
+    timed_out = st.session_state.setdefault(TIMED_OUT, {})
+    if key in cancelled or key in timed_out:
+        if key in timed_out:
+            st.warning(timed_out[key], icon=":material/timer_off:")
+        else:
+            st.info("The long trace of this text was cancelled: the views read its first "
+                    f"{source.model.max_tokens} tokens.", icon=":material/stop_circle:")
+        st.button("Trace the whole text", key="long_again", on_click=_trace_again, args=(key,),
                   icon=":material/play_arrow:")
         return None
     if source.long_cached():
@@ -78,9 +90,13 @@ def traced(source: CachedModel) -> ModelLongTrace | None:
         bar = st.progress(0.0, text="Tracing every layer over the long text…")
         st.button("Cancel", key="long_cancel", on_click=cancelled.add, args=(key,), icon=":material/stop:")
 
+    reached = [0, 0]  # layers traced, of how many
+
     def progress(done: int, total: int) -> None:
         if key in st.session_state.get(CANCELLED, ()):
             raise LongTraceCancelled("cancelled in the app")
+        reached[:] = done, total
+        check_time()  # past the time limit: TimeSpent stops the pass before its next layer
         bar.progress(done / total, text=f"Traced {done} of {total} layers")
 
     try:
@@ -88,6 +104,10 @@ def traced(source: CachedModel) -> ModelLongTrace | None:
     except LongTraceCancelled:
         st.info("The long trace was cancelled.", icon=":material/stop_circle:")
         return None
+    except TimeSpent as err:
+        timed_out[key] = (f"The long trace {err}. It had traced {reached[0]} of {reached[1]} layers; the views read "
+                          f"the text's first {source.model.max_tokens} tokens.")
+        return traced(source)  # its notice, and the button to trace it again
     finally:
         slot.empty()
 

@@ -175,3 +175,62 @@ def test_a_training_waiting_for_the_turn_keeps_nobody_holding_the_turn_waiting_f
         assert sorted(done) == ["holder", "in line", "queued"]  # both done, neither waits for the other forever
     finally:
         set_calibration(None)
+
+
+# ------------------------------------------- generation, detectors and long traces stopped by time, keeping their work
+
+
+@pytest.fixture
+def past_the_limit(public, monkeypatch):
+    """A public demo whose heavy work may run 1 s (MHA_VIZ_MAX_WAIT_SECONDS), with fair's clock moving on 1 s each time
+    it is read: heavy work runs past its limit after a few of its steps, whatever this machine's speed (nothing
+    timed). The shared cache is emptied before and after, so that the work is done here and its cut result kept
+    from other tests."""
+    import itertools
+    import time
+    from types import SimpleNamespace
+
+    from mha_viz.ui.cache import shared_cache
+
+    monkeypatch.setenv("MHA_VIZ_MAX_WAIT_SECONDS", "1")
+    ticks = itertools.count(int(time.monotonic()))
+    monkeypatch.setattr(fair, "time", SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    shared_cache.clear()
+    yield
+    shared_cache.clear()
+
+
+def test_a_long_generation_stops_at_the_time_budget_and_keeps_the_tokens_it_wrote(past_the_limit) -> None:
+    at = new_app(mode="Pretrained", model="mha-viz/induction-2l", view="Generate", new_tokens="20",
+                 text="the red fox saw a big owl by the lake . the red fox").run(timeout=300)
+    assert not at.exception, [e.value for e in at.exception]
+    (stopped,) = [w.value for w in at.warning if "stopped at this demo's time budget" in w.value]
+    written = int(stopped.split("it wrote ")[1].split(" of ")[0])
+    assert 1 <= written < 20 and "of the 20 tokens asked for" in stopped
+    assert at.slider(key="gen_step").max == written  # the steps it wrote, each drawn
+    assert {"gen_probs", "gen_attention"} <= {c.key for c in at.get("plotly_chart")}
+
+
+def test_the_head_detectors_stop_at_the_time_budget_and_show_the_sequences_they_ran(past_the_limit) -> None:
+    at = new_app(mode="Pretrained", model="mha-viz/induction-2l", view="Analysis",
+                 section="Head detectors").run(timeout=300)
+    assert not at.exception, [e.value for e in at.exception]
+    (stopped,) = [w.value for w in at.warning if "stopped at this demo's time budget" in w.value]
+    ran, asked = (int(n) for n in stopped.split("after ")[1].split(" probe")[0].split(" of their "))
+    assert 1 <= ran < asked == 8
+    assert any(f"on {ran} sequences" in c.value for c in at.caption)  # the scores shown average those
+    assert "analysis_detectors" in {c.key for c in at.get("plotly_chart")}
+
+
+def test_a_long_trace_stops_at_the_time_budget_says_how_far_it_got_and_the_page_reads_a_window(past_the_limit) -> None:
+    text = " ".join(f"v{i}" for i in range(600))  # the bundled MiniLM's long trace: 512 tokens, 6 layers
+    at = new_app(mode="Pretrained", text=text).run(timeout=300)
+    assert not at.exception, [e.value for e in at.exception]
+    (stopped,) = [w.value for w in at.warning if "stopped at this demo's time budget" in w.value]
+    reached, layers = (int(n) for n in stopped.split("It had traced ")[1].split(" layers")[0].split(" of "))
+    assert 1 <= reached < layers == 6 and "read the text's first 256 tokens" in stopped
+    keys = [c.key for c in at.get("plotly_chart")]
+    assert "heads_long" not in keys and keys  # the window's views, drawn
+    at.run()  # a rerun does not trace again: it says why, with a button to try again
+    assert [w.value for w in at.warning if "stopped at this demo's time budget" in w.value] == [stopped]
+    assert at.button(key="long_again")

@@ -220,3 +220,29 @@ def test_generation_needs_a_causal_language_model():
     )
     with pytest.raises(ValueError, match="generation is unavailable: .*encoder model"):
         bert.generate(PROMPT, 3)
+
+
+def stop_after(calls: int) -> tuple[list[int], object]:
+    """A should_stop that answers False calls times, then True; and the list of its answers' count."""
+    asked: list[int] = []
+
+    def should_stop() -> bool:
+        asked.append(1)
+        return len(asked) > calls
+
+    return asked, should_stop
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_should_stop_ends_a_generation_between_tokens_keeping_the_tokens_written(models, name):
+    m = models[name]
+    full = m.generate(PROMPT, 12)
+    asked, should_stop = stop_after(2)
+    cut = m.generate(PROMPT, 12, should_stop=should_stop)
+    assert cut.stop_reason == "stopped" and cut.token_ids == full.token_ids[:3] and len(asked) == 3
+    for mine, whole in zip(cut.steps, full.steps):  # the same steps, the same distributions and attention rows
+        np.testing.assert_array_equal(mine.probs, whole.probs)
+        np.testing.assert_array_equal(mine.attentions, whole.attentions)
+    first = m.generate(PROMPT, 12, should_stop=lambda: True)
+    assert first.token_ids == full.token_ids[:1] and first.stop_reason == "stopped"  # one token always written
+    assert m.generate(PROMPT, 12, should_stop=lambda: False).token_ids == full.token_ids

@@ -128,3 +128,16 @@ def test_an_encoder_decoder_is_refused():
                            AutoTokenizer.from_pretrained(bundled_model_dir()))
     with pytest.raises(ValueError, match="encoder-decoder"):
         head_scores(bart, "induction")
+
+
+def test_should_stop_ends_the_probe_between_sequences_and_the_scores_average_those_run(tiny):
+    ids, start, n = repeated_tokens(tiny, seed=0)
+    asked: list[int] = []
+    scores = detect_heads(tiny, should_stop=lambda: asked.append(1) or len(asked) > 2)  # stops before the 4th
+    assert (scores.sequences, scores.asked, len(asked)) == (3, 8, 3)
+    own = np.stack([tiny.attentions_for_ids(row.tolist()) for row in ids[:3]])  # (3, L, H, T, T)
+    for kind in KINDS:
+        np.testing.assert_allclose(scores[kind], detector_scores(own, kind, n=n, start=start).mean(0), atol=1e-6)
+    whole = detect_heads(tiny)
+    assert (whole.sequences, whole.asked) == (8, 8)
+    assert detect_heads(tiny, should_stop=lambda: True).sequences == 1  # one sequence always run

@@ -248,3 +248,12 @@ def test_a_failed_check_speaks_up_for_a_hooked_model_too(monkeypatch) -> None:
     assert strict.strict is True
     with pytest.raises(TraceCheckError):
         strict.trace(TEXT, 1)
+
+
+def test_should_stop_ends_a_hooked_generation_between_tokens_keeping_the_tokens_written() -> None:
+    model = load_model(hooked(**CONFIGS["shortformer, local window, soft-cap"]))
+    full = model.generate("red fox blue", 6)
+    asked: list[int] = []
+    cut = model.generate("red fox blue", 6, should_stop=lambda: asked.append(1) or len(asked) > 1)
+    assert cut.stop_reason == "stopped" and cut.token_ids == full.token_ids[:2] and len(asked) == 2
+    assert close(cut.steps[1].attentions, full.steps[1].attentions, 0)
