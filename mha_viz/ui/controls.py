@@ -75,16 +75,56 @@ def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -
     if h not in choices:
         st.caption(f"h = {h} (from the link) does not divide d_model = {d_model}: pick a valid h on the page.")
         return
-    standard = d_k is None or d_v is None
-    st.select_slider(
-        "Number of heads h", choices, key="h", on_change=_keep_variant_valid,
-        help=(f"Each head gets d_k = d_model / h dimensions, so h must divide d_model = {d_model}: the slider offers "
-              f"{', '.join(map(str, choices))}. Set d_k and d_v under Advanced for any h.") if standard
-        else "d_k and d_v are set under Advanced, so any h from 1 to 16 works.",
-    )
+    _heads_widget(choices, d_model, standard=d_k is None or d_v is None, key="h", on_change=_keep_variant_valid)
     notice = st.session_state.pop(NOTICE, None)
     if notice:
         st.caption(notice)
+
+
+def _heads_widget(choices: list[int], d_model: int, *, standard: bool, key: str, on_change: Callable[..., None],
+                  args: tuple = (), note: str = "") -> None:
+    st.select_slider(
+        "Number of heads h", choices, key=key, on_change=on_change, args=args,
+        help=note + ((f"Each head gets d_k = d_model / h dimensions, so h must divide d_model = {d_model}: the slider "
+                      f"offers {', '.join(map(str, choices))}. Set d_k and d_v under Advanced for any h.") if standard
+                     else "d_k and d_v are set under Advanced, so any h from 1 to 16 works."),
+    )
+
+
+def _kv_heads_widget(h: int, *, key: str, on_change: Callable[..., None] | None = None, args: tuple = (),
+                     note: str = "") -> None:
+    st.radio("Key/value heads kv_heads", divisors(h), key=key, horizontal=True, format_func=kv_heads_label(h),
+             on_change=on_change, args=args,
+             help=note + f"The {h} query heads are split into kv_heads groups of h / kv_heads; each group reads one "
+             "key/value head. kv_heads must divide h. 1 is multi-query attention (MQA), h is multi-head attention.")
+
+
+# The sidebar controls a lesson's task can also move from the lesson panel (lessons.py draws a copy under the task,
+# so that the control is on screen where the sidebar is closed, on a phone), and what runs after each changes.
+COPIED = {"h": _keep_variant_valid, "kv_heads": lambda: None}
+COPY_NOTE = "The sidebar's control, copied under the task: moving either moves both. "
+
+
+def sidebar_control_copy(name: str, key: str, on_change: Callable[..., None], args: tuple = ()) -> bool:
+    """Draw a second widget (its own key) of the sidebar control of the registered field `name` (one of COPIED), as
+    the sidebar draws it now, where the sidebar draws it; False where the sidebar does not draw it (another mode, a
+    value from a link that the control does not offer)."""
+    state = st.session_state
+    if state.get("mode") != "Configurable" or name not in COPIED:
+        return False
+    d_model = state.get("d_model")
+    d_k, d_v = (None, None) if state.get("weights") == "trained" else (state.get("d_k"), state.get("d_v"))
+    choices, h = head_choices(d_model, d_k, d_v), state.get("h")
+    if h not in choices:
+        return False
+    if name == "h":
+        _heads_widget(choices, d_model, standard=d_k is None or d_v is None, key=key, on_change=on_change, args=args,
+                      note=COPY_NOTE)
+        return True
+    if state.get("variant") != "gqa" or state.get("kv_heads") not in divisors(h):
+        return False
+    _kv_heads_widget(h, key=key, on_change=on_change, args=args, note=COPY_NOTE)
+    return True
 
 
 def kv_heads_label(h: int) -> Callable[[int], str]:
@@ -131,10 +171,7 @@ def variant_controls(h: int) -> None:
         if kv not in divisors(h):
             st.caption(f"kv_heads = {kv} (from the link) does not divide h = {h}: pick a valid kv_heads on the page.")
             return
-        st.radio("Key/value heads kv_heads", divisors(h), key="kv_heads", horizontal=True,
-                 format_func=kv_heads_label(h),
-                 help=f"The {h} query heads are split into kv_heads groups of h / kv_heads; each group reads one "
-                 "key/value head. kv_heads must divide h. 1 is multi-query attention (MQA), h is multi-head attention.")
+        _kv_heads_widget(h, key="kv_heads")
         notice = state.pop(KV_NOTICE, None)
         if notice:
             st.caption(notice)

@@ -6,7 +6,9 @@ the controls freely. The panel asks the step's question (choices, or a task chec
 answer with its explanation (numbers from the step's measure, mha_viz.lessons.measures), and points at the step's
 target: an outline drawn by CSS on the target's key class (`st-key-<key>`, Streamlit's documented class for a keyed
 element) and a "Show me" button, named by the target's label on screen, that scrolls to it and moves the keyboard
-focus there. Predict, then see: while a choice question is open, page.py draws no page under the panel (page_shown),
+focus there. A task that moves a sidebar control has a copy of that control right under it (the same field: moving
+either moves both), so that the control is on screen when the step opens, a phone's closed sidebar included. Predict,
+then see: while a choice question is open, page.py draws no page under the panel (page_shown),
 and a cover in the panel says what will be there; Check draws it. When a step opens, a script of the panel's own
 (STEP_JS) moves the focus to the question and closes a phone's sidebar that Show me opened.
 """
@@ -24,9 +26,9 @@ from ..params import DEFAULTS, ViewState, parse_query
 from ..parts import all_fields
 from ..variants import NAMES as VARIANT_NAMES
 from .cache import cached
-from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
+from .controls import ADVANCED_FIELDS, ADVANCED_OPEN, COPIED, sidebar_control_copy
 from .loaders import bundled_model
-from .state import current
+from .state import current, set_field_from, show_field_in
 
 ENTERED = "_lesson_entered"  # session: the (lesson, step) whose state was applied last
 REVEALED = "_lesson_revealed"  # session: the (lesson, step) whose answer is shown
@@ -184,6 +186,20 @@ def target_key(step: Step, covered: bool = False) -> str | None:
     return {"control": step.target_name, "chart": f"figure_{step.target_name}", "view": "view"}[step.target_kind]
 
 
+def copy_key(step: Step) -> str | None:
+    """The key of the copy of a sidebar control that a task moves, drawn under the task (None: no copy): the control is
+    then on screen when the step opens at every width, a phone's closed sidebar included."""
+    question = step.question
+    if question is None or not question.is_task or step.target_kind != "control" or step.target_name not in COPIED:
+        return None
+    return f"lesson_copy_{step.target_name}"
+
+
+def on_screen_key(step: Step, covered: bool = False) -> str | None:
+    """The key of what the step points at on screen when it opens: the copy under the task, else the target."""
+    return copy_key(step) or target_key(step, covered)
+
+
 def target_label(step: Step) -> str:
     """The target as the student reads it on the page, and where it is."""
     kind, name = step.target_kind, step.target_name
@@ -276,6 +292,8 @@ def highlight(step: Step, covered: bool) -> None:
     if key is None:
         return
     st.html(OUTLINE_CSS.format(key=key))
+    if copy_key(step) is not None:
+        st.html(OUTLINE_CSS.format(key=copy_key(step)))
     label = "where the page will be drawn (main area)" if key == COVER else target_label(step)
     option = step.target_name if step.target_kind == "view" and key != COVER else None
     st.html(SHOW_ME_JS.format(key=json.dumps(key), option=json.dumps(option), label=html.escape(label),
@@ -301,7 +319,7 @@ def focus_question(key: tuple[int, int], step: Step, covered: bool) -> None:
     anchor = question_key(key)
     label = f"{key[1]}: {step.question.prompt}" if step.question is not None else str(key[1])
     st.html(STEP_JS.format(anchor=anchor, anchor_js=json.dumps(anchor), label=html.escape(label), sr_only=SR_ONLY,
-                           key=json.dumps(target_key(step, covered) or "")), unsafe_allow_javascript=True)
+                           key=json.dumps(on_screen_key(step, covered) or "")), unsafe_allow_javascript=True)
 
 
 def explanation(step: Step) -> str:
@@ -324,6 +342,7 @@ def _answer(step: Step, key: tuple[int, int], s: ViewState) -> None:
     revealed = st.session_state.get(REVEALED) == key
     if question.is_task:
         st.markdown(f"**Task:** {question.prompt}")
+        control_copy(step)
         done = question.reached(s)
         if done:
             st.success(f"Done: {done_when(question)}.", icon=":material/check:")
@@ -343,6 +362,17 @@ def _answer(step: Step, key: tuple[int, int], s: ViewState) -> None:
         else:
             st.info(f"The answer: {right}." if choice is None else f"Not quite: the answer is {right}.")
         _explain(step)
+
+
+def control_copy(step: Step) -> None:
+    """The sidebar control the task moves, copied right under the task: its own key, the same registered field (a
+    change in either shows in both, and in the URL)."""
+    key = copy_key(step)
+    if key is None:
+        return
+    name = step.target_name
+    show_field_in(name, key)
+    sidebar_control_copy(name, key, set_field_from, (key, name, COPIED[name]))
 
 
 def _explain(step: Step) -> None:

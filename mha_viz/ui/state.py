@@ -119,3 +119,16 @@ def open_on_best(section: str, best: Callable[[], tuple[int, int]]) -> bool:
         return False
     st.session_state["layer"], st.session_state["head"] = picked
     return True
+
+
+def show_field_in(name: str, key: str) -> None:
+    """Before a second widget of the registered field `name` is drawn under `key`: it shows the field's value now
+    (what its first widget, or a link, set)."""
+    st.session_state[key] = value(name)
+
+
+def set_field_from(key: str, name: str, after: Callable[[], None]) -> None:
+    """on_change of a second widget of the field `name`: the field (so its first widget and the URL) takes the value;
+    then `after`, what runs after the first widget changes."""
+    st.session_state[name] = st.session_state[key]
+    after()

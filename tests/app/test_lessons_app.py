@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from mha_viz.lessons import LESSON_FILES, Lesson, Step, lessons
 from mha_viz.lessons.measures import MEASURES
 from mha_viz.params import parse_query, to_query
-from mha_viz.ui.lessons import COVER, explanation, step_params
+from mha_viz.ui.lessons import COVER, copy_key, explanation, step_params
 from tests.app.test_app import new_app
 from tests.lesson_answers import answer_texts, appears, leaked
 
@@ -190,6 +190,33 @@ def test_a_step_sets_its_state_once_then_the_student_moves_the_controls() -> Non
     assert url(at)["h"] == str(other) and url(at).get("step", "1") == str(number)
     button(at, "lesson_reset").click().run()
     assert url(at).get("h", "4") == step.state["h"]
+
+
+COPIED_STEPS = [(lesson, n, s) for lesson in lessons() for n, s in enumerate(lesson.steps, start=1) if copy_key(s)]
+
+
+@pytest.mark.parametrize(("lesson", "number", "step"), COPIED_STEPS,
+                         ids=[f"{lesson.number}.{n}" for lesson, n, _ in COPIED_STEPS])
+def test_a_task_on_a_sidebar_control_moves_it_from_a_copy_under_the_task(lesson: Lesson, number: int,
+                                                                         step: Step) -> None:
+    """The copy under the task (on screen on a phone, whose sidebar is closed) sets the same field as the sidebar's
+    control: setting it to the task's goal completes the task, moves the sidebar's control and the URL; moving the
+    sidebar's control moves the copy."""
+    name, key = step.target_name, copy_key(step)
+    at = new_app(lesson=str(lesson.number), step=str(number)).run()
+    assert_no_error(at)
+    start = widget(at, name).value
+    assert widget(at, key).value == start and not step.question.reached(parse_query(url(at))[0])
+    goal = getattr(parse_query(step.question.expect)[0], name)
+    widget(at, key).set_value(goal).run()
+    assert_no_error(at)
+    assert widget(at, name).value == widget(at, key).value == goal == getattr(parse_query(url(at))[0], name)
+    assert step.question.reached(parse_query(url(at))[0])
+    assert any(s.value.startswith("Done") for s in at.success), [s.value for s in at.success]
+    widget(at, name).set_value(start).run()  # the sidebar's control moves the copy
+    assert_no_error(at)
+    assert widget(at, key).value == start == getattr(parse_query(url(at))[0], name)
+    assert not any(s.value.startswith("Done") for s in at.success)
 
 
 @pytest.mark.parametrize(("params", "notice"), [
