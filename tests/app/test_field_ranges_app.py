@@ -76,6 +76,7 @@ def widget_ranges(at: AppTest) -> dict[str, tuple[float, float]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_ranged_field_s_widget_offers_the_range_its_url_parameter_accepts() -> None:
     seen: dict[str, tuple[float, float]] = {}
     for link in HOSTS:

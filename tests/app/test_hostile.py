@@ -142,6 +142,7 @@ def test_any_text_traces_or_says_it_has_no_tokens(text: str, h: int, causal: boo
     np.testing.assert_allclose(trace.weights.sum(-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=200), st.sampled_from(["1", "2", "5", "x", "-1"]))
 def test_the_page_survives_random_text_and_params(text: str, h: str) -> None:

@@ -281,6 +281,7 @@ def test_a_whole_page_is_heavy_work_only_for_a_long_text(state, heavy) -> None:
     assert heavy_request(state) is heavy
 
 
+@pytest.mark.slow
 def test_heavy_pages_are_drawn_one_at_a_time_and_light_pages_at_once() -> None:
     from streamlit.runtime import Runtime
 
@@ -557,6 +558,7 @@ def test_a_visitor_queues_one_heavy_request_and_nobody_waits_behind_more_than_th
     assert queued == ["tab2/bob", "tab3/alice"]  # first come, first served
 
 
+@pytest.mark.slow
 def test_a_public_demo_too_busy_for_a_heavy_page_says_so_and_draws_the_rest(visitors, monkeypatch) -> None:
     fair = visitors
     monkeypatch.setenv("MHA_VIZ_PUBLIC", "1")

@@ -62,6 +62,7 @@ def test_every_window_and_sinks_draws_heads_and_the_window_view(sinks: str, caus
         check_window_view(at, window, sinks)
 
 
+@pytest.mark.slow
 def test_every_window_position_draws_heads() -> None:
     at = new_app(variant="window", sinks="logit", causal="true").run()
     for window in range(1, 33):

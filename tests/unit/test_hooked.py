@@ -174,6 +174,7 @@ def test_what_cannot_be_traced_is_refused_clearly() -> None:
         model.next_token_probs(TEXT, head_masks={0: [1, 0]})
 
 
+@pytest.mark.slow
 def test_importing_mha_viz_pretrained_does_not_import_transformer_lens() -> None:
     code = "import sys, mha_viz.pretrained, mha_viz; mha_viz.load_model; print('transformer_lens' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -89,6 +89,7 @@ def test_only_ui_imports_streamlit() -> None:
     assert importers and all(name.startswith("mha_viz.ui.") for name in importers), importers
 
 
+@pytest.mark.slow
 def test_import_mha_viz_and_serve_loads_no_streamlit() -> None:
     code = ("import sys, mha_viz, mha_viz.limits, mha_viz.sources, mha_viz.serve.hosting, mha_viz.serve.slot; "
             "print(sorted(m for m in sys.modules if m == 'streamlit' or m.startswith(('streamlit.', 'mha_viz.ui'))))")

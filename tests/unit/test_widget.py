@@ -48,6 +48,7 @@ def assert_weights(widget, traces: list[AttentionTrace]) -> None:
     assert widget.key_labels == [f"{i}: {t}" for i, t in enumerate(traces[0].key_tokens)]
 
 
+@pytest.mark.slow
 def test_import_mha_viz_does_not_import_anywidget() -> None:
     code = "import sys, mha_viz; mha_viz.AttentionTrace; print('anywidget' in sys.modules, 'ipywidgets' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
