@@ -69,8 +69,8 @@ def tolerance(trace: AttentionTrace, label: str) -> float:
     relative = max(FLOOR, ROUNDINGS * epsilon(str(trace.meta.get("model_dtype", "float32"))))
     if label.startswith(_WEIGHTS):
         return relative
-    tops = [float(np.abs(a[np.isfinite(a)]).max(initial=0.0)) for name in _VECTORS
-            if (a := getattr(trace, name)) is not None]
+    arrays = (np.asarray(a) for name in _VECTORS if (a := getattr(trace, name, None)) is not None)  # a long layer:
+    tops = [float(np.abs(a[np.isfinite(a)]).max(initial=0.0)) for a in arrays]  # its q, k, v (tensors) bound its outputs
     return relative * max([1.0, *tops])
 
 

@@ -93,7 +93,8 @@ def _long_layer(adapter: Any, part: str, layer: int, rec: Recorder, tokens: tupl
     lse, stats, ov_max, ov_mean, bt, bs = record
     check = {"head outputs vs concat": max_abs_diff(out.transpose(0, 1).flatten(1), rec.concat.float())}
     return LongLayer(layer, tokens, tokens, q, k, v, lse, stats, ov_max, ov_mean, bt, bs, rules,
-                     kv_heads=site.kv_heads, meta={"route": "the model's own eager pass", "check": check})
+                     kv_heads=site.kv_heads, meta={"route": "the model's own eager pass", "check": check, "layer": layer,
+                                                 "model_dtype": str(rec.concat.dtype).removeprefix("torch.")})
 
 
 def rules_of(var: Variations, T: int, S: int, where: str) -> Rules:

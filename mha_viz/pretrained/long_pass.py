@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..checks import verify
 from ..token_labels import token_labels
 from .encoded import CHARS_PER_TOKEN
 from .long import OVERVIEW_SIDE, ModelLongTrace, _Capture, kept_bytes_per_token, long_kernel
@@ -59,6 +60,9 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
     else:
         with long_kernel(model.model, capture), torch.no_grad():
             adapter.base(input_ids=torch.tensor([list(ids)], device=adapter.device()), use_cache=False)
+    for layer in capture.layers.values():  # the hooked route's layers carry a self-check (meta "check")
+        layer.meta.setdefault("model", model.name)
+    verify(capture.layers.values(), strict=getattr(model, "strict", False))
     return ModelLongTrace(model.name, tuple(ids), tokens, dict(sorted(capture.layers.items())),
                           seconds=time.perf_counter() - start)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
+from ..checks import failure_message
 from ..figures.long_stats import STATS, long_stats_figure
 from ..pretrained.long import LongLayer, LongTraceCancelled, ModelLongTrace
 from ..serve.hosting import FULL_SIZE, Budget
@@ -16,6 +17,7 @@ from . import views
 from .cached_sources import CachedModel
 from .fair import TimeSpent, check_time
 from .style import page_width
+from .text import plain
 
 CANCELLED = "_cancelled_long_traces"  # session key: digests of the long traces this session cancelled
 TIMED_OUT = "_timed_out_long_traces"  # session key: digest -> the notice of a long trace stopped at the time budget
@@ -125,6 +127,9 @@ class _LayerOf:
 
 def long_model_view(long: ModelLongTrace, layer: int, name: str, load: Callable[[], ModelLongTrace]) -> None:
     """The Heads view of a long text: the layer's overview and zoom, then every layer's heads by one statistic."""
+    failed = failure_message(long.layer(layer))
+    if failed:  # the rebuilt numbers are not the model's own (BLOOM's own eager pass): said before any is shown
+        st.error(plain(failed), icon=":material/error:")
     views.long_heads_view(long.layer(layer), f"{name}-long", _LayerOf(load, layer))
     stats = long.stats()
     stat = st.segmented_control("Colour every layer's heads by", list(STATS), key="long_stat", required=True,

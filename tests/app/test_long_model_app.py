@@ -29,6 +29,7 @@ BASE = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_att
 CONFIGS = {
     "llama": lambda: tf.LlamaConfig(**BASE),
     "short": lambda: tf.LlamaConfig(**{**BASE, "max_position_embeddings": 600}),  # 600 positions: a text past them
+    "bloom": lambda: tf.BloomConfig(vocab_size=30522, hidden_size=32, n_layer=2, n_head=4),  # its own eager pass
     "bart": lambda: tf.BartConfig(vocab_size=30522, d_model=32, encoder_layers=1, decoder_layers=1,
                                   encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
                                   decoder_ffn_dim=32, max_position_embeddings=4096),
@@ -112,6 +113,24 @@ def test_a_text_past_the_models_positions_says_what_is_read(folders):
     (warning,) = [w.value for w in at.warning]
     assert "more than 600 tokens" in warning and "has 600 positions" in warning and "first 600 are read" in warning
     assert z_matrix(heatmaps(chart(at, "heads_long"))[0]).shape == (120, 120)  # 600 tokens in blocks of 5
+
+
+def test_a_long_layer_whose_self_check_fails_says_so_above_it(folders, monkeypatch):
+    """BLOOM's long trace checks its rebuilt head outputs against the model's concat: a rebuild that departs from it
+    (run_layer's outputs shifted by 0.5) gets the error banner with the difference above the layer's views."""
+    from mha_viz.pretrained import long_hooked
+
+    run_layer = long_hooked.run_layer
+
+    def shifted(*args, **kwargs):
+        out, record = run_layer(*args, **kwargs)
+        return out + 0.5, record
+
+    monkeypatch.setattr(long_hooked, "run_layer", shifted)
+    at = app_with(folders["bloom"])
+    (error,) = [e.value for e in at.error]
+    assert "Self-check failed" in error and "layer 0" in error and "head outputs vs concat" in error
+    assert "heads_long" in [c.key for c in at.get("plotly_chart")]
 
 
 def test_a_model_without_a_long_trace_says_so_and_shows_the_window(folders):

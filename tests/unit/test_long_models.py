@@ -233,6 +233,29 @@ def test_bloom_runs_its_own_eager_pass_with_alibi_slopes():
     assert m.model.config._attn_implementation == "eager"
 
 
+def test_bloom_long_trace_whose_check_fails_warns_or_raises_with_strict(monkeypatch):
+    """BLOOM's long trace rebuilds each layer's head outputs and compares them with the concat the model computed
+    (meta "check"): a rebuild that departs from it (here run_layer's outputs shifted by 0.5) is said, as for any
+    trace: TraceCheckWarning naming the layer and the difference, TraceCheckError with strict=True."""
+    from mha_viz import checks
+    from mha_viz.pretrained import long_hooked
+
+    run_layer = long_hooked.run_layer
+
+    def shifted(*args, **kwargs):
+        out, record = run_layer(*args, **kwargs)
+        return out + 0.5, record
+
+    monkeypatch.setattr(long_hooked, "run_layer", shifted)
+    m = model("bloom")
+    with pytest.warns(checks.TraceCheckWarning, match=r"tiny-bloom, layer \d: .*head outputs vs concat: max \|diff"):
+        long = m.long_trace(ids=random_ids(64))
+    assert all(checks.failures(one) for one in long.layers.values())
+    m.strict = True
+    with pytest.raises(checks.TraceCheckError, match="head outputs vs concat"):
+        m.long_trace(ids=random_ids(64))
+
+
 def test_bloom_refuses_before_running_when_its_eager_pass_would_not_fit():
     """BLOOM has no position limit; its eager pass makes [4, T, T] float32 tensors (3 alive): 10,000 tokens need
     4.5 GiB, over the 1 GiB allowed. Refused with the numbers and the longest length that fits."""
