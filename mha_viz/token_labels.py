@@ -137,7 +137,7 @@ def vocab_labels(tokenizer: object, ids: Sequence[int]) -> tuple[str, ...]:
     return _labels(tokenizer, ids, raw, alone=True) if is_byte_level(tokenizer) else tuple(raw)
 
 
-def token_label(tokenizer: object, token_id: int) -> str:
+def id_label(tokenizer: object, token_id: int) -> str:
     """One token's label on its own (vocab_labels)."""
     return vocab_labels(tokenizer, [token_id])[0]
 

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from ..limits import MAX_PATCH_PASSES
 from ..names import PATCH_DIRECTIONS, PATCH_METRICS, PATCH_SITES, PATCH_THROUGH
-from ..token_labels import token_label
+from ..token_labels import id_label
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
@@ -386,7 +386,7 @@ class _Runs:
 
     def result(self, values: np.ndarray, site: str, *, raw: bool = True, detail: dict | None = None) -> PatchingResult:
         scores = (values - self.corrupted.metric) / (self.clean.metric - self.corrupted.metric) if raw else values
-        tok = functools.partial(token_label, self.model.tokenizer)
+        tok = functools.partial(id_label, self.model.tokenizer)
         return PatchingResult(
             scores=scores.astype(np.float32), clean=self.clean.metric, corrupted=self.corrupted.metric,
             metric=self.metric, site=site, direction=self.direction, tokens=self.clean.tokens,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..params import ViewState
-from ..token_labels import token_label
+from ..token_labels import id_label
 
 if TYPE_CHECKING:
     from ..pretrained import PretrainedModel
@@ -257,7 +257,7 @@ def knockout_next_token(state: ViewState) -> dict[str, Any]:
     model = _model(state.model)
     before, after = next_token_knockout(model, state.text, state.layer, state.off)
     top, new_top = int(np.argmax(before)), int(np.argmax(after))
-    name = partial(token_label, model.tokenizer)
+    name = partial(id_label, model.tokenizer)
     return {"token": name(top), "p_before": float(before[top]), "p_after": float(after[top]),
             "new_token": name(new_top), "p_new": float(after[new_top]), "off": _heads((state.layer, h) for h in state.off),
             "kept": model.num_heads["decoder"] - len(state.off),

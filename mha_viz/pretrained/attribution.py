@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..token_labels import token_label, token_labels, vocab_token
+from ..token_labels import id_label, token_labels, vocab_token
 from .adapter import Adapter, loaded
 from .encoded import Encoded
 from .norms import NormAffine, norm_affine
@@ -246,5 +246,5 @@ def logit_attribution(
             raise ValueError(f"logit attribution does not know the final norm {type(norm).__name__}") from None
         u = unembedding.weight[token_id].detach().double().cpu()  # (d,) W_U[token]
         b_U = None if getattr(unembedding, "bias", None) is None else float(unembedding.bias[token_id])
-        return split_logit(enc, position, token_id, token_label(model.tokenizer, token_id), logits, parts,
+        return split_logit(enc, position, token_id, id_label(model.tokenizer, token_id), logits, parts,
                            torch.stack(head_parts), capture.final, affine, u, b_U)  # heads (L, H, d)

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from ..sampling import GREEDY, Sampling
-from ..token_labels import token_label, token_labels
+from ..token_labels import id_label, token_labels
 from .adapter import to_numpy
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ def generate(
             token_id = int(torch.multinomial(probs, 1, generator=generator))
         own = model.adapter.model_attentions(outputs, "decoder")  # per layer (1, maps, 1, keys held)
         attentions = placed_rows(model.adapter.head_attentions(own, "decoder"), len(prompt_ids) + t, windows)
-        token = token_label(tokenizer, token_id)
+        token = id_label(tokenizer, token_id)
         steps.append(GenerationStep(token_id, token, to_numpy(probs), to_numpy(attentions)))
         if token_id in eos:
             stop_reason = "eos"

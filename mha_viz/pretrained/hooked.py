@@ -36,7 +36,7 @@ from torch import Tensor
 from ..attention import Variations, attend
 from ..checks import verify
 from ..sampling import GREEDY, Sampling
-from ..token_labels import token_label, token_labels
+from ..token_labels import id_label, token_labels
 from ..trace import AttentionTrace
 from ..weights import HeadWeights, centre_writer, fold_reader
 from .adapter import max_abs_diff, to_numpy
@@ -352,7 +352,7 @@ class HookedModel:
             probs = sampling_distribution(logits, sampling)  # (V,)
             token_id = int(logits.argmax()) if sampling.greedy else int(torch.multinomial(probs, 1, generator=generator))
             attentions = torch.stack([patterns[layer][:, -1] for layer in range(L)])  # (L, H, keys)
-            steps.append(GenerationStep(token_id, token_label(self.tokenizer, token_id), to_numpy(probs),
+            steps.append(GenerationStep(token_id, id_label(self.tokenizer, token_id), to_numpy(probs),
                                         to_numpy(attentions)))
             if token_id == self.tokenizer.eos_token_id:
                 stop_reason = "eos"
@@ -402,7 +402,7 @@ class HookedModel:
                             torch.ones(d, dtype=torch.float64) if gamma is None else gamma.detach().double().cpu(),
                             None if beta is None else beta.detach().double().cpu(), self.cfg.eps)
         u = self.hooked.W_U[:, token_id].detach().double().cpu()  # (d,)
-        return split_logit(enc, position, token_id, token_label(self.tokenizer, token_id),
+        return split_logit(enc, position, token_id, id_label(self.tokenizer, token_id),
                            logits.double().cpu(), parts, torch.stack(heads), at[f"blocks.{L - 1}.hook_resid_post"],
                            affine, u, float(self.hooked.b_U[token_id].detach()))
 
