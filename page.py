@@ -52,13 +52,13 @@ def show_page() -> None:
         bar = sidebar(load)
     s = state.current()
     state.write_url(s)  # what was asked for: a link reproduces it in full wherever it is opened
-    # this machine's training step, measured once per process (the warm-up does it at server start): for a page
-    # that trains; other pages do not wait for it
-    machine = (calibrate() if page_runs(s) else calibration()) if limits is not None else None
     if limits is None:
         cuts = []
         set_training_budget(None)
     else:
+        # this machine's training step, measured once per process (the warm-up does it at server start): for a
+        # page that trains; other pages do not wait for it
+        machine = calibrate() if page_runs(s) else calibration()
         s, cuts = within_budget(s, limits, machine)
         set_training_budget(limits.max_training_seconds, machine)
     for notice in (*notices, *bar.notices):
