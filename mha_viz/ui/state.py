@@ -132,3 +132,33 @@ def set_field_from(key: str, name: str, after: Callable[[], None]) -> None:
     then `after`, what runs after the first widget changes."""
     st.session_state[name] = st.session_state[key]
     after()
+
+
+# The one door to the session's state. Registered fields (mha_viz.parts.all_fields) are read with value(name) and
+# written with put(name, new); a widget's own key that is not a field (a chart's click event, a second copy of a
+# field's control) is read with widget(key); what the session keeps for itself (a set of stopped runs, the figures of
+# this run) is keep(key, factory) / forget(key). Nothing else in mha_viz reads or writes st.session_state.
+
+def put(name: str, new: object) -> None:
+    """Set a registered field (its widget shows it on the next draw) or a widget's key."""
+    st.session_state[name] = new
+
+
+def widget(key: str, default: object = None) -> object:
+    """A widget's value or event (a chart's selection, a component's value) under its key, else default."""
+    return st.session_state.get(key, default)
+
+
+def has(key: str) -> bool:
+    return key in st.session_state
+
+
+def keep(key: str, factory: Callable[[], object]) -> object:
+    """What the session keeps under key (not a field: never in the URL), made by factory() the first time."""
+    if key not in st.session_state:
+        st.session_state[key] = factory()
+    return st.session_state[key]
+
+
+def forget(key: str) -> None:
+    st.session_state.pop(key, None)
