@@ -1,5 +1,6 @@
 """Analyses of AttentionTraces (numpy in, numpy out): which heads do what, and which heads matter."""
 
+from ..divergence import head_divergence, js_divergence
 from .circuits import (
     CopyingScores,
     HeadSingularValues,
@@ -42,7 +43,7 @@ from .patching import (
     path_patching_scan,
 )
 from .readout import DirectLogits, Readout, direct_logits, model_readout, trained_readout
-from .redundancy import Redundancy, cluster_order, head_divergence, js_divergence, near_duplicates, redundancy
+from .redundancy import Redundancy, cluster_order, near_duplicates, redundancy
 from .rollout import attention_rollout
 from .score_terms import ScoreTerms, score_terms
 from .tokens import without_tokens

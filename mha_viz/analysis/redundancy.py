@@ -1,7 +1,6 @@
 """Redundant heads: how differently do two heads spread their attention over the same input?
 
-    JSD(p, q) = 1/2 KL(p || m) + 1/2 KL(q || m),  m = (p + q) / 2,  in bits: 0 (same) ... 1 (disjoint)
-    D[a, b]   = mean_i JSD(w_a[i], w_b[i])        heads a and b compared query by query
+    D[a, b] = mean_i JSD(w_a[i], w_b[i])   heads a and b compared query by query (mha_viz.divergence)
 Heads are ordered by average-linkage clustering of D, so that similar heads sit side by side;
 pairs with D < threshold are flagged as near-duplicates.
 """
@@ -12,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..divergence import head_divergence
+
 
 @dataclass(frozen=True)
 class Redundancy:
@@ -19,29 +20,6 @@ class Redundancy:
     order: np.ndarray  # (H,)  a permutation of the heads that puts similar heads next to each other
     duplicates: tuple[tuple[int, int], ...]  # head pairs (a < b) with divergence < threshold
     threshold: float
-
-
-def js_divergence(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Jensen-Shannon divergence in bits along the last axis (0 log 0 = 0)."""
-    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
-    m = (p + q) / 2
-
-    def kl(a: np.ndarray) -> np.ndarray:  # KL(a || m); a > 0 implies m > 0
-        return np.where(a > 0, a * np.log2(np.where(a > 0, a, 1.0) / np.where(a > 0, m, 1.0)), 0.0).sum(-1)
-
-    return np.clip((kl(p) + kl(q)) / 2, 0.0, 1.0)
-
-
-def head_divergence(weights: np.ndarray) -> np.ndarray:
-    """[H, H]: D[a, b] = mean over queries of JSD(weights[a, i], weights[b, i]); symmetric, zero diagonal."""
-    w = np.asarray(weights, dtype=np.float64)  # (H, T, S)
-    if (w < 0).any():
-        raise ValueError("these weights are signed (differential attention: one map minus another), and the "
-                         "Jensen-Shannon divergence compares distributions")
-    D = np.stack([js_divergence(w[a][None], w).mean(-1) for a in range(len(w))])  # (H, H)
-    D = (D + D.T) / 2
-    np.fill_diagonal(D, 0.0)
-    return D
 
 
 def cluster_order(distance: np.ndarray) -> np.ndarray:

@@ -3,7 +3,7 @@
     train_variant_grid(task, num_heads, d_model, steps, seeds)  -> [VariantRow]
 A row holds, for one variant (and diversity weight): the mean accuracy of each seed's run on the trainer's evaluation
 batch, the KV-cache bytes per token per layer of that layer (mha_viz.variants_cost, bf16), the redundancy of the
-trained heads (mean pairwise Jensen-Shannon divergence of their maps on the probe, mha_viz.analysis.redundancy) and
+trained heads (mean pairwise Jensen-Shannon divergence of their maps on the probe, mha_viz.divergence) and
 the head similarity the diversity regulariser penalises (diversity.py). Variants whose layer is not registered in
 mha_viz.variants.LAYERS are left out, so the grid grows as variants are added.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analysis.redundancy import head_divergence
 from ..config import MHAConfig, divisors
+from ..divergence import head_divergence
 from ..variants import LAYERS, SINK_TOKENS, LayerVariant
 from ..variants_cost import VariantShape, kv_bytes_per_token
 from .trainer import TrainingRun, train

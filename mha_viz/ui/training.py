@@ -14,18 +14,18 @@ import streamlit as st
 from ..analysis.redundancy import redundancy
 from ..config import MHAConfig
 from ..figures.analysis import divergence_figure
-from ..parts import bounds
-from ..serve.hosting import FULL_SIZE
-from ..serve.training_budget import UNCALIBRATED, Calibration, calibration, run_budget, training_seconds
-from ..trace import AttentionTrace
-from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train
-from ..training.figures import (
+from ..figures.training import (
     accuracy_by_heads_figure,
     accuracy_vs_cache_figure,
     curves_figure,
     heads_through_training_figure,
     relation_scores_figure,
 )
+from ..parts import bounds
+from ..serve.hosting import FULL_SIZE
+from ..serve.training_budget import UNCALIBRATED, Calibration, calibration, run_budget, training_seconds
+from ..trace import AttentionTrace
+from ..training import DEFAULT_TASK, TASKS, TrainedLayer, TrainingRun, train
 from ..training.isolated import train_isolated
 from ..training.layer import MHA
 from ..training.precomputed import precomputed_layer

@@ -9,9 +9,9 @@ import mha_viz
 from mha_viz.figures import heads_figure, output_path_figure
 from mha_viz.figures.common import describe, figure_title
 from mha_viz.figures.generation import logit_attribution_figure, next_token_figure
+from mha_viz.figures.training import curves_figure
 from mha_viz.sources import configurable_trace
 from mha_viz.trace import AttentionTrace
-from mha_viz.training.figures import curves_figure
 
 
 def test_heads_are_described_by_their_strongest_cells_with_their_tokens() -> None:

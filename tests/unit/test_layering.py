@@ -1,7 +1,15 @@
 """The library core knows nothing of the app: no module of mha_viz outside ui/ and serve/ (and the URL state,
 params.py, and the lessons, which are walks through the app written in its URL state) imports the app, Streamlit or the URL state, or reads a deployment's MHA_VIZ_ settings; serve/ stays
 Streamlit-free; `import mha_viz` loads no Streamlit. Imports are read with ast, including those inside functions
-and TYPE_CHECKING blocks."""
+and TYPE_CHECKING blocks.
+
+The package is built in floors, each importing only its own floor and those below (FLOORS, bottom first):
+    math -> models -> analysis -> figures -> app
+math: the data model, the layer, its variants and their arithmetic; models: the models that make traces
+(pretrained/ and training/, which trains mha-viz's own); analysis: measures of traces and models (and sources.py,
+which offers them per source); figures: Plotly figures and what draws them to files and notebooks; app: the
+Streamlit app, its URL state and server, the lessons, the CLI and the package's front door (mha_viz/__init__).
+Every module sits on exactly one floor, so a new module is placed by adding it to FLOORS."""
 
 from __future__ import annotations
 
@@ -25,10 +33,14 @@ def module_name(path: Path) -> str:
 
 def imported(path: Path) -> set[str]:
     """Every module path imports, absolute (relative imports resolved; `from a import b` gives a and a.b)."""
-    name = module_name(path)
+    return imported_from(module_name(path), path, path.read_text(encoding="utf-8"))
+
+
+def imported_from(name: str, path: Path, source: str) -> set[str]:
+    """imported() of the module `name` at path whose text is source."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -52,6 +64,61 @@ CORE = [path for path in modules("") if not is_app(path)]
 
 def offending(path: Path, forbidden: tuple[str, ...]) -> list[str]:
     return sorted(m for m in imported(path) if any(m == f or m.startswith(f + ".") for f in forbidden))
+
+
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (  # bottom first; a name covers its submodules
+    ("math", ("mha_viz.names", "mha_viz.limits", "mha_viz.config", "mha_viz.trace", "mha_viz.checks",
+              "mha_viz.attention", "mha_viz.long", "mha_viz.weights", "mha_viz.variants", "mha_viz.variants_cost",
+              "mha_viz.cost", "mha_viz.formulas", "mha_viz.divergence", "mha_viz.text", "mha_viz.token_labels",
+              "mha_viz.sampling", "mha_viz.export", "mha_viz.cache")),
+    ("models", ("mha_viz.pretrained", "mha_viz.training")),
+    ("analysis", ("mha_viz.analysis", "mha_viz.sources")),
+    ("figures", ("mha_viz.figures", "mha_viz.layer_payload", "mha_viz.paper", "mha_viz.report", "mha_viz.widget")),
+    ("app", ("mha_viz.ui", "mha_viz.serve", "mha_viz.params", "mha_viz.parts", "mha_viz.lessons",
+             "mha_viz.__main__", "mha_viz")),
+)
+
+
+def floor(name: str) -> int | None:
+    """The floor (index in FLOORS) of a module or of a name inside one; None if no floor holds it. "mha_viz" holds
+    only the package's own __init__, not every module below it."""
+    held = [(len(prefix), i) for i, (_, prefixes) in enumerate(FLOORS) for prefix in prefixes
+            if name == prefix or (prefix != "mha_viz" and name.startswith(prefix + "."))]
+    return max(held)[1] if held else None
+
+
+def arrows_up(name: str, imports: set[str]) -> list[str]:
+    """The imports of module `name` that point to a higher floor than its own. The bare package "mha_viz" is no
+    arrow: Python runs its __init__ before any of its modules, whoever imports them."""
+    own = floor(name)
+    assert own is not None, f"{name} sits on no floor: add it to FLOORS in {Path(__file__).name}"
+    return sorted(m for m in imports if m.startswith("mha_viz.") and (floor(m) or 0) > own)
+
+
+def test_every_module_sits_on_one_floor() -> None:
+    homeless = [module_name(p) for p in modules("") if floor(module_name(p)) is None]
+    assert homeless == [], f"add these modules to a floor in FLOORS: {homeless}"
+    assert [name for name, _ in FLOORS] == ["math", "models", "analysis", "figures", "app"]
+
+
+def test_an_arrow_up_is_found_at_module_level_in_functions_and_for_type_checkers() -> None:
+    training = PACKAGE / "training" / "fake.py"
+    source = ("from typing import TYPE_CHECKING\nfrom ..trace import AttentionTrace\nfrom . import layer\n"
+              "if TYPE_CHECKING:\n    from ..analysis.readout import Readout\n"
+              "def f():\n    from ..figures import heads_figure\n    import mha_viz.ui.state\n")
+    imports = imported_from("mha_viz.training.fake", training, source)
+    assert arrows_up("mha_viz.training.fake", imports) == [
+        "mha_viz.analysis.readout", "mha_viz.analysis.readout.Readout", "mha_viz.figures",
+        "mha_viz.figures.heads_figure", "mha_viz.ui.state"]
+    assert arrows_up("mha_viz.figures.fake", imports) == ["mha_viz.ui.state"]
+    assert arrows_up("mha_viz.ui.fake", imports) == []
+
+
+@pytest.mark.parametrize("path", modules(""), ids=module_name)
+def test_no_import_arrow_points_up_a_floor(path: Path) -> None:
+    name = module_name(path)
+    up = arrows_up(name, imported(path))
+    assert up == [], f"{name} ({FLOORS[floor(name)][0]}) imports from a higher floor: {up}"
 
 
 def test_the_core_is_found() -> None:

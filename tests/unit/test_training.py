@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import mha_viz.training
+from mha_viz.figures.training import curves_figure, heads_through_training_figure, relation_scores_figure
 from mha_viz.trace import AttentionTrace
 from mha_viz.training import TASKS, get_task, relation_masks, relation_scores, train
-from mha_viz.training.figures import curves_figure, heads_through_training_figure, relation_scores_figure
 from mha_viz.training.tasks import DIGITS, IGNORE
 from tests.plotly_json import heatmaps, z_matrix
 

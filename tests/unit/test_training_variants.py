@@ -278,7 +278,7 @@ def test_the_bench_keeps_the_hand_written_reading_when_it_rewrites_its_results(t
 
 
 def test_the_accuracy_vs_cache_figure_labels_every_variant_once_without_overlapping_labels() -> None:
-    from mha_viz.training.figures import accuracy_vs_cache_figure
+    from mha_viz.figures.training import accuracy_vs_cache_figure
     from mha_viz.training.variants import precomputed_variant_grid
 
     rows = precomputed_variant_grid()
@@ -295,7 +295,7 @@ def test_the_accuracy_vs_cache_figure_labels_every_variant_once_without_overlapp
 
 
 def test_the_accuracy_axis_holds_every_label_block_so_none_runs_into_the_tick_labels() -> None:
-    from mha_viz.training.figures import LABEL_LINE_PX, PLOT_PX, accuracy_vs_cache_figure
+    from mha_viz.figures.training import LABEL_LINE_PX, PLOT_PX, accuracy_vs_cache_figure
     from mha_viz.training.variants import precomputed_variant_grid
 
     fig = accuracy_vs_cache_figure(precomputed_variant_grid())
@@ -309,7 +309,7 @@ def test_the_accuracy_axis_holds_every_label_block_so_none_runs_into_the_tick_la
 
 
 def test_label_blocks_of_one_column_never_overlap_at_the_axis_scale() -> None:
-    from mha_viz.training.figures import LABEL_LINE_PX, PLOT_PX, accuracy_vs_cache_figure
+    from mha_viz.figures.training import LABEL_LINE_PX, PLOT_PX, accuracy_vs_cache_figure
     from mha_viz.training.variants import precomputed_variant_grid
 
     fig = accuracy_vs_cache_figure(precomputed_variant_grid())

@@ -10,11 +10,11 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from ..figures import heads_figure
-from ..figures.common import f32, index_axis
 from ..trace import AttentionTrace
-from .layer import TrainedLayer
-from .variants import VariantRow
+from ..training.layer import TrainedLayer
+from ..training.variants import VariantRow
+from .common import f32, index_axis
+from .heads import heads_figure
 
 
 def heads_through_training_figure(
