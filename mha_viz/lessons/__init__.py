@@ -23,7 +23,8 @@ A lesson file (mha_viz/lessons/*.toml) is data a teacher can write:
     # expect = { h = "4" }        # URL parameters the state must reach
     # explain = "..."
 
-Lessons are numbered from 1 in the order of LESSON_FILES (a lesson is one file plus its name there); the URL holds
+Lessons are numbered from 1 in the order of LESSON_FILES (a lesson is one file plus its name there), then of the files
+register_lesson(path) added from elsewhere (a course's own folder; unregister_lesson takes one back); the URL holds
 `lesson=N&step=M` (steps from 1). Loading checks every step: its state parses as URL parameters without a notice, its
 target names a known kind, its answer is a valid choice, its measure exists; a mistake is a LessonError saying where.
 """
@@ -169,11 +170,38 @@ def parse_lesson(text: str, number: int, source: str = "<text>") -> Lesson:
                   tuple(parsed), source)
 
 
+REGISTERED: list[Path] = []  # lesson files from outside the package (register_lesson), numbered after LESSON_FILES
+
+
+def lesson_paths() -> list[Path]:
+    """Every lesson's file in the order of its number: LESSON_FILES, then the registered ones."""
+    return [FOLDER / name for name in LESSON_FILES] + REGISTERED
+
+
+def register_lesson(path: Path) -> int:
+    """Add the lesson file at path (a course's own folder, a test's) after every other; its number. The file is
+    loaded at once, so a broken one is refused (LessonError) before it is listed; ValueError if it already is."""
+    path = Path(path).resolve()
+    if path in lesson_paths():
+        raise ValueError(f"{path} is already a lesson")
+    number = len(lesson_paths()) + 1
+    parse_lesson(path.read_text(encoding="utf-8"), number, path.name)
+    REGISTERED.append(path)
+    lessons.cache_clear()
+    return number
+
+
+def unregister_lesson(path: Path) -> None:
+    """Remove a lesson register_lesson added (the lessons after it move up one number)."""
+    REGISTERED.remove(Path(path).resolve())
+    lessons.cache_clear()
+
+
 @cache
 def lessons() -> tuple[Lesson, ...]:
-    """Every lesson of LESSON_FILES, numbered from 1."""
-    return tuple(parse_lesson((FOLDER / name).read_text(encoding="utf-8"), n, name)
-                 for n, name in enumerate(LESSON_FILES, start=1))
+    """Every lesson of lesson_paths(), numbered from 1."""
+    return tuple(parse_lesson(path.read_text(encoding="utf-8"), n, path.name)
+                 for n, path in enumerate(lesson_paths(), start=1))
 
 
 def lesson(number: int) -> Lesson:

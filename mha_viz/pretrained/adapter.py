@@ -523,3 +523,10 @@ def register(cls: A) -> A:
         raise ValueError(f"{cls.__name__}: these architectures already have an adapter: {taken}")
     ADAPTERS.update(dict.fromkeys(cls.architectures, cls))
     return cls
+
+
+def unregister(cls: type[Adapter]) -> None:
+    """Undo register(cls): the architectures it opened go the generic way again (a plug-in's or a test's adapter)."""
+    for architecture in cls.architectures:
+        if ADAPTERS.get(architecture) is cls:
+            del ADAPTERS[architecture]

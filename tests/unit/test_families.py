@@ -157,17 +157,21 @@ def traced(models) -> Callable[[str], list]:
 
     def get(name: str) -> list:
         if name not in cache:
-            m = models[name]
-            cache[name] = [
-                (text, part, layer, m.trace(text, layer, part=part, **texts(m)), reference[layer])
-                for text in TEXTS
-                for part in m.parts
-                for reference in [m.attentions(text, part=part, **texts(m))]
-                for layer in range(m.num_layers[part])
-            ]
+            cache[name] = every_trace(models[name])
         return cache[name]
 
     return get
+
+
+def every_trace(m: PretrainedModel) -> list:
+    """[(text, part, layer, trace, the model's own attention weights (H, T, S))] of every text, part and layer."""
+    return [
+        (text, part, layer, m.trace(text, layer, part=part, **texts(m)), reference[layer])
+        for text in TEXTS
+        for part in m.parts
+        for reference in [m.attentions(text, part=part, **texts(m))]
+        for layer in range(m.num_layers[part])
+    ]
 
 
 def test_every_adapter_is_tested_here():

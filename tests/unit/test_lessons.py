@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from mha_viz.lessons import LESSON_FILES, LessonError, lesson, lessons, parse_lesson
+from mha_viz.lessons import LESSON_FILES, LessonError, lesson, lesson_paths, lessons, parse_lesson
 from mha_viz.lessons.measures import MEASURES
 from mha_viz.params import ViewState, parse_query
 
 
 def test_every_lesson_file_loads_numbered_from_one_with_three_to_six_steps() -> None:
     loaded = lessons()
-    assert [lesson.number for lesson in loaded] == list(range(1, len(LESSON_FILES) + 1))
+    assert [lesson.number for lesson in loaded] == list(range(1, len(lesson_paths()) + 1))
     for les in loaded:
         assert 3 <= len(les.steps) <= 6, les.title
         assert all(step.question is not None for step in les.steps), les.title  # predict, then see
