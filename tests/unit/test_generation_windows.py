@@ -103,7 +103,13 @@ def no_cache_rows(lm: torch.nn.Module, ids: list[int]) -> np.ndarray:
 @pytest.mark.parametrize("name", FAMILIES)
 def test_windowed_rows_are_the_models_own_at_the_real_key_positions(tokenizer, name):
     config, windows = FAMILIES[name]
-    lm = random_causal_lm(config())
+    try:
+        cfg = config()
+    except ValueError as err:  # a family newer than the installed transformers (LFM3: 5.23 on)
+        if "Unrecognized model identifier" not in str(err):
+            raise
+        pytest.skip(f"the installed transformers {tf.__version__} has no {name} models")
+    lm = random_causal_lm(cfg)
     m = PretrainedModel(lm, tokenizer, name=f"tiny-{name}")
     g = m.generate(PROMPT, NEW)
     P = len(g.prompt_ids)

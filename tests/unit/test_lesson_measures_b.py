@@ -45,7 +45,7 @@ def mask(H: int, off: tuple[int, ...]) -> list[float]:
 
 
 def test_near_duplicate_pairs_are_the_pairs_below_the_threshold() -> None:
-    from mha_viz.analysis.redundancy import js_divergence
+    from mha_viz.divergence import js_divergence
     from mha_viz.training.precomputed import trained_layer
 
     values, state, s = measured("heads_matter.toml", 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -52,11 +54,12 @@ def gpt_oss(ours: WindowAttention, window: int, layer_type: str):
         ref.o_proj.bias.copy_(ours.b_O)
         ref.sinks.copy_(ours.sinks)
     make = create_sliding_window_causal_mask if layer_type == "sliding_attention" else create_causal_mask
+    cache = "cache" if "cache" in inspect.signature(make).parameters else "past_key_values"  # before transformers 5.24
 
     def run(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n = x.shape[0]
-        mask = make(config=cfg, inputs_embeds=x[None], attention_mask=None, cache=None,
-                    position_ids=torch.arange(n)[None])
+        mask = make(config=cfg, inputs_embeds=x[None], attention_mask=None, position_ids=torch.arange(n)[None],
+                    **{cache: None})
         identity = (torch.ones(1, n, d // 2), torch.zeros(1, n, d // 2))  # rotary by angle 0: no positions
         with torch.no_grad():
             out, weights = ref(x[None], position_embeddings=identity, attention_mask=mask)
