@@ -52,7 +52,6 @@ def dense_scores(w: HeadWeights, kind: str) -> np.ndarray:
     return out
 
 
-@pytest.mark.transformer_lens
 @pytest.mark.filterwarnings("ignore:HookedTransformer is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("which", ["tiny-gpt2", "induction"])
 def test_scores_equal_transformer_lens_on_the_same_weights(which, induction) -> None:

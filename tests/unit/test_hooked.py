@@ -16,7 +16,6 @@ from mha_viz.pretrained import HookedModel, ModelLoadError, hooked_weights, indu
 from mha_viz.sources import ModelSource
 
 transformer_lens = pytest.importorskip("transformer_lens")
-pytestmark = pytest.mark.transformer_lens
 TEXT = "red fox blue sky red fox green tree"
 CONFIGS = {
     "standard": {"positional_embedding_type": "standard", "use_attn_result": True},

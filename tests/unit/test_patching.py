@@ -317,7 +317,6 @@ def gpt2_in_both():
      ("pattern", "get_act_patch_attn_head_pattern_all_pos"), ("head_position", "get_act_patch_attn_head_out_by_pos")],
 )
 @pytest.mark.parametrize("direction", ["denoise", "noise"])
-@pytest.mark.transformer_lens
 def test_patching_equals_transformer_lens_patching(gpt2_in_both, site, tl_name, direction):
     from transformer_lens import patching
 
