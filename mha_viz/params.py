@@ -22,14 +22,11 @@ from .limits import (
     MAX_MODEL_LONG_TOKENS,
     MAX_NEW_TOKENS,
     MAX_REACH_LAYERS,
-    MAX_ROPE_DIM,
     MAX_SEED,
     MAX_SEQUENCE_CHARS,
     MAX_STEPS,
     MAX_TEXT_CHARS,
     MAX_TOKENS,
-    MAX_VARIANT_WIDTH,
-    MAX_WINDOW,
     client_int,
 )
 from .names import (
@@ -42,10 +39,11 @@ from .names import (
     PATCH_THROUGH,
     SINK_KINDS,
     TASK_NAMES,
-    VARIANT_KINDS,
 )
 from .parts import SECTIONS, VIEWS, Part, StateField, all_fields, core_fields
 from .text import DEFAULT_TEXT
+from .variants import VARIANTS as LAYER_VARIANTS  # the configurable layer's attention variants: kind -> spec
+from .variants.spec import variant_fields
 from .variants_cost import VARIANTS
 
 EXAMPLES = {
@@ -61,7 +59,6 @@ DEFAULT_CONTEXT = "L'animal n'a pas traversé la rue parce qu'il était trop fat
 MODES = ("Configurable", "Pretrained", "Train")
 PARTS = ("encoder", "decoder", "cross")
 WEIGHTS = ("random", "trained")  # configurable mode: random Xavier weights, or trained on a task
-LAYER_VARIANTS = VARIANT_KINDS  # the configurable layer's attention variants (mha_viz.variants)
 SINKS = SINK_KINDS
 DETECTORS = DETECTOR_KINDS
 COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
@@ -76,8 +73,8 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-
 class ViewState:
     """Everything a view depends on; each field is a widget key and a URL parameter.
 
-    The fields below are the page's own; the registered views' and sections' fields (mha_viz.parts: compare,
-    section, off, new_tokens, ...) are attributes too, held in `parts` and read as state.section. The constructor
+    The fields below are the page's own; the registered variants', views' and sections' fields (mha_viz.variants:
+    kv_heads, window, ...; mha_viz.parts: compare, section, off, new_tokens, ...) are attributes too, held in `parts` and read as state.section. The constructor
     and dataclasses.replace take either kind by name.
     """
 
@@ -93,15 +90,7 @@ class ViewState:
     text: str = DEFAULT_TEXT
     h: int = 4
     d_model: int = 64
-    variant: str = "mha"  # configurable mode: the attention variant (LAYER_VARIANTS); its parameters below
-    kv_heads: int = 1  # gqa: key/value heads, a divisor of h (1: multi-query attention)
-    kv_latent: int = 16  # mla: the latent cached per token
-    q_latent: int = 0  # mla: the query latent (0: none)
-    rope_dim: int = 4  # mla: decoupled rotary dims per head
-    window: int = 4  # window: keys a query sees
-    sinks: str = "logit"  # window: none, logit (a learned sink logit per head) or tokens (the first 4 stay visible)
-    moh_k: int = 2  # moh: routed heads per token
-    moh_shared: int = 0  # moh: heads every token uses
+    variant: str = "mha"  # configurable mode: the attention variant (LAYER_VARIANTS); its spec's fields are parts'
     diversity: float = 0.0  # trained weights: weight of the head-diversity penalty (mha_viz.training.diversity)
     d_k: int | None = None
     d_v: int | None = None
@@ -296,15 +285,8 @@ core_fields((
     _core("text", _text, f"at most {MAX_TEXT_CHARS} characters", MAX_LONG_TEXT_CHARS),  # longer: typed, not linked
     _core("h", lambda r: _int(r, 1, MAX_HEADS), f"a whole number of heads from 1 to {MAX_HEADS}"),
     _core("d_model", _d_model, "one of " + ", ".join(map(str, D_MODEL_CHOICES))),
-    _core("variant", _one_of(LAYER_VARIANTS), "one of " + ", ".join(LAYER_VARIANTS)),
-    _core("kv_heads", lambda r: _int(r, 1, MAX_HEADS), f"a number of key/value heads from 1 to {MAX_HEADS} that divides h"),
-    _core_ranged("kv_latent", 1, MAX_VARIANT_WIDTH, "a latent width from {lo} to {hi}"),
-    _core_ranged("q_latent", 0, MAX_VARIANT_WIDTH, "0 (none) or a latent width up to {hi}"),
-    _core_ranged("rope_dim", 0, MAX_ROPE_DIM, "an even number of rotary dimensions from {lo} to {hi}", even=True),
-    _core_ranged("window", 1, MAX_WINDOW, "a window from {lo} to {hi} tokens"),
-    _core("sinks", _one_of(SINK_KINDS), "one of " + ", ".join(SINK_KINDS)),
-    _core("moh_k", lambda r: _int(r, 1, MAX_HEADS), f"a number of heads from 1 to {MAX_HEADS}"),
-    _core("moh_shared", lambda r: _int(r, 0, MAX_HEADS - 1), f"a number of shared heads from 0 to {MAX_HEADS - 1}"),
+    _core("variant", _one_of(LAYER_VARIANTS), _one_of_registered(LAYER_VARIANTS)),
+    *variant_fields(),  # each variant's own (mha_viz.variants.spec), in the URL after the variant
     _core_ranged("diversity", 0.0, MAX_DIVERSITY, "a penalty weight from {lo} to {hi}"),
     _core_ranged("d_k", 1, MAX_HEAD_WIDTH, "auto or {lo} to {hi}", optional=True),
     _core_ranged("d_v", 1, MAX_HEAD_WIDTH, "auto or {lo} to {hi}", optional=True),

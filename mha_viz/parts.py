@@ -71,17 +71,33 @@ class Part:
 
 def capable(source: object, flag: str) -> bool:
     """Whether a source has a capability flag (mha_viz.sources.Source: "num_layers", "causal_lm", "trainable",
-    "long", ...): its attribute of that name, false when it has none."""
-    return bool(getattr(source, flag, None))
+    "long", ...): its attribute of that name, false when it has none; or one of its `variant_flags` (an attention variant's
+    flag, mha_viz.variants.spec.VariantSpec.flag)."""
+    return bool(getattr(source, flag, None)) or flag in getattr(source, "variant_flags", ())
 
 
 _CORE: dict[str, StateField] = {}  # the page's own fields (mha_viz.params), before any part's
 
 
 def core_fields(fields: Sequence[StateField]) -> dict[str, StateField]:
-    """Declare the page's own fields (once, by mha_viz.params); parts may not declare another field by these names."""
+    """Declare the page's own fields (once, by mha_viz.params), in URL order; fields added before and not named here
+    (add_fields: a variant's) follow them. Parts may not declare another field by these names."""
+    earlier = {name: f for name, f in _CORE.items() if name not in {f.name for f in fields}}
+    _CORE.clear()
     _CORE.update((f.name, f) for f in fields)
+    _CORE.update(earlier)
     return dict(_CORE)
+
+
+def add_fields(fields: Sequence[StateField]) -> None:
+    """Add page fields that are not a view's or a section's (an attention variant's: mha_viz.variants.spec)."""
+    _CORE.update((f.name, f) for f in fields)
+
+
+def remove_fields(names: Sequence[str]) -> None:
+    """Forget page fields added by add_fields (a variant unregistered)."""
+    for name in names:
+        _CORE.pop(name, None)
 
 
 class Registry(Sequence[str]):

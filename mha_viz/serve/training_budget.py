@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from time import thread_time
 
 from ..params import VIEWS, ViewState
-from ..variants import PARAMETERS as VARIANT_PARAMETERS
 from ..variants import LayerVariant
 
 # What one training step costs, in CPU seconds on one torch thread (a public demo's setting): a fixed part (the
@@ -92,7 +91,7 @@ def training_seconds(h: int, d_model: int, steps: int, variant: LayerVariant | N
 
 def state_variant(state: ViewState) -> LayerVariant:
     """The page state's attention variant, with the parameters its kind reads."""
-    return LayerVariant(state.variant, **{name: getattr(state, name) for name in VARIANT_PARAMETERS[state.variant]})
+    return LayerVariant.of(state)
 
 
 def page_runs(state: ViewState) -> list[tuple[int, LayerVariant | None, float]]:

@@ -14,18 +14,20 @@ from ..limits import (
     MAX_SEQUENCE_CHARS,
     MAX_TEXT_CHARS,
 )
-from ..names import SINK_KINDS
-from ..params import EXAMPLES, LAYER_VARIANTS
+from ..params import EXAMPLES
 from ..parts import bounds
 from ..text import repeat_to_tokens
 from ..training import TASKS
 from ..variants import NAMES as VARIANT_NAMES
+from ..variants import VARIANTS, Control
+from ..variants.plain import kv_heads_label
+from ..variants.spec import variant_fields
+from . import state as ui_state
+from .state import ADVANCED_FIELDS, ADVANCED_OPEN  # noqa: F401 (read from here by lessons.py)
 
-ADVANCED_OPEN = "advanced_open"  # session key of the Advanced expander's state
-ADVANCED_FIELDS = ("d_k", "d_v", "d_out", "seed", "causal", "pe", "cross", "context")
 TRAINED_D_MODELS = tuple(d for d in D_MODEL_CHOICES if d <= 128)  # wider layers train too slowly for a page
 NOTICE = "_heads_notice"  # session key: why h just changed, shown once
-KV_NOTICE = "_kv_heads_notice"  # session key: why kv_heads just changed, shown once
+VARIANT_NOTICE = "_variant_notice"  # session key: why a variant's parameter just followed h, shown once
 
 
 def head_choices(d_model: int, d_k: int | None = None, d_v: int | None = None) -> list[int]:
@@ -48,21 +50,22 @@ def _keep_heads_valid() -> None:
         _keep_variant_valid()
 
 
-def _keep_variant_valid() -> None:
-    """After h changed: the variants' parameters that depend on h follow it."""
-    _keep_kv_heads_valid()
-    _keep_moh_valid()
+def _keep_variant_valid(kind: str | None = None) -> None:
+    """After h changed (kind None: every variant's) or one of kind's controls moved: the variant parameters that depend
+    on h follow it (VariantSpec.fit); when they are the page's own variant's, the sidebar says so once."""
+    for spec in VARIANTS.values() if kind is None else (VARIANTS[kind],):
+        old = _values(ui_state.value("h"))
+        new = spec.fit(old)
+        for name, moved in new.items():
+            ui_state.put(name, moved)
+        notice = spec.notice(old, old | new) if new and ui_state.value("variant") == spec.kind else None
+        if notice:
+            ui_state.put(VARIANT_NOTICE, notice)
 
 
-def _keep_kv_heads_valid() -> None:
-    """After h changed: move kv_heads to the nearest divisor of h (said so under the GQA control)."""
-    state = st.session_state
-    h, kv = state.get("h"), state.get("kv_heads", 1)
-    if isinstance(h, int) and h >= 1 and h % kv:
-        state["kv_heads"] = new = nearest_divisor(h, kv)
-        if state.get("variant") == "gqa":
-            state[KV_NOTICE] = (f"kv_heads = {kv} does not divide h = {h}, so kv_heads is now {new} "
-                                f"({h // new} query heads per key/value head).")
+def _values(h: object) -> dict[str, object]:
+    """What a variant's controls read: h and every variant field's value."""
+    return {"h": h, **{f.name: ui_state.value(f.name) for f in variant_fields()}}
 
 
 def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -> None:
@@ -91,17 +94,9 @@ def _heads_widget(choices: list[int], d_model: int, *, standard: bool, key: str,
     )
 
 
-def _kv_heads_widget(h: int, *, key: str, on_change: Callable[..., None] | None = None, args: tuple = (),
-                     note: str = "") -> None:
-    st.radio("Key/value heads kv_heads", divisors(h), key=key, horizontal=True, format_func=kv_heads_label(h),
-             on_change=on_change, args=args,
-             help=note + f"The {h} query heads are split into kv_heads groups of h / kv_heads; each group reads one "
-             "key/value head. kv_heads must divide h. 1 is multi-query attention (MQA), h is multi-head attention.")
-
-
 # The sidebar controls a lesson's task can also move from the lesson panel (lessons.py draws a copy under the task,
 # so that the control is on screen where the sidebar is closed, on a phone), and what runs after each changes.
-COPIED = {"h": _keep_variant_valid, "kv_heads": lambda: None}
+COPIED = {"h": _keep_variant_valid, "kv_heads": lambda: None}  # a variant's control: its spec's Control
 COPY_NOTE = "The sidebar's control, copied under the task: moving either moves both. "
 
 
@@ -121,98 +116,72 @@ def sidebar_control_copy(name: str, key: str, on_change: Callable[..., None], ar
         _heads_widget(choices, d_model, standard=d_k is None or d_v is None, key=key, on_change=on_change, args=args,
                       note=COPY_NOTE)
         return True
-    if state.get("variant") != "gqa" or state.get("kv_heads") not in divisors(h):
+    spec = VARIANTS[ui_state.value("variant")]
+    control = next((c for c in spec.controls if c.name == name), None)
+    values = _values(h) | {"variant": spec.kind}
+    if control is None or spec.unfit(values):
         return False
-    _kv_heads_widget(h, key=key, on_change=on_change, args=args, note=COPY_NOTE)
+    draw_control(control, values, key=key, on_change=on_change, args=args, note=COPY_NOTE)
     return True
 
 
-def kv_heads_label(h: int) -> Callable[[int], str]:
-    """How the kv_heads control names each choice for h query heads: 1 is MQA, h is plain MHA."""
-    return lambda g: f"{g} (MQA)" if g == 1 else f"{g} (= MHA)" if g == h else str(g)
-
-
-VARIANT_HELP = (
-    "MHA: every head has its own keys and values. GQA (Llama 3, Qwen3, Mistral): groups of query heads share one "
-    "key/value head (1 is MQA). MLA (DeepSeek-V2/V3): keys and values are rebuilt per head from one small cached "
-    "latent. Window (Mistral, Gemma 2, gpt-oss): each query sees only nearby keys, with sinks that soak up attention. "
-    "Diff (DIFF Transformer, DiffLlama): each head is the difference of two softmax maps. MoH (mixture-of-heads): a "
-    "router picks each token's heads."
-)
-
-
-def _even_choices(lo: int, hi: int) -> list[int]:
-    """The even numbers from lo to hi (a link names only these: the field's parser refuses the others)."""
-    return list(range(lo + lo % 2, hi + 1, 2))
-
-
-def _keep_moh_valid() -> None:
-    """After h or moh_shared changed: moh_k at most the routed heads h - moh_shared."""
-    state = st.session_state
-    h, shared, k = state.get("h"), state.get("moh_shared", 0), state.get("moh_k", 1)
-    if isinstance(h, int) and isinstance(shared, int) and isinstance(k, int):
-        if shared >= h:
-            state["moh_shared"] = shared = h - 1
-        if k > h - shared:
-            state["moh_k"] = h - shared
+def draw_control(control: Control, values: dict[str, object], *, key: str | None = None,
+                 on_change: Callable[..., None] | None = None, args: tuple = (), note: str = "", where=st) -> None:
+    """Draw one declared variant control (mha_viz.variants.spec.Control) under key (default: its field's name)
+    in `where` (st or a column); values: _values and the variant's kind; on_change: what runs after it moves
+    (default: its spec's fit, when refit)."""
+    if control.kind == "caption":
+        where.caption(control.label)
+        return
+    kind = values.get("variant", "")
+    if on_change is None and control.refit:
+        on_change, args = _keep_variant_valid, (kind,)
+    shown = dict(key=key or control.name, on_change=on_change, args=args,
+                 help=note + (control.help(values) if callable(control.help) else control.help))
+    if control.disabled is not None:
+        shown["disabled"] = control.disabled(values)
+    if control.kind == "radio":
+        where.radio(control.label, list(control.options(values)), horizontal=True,
+                    format_func=control.labels(values) if control.labels else str, **shown)
+    elif control.kind == "select_slider":
+        where.select_slider(control.label, list(control.options(values)), **shown)
+    else:
+        lo, hi = control.bounds(values) if control.bounds else bounds(control.name)
+        if control.kind == "number":
+            where.number_input(control.label, lo, hi, step=1, **shown)
+        else:
+            where.slider(control.label, lo, hi, **shown)
 
 
 def variant_controls(h: int) -> None:
-    """The attention variant and its own parameters; every position of every control gives a layer that runs.
+    """The attention variant and its own parameters, drawn from its spec's controls; every position of every
+    control gives a layer that runs.
 
     A value from a link that no position offers (kv_heads that does not divide h, an odd h for diff) is left for the
-    page to explain.
+    page to explain (VariantSpec.unfit says so here, with a button that fits them when the spec offers one).
     """
-    variant = st.segmented_control("Variant", LAYER_VARIANTS, key="variant", required=True,
-                                   format_func=VARIANT_NAMES.get, help=VARIANT_HELP)
-    state = st.session_state
-    if variant == "gqa":
-        kv = state.get("kv_heads")
-        if kv not in divisors(h):
-            st.caption(f"kv_heads = {kv} (from the link) does not divide h = {h}: pick a valid kv_heads on the page.")
-            return
-        _kv_heads_widget(h, key="kv_heads")
-        notice = state.pop(KV_NOTICE, None)
-        if notice:
-            st.caption(notice)
-    elif variant == "mla":
-        c1, c2 = st.columns(2)
-        c1.number_input("KV latent kv_latent", *bounds("kv_latent"), key="kv_latent", step=1,
-                        help="The width of the one latent vector cached per token; every head's keys and values are "
-                        "up-projected from it.")
-        c2.number_input("Query latent q_latent", *bounds("q_latent"), key="q_latent", step=1,
-                        help="0: queries are projected from the token directly. Else they pass a latent of this "
-                        "width first (DeepSeek-V3: 1536), which saves parameters, not cache.")
-        st.select_slider("Rotary dims rope_dim", _even_choices(*bounds("rope_dim")), key="rope_dim",
-                         help="Per head, this many extra query/key dims carry rotary positions, in a key part shared "
-                         "by every head and cached beside the latent (DeepSeek-V3: 64). 0: no positions in the scores.")
-    elif variant == "window":
-        st.slider("Window (tokens a query sees)", *bounds("window"), key="window",
-                  help="Each query sees the keys fewer than window positions away (with the causal mask: itself and "
-                  "the window − 1 tokens before it). Mistral: 4096; gpt-oss: 128 on every other layer.")
-        st.radio("Sinks", SINK_KINDS, key="sinks", horizontal=True, format_func=SINK_LABELS.get,
-                 help="Logit: each head has one learned logit that joins every softmax and is then dropped, so a head "
-                 "can attend to 'nothing' (gpt-oss). First tokens: the first 4 tokens stay visible to every query, "
-                 "as StreamingLLM keeps them.")
-    elif variant == "diff":
-        st.caption("Each head subtracts a second softmax map, scaled by λ, from its first: h counts the maps, so h "
-                   "must be even and the layer has h / 2 differential heads.")
-    elif variant == "moh":
-        shared, k = state.get("moh_shared", 0), state.get("moh_k", 1)
-        if isinstance(shared, int) and isinstance(k, int) and (shared >= h or k > h - shared):
-            st.caption(f"moh_shared = {shared}, moh_k = {k} (from the link) do not fit h = {h}: see the page.")
-            st.button("Fit them to h", key="fit_moh", on_click=_keep_moh_valid,
-                      help="moh_shared below h, moh_k at most the routed heads h − moh_shared.")
-            return
-        c1, c2 = st.columns(2)
-        c1.slider("Shared heads moh_shared", 0, max(h - 1, 1), key="moh_shared", on_change=_keep_moh_valid,
-                  disabled=h == 1, help="The first moh_shared heads are used by every token.")
-        routed = max(h - min(state.get("moh_shared", 0), h - 1), 1)
-        c2.slider("Heads per token moh_k", 1, max(routed, 2), key="moh_k", disabled=routed == 1,
-                  help="The router scores the other heads for each token; each token uses its top moh_k of them.")
-
-
-SINK_LABELS = {"none": "None", "logit": "Logit per head", "tokens": "First tokens"}
+    kind = st.segmented_control("Variant", tuple(VARIANTS), key="variant", required=True,
+                                format_func=VARIANT_NAMES.get, help=" ".join(s.help for s in VARIANTS.values()))
+    spec = VARIANTS[kind]
+    values = _values(h) | {"variant": kind}
+    why = spec.unfit(values)
+    if why:
+        st.caption(why)
+        if spec.fit_button:
+            st.button("Fit them to h", key=f"fit_{kind}", on_click=_keep_variant_valid, args=(kind,),
+                      help=spec.fit_button)
+        return
+    controls = list(spec.controls)
+    while controls:
+        row = [controls.pop(0)]
+        while row[0].column and controls and controls[0].column:
+            row.append(controls.pop(0))
+        for control, where in zip(row, st.columns(len(row)) if row[0].column else (st,)):
+            draw_control(control, values, where=where)
+    notice = ui_state.widget(VARIANT_NOTICE)
+    if notice:
+        ui_state.forget(VARIANT_NOTICE)
+        st.caption(notice)
 
 
 LONG_EXAMPLE = f"A long text ({MAX_LONG_TOKENS} tokens)"

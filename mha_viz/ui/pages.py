@@ -23,11 +23,8 @@ from ..serve.hosting import FULL_SIZE, Budget
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
 from ..training import TASKS
-from ..training.layer import UNSPLIT as UNSPLIT_WEIGHTS
 from ..training.variants import variant_label as trained_variant_label
-from ..variants import LAYERS as VARIANT_LAYERS
 from ..variants import NAMES as VARIANT_NAMES
-from ..variants import PARAMETERS as VARIANT_PARAMETERS
 from ..variants import LayerVariant
 from ..variants import describe as describe_variant
 from . import layer_switch
@@ -154,7 +151,7 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
 
 def state_variant(s: ViewState) -> LayerVariant:
     """The page state's attention variant, with the parameters its kind reads."""
-    return LayerVariant(s.variant, **{name: getattr(s, name) for name in VARIANT_PARAMETERS[s.variant]})
+    return LayerVariant.of(s)
 
 
 def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
@@ -165,8 +162,6 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     variant = state_variant(s)
     try:
         cfg = variant.config(MHAConfig(s.d_model, s.h))
-        if variant.kind not in VARIANT_LAYERS:
-            raise ValueError(f"the {variant.kind} layer is not built yet")
     except ValueError as err:
         st.error(f"**The {VARIANT_NAMES[s.variant]} variant cannot be trained with these settings.** {err}.")
         return
@@ -198,9 +193,9 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     )
     if variant.kind != "mha":
         st.caption(describe_variant(cfg, variant))
-    if variant.kind in UNSPLIT_WEIGHTS:
+    if variant.spec.training.unsplit:
         st.caption(f"Analysis → W_O at work is not offered for a trained {VARIANT_NAMES[variant.kind]} layer: its weights "
-                   f"give no per-head W_K and W_V ({UNSPLIT_WEIGHTS[variant.kind]}).")
+                   f"give no per-head W_K and W_V ({variant.spec.training.unsplit}).")
     T = trace.weights.shape[1]
     st.caption(f"h = {plural(s.h, 'head')} · d_model = {s.d_model} · d_k = d_v = {cfg.d_k} · {T} tokens "
                + ("(the task's probe sequence; type your own in the sidebar)" if not s.sequence else "")

@@ -8,8 +8,10 @@ import streamlit as st
 
 from ..params import CLICKED_FIELDS, DEFAULTS, TEXT_CAPS, ViewState, checked_field, parse_query, to_query, value_notice
 from ..parts import all_fields
-from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
 from .text import plain
+
+ADVANCED_OPEN = "advanced_open"  # session key of the Advanced expander's state
+ADVANCED_FIELDS = ("d_k", "d_v", "d_out", "seed", "causal", "pe", "cross", "context")
 
 _SEEDED = "_seeded_from_url"
 _URL_HEAD = "_url_named_head"  # the session's first URL named a layer or a head

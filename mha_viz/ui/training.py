@@ -30,7 +30,6 @@ from ..training.isolated import train_isolated
 from ..training.layer import MHA
 from ..training.precomputed import precomputed_layer
 from ..training.variants import mean_divergence, precomputed_variant_grid, variant_label
-from ..variants import LAYERS as VARIANT_LAYERS
 from ..variants import LayerVariant
 from .cache import shared_cache
 from .controls import (
@@ -331,8 +330,6 @@ def training_page(h: int, d_model: int, steps: int, seed: int, task: str, varian
     variant = variant or MHA
     try:
         variant.check(MHAConfig(d_model, h))
-        if variant.kind not in VARIANT_LAYERS:
-            raise ValueError(f"the {variant.kind} layer is not built yet")
     except ValueError as err:
         st.error(f"**This variant cannot be trained with these settings.** {err}.")
         return None

@@ -18,7 +18,6 @@ from ..parts import SECTIONS, VIEWS
 from ..serve.hosting import Budget
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
-from ..variants import PARAMETERS as VARIANT_PARAMETERS
 from ..variants import LayerVariant
 from . import layer_switch, views
 from .analysis import ModelLoader, analysis_view
@@ -187,5 +186,5 @@ def generate(c: ViewContext) -> None:
 
 def training(c: ViewContext) -> AttentionTrace | None:
     s = c.state
-    variant = LayerVariant(s.variant, **{name: getattr(s, name) for name in VARIANT_PARAMETERS[s.variant]})
+    variant = LayerVariant.of(s)
     return training_page(s.h, s.d_model, s.steps, s.seed, s.task, variant, s.diversity)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from mha_viz.config import MHAConfig
-from mha_viz.names import VARIANT_KINDS
 from mha_viz.params import LAYER_VARIANTS, parse_query
 from mha_viz.sources import ConfigurableSource, configurable_trace
 from mha_viz.variants import KINDS, LAYERS, PARAMETERS, LayerVariant, describe, variant_layer
 
 
 def test_every_kind_is_offered_by_the_app_and_reads_only_its_own_parameters() -> None:
-    assert KINDS == VARIANT_KINDS == LAYER_VARIANTS
+    assert list(KINDS) == list(LAYER_VARIANTS) == ["mha", "gqa", "mla", "window", "diff", "moh"]  # the registry
     v = LayerVariant("window", kv_heads=3, window=7, moh_k=5)
     assert (v.window, v.kv_heads, v.moh_k) == (7, 1, 2)  # kv_heads and moh_k belong to other kinds: defaults
     assert v == LayerVariant("window", window=7)
