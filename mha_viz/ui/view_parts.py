@@ -171,7 +171,7 @@ def analysis(c: ViewContext) -> None:
 def shapes(c: ViewContext) -> None:
     views.cost_view(c.cfg, *c.sizes(), cross=c.trace.cross)
     variant = getattr(c.source, "variant", None)
-    if variant is not None and variant.kind not in ("mha", "gqa"):
+    if variant is not None and variant.shape(c.cfg).variant not in ("mha", "gqa"):  # not MHA's shapes above
         variant_parameters(c.cfg, variant)
     variants_cost_view(c.cfg, variant)
 

@@ -279,4 +279,5 @@ register(VariantSpec(
         Control("rope_dim", "Rotary dims rope_dim", "select_slider", options=lambda v: range(0, MAX_ROPE_DIM + 1, 2),
                 help="Per head, this many extra query/key dims carry rotary positions, in a key part shared by every "
                 "head and cached beside the latent (DeepSeek-V3: 64). 0: no positions in the scores.")),
+    example={"kv_latent": "8", "rope_dim": "6", "q_latent": "4"},
     help="MLA (DeepSeek-V2/V3): keys and values are rebuilt per head from one small cached latent."))

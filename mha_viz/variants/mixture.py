@@ -227,4 +227,5 @@ register(VariantSpec(
                 bounds=lambda v: (1, max(_routed(v), 2)), disabled=lambda v: _routed(v) == 1,
                 help="The router scores the other heads for each token; each token uses its top moh_k of them.")),
     fit=_fit, unfit=_unfit, fit_button="moh_shared below h, moh_k at most the routed heads h − moh_shared.",
+    example={"moh_k": "1", "moh_shared": "1"},
     help="MoH (mixture-of-heads): a router picks each token's heads."))

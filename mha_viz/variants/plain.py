@@ -95,4 +95,5 @@ register(VariantSpec(
                      f"does not divide h = {v['h']}: pick a valid kv_heads on the page."),
     notice=lambda old, new: (f"kv_heads = {old['kv_heads']} does not divide h = {old['h']}, so kv_heads is now "
                              f"{new['kv_heads']} ({old['h'] // new['kv_heads']} query heads per key/value head)."),
+    example={"kv_heads": "2"},
     help="GQA (Llama 3, Qwen3, Mistral): groups of query heads share one key/value head (1 is MQA)."))

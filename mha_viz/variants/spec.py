@@ -12,7 +12,7 @@ read VARIANTS instead of naming kinds. A variant's module ends with one `registe
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..config import MHAConfig
@@ -91,7 +91,9 @@ class VariantSpec:
     changes; controls: its sidebar widgets; fit(values): the values that must follow a new h ({name: value}); unfit
     (values): why a link's values fit no control (None: they fit); notice(old, new): what to say when fit moved them;
     fit_button: the tooltip of a button that runs fit when unfit ("": no button); flag: the capability a source of
-    this variant has (mha_viz.parts.Part.needs: the views offered for it); help: a sentence for the menu's help.
+    this variant has (mha_viz.parts.Part.needs: the views offered for it); help: a sentence for the menu's help;
+    example: the URL parameters of a page that shows it away from its defaults (the registry-parametrised tests and
+    the browser tests draw it).
     """
 
     kind: str
@@ -112,6 +114,7 @@ class VariantSpec:
     fit_button: str = ""
     flag: str = ""
     help: str = ""
+    example: Mapping[str, str] = field(default_factory=dict)
 
     def defaults(self) -> dict[str, Any]:
         return {f.name: f.default for f in self.fields}

@@ -161,4 +161,5 @@ register(VariantSpec(
                 help="Logit: each head has one learned logit that joins every softmax and is then dropped, so a head "
                 "can attend to 'nothing' (gpt-oss). First tokens: the first 4 tokens stay visible to every query, "
                 "as StreamingLLM keeps them.")),
+    example={"window": "3", "sinks": "tokens", "causal": "true"},
     help="Window (Mistral, Gemma 2, gpt-oss): each query sees only nearby keys, with sinks that soak up attention."))
