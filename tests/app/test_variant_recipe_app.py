@@ -1,8 +1,8 @@
-"""CONTRIBUTING.md's "Add an attention variant" recipe, tried: a toy variant written as ONE file (scaled attention:
-every score times a whole-number factor) is imported, and the registry-parametrised checks run on it: the layer
-builds, its rows sum to 1, concat @ W_O^T + b_O is its output, its URL fields round-trip, its controls render and
-move the layer, every view (Shapes & cost and Formulas included) and every section draw it, and it trains. It is
-unregistered afterwards: the menus and the URL state are as before."""
+"""CONTRIBUTING.md's "Add an attention variant" recipe, tried: its toy variant (scaled attention: every score times a
+whole-number factor), the guide's one file copied into a folder outside the package, is imported, and the
+registry-parametrised checks run on it: the layer builds, its rows sum to 1, concat @ W_O^T + b_O is its output, its
+URL fields round-trip, its controls render and move the layer, every view (Shapes & cost and Formulas included) and
+every section draw it, and it trains. It is unregistered afterwards: the menus and the URL state are as before."""
 
 from __future__ import annotations
 
@@ -23,57 +23,21 @@ from tests.app.test_gqa_app import new_app, texts
 from tests.app.test_variants_every_view_app import draw_every_section, draw_every_view
 from tests.unit.test_variant_registry import check_controls, check_layer, check_training, check_url
 
-TOY = '''"""Scaled attention: every head's scores times a whole-number factor before the softmax (kind "scaled")."""
-
-from __future__ import annotations
-
-from dataclasses import replace
-
-import torch
-
-from mha_viz.attention import MultiHeadAttention
-from mha_viz.variants import Control, LayerVariant, Training, VariantSpec, register
-from mha_viz.variants.spec import ranged, whole
-from mha_viz.variants_cost import VariantShape
+ROOT = Path(__file__).resolve().parents[2]
 
 
-class ScaledAttention(MultiHeadAttention):
-    def __init__(self, cfg, variant, *, seed=None, dtype=torch.float32):
-        super().__init__(cfg.d_model, cfg.num_heads, d_k=cfg.d_k, d_v=cfg.d_v, d_out=cfg.d_out,
-                         d_context=cfg.d_context, bias=cfg.bias, seed=seed, dtype=dtype)
-        self.factor = variant.factor
-
-    def variations(self, x, T, S, causal):
-        plain = super().variations(x, T, S, causal)
-        return replace(plain, scale=plain.scale * self.factor)
-
-    def forward(self, *args, **kwargs):
-        trace = super().forward(*args, **kwargs)
-        return replace(trace, scale=trace.scale * self.factor)
-
-
-register(VariantSpec(
-    "scaled", "Scaled", ScaledAttention,
-    describe=lambda cfg, v: f"Scaled attention: every score times {v.factor} before the softmax, so sharper maps.",
-    shape=lambda cfg, v: VariantShape("mha", cfg.d_model, cfg.num_heads, head_dim=cfg.d_k, v_dim=cfg.d_v,
-                                      bias=cfg.bias),
-    training=Training(lambda v, h: f"Scaled x{v.factor}", grid=lambda h: (LayerVariant("scaled", factor=2),)),
-    fields=(ranged("factor", 2, 1, 8, "a factor from {lo} to {hi}"),),
-    validate=lambda p: whole("factor", p["factor"], 1, 8),
-    formulas=lambda cfg, T, S=None, *, causal=False, **p: [
-        rf"\\mathrm{{head}}_h = \\mathrm{{softmax}}\\!\\left({p['factor']} \\cdot \\frac{{Q_h K_h^\\top}}"
-        rf"{{\\sqrt{{{cfg.d_k}}}}}\\right) V_h"],
-    controls=(Control("factor", "Score factor", "slider", help="Every score is multiplied by it before the softmax."),),
-    example={"factor": "3"},
-    help="Scaled: every score times a factor."))
-'''
+def recipe() -> str:
+    """The toy variant file CONTRIBUTING.md's "Add an attention variant" shows: its first Python block."""
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = text.split("### Add an attention variant", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The toy variant's one file, imported (it registers itself); unregistered afterwards."""
     path = Path(tmp_path_factory.mktemp("toy")) / "scaled.py"
-    path.write_text(TOY, encoding="utf-8")
+    path.write_text(recipe(), encoding="utf-8")
     module_spec = importlib.util.spec_from_file_location("toy_scaled", path)
     module = importlib.util.module_from_spec(module_spec)
     sys.modules["toy_scaled"] = module
@@ -97,6 +61,16 @@ def test_the_toy_url_controls_and_training_hooks(toy: str) -> None:
     check_url(toy)
     check_controls(toy)
     check_training(toy)
+
+
+def test_the_toy_trains_and_joins_the_comparison_grid(toy: str) -> None:
+    from mha_viz.training import train
+    from mha_viz.training.variants import grid_variants, variant_label
+
+    variant = LayerVariant(toy, factor=2)
+    run = train("prev-first", 2, 16, 10, seed=0, num_snapshots=1, variant=variant)
+    assert run.layer.variant == variant and run.layer.trace().meta["variant"] == toy
+    assert variant in grid_variants(2) and variant_label(variant, 2) == "Scaled x2"
 
 
 def test_the_toy_controls_render_and_move_the_layer(toy: str) -> None:
