@@ -192,7 +192,7 @@ class ConfigurableSource:
 
     def is_long(self) -> bool:
         """Whether the text (or the second sentence) has more than max_tokens tokens and long_trace() reads more."""
-        if self.long_tokens <= self.max_tokens or self.variant is not None and self.variant.kind not in ("mha", "gqa"):
+        if self.long_tokens <= self.max_tokens or self.variant is not None and not self.variant.spec.long:
             return False
         texts = (self.text,) if self.context is None else (self.text, self.context)
         return any(len(tokenize(t, self.max_tokens + 1)) > self.max_tokens for t in texts)

@@ -167,6 +167,7 @@ register(VariantSpec(
     "diff", "Diff", DifferentialAttention, _describe,
     lambda cfg, v: VariantShape("diff", cfg.d_model, cfg.num_heads, head_dim=cfg.d_k, v_dim=cfg.d_v, bias=cfg.bias),
     Training(lambda v, h: "Diff", grid=lambda h: (LayerVariant("diff"),), signed=True, colour="#8c564b",
+             step_cost=(1.4, 1.0),  # the pairs' second maps
              unsplit="each head is the difference of two softmax maps of two query/key heads, and reads two value "
              "heads"),
     check=_check, formulas=_formulas, flag="differential",

@@ -263,7 +263,8 @@ register(VariantSpec(
     lambda cfg, v: VariantShape("mla", cfg.d_model, cfg.num_heads, head_dim=cfg.d_k, v_dim=cfg.d_v, bias=cfg.bias,
                                 kv_latent=v.kv_latent, q_latent=v.q_latent, rope_dim=v.rope_dim),
     Training(lambda v, h: f"MLA c={v.kv_latent}", grid=lambda h: [LayerVariant("mla", kv_latent=c) for c in (4, 8, 16)],
-             colour="#2ca02c", unsplit="keys and values are up-projected from one latent per token, and the rotary "
+             colour="#2ca02c", step_cost=(1.7, 5.0),  # latents and rotary keys: 3-7 times what their weights count
+             unsplit="keys and values are up-projected from one latent per token, and the rotary "
              "key part is shared by all heads"),
     fields=(ranged("kv_latent", 16, 1, MAX_VARIANT_WIDTH, "a latent width from {lo} to {hi}"),
             ranged("q_latent", 0, 0, MAX_VARIANT_WIDTH, "0 (none) or a latent width up to {hi}"),

@@ -213,7 +213,7 @@ register(VariantSpec(
                                 moh_k=v.moh_k, moh_shared=v.moh_shared),
     Training(lambda v, h: f"MoH k={v.moh_k}" + (f"+{v.moh_shared} shared" if v.moh_shared else ""),
              grid=lambda h: [LayerVariant("moh", moh_k=k, moh_shared=s) for s in (0, 1) for k in (1, 2)],
-             loss=_balance, colour="#ff7f0e"),
+             loss=_balance, colour="#ff7f0e", step_cost=(1.6, 1.0)),  # step_cost: the router
     fields=(StateField("moh_k", 2, parse_int(1, MAX_HEADS), f"a number of heads from 1 to {MAX_HEADS}"),
             StateField("moh_shared", 0, parse_int(0, MAX_HEADS - 1),
                        f"a number of shared heads from 0 to {MAX_HEADS - 1}")),

@@ -48,7 +48,7 @@ def _shape(cfg: MHAConfig, variant: LayerVariant) -> VariantShape:
 
 register(VariantSpec(
     "mha", "MHA", _multi_head, _heads_share, _shape,
-    Training(lambda v, h: "MHA", grid=lambda h: (LayerVariant(),), colour="#1f77b4"),
+    Training(lambda v, h: "MHA", grid=lambda h: (LayerVariant(),), colour="#1f77b4"), long=True,
     help="MHA: every head has its own keys and values."))
 
 
@@ -88,7 +88,7 @@ register(VariantSpec(
                        f"a number of key/value heads from 1 to {MAX_HEADS} that divides h"),),
     validate=lambda p: whole("kv_heads", p["kv_heads"], 1),
     check=_check_groups,
-    kv_heads=lambda v: v.kv_heads,
+    kv_heads=lambda v: v.kv_heads, long=True,
     controls=(KV_HEADS,),
     fit=_fit_groups,
     unfit=lambda v: (None if v["kv_heads"] in divisors(v["h"]) else f"kv_heads = {v['kv_heads']} (from the link) "

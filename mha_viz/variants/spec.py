@@ -66,7 +66,10 @@ class Training:
     label(variant, h): its short name in tables and charts ("MLA c=16"); grid(h): the variants of it the default
     comparison trains; loss(model, tokens, variant): an extra training loss term (None: none); signed: its weights
     are signed (not distributions), so no divergence between heads is measured; unsplit: why its trained weights
-    give no per-head W_K, W_V ("": they do); colour: its points' colour; legend: its legend entry ("": spec.name).
+    give no per-head W_K, W_V ("": they do); colour: its points' colour; legend: its legend entry ("": spec.name);
+    step_cost: a training step against multi-head attention's of the same width, beyond what its weights count, as
+    (on the step's fixed part, on its width part), which the public demo's training budget reads
+    (mha_viz.serve.training_budget; measured on the 2-core machine of bench/RESULTS-training-cost.md).
     """
 
     label: Callable[[LayerVariant, int], str]
@@ -76,6 +79,7 @@ class Training:
     unsplit: str = ""
     colour: str = "#7f7f7f"
     legend: str = ""
+    step_cost: tuple[float, float] = (1.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,8 @@ class VariantSpec:
     Shapes & cost prices (mha_viz.variants_cost); formulas(cfg, T, S, *, causal, **params): LaTeX lines of what it
     changes; controls: its sidebar widgets; fit(values): the values that must follow a new h ({name: value}); unfit
     (values): why a link's values fit no control (None: they fit); notice(old, new): what to say when fit moved them;
-    fit_button: the tooltip of a button that runs fit when unfit ("": no button); flag: the capability a source of
+    fit_button: the tooltip of a button that runs fit when unfit ("": no button); long: its layer is multi-head
+    attention at LayerVariant.config's sizes, so a long input is traced as mha_viz.long traces one; flag: the capability a source of
     this variant has (mha_viz.parts.Part.needs: the views offered for it); help: a sentence for the menu's help;
     example: the URL parameters of a page that shows it away from its defaults (the registry-parametrised tests and
     the browser tests draw it).
@@ -112,6 +117,7 @@ class VariantSpec:
     unfit: Callable[[Values], str | None] = _nothing
     notice: Callable[[Values, Values], str | None] = _nothing
     fit_button: str = ""
+    long: bool = False
     flag: str = ""
     help: str = ""
     example: Mapping[str, str] = field(default_factory=dict)

@@ -149,7 +149,7 @@ register(VariantSpec(
     "window", "Window", WindowAttention, _describe, _shape,
     Training(lambda v, h: f"Window w={v.window}" + ("" if v.sinks == "none" else f" ({v.sinks} sinks)"),
              grid=lambda h: [LayerVariant("window", window=w, sinks="logit") for w in (2, 4)],
-             colour="#9467bd", legend="window"),
+             colour="#9467bd", step_cost=(1.4, 1.0), legend="window"),  # step_cost: the band's mask
     fields=(ranged("window", 4, 1, MAX_WINDOW, "a window from {lo} to {hi} tokens"),
             one_of("sinks", "logit", SINK_KINDS)),
     validate=_validate, formulas=_formulas, flag="windowed",
