@@ -219,9 +219,9 @@ def diversity_effect(layer: TrainedLayer, trace: AttentionTrace, sequence: str, 
     if not layer.diversity:
         return
     st.markdown("**What the head-diversity penalty did**")
-    if layer.variant.kind == "diff":
-        st.info("Differential heads have signed weights (one map minus another), which are not distributions: the "
-                "Jensen-Shannon redundancy matrix is not defined for them.")
+    if layer.variant.spec.training.signed:
+        st.info(f"The {layer.variant.spec.name} layer's heads have signed weights, which are not "
+                "distributions: the Jensen-Shannon redundancy matrix is not defined for them.")
         return
     if len(trace.weights) < 2:
         st.caption("One head has no other head to differ from: pick h ≥ 2 to see the penalty's effect.")
