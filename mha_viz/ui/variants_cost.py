@@ -11,13 +11,12 @@ from ..figures.cost import kv_cache_figure
 from ..params import CONTEXTS, SINKS
 from ..parts import bounds
 from ..variants import NAMES as LAYER_NAMES
-from ..variants import LayerVariant
+from ..variants import SINK_TOKENS, LayerVariant
 from ..variants_cost import PRESETS, VARIANT_NAMES, VARIANTS, CostRow, VariantShape, comparison, parameters, preset_rows
 from .state import fit
 from .style import page_width
 from .views import chart
 
-SINK_TOKENS = 4  # StreamingLLM keeps the first 4 tokens
 SINK_NAMES = {"none": "no sinks", "logit": "a learned sink logit per head (gpt-oss)",
               "tokens": f"keep the first {SINK_TOKENS} tokens (StreamingLLM)"}
 

@@ -4,7 +4,7 @@ A spec is data and pure functions (no Streamlit, no torch here): the menus, the 
 (mha_viz.ui.controls draws its Control list), Shapes & cost, the formulas, the training comparison and the tests all
 read VARIANTS instead of naming kinds. A variant's module ends with one `register(VariantSpec(...))`:
 
-    >>> from mha_viz.variants.spec import VARIANTS
+    >>> from mha_viz.variants import VARIANTS  # the package imports every variant's module: they register
     >>> list(VARIANTS)
     ['mha', 'gqa', 'mla', 'window', 'diff', 'moh']
 """
@@ -30,9 +30,10 @@ class Control:
     """One widget of a variant's sidebar controls, declared; mha_viz.ui.controls draws it (key: name).
 
     kind: "radio" (horizontal), "number" (a number box, step 1), "slider", "select_slider", or "caption" (label is
-    the text, no widget). help: its tooltip (or help(values)). options(values): the choices of a radio or select slider; bounds(values): a slider's or
-    number box's (lo, hi), None: its URL field's bounds; labels(values): how a choice is shown; disabled(values);
-    column: drawn side by side with the neighbouring column controls; refit: after it moves, the spec's fit runs.
+    the text, no widget). help: its tooltip (or help(values)); options(values): the choices of a radio or select
+    slider; bounds(values): a slider's or number box's (lo, hi), None: its URL field's bounds; labels(values): how a
+    choice is shown; disabled(values); column: drawn side by side with the neighbouring column controls; refit: after
+    it moves, the spec's fit runs.
     """
 
     name: str
@@ -86,19 +87,20 @@ class Training:
 class VariantSpec:
     """Everything the project knows about one attention variant.
 
-    kind: its URL value; name: its short label ("MLA"); fields: its own URL
-    parameters, which are LayerVariant's parameters too (defaults, parsers, bounds); validate(params): ValueError when
-    its parameters alone are invalid; check(cfg, variant): ValueError when it cannot run with these dimensions;
-    kv_heads(variant): the key/value heads its layer computes (None: one per query head); build(cfg, variant, *, seed,
-    dtype): its layer; describe(cfg, variant): what it computes, in words; shape(cfg, variant): the VariantShape that
-    Shapes & cost prices (mha_viz.variants_cost); formulas(cfg, T, S, *, causal, **params): LaTeX lines of what it
-    changes; controls: its sidebar widgets; fit(values): the values that must follow a new h ({name: value}); unfit
-    (values): why a link's values fit no control (None: they fit); notice(old, new): what to say when fit moved them;
-    fit_button: the tooltip of a button that runs fit when unfit ("": no button); long: its layer is multi-head
-    attention at LayerVariant.config's sizes, so a long input is traced as mha_viz.long traces one; flag: the capability a source of
-    this variant has (mha_viz.parts.Part.needs: the views offered for it); help: a sentence for the menu's help;
-    example: the URL parameters of a page that shows it away from its defaults (the registry-parametrised tests and
-    the browser tests draw it).
+    kind: its URL value; name: its short label ("MLA"); build(cfg, variant, *, seed, dtype): its layer;
+    describe(cfg, variant): what it computes, in words (the page's caption); shape(cfg, variant): its layer as
+    Shapes & cost prices it (a VariantShape of mha_viz.variants_cost); training: its Training hooks.
+    fields: its own URL parameters, which are LayerVariant's parameters too (defaults, parsers, bounds);
+    validate(params): ValueError when its parameters alone are invalid; check(cfg, variant): ValueError when it cannot
+    run with these dimensions; kv_heads(variant): the key/value heads its layer computes (None: one per query head);
+    formulas(cfg, T, S, *, causal, **params): LaTeX lines of what it changes (none: formulas() covers it).
+    controls: its sidebar widgets; fit(values): the values that must follow a new h ({name: value}); unfit(values):
+    why a link's values fit no control (None: they fit); notice(old, new): what the sidebar says when fit moved them;
+    fit_button: the tooltip of a button that runs fit when unfit ("": no button).
+    long: its layer is multi-head attention at LayerVariant.config's sizes, so a long input is traced as mha_viz.long
+    traces one; flag: the capability a source of this variant has (mha_viz.parts.Part.needs: the views offered for
+    it); help: a sentence for the menu's help; example: the URL parameters of a page that shows it away from its
+    defaults (the registry-parametrised tests and the browser tests draw it).
     """
 
     kind: str
@@ -208,7 +210,7 @@ class LayerVariant:
         return f"LayerVariant({', '.join([repr(self.kind), *(f'{k}={v!r}' for k, v in self.values)])})"
 
     @property
-    def spec(self) -> Any:
+    def spec(self) -> VariantSpec:
         """This kind's VariantSpec (mha_viz.variants.spec)."""
         return VARIANTS[self.kind]
 
