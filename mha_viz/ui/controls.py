@@ -162,6 +162,8 @@ def variant_controls(h: int) -> None:
     """
     kind = st.segmented_control("Variant", tuple(VARIANTS), key="variant", required=True,
                                 format_func=VARIANT_NAMES.get, help=" ".join(s.help for s in VARIANTS.values()))
+    if kind not in VARIANTS:  # no variant in the session (a page that seeds no state)
+        return
     spec = VARIANTS[kind]
     values = _values(h) | {"variant": kind}
     why = spec.unfit(values)
