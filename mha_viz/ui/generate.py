@@ -21,7 +21,6 @@ from ..sources import ModelSource
 from ..token_labels import spelled, token_labels, vocab_labels
 from ..trace import AttentionTrace
 from .fair import heavy
-from .pandas_guard import guarded
 from .state import current, fit, write_url
 from .style import column_width, is_narrow, page_width
 from .text import plain
@@ -109,7 +108,7 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
         fit("gen_step", n, f"a step from 1 to {n}: {n} tokens were written")
     st.session_state["gen_step"] = max(1, st.session_state.get("gen_step", 1))
     playing = st.session_state.get("gen_play", False)
-    fragment = st.fragment(guarded(_show_step), run_every=PLAY_SECONDS if playing else None)
+    fragment = st.fragment(_show_step, run_every=PLAY_SECONDS if playing else None)
     fragment(source, gen, name)
 
 

@@ -39,7 +39,6 @@ from ..long import LongTrace
 from ..trace import AttentionTrace
 from ..variants import NAMES as VARIANT_NAMES
 from ..variants import LayerVariant
-from .pandas_guard import guarded
 from .state import current, fit, write_url
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
@@ -363,7 +362,6 @@ MOVE_MARK_JS = """<style>:has(> .st-key-zoom_mark:only-child) {{display: none}}<
 
 
 @st.fragment
-@guarded
 def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
     """The zoom of a long input. A fragment: moving it reruns this part only, not the overview above (12 heads of
     128 x 128 cells and 4096 labels a side to send and draw again); the overview's red squares move in the browser.
