@@ -33,7 +33,7 @@ from starlette.middleware import Middleware
 
 Message = MutableMapping[str, Any]
 WAIT_FOR_A_PAGE = 10.0  # seconds the model loads wait for a first page to be drawn (they would slow it)
-AFTER_A_PAGE = 1.0  # seconds after a first page's run for its browser to paint it, before the model loads start
+AFTER_A_PAGE = 1.5  # seconds after a first page's run for its browser to paint it, before the model loads start
 MODELS_WANTED = threading.Event()  # set when a browser asks for a pretrained page: the loads start at once
 # The viewport's width, for the first run to lay the page out for (mha_viz/ui/style.py: VIEWPORT_COOKIE): without it,
 # the width probe's report reruns a first page (interrupting its first run) whenever the guessed width was off.
