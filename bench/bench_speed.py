@@ -27,6 +27,9 @@ Sections (in the order they run):
                text; and where it went: the frontend's load (navigation and resource timings), the websocket
                (open, first and last message before the paint, bytes), page.py's run (its imports and drawing,
                from the server's log, on the same clock) and the browser's parse and paint after the last message
+  widget       the notebook widget of the bundled MiniLM at 128 and 512 tokens: the cell (mha_viz.show) timed in
+               Python, then its static HTML (AttentionWidget.static_html: what a notebook shows, inline, no kernel)
+               opened in Chromium: navigation -> the widget's first paint (its data-painted set), in the page
   long-inputs  4096 tokens, h = 12, d_model = 768: the overview figure's bytes; on a fresh server, the page
                opened, the overview repainted for new weights (a new seed) and for cached ones, the zoom window
                moved (12 full-resolution heads), the tab's memory; then --sessions sessions (default 10)
@@ -77,8 +80,8 @@ from harness.browser import (
     wait_healthy,
 )
 
-SECTIONS = ("compute", "payload", "switch", "slider", "toggle", "first-paint", "long-inputs")
-BROWSER_SECTIONS = {"switch", "slider", "toggle", "first-paint", "long-inputs"}
+SECTIONS = ("compute", "payload", "switch", "slider", "toggle", "first-paint", "widget", "long-inputs")
+BROWSER_SECTIONS = {"switch", "slider", "toggle", "first-paint", "widget", "long-inputs"}
 WORDS = (  # each one MiniLM token
     "the", "cat", "dog", "sat", "on", "mat", "and", "saw", "a", "bird", "which", "flew", "over", "old",
     "red", "house", "while", "children", "played", "in", "garden", "near", "river", "bank", "because", "it",
@@ -900,6 +903,45 @@ def checkout(root: Path) -> str:
     return git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+# ------------------------------------------------------------------------------------------------ widget
+
+# The widget's first paint: the renderer's root (issue 32) or, before it, the widget's own root, with data-painted set.
+WIDGET_PAINTED_JS = """() => {
+    const e = document.querySelector('[data-mha-viz="renderer"][data-painted], .mha-viz-widget[data-painted]');
+    return e ? performance.now() : false;
+}"""
+
+
+def widget(browser, repeats: int) -> None:
+    from mha_viz.pretrained import load_model
+    from mha_viz.widget import show
+
+    model = load_model(None)
+    for tokens in (128, 512):
+        text = tokens_text(tokens, seed=tokens)
+        start = time.perf_counter()
+        shown = show(model, text)
+        cell = time.perf_counter() - start
+        html = f"<!doctype html><html><head><meta charset='utf-8'></head><body>{shown.static_html()}</body></html>"
+        path = Path(tempfile.mkstemp(prefix="bench_speed_widget_", suffix=".html")[1])
+        path.write_text(html, encoding="utf-8")
+        painted = []
+        try:
+            for _ in range(repeats):
+                context = browser.new_context(viewport=VIEWPORT)
+                try:
+                    page = context.new_page()
+                    page.goto(path.as_uri())
+                    painted.append(page.wait_for_function(WIDGET_PAINTED_JS, polling="raf", timeout=60_000).json_value() / 1e3)
+                finally:
+                    context.close()
+        finally:
+            path.unlink(missing_ok=True)
+        report_target(f"widget T={tokens}: static HTML opened -> first paint (in page)", median(painted), 1.0,
+                      f"{spread(painted)}; {len(html) / 1e6:.2f} MB of HTML")
+        report(f"widget T={tokens}: the cell, mha_viz.show(model, text)", f"{cell:.3f} s")
+
+
 # ------------------------------------------------------------------------------------------------ long inputs
 
 
@@ -1093,6 +1135,8 @@ def main() -> None:
                     report(f"server: peak RSS at the end ({', '.join(shared)})", f"{peak_rss_mb(server.proc.pid):.0f} MB")
             if "first-paint" in wanted:
                 section("first-paint", lambda: first_paint(browser, args.repeats, [ROOT, *args.compare]))
+            if "widget" in wanted:
+                section("widget", lambda: widget(browser, args.repeats))
             if "long-inputs" in wanted:
                 section("long-inputs", lambda: long_inputs(browser, args.sessions))
 
