@@ -15,7 +15,7 @@ import time
 import streamlit as st
 
 STARTED = time.perf_counter()  # MHA_VIZ_TIMING=1 logs this run's imports and drawing (mha_viz.ui.loaders.log_timing)
-STARTED_AT = time.time()  # the same moment on the browser's clock (bench/bench_speed.py lines the two up)
+STARTED_AT = time.time()  # wall-clock time, which bench/bench_speed.py lines up with the browser's
 st.set_page_config(page_title="mha-viz: multi-head attention, visible", layout="wide")
 
 from mha_viz.serve.hosting import budget, heavy_request, is_public, within_budget
