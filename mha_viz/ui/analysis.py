@@ -52,7 +52,7 @@ from ..sources import ModelSource, TraceSource
 from ..token_labels import token_labels, vocab_labels
 from ..trace import AttentionTrace
 from .fair import TimeSpent, check_time, heavy
-from .state import fit, mark_typed
+from .state import confine, fit, mark_typed, put, put_all, put_default, widget
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 from .text import plain
@@ -119,12 +119,11 @@ def analysis_view(
     may run (a public demo's budget; None: no limit).
     """
     menu = SECTIONS.menu(field_value("mode"), source)
-    if st.session_state.get("section") not in menu:
-        st.session_state["section"] = menu[0]
+    confine("section", menu)
     section = st.segmented_control("Analysis", menu, key="section", required=True, label_visibility="collapsed")
     part = SECTIONS.part(section)
     for f in part.fields:  # its widgets' keys hold their registered defaults (a page not seeded from a URL, too)
-        st.session_state.setdefault(f.name, f.default)
+        put_default(f.name)
     model = source.model
     if special is None:
         special = model.tokenizer.all_special_tokens if model is not None else ()
@@ -205,7 +204,7 @@ def _head_statistics(trace: AttentionTrace, special: Collection[str | int], name
     rows = event.selection.rows
     picked = client_int(rows[0], 0, trace.num_heads - 1) if isinstance(rows, list) and rows else None
     if picked is not None:  # a picked row opens its head (and a shared link remembers it as `head`)
-        st.session_state["head"] = picked
+        put("head", picked)
     head = field_value("head")
     narrow = is_narrow()
     left, right = (st.container(), st.container()) if narrow else st.columns([2, 3])
@@ -361,7 +360,7 @@ def _rollout(trace: AttentionTrace, name: str, source: TraceSource) -> None:
     through = L - 1
     if L > 1:
         if field_value("rollout_layer") is None:
-            st.session_state["rollout_layer"] = L - 1  # "last"
+            put("rollout_layer", L - 1)  # "last"
         elif field_value("rollout_layer") >= L:
             fit("rollout_layer", L - 1, f"this model's layers are 0 to {L - 1}")
         through = st.slider("Through layer", 0, L - 1, key="rollout_layer")
@@ -374,8 +373,7 @@ def _compare(trace: AttentionTrace, name: str, source: TraceSource, layer: int, 
     offered = {"Another sentence": True, "Another layer": source.num_layers > 1,
                "Another model": whole is not None and other_model is not None}
     options = [o for o in COMPARE_WITH if offered[o]]
-    if st.session_state.get("compare_with") not in options:
-        st.session_state["compare_with"] = options[0]
+    confine("compare_with", options)
     how = st.radio("Compare with", options, key="compare_with", horizontal=True)
     if how == "Another sentence":
         other = st.text_input("Second sentence", key="other_text", placeholder="Type a second sentence…",
@@ -393,7 +391,7 @@ def _compare(trace: AttentionTrace, name: str, source: TraceSource, layer: int, 
     elif how == "Another layer":
         layers = [n for n in range(source.num_layers) if n != layer]
         if field_value("other_layer") is None:
-            st.session_state["other_layer"] = layers[0]
+            put("other_layer", layers[0])
         elif field_value("other_layer") not in layers:
             fit("other_layer", layers[0], f"another of this model's layers, 0 to {source.num_layers - 1}")
         other_layer = st.selectbox("Other layer", layers, key="other_layer")
@@ -412,8 +410,7 @@ def _compare(trace: AttentionTrace, name: str, source: TraceSource, layer: int, 
         st.info(result.reason)
     heads = [None, *range(trace.num_heads)] if trace.num_heads == b.num_heads else [None]
     _clamp_heads(trace.num_heads)
-    if st.session_state.get("compare_head") not in heads:
-        st.session_state["compare_head"] = None
+    confine("compare_head", heads, None)
     head = st.selectbox("Head", heads, key="compare_head", format_func=_head_format)
     chart(comparison_figure(result, head, labels), "analysis_compare", f"{name}-compare")
 
@@ -498,10 +495,10 @@ def _concat_vs_sum(trace: AttentionTrace, name: str) -> None:
 
 def open_head(chart_key: str) -> None:
     """A click on a layers x heads cell opens that head: its layer in the layer control, the head below."""
-    event = st.session_state.get(chart_key)
+    event = widget(chart_key)
     picked = picked_head(event.selection.points) if event is not None else None
     if picked is not None:
-        st.session_state["layer"], st.session_state["head"] = picked
+        put_all(layer=picked[0], head=picked[1])
 
 
 def _show_head(source: ModelSource, layer: int, head: int, name: str, trace: AttentionTrace | None = None) -> None:
@@ -522,7 +519,7 @@ def _logit_attribution(name: str, source: TraceSource) -> None:
     tokens = source.model.tokens(source.text)
     T = len(tokens)
     if field_value("dla_position") is None:
-        st.session_state["dla_position"] = T - 1  # "last"
+        put("dla_position", T - 1)  # "last"
     elif field_value("dla_position") >= T:
         fit("dla_position", T - 1, f"a position from 0 to {T - 1}: this text has {T} tokens")
     a, b = st.columns(2)

@@ -38,7 +38,8 @@ from .export import export_section
 from .long_model import long_input, long_model_view
 from .pretrained import MINILM_MISSING, open_induction_button
 from .sidebar import Sidebar
-from .state import share_query
+from .state import put, put_default, share_query
+from .state import value as field_value
 from .text import plain
 from .training import (
     accuracy_by_heads,
@@ -85,7 +86,7 @@ def _max_mb(limits: Budget | None) -> int | None:
 
 
 def _set(key: str, value: object) -> None:
-    st.session_state[key] = value
+    put(key, value)
 
 
 def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSource], limits: Budget | None = None
@@ -252,7 +253,7 @@ def _coverage_warning(model: PretrainedModel, text: str) -> None:
 
 
 def _set_layer(layer: int) -> None:
-    st.session_state["layer"] = layer
+    put("layer", layer)
 
 
 def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], view: str, subtitle: tuple[str, str],
@@ -285,7 +286,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     name = safe_filename(f"{model.name.split('/')[-1]}-{s.part}-layer{s.layer}")
     hidden = frozenset() if s.special else frozenset(model.tokenizer.all_special_tokens)
     views_here = VIEWS.menu("Pretrained", source)
-    view = st.session_state.get("view") if st.session_state.get("view") in views_here else views_here[0]
+    view = field_value("view") if field_value("view") in views_here else views_here[0]
     tokens = f"{long.num_tokens} tokens" if long is not None else f"{len(trace.query_tokens)} query tokens"
     _layer_control(source, s, hidden, view, subtitle=(
         f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer ",
@@ -308,7 +309,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     view = view_picker(views_here)
     if long is not None and view == "Heads":
         for f in VIEWS.part(view).fields:  # the zoom's and the statistic's widgets start at their defaults
-            st.session_state.setdefault(f.name, f.default)
+            put_default(f.name)
         long_model_view(long, s.layer, name, source.long_loader())
     else:
         if long is not None:

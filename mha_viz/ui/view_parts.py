@@ -23,6 +23,8 @@ from ..variants import LayerVariant
 from . import layer_switch, views
 from .analysis import ModelLoader, analysis_view
 from .generate import generate_view
+from .state import confine, put_default
+from .state import value as field_value
 from .style import column_width, is_narrow
 from .training import training_page
 from .variants_cost import variant_parameters, variants_cost_view
@@ -62,8 +64,7 @@ class ViewContext:
 
 def view_picker(options: tuple[str, ...]) -> str:
     """The view menu (its widget key is the `view` field); a view this page does not offer becomes the first."""
-    if st.session_state.get("view") not in options:
-        st.session_state["view"] = options[0]
+    confine("view", options)
     return st.segmented_control("View", options, key="view", required=True, label_visibility="collapsed")
 
 
@@ -72,7 +73,7 @@ def render_view(view: str, context: ViewContext) -> AttentionTrace | None:
     view's function returns (Training: the trained layer's trace, for Export)."""
     part = VIEWS.part(view)
     for f in part.fields:  # its widgets' keys hold their registered defaults (a page not seeded from a URL, too)
-        st.session_state.setdefault(f.name, f.default)
+        put_default(f.name)
     lacking = context.trace.lacks(*part.arrays) if context.trace is not None else ()
     if lacking:
         st.info(f"The {view} view needs {', '.join(lacking)} of this layer: {context.trace.meta.get('unavailable')}")
@@ -82,7 +83,7 @@ def render_view(view: str, context: ViewContext) -> AttentionTrace | None:
 
 def shown_parts() -> dict[str, str]:
     """The report's notes naming the view shown (and its analysis section) with their help, from the registry."""
-    view, section = st.session_state.get("view"), st.session_state.get("section")
+    view, section = field_value("view"), field_value("section")
     if view not in VIEWS:
         return {}
     part = VIEWS.part(view)
