@@ -44,7 +44,7 @@ from ..figures.common import visible_token
 from ..figures.generation import head_scores_figure, logit_attribution_figure
 from ..figures.overview import picked_head
 from ..limits import client_int
-from ..params import COMPARE_WITH, DETECTORS
+from ..params import DETECTORS
 from ..parts import SECTIONS, bounds
 from ..pretrained.errors import ModelLoadError
 from ..serve.hosting import FULL_SIZE
@@ -52,6 +52,7 @@ from ..sources import ModelSource, TraceSource
 from ..token_labels import token_labels, vocab_labels
 from ..trace import AttentionTrace
 from .fair import TimeSpent, check_time, heavy
+from .parts.sections.compare import COMPARE_WITH
 from .state import confine, fit, mark_typed, put, put_all, put_default, widget
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
@@ -138,7 +139,7 @@ def analysis_view(
         st.warning(f"{section} could not be computed on this layer: {plain(str(err))}")
 
 
-# The built-in sections' render functions (registered in mha_viz/params.py).
+# The render functions the parts in mha_viz/ui/parts/sections/ point to (their PART declares them).
 
 def head_statistics(c: SectionContext) -> None:
     _head_statistics(c.trace, c.special, c.name)

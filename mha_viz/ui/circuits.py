@@ -18,11 +18,11 @@ import streamlit as st
 from ..analysis import copying_scores, ov_circuit, qk_circuit, singular_values
 from ..analysis.circuits import FULL_VOCAB, TokenCircuit
 from ..figures.circuits import copying_figure, singular_values_figure, token_table_figure, top_k_figure
-from ..params import CIRCUITS
 from ..parts import bounds
 from ..weights import HeadWeights, head_weights
 from .analysis import SectionContext, open_head
 from .cache import cached
+from .parts.sections.circuits import CIRCUITS
 from .state import confine, open_on_best, put
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width

@@ -8,11 +8,12 @@ import streamlit as st
 
 from ..config import MHAConfig
 from ..figures.cost import kv_cache_figure
-from ..params import CONTEXTS, SINKS
+from ..params import SINKS
 from ..parts import bounds
 from ..variants import NAMES as LAYER_NAMES
 from ..variants import LayerVariant
 from ..variants_cost import PRESETS, VARIANT_NAMES, VARIANTS, CostRow, VariantShape, comparison, parameters, preset_rows
+from .parts.views.shapes import CONTEXTS
 from .state import fit
 from .state import value as field_value
 from .style import page_width
