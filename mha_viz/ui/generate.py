@@ -84,7 +84,8 @@ def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> Sampling:
     cols[3].slider("Top-p", *bounds("top_p"), step=0.01, key="top_p", disabled=not sampling,
                    help="Keep the smallest set of most likely tokens whose probabilities reach p (1: off).")
     cols[4].number_input("Seed", *bounds("gen_seed"), key="gen_seed", disabled=not sampling, help="Sampling is reproducible.")
-    return Sampling.from_settings(temperature, field_value("top_k"), field_value("top_p"), int(field_value("gen_seed")))
+    return Sampling.from_settings(temperature, field_value("top_k"), field_value("top_p"),
+                                  int(field_value("gen_seed")))
 
 
 def generate_view(source: ModelSource, name: str, limits: Budget | None = None) -> None:

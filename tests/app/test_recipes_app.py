@@ -54,7 +54,7 @@ def added(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[
 def run_tests(source: str) -> int:
     """Run the test functions of a recipe's test file; returns how many ran."""
     namespace: dict = {}
-    exec(compile(source, "recipe test", "exec"), namespace)  # noqa: S102 - the guide's own test, as a contributor saves it
+    exec(compile(source, "recipe test", "exec"), namespace)  # noqa: S102 - the guide's own test, as saved
     tests = [f for name, f in namespace.items() if name.startswith("test_")]
     for test in tests:
         test()

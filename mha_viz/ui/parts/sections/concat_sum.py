@@ -9,7 +9,8 @@ from ....parts import EVERY_MODE, Part
 if TYPE_CHECKING:
     from ...analysis import SectionContext
 
-PART = Part("Concat vs sum", EVERY_MODE, f"{__name__}:render", order=70, arrays=("head_outputs", "W_O", "output", "concat"),
+PART = Part("Concat vs sum", EVERY_MODE, f"{__name__}:render", order=70,
+            arrays=("head_outputs", "W_O", "output", "concat"),
             help="What concatenating the heads keeps that summing them would lose.")
 SUM_LOSES = 0.05  # a shared W' that misses more than this share of the output: summing loses what concat keeps
 

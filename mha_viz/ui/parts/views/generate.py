@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ....fields import ranged, whole
 from ....limits import MAX_NEW_TOKENS, MAX_SEED
 from ....parts import Part, StateField
 
+if TYPE_CHECKING:
+    from ...view_parts import ViewContext
+
 PART = Part(
-    "Generate", ("Pretrained",), "mha_viz.ui.parts.views.generate:render", needs=("causal_lm",), order=10,
+    "Generate", ("Pretrained",), f"{__name__}:render", needs=("causal_lm",), order=10,
     help="A causal language model writes, token by token, with the attention behind each new token.",
     fields=(StateField("new_tokens", 8, lambda r: whole(r, 1, MAX_NEW_TOKENS),
                        f"a number of tokens from 1 to {MAX_NEW_TOKENS}"),
@@ -18,7 +23,7 @@ PART = Part(
             StateField("gen_step", 1, lambda r: whole(r, 1, MAX_NEW_TOKENS), f"a step from 1 to {MAX_NEW_TOKENS}")))
 
 
-def render(c) -> None:
+def render(c: ViewContext) -> None:
     from ...generate import generate_view
 
     generate_view(c.source, c.name, c.limits)
