@@ -20,9 +20,9 @@ from ..parts import bounds
 from ..text import repeat_to_tokens
 from ..training import TASKS
 from ..variants import NAMES as VARIANT_NAMES
+from .state import ADVANCED_OPEN, put, take, widget
+from .state import value as field_value
 
-ADVANCED_OPEN = "advanced_open"  # session key of the Advanced expander's state
-ADVANCED_FIELDS = ("d_k", "d_v", "d_out", "seed", "causal", "pe", "cross", "context")
 TRAINED_D_MODELS = tuple(d for d in D_MODEL_CHOICES if d <= 128)  # wider layers train too slowly for a page
 NOTICE = "_heads_notice"  # session key: why h just changed, shown once
 KV_NOTICE = "_kv_heads_notice"  # session key: why kv_heads just changed, shown once
@@ -37,14 +37,14 @@ def head_choices(d_model: int, d_k: int | None = None, d_v: int | None = None) -
 
 def _keep_heads_valid() -> None:
     """After d_model (or d_k, d_v) changed: move h to the nearest h that still divides d_model, and say so."""
-    state = st.session_state
-    choices = head_choices(state["d_model"], state.get("d_k"), state.get("d_v"))
-    h = state.get("h", 1)
+    d_model = field_value("d_model")
+    choices = head_choices(d_model, field_value("d_k"), field_value("d_v"))
+    h = field_value("h")
     if h not in choices:
-        new = nearest_valid_heads(state["d_model"], h, MAX_HEADS)[-1]
-        state["h"] = new
-        state[NOTICE] = (f"h = {h} does not divide d_model = {state['d_model']}, so h is now {new} "
-                         f"(d_k = {state['d_model']} / {new} = {state['d_model'] // new}).")
+        new = nearest_valid_heads(d_model, h, MAX_HEADS)[-1]
+        put("h", new)
+        put(NOTICE, f"h = {h} does not divide d_model = {d_model}, so h is now {new} "
+                    f"(d_k = {d_model} / {new} = {d_model // new}).")
         _keep_variant_valid()
 
 
@@ -56,13 +56,12 @@ def _keep_variant_valid() -> None:
 
 def _keep_kv_heads_valid() -> None:
     """After h changed: move kv_heads to the nearest divisor of h (said so under the GQA control)."""
-    state = st.session_state
-    h, kv = state.get("h"), state.get("kv_heads", 1)
+    h, kv = field_value("h"), field_value("kv_heads")
     if isinstance(h, int) and h >= 1 and h % kv:
-        state["kv_heads"] = new = nearest_divisor(h, kv)
-        if state.get("variant") == "gqa":
-            state[KV_NOTICE] = (f"kv_heads = {kv} does not divide h = {h}, so kv_heads is now {new} "
-                                f"({h // new} query heads per key/value head).")
+        put("kv_heads", new := nearest_divisor(h, kv))
+        if field_value("variant") == "gqa":
+            put(KV_NOTICE, f"kv_heads = {kv} does not divide h = {h}, so kv_heads is now {new} "
+                           f"({h // new} query heads per key/value head).")
 
 
 def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -> None:
@@ -71,12 +70,12 @@ def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -
     An h from a link that no position offers is left for the page to explain (explain_invalid_heads).
     """
     choices = head_choices(d_model, d_k, d_v)
-    h = st.session_state.get("h")
+    h = field_value("h")
     if h not in choices:
         st.caption(f"h = {h} (from the link) does not divide d_model = {d_model}: pick a valid h on the page.")
         return
     _heads_widget(choices, d_model, standard=d_k is None or d_v is None, key="h", on_change=_keep_variant_valid)
-    notice = st.session_state.pop(NOTICE, None)
+    notice = take(NOTICE)
     if notice:
         st.caption(notice)
 
@@ -109,19 +108,18 @@ def sidebar_control_copy(name: str, key: str, on_change: Callable[..., None], ar
     """Draw a second widget (its own key) of the sidebar control of the registered field `name` (one of COPIED), as
     the sidebar draws it now, where the sidebar draws it; False where the sidebar does not draw it (another mode, a
     value from a link that the control does not offer)."""
-    state = st.session_state
-    if state.get("mode") != "Configurable" or name not in COPIED:
+    if field_value("mode") != "Configurable" or name not in COPIED:
         return False
-    d_model = state.get("d_model")
-    d_k, d_v = (None, None) if state.get("weights") == "trained" else (state.get("d_k"), state.get("d_v"))
-    choices, h = head_choices(d_model, d_k, d_v), state.get("h")
+    d_model = field_value("d_model")
+    d_k, d_v = (None, None) if field_value("weights") == "trained" else (field_value("d_k"), field_value("d_v"))
+    choices, h = head_choices(d_model, d_k, d_v), field_value("h")
     if h not in choices:
         return False
     if name == "h":
         _heads_widget(choices, d_model, standard=d_k is None or d_v is None, key=key, on_change=on_change, args=args,
                       note=COPY_NOTE)
         return True
-    if state.get("variant") != "gqa" or state.get("kv_heads") not in divisors(h):
+    if field_value("variant") != "gqa" or field_value("kv_heads") not in divisors(h):
         return False
     _kv_heads_widget(h, key=key, on_change=on_change, args=args, note=COPY_NOTE)
     return True
@@ -148,13 +146,12 @@ def _even_choices(lo: int, hi: int) -> list[int]:
 
 def _keep_moh_valid() -> None:
     """After h or moh_shared changed: moh_k at most the routed heads h - moh_shared."""
-    state = st.session_state
-    h, shared, k = state.get("h"), state.get("moh_shared", 0), state.get("moh_k", 1)
+    h, shared, k = field_value("h"), field_value("moh_shared"), field_value("moh_k")
     if isinstance(h, int) and isinstance(shared, int) and isinstance(k, int):
         if shared >= h:
-            state["moh_shared"] = shared = h - 1
+            put("moh_shared", shared := h - 1)
         if k > h - shared:
-            state["moh_k"] = h - shared
+            put("moh_k", h - shared)
 
 
 def variant_controls(h: int) -> None:
@@ -165,14 +162,13 @@ def variant_controls(h: int) -> None:
     """
     variant = st.segmented_control("Variant", LAYER_VARIANTS, key="variant", required=True,
                                    format_func=VARIANT_NAMES.get, help=VARIANT_HELP)
-    state = st.session_state
     if variant == "gqa":
-        kv = state.get("kv_heads")
+        kv = field_value("kv_heads")
         if kv not in divisors(h):
             st.caption(f"kv_heads = {kv} (from the link) does not divide h = {h}: pick a valid kv_heads on the page.")
             return
         _kv_heads_widget(h, key="kv_heads")
-        notice = state.pop(KV_NOTICE, None)
+        notice = take(KV_NOTICE)
         if notice:
             st.caption(notice)
     elif variant == "mla":
@@ -198,7 +194,7 @@ def variant_controls(h: int) -> None:
         st.caption("Each head subtracts a second softmax map, scaled by λ, from its first: h counts the maps, so h "
                    "must be even and the layer has h / 2 differential heads.")
     elif variant == "moh":
-        shared, k = state.get("moh_shared", 0), state.get("moh_k", 1)
+        shared, k = field_value("moh_shared"), field_value("moh_k")
         if isinstance(shared, int) and isinstance(k, int) and (shared >= h or k > h - shared):
             st.caption(f"moh_shared = {shared}, moh_k = {k} (from the link) do not fit h = {h}: see the page.")
             st.button("Fit them to h", key="fit_moh", on_click=_keep_moh_valid,
@@ -207,7 +203,7 @@ def variant_controls(h: int) -> None:
         c1, c2 = st.columns(2)
         c1.slider("Shared heads moh_shared", 0, max(h - 1, 1), key="moh_shared", on_change=_keep_moh_valid,
                   disabled=h == 1, help="The first moh_shared heads are used by every token.")
-        routed = max(h - min(state.get("moh_shared", 0), h - 1), 1)
+        routed = max(h - min(field_value("moh_shared"), h - 1), 1)
         c2.slider("Heads per token moh_k", 1, max(routed, 2), key="moh_k", disabled=routed == 1,
                   help="The router scores the other heads for each token; each token uses its top moh_k of them.")
 
@@ -219,38 +215,37 @@ LONG_EXAMPLE = f"A long text ({MAX_LONG_TOKENS} tokens)"
 
 
 def _use_example() -> None:
-    choice = st.session_state.get("example")
+    choice = widget("example")
     if choice in EXAMPLES:
-        st.session_state["text"] = EXAMPLES[choice]
+        put("text", EXAMPLES[choice])
     elif choice == LONG_EXAMPLE:
-        st.session_state["text"] = repeat_to_tokens(" . ".join(EXAMPLES.values()) + " .", MAX_LONG_TOKENS)
-    st.session_state["example"] = None
+        put("text", repeat_to_tokens(" . ".join(EXAMPLES.values()) + " .", MAX_LONG_TOKENS))
+    put("example", None)
 
 
 def _set_heads(h: int) -> None:
-    st.session_state["h"] = h
+    put("h", h)
     _keep_variant_valid()
 
 
 def _set_kv_heads(kv_heads: int) -> None:
-    st.session_state["kv_heads"] = kv_heads
+    put("kv_heads", kv_heads)
 
 
 def _set_weights(weights: str) -> None:
-    st.session_state["weights"] = weights
+    put("weights", weights)
     _trained_d_model()
 
 
 def _trained_d_model() -> None:
     """Trained weights exist for d_model <= 128 only: move a wider d_model down, and h with it."""
-    state = st.session_state
-    if state.get("weights") == "trained" and state.get("d_model") not in TRAINED_D_MODELS:
-        state["d_model"] = TRAINED_D_MODELS[-1]
+    if field_value("weights") == "trained" and field_value("d_model") not in TRAINED_D_MODELS:
+        put("d_model", TRAINED_D_MODELS[-1])
         _keep_heads_valid()
 
 
 def configurable_controls() -> None:
-    """Weights (random or trained), input, h, d_model and the advanced section; values land in st.session_state."""
+    """Weights (random or trained), input, h, d_model and the advanced section; values land in the fields (state)."""
     trained = st.segmented_control(
         "Weights", ("random", "trained"), key="weights", required=True, on_change=_trained_d_model,
         format_func=lambda w: {"random": "Random (untrained)", "trained": "Trained on a task"}[w],
@@ -270,11 +265,10 @@ def configurable_controls() -> None:
         st.selectbox("Example sentences", [*EXAMPLES, LONG_EXAMPLE], index=None, key="example", on_change=_use_example,
                      placeholder="Load an example…")
     d_models = TRAINED_D_MODELS if trained else D_MODEL_CHOICES
-    state = st.session_state
-    d_k, d_v = (None, None) if trained else (state.get("d_k"), state.get("d_v"))
-    heads_slider(state["d_model"], d_k, d_v)
-    if state.get("h") in head_choices(state["d_model"], d_k, d_v):
-        variant_controls(state["h"])
+    d_k, d_v = (None, None) if trained else (field_value("d_k"), field_value("d_v"))
+    heads_slider(field_value("d_model"), d_k, d_v)
+    if field_value("h") in head_choices(field_value("d_model"), d_k, d_v):
+        variant_controls(field_value("h"))
     if trained:
         st.slider("Head diversity penalty", *bounds("diversity"), step=0.1, key="diversity",
                   help="Trains the layer with loss = task loss + this weight × the mean pairwise cosine similarity of "
@@ -298,7 +292,7 @@ def configurable_controls() -> None:
         st.toggle("Causal mask (no looking ahead)", key="causal")
         st.toggle("Positional encoding", key="pe")
         st.toggle("Cross-attention (keys and values from a second sentence)", key="cross")
-        if st.session_state.get("cross"):
+        if field_value("cross"):
             st.text_area("Second sentence (keys and values)", key="context", max_chars=MAX_TEXT_CHARS, height=80)
 
 

@@ -23,6 +23,7 @@ from ..serve.hosting import FULL_SIZE
 from ..serve.slot import build_export
 from ..trace import AttentionTrace
 from .cache import shared_cache
+from .state import keep
 from .views import figures_shown
 
 _DRAWING = threading.Lock()  # one figure drawn by Chromium (kaleido) at a time per server process
@@ -52,7 +53,7 @@ def export_section(load: Callable[[], AttentionTrace], **kwargs: Any) -> None:
 
 def _figures_key(key: str) -> tuple[Hashable, ...]:
     """Where this session's report figures are in the shared cache (one entry per session and export section)."""
-    token = st.session_state.setdefault(REPORT_TOKEN, uuid.uuid4().hex)
+    token = keep(REPORT_TOKEN, lambda: uuid.uuid4().hex)
     return ("report figures", token, key)
 
 
