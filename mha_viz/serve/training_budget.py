@@ -94,7 +94,7 @@ def page_runs(state: ViewState) -> list[tuple[int, LayerVariant | None, float]]:
     a view its mode does not offer opens the mode's first). Runs a page finds cached or shipped cost less: this
     counts them all."""
     if state.mode == "Train":
-        if state.view in VIEWS.menu("Train") and state.view != "Training":  # they trace the plain h-head layer
+        if state.view in VIEWS.menu("Train") and not VIEWS.part(state.view).can("trains"):  # the plain h-head layer
             return [(state.h, None, 0.0)]
         return [(state.h, state_variant(state), state.diversity)] + ([(1, None, 0.0)] if state.h > 1 else [])
     if state.mode == "Configurable" and state.weights == "trained":

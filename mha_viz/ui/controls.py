@@ -22,8 +22,8 @@ from ..variants import NAMES as VARIANT_NAMES
 from ..variants import VARIANTS, Control
 from ..variants.plain import kv_heads_label
 from ..variants.spec import variant_fields
-from . import state as ui_state
-from .state import ADVANCED_FIELDS, ADVANCED_OPEN  # noqa: F401 (read from here by lessons.py)
+from .state import ADVANCED_OPEN, put, take, widget
+from .state import value as field_value
 
 TRAINED_D_MODELS = tuple(d for d in D_MODEL_CHOICES if d <= 128)  # wider layers train too slowly for a page
 NOTICE = "_heads_notice"  # session key: why h just changed, shown once
@@ -39,14 +39,14 @@ def head_choices(d_model: int, d_k: int | None = None, d_v: int | None = None) -
 
 def _keep_heads_valid() -> None:
     """After d_model (or d_k, d_v) changed: move h to the nearest h that still divides d_model, and say so."""
-    state = st.session_state
-    choices = head_choices(state["d_model"], state.get("d_k"), state.get("d_v"))
-    h = state.get("h", 1)
+    d_model = field_value("d_model")
+    choices = head_choices(d_model, field_value("d_k"), field_value("d_v"))
+    h = field_value("h")
     if h not in choices:
-        new = nearest_valid_heads(state["d_model"], h, MAX_HEADS)[-1]
-        state["h"] = new
-        state[NOTICE] = (f"h = {h} does not divide d_model = {state['d_model']}, so h is now {new} "
-                         f"(d_k = {state['d_model']} / {new} = {state['d_model'] // new}).")
+        new = nearest_valid_heads(d_model, h, MAX_HEADS)[-1]
+        put("h", new)
+        put(NOTICE, f"h = {h} does not divide d_model = {d_model}, so h is now {new} "
+                    f"(d_k = {d_model} / {new} = {d_model // new}).")
         _keep_variant_valid()
 
 
@@ -54,18 +54,18 @@ def _keep_variant_valid(kind: str | None = None) -> None:
     """After h changed (kind None: every variant's) or one of kind's controls moved: the variant parameters that depend
     on h follow it (VariantSpec.fit); when they are the page's own variant's, the sidebar says so once."""
     for spec in VARIANTS.values() if kind is None else (VARIANTS[kind],):
-        old = _values(ui_state.value("h"))
+        old = _values(field_value("h"))
         new = spec.fit(old)
         for name, moved in new.items():
-            ui_state.put(name, moved)
-        notice = spec.notice(old, old | new) if new and ui_state.value("variant") == spec.kind else None
+            put(name, moved)
+        notice = spec.notice(old, old | new) if new and field_value("variant") == spec.kind else None
         if notice:
-            ui_state.put(VARIANT_NOTICE, notice)
+            put(VARIANT_NOTICE, notice)
 
 
 def _values(h: object) -> dict[str, object]:
     """What a variant's controls read: h and every variant field's value."""
-    return {"h": h, **{f.name: ui_state.value(f.name) for f in variant_fields()}}
+    return {"h": h, **{f.name: field_value(f.name) for f in variant_fields()}}
 
 
 def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -> None:
@@ -74,12 +74,12 @@ def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -
     An h from a link that no position offers is left for the page to explain (explain_invalid_heads).
     """
     choices = head_choices(d_model, d_k, d_v)
-    h = st.session_state.get("h")
+    h = field_value("h")
     if h not in choices:
         st.caption(f"h = {h} (from the link) does not divide d_model = {d_model}: pick a valid h on the page.")
         return
     _heads_widget(choices, d_model, standard=d_k is None or d_v is None, key="h", on_change=_keep_variant_valid)
-    notice = st.session_state.pop(NOTICE, None)
+    notice = take(NOTICE)
     if notice:
         st.caption(notice)
 
@@ -104,19 +104,18 @@ def sidebar_control_copy(name: str, key: str, on_change: Callable[..., None], ar
     """Draw a second widget (its own key) of the sidebar control of the registered field `name` (one of COPIED), as
     the sidebar draws it now, where the sidebar draws it; False where the sidebar does not draw it (another mode, a
     value from a link that the control does not offer)."""
-    state = st.session_state
-    if state.get("mode") != "Configurable" or name not in COPIED:
+    if field_value("mode") != "Configurable" or name not in COPIED:
         return False
-    d_model = state.get("d_model")
-    d_k, d_v = (None, None) if state.get("weights") == "trained" else (state.get("d_k"), state.get("d_v"))
-    choices, h = head_choices(d_model, d_k, d_v), state.get("h")
+    d_model = field_value("d_model")
+    d_k, d_v = (None, None) if field_value("weights") == "trained" else (field_value("d_k"), field_value("d_v"))
+    choices, h = head_choices(d_model, d_k, d_v), field_value("h")
     if h not in choices:
         return False
     if name == "h":
         _heads_widget(choices, d_model, standard=d_k is None or d_v is None, key=key, on_change=on_change, args=args,
                       note=COPY_NOTE)
         return True
-    spec = VARIANTS[ui_state.value("variant")]
+    spec = VARIANTS[field_value("variant")]
     control = next((c for c in spec.controls if c.name == name), None)
     values = _values(h) | {"variant": spec.kind}
     if control is None or spec.unfit(values):
@@ -180,9 +179,8 @@ def variant_controls(h: int) -> None:
             row.append(controls.pop(0))
         for control, where in zip(row, st.columns(len(row)) if row[0].column else (st,)):
             draw_control(control, values, where=where)
-    notice = ui_state.widget(VARIANT_NOTICE)
+    notice = take(VARIANT_NOTICE)
     if notice:
-        ui_state.forget(VARIANT_NOTICE)
         st.caption(notice)
 
 
@@ -190,38 +188,37 @@ LONG_EXAMPLE = f"A long text ({MAX_LONG_TOKENS} tokens)"
 
 
 def _use_example() -> None:
-    choice = st.session_state.get("example")
+    choice = widget("example")
     if choice in EXAMPLES:
-        st.session_state["text"] = EXAMPLES[choice]
+        put("text", EXAMPLES[choice])
     elif choice == LONG_EXAMPLE:
-        st.session_state["text"] = repeat_to_tokens(" . ".join(EXAMPLES.values()) + " .", MAX_LONG_TOKENS)
-    st.session_state["example"] = None
+        put("text", repeat_to_tokens(" . ".join(EXAMPLES.values()) + " .", MAX_LONG_TOKENS))
+    put("example", None)
 
 
 def _set_heads(h: int) -> None:
-    st.session_state["h"] = h
+    put("h", h)
     _keep_variant_valid()
 
 
 def _set_kv_heads(kv_heads: int) -> None:
-    st.session_state["kv_heads"] = kv_heads
+    put("kv_heads", kv_heads)
 
 
 def _set_weights(weights: str) -> None:
-    st.session_state["weights"] = weights
+    put("weights", weights)
     _trained_d_model()
 
 
 def _trained_d_model() -> None:
     """Trained weights exist for d_model <= 128 only: move a wider d_model down, and h with it."""
-    state = st.session_state
-    if state.get("weights") == "trained" and state.get("d_model") not in TRAINED_D_MODELS:
-        state["d_model"] = TRAINED_D_MODELS[-1]
+    if field_value("weights") == "trained" and field_value("d_model") not in TRAINED_D_MODELS:
+        put("d_model", TRAINED_D_MODELS[-1])
         _keep_heads_valid()
 
 
 def configurable_controls() -> None:
-    """Weights (random or trained), input, h, d_model and the advanced section; values land in st.session_state."""
+    """Weights (random or trained), input, h, d_model and the advanced section; values land in the fields (state)."""
     trained = st.segmented_control(
         "Weights", ("random", "trained"), key="weights", required=True, on_change=_trained_d_model,
         format_func=lambda w: {"random": "Random (untrained)", "trained": "Trained on a task"}[w],
@@ -241,11 +238,10 @@ def configurable_controls() -> None:
         st.selectbox("Example sentences", [*EXAMPLES, LONG_EXAMPLE], index=None, key="example", on_change=_use_example,
                      placeholder="Load an example…")
     d_models = TRAINED_D_MODELS if trained else D_MODEL_CHOICES
-    state = st.session_state
-    d_k, d_v = (None, None) if trained else (state.get("d_k"), state.get("d_v"))
-    heads_slider(state["d_model"], d_k, d_v)
-    if state.get("h") in head_choices(state["d_model"], d_k, d_v):
-        variant_controls(state["h"])
+    d_k, d_v = (None, None) if trained else (field_value("d_k"), field_value("d_v"))
+    heads_slider(field_value("d_model"), d_k, d_v)
+    if field_value("h") in head_choices(field_value("d_model"), d_k, d_v):
+        variant_controls(field_value("h"))
     if trained:
         st.slider("Head diversity penalty", *bounds("diversity"), step=0.1, key="diversity",
                   help="Trains the layer with loss = task loss + this weight × the mean pairwise cosine similarity of "
@@ -269,7 +265,7 @@ def configurable_controls() -> None:
         st.toggle("Causal mask (no looking ahead)", key="causal")
         st.toggle("Positional encoding", key="pe")
         st.toggle("Cross-attention (keys and values from a second sentence)", key="cross")
-        if st.session_state.get("cross"):
+        if field_value("cross"):
             st.text_area("Second sentence (keys and values)", key="context", max_chars=MAX_TEXT_CHARS, height=80)
 
 

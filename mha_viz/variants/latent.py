@@ -34,11 +34,12 @@ from torch import Tensor, nn
 
 from ..attention import AttentionTensors, Variations, apply_rotary, attend, check_one_input
 from ..config import MHAConfig
+from ..fields import ranged
 from ..limits import MAX_ROPE_DIM, MAX_VARIANT_WIDTH
 from ..trace import AttentionTrace
 from ..variants_cost import VariantShape, kv_bytes_per_token, mha_baseline
 from .base import LayerVariant
-from .spec import Control, Training, Values, VariantSpec, ranged, register, whole
+from .spec import Control, Training, Values, VariantSpec, register, whole_number
 
 ROPE_BASE = 10000.0  # rotary base theta (DeepSeek-V3 config: rope_theta = 10000)
 NORM_EPS = 1e-6  # the RMSNorms' epsilon (DeepseekV3RMSNorm)
@@ -253,7 +254,7 @@ def _formulas(cfg: MHAConfig, T: int, S: int | None = None, *, causal: bool = Fa
 
 def _validate(params: Values) -> None:
     for name, lo in (("kv_latent", 1), ("q_latent", 0), ("rope_dim", 0)):
-        whole(name, params[name], lo, MAX_VARIANT_WIDTH)
+        whole_number(name, params[name], lo, MAX_VARIANT_WIDTH)
     if params["rope_dim"] % 2:
         raise ValueError(f"rope_dim must be even (rotary positions turn pairs of dims), got {params['rope_dim']}")
 

@@ -35,12 +35,13 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, Variations
 from ..config import MHAConfig
+from ..fields import whole
 from ..limits import MAX_HEADS
 from ..parts import StateField
 from ..trace import AttentionTrace
 from ..variants_cost import VariantShape
 from .base import LayerVariant
-from .spec import Control, Training, Values, VariantSpec, parse_int, register, whole
+from .spec import Control, Training, Values, VariantSpec, register, whole_number
 
 ROUTER_SEED = 7919  # the router's generator is seeded with seed + ROUTER_SEED: its own stream, not W_Q's
 
@@ -194,8 +195,8 @@ def _unfit(values: Values) -> str | None:
 
 
 def _validate(params: Values) -> None:
-    whole("moh_k", params["moh_k"], 1)
-    whole("moh_shared", params["moh_shared"], 0)
+    whole_number("moh_k", params["moh_k"], 1)
+    whole_number("moh_shared", params["moh_shared"], 0)
 
 
 def _routed(values: Values) -> int:
@@ -214,8 +215,8 @@ register(VariantSpec(
     Training(lambda v, h: f"MoH k={v.moh_k}" + (f"+{v.moh_shared} shared" if v.moh_shared else ""),
              grid=lambda h: [LayerVariant("moh", moh_k=k, moh_shared=s) for s in (0, 1) for k in (1, 2)],
              loss=_balance, colour="#ff7f0e", step_cost=(1.6, 1.0)),  # step_cost: the router
-    fields=(StateField("moh_k", 2, parse_int(1, MAX_HEADS), f"a number of heads from 1 to {MAX_HEADS}"),
-            StateField("moh_shared", 0, parse_int(0, MAX_HEADS - 1),
+    fields=(StateField("moh_k", 2, lambda r: whole(r, 1, MAX_HEADS), f"a number of heads from 1 to {MAX_HEADS}"),
+            StateField("moh_shared", 0, lambda r: whole(r, 0, MAX_HEADS - 1),
                        f"a number of shared heads from 0 to {MAX_HEADS - 1}")),
     validate=_validate,
     check=_check, formulas=_formulas, flag="routed",

@@ -10,11 +10,12 @@ import torch
 
 from ..attention import MultiHeadAttention
 from ..config import MHAConfig, divisors, nearest_divisor
+from ..fields import whole
 from ..limits import MAX_HEADS
 from ..parts import StateField
 from ..variants_cost import VariantShape
 from .base import LayerVariant
-from .spec import Control, Training, Values, VariantSpec, parse_int, register, whole
+from .spec import Control, Training, Values, VariantSpec, register, whole_number
 
 
 def _multi_head(cfg: MHAConfig, variant: LayerVariant, *, seed: int | None = None,
@@ -84,9 +85,9 @@ register(VariantSpec(
     "gqa", "GQA", _multi_head, _heads_share, _shape,
     Training(_gqa_label, colour="#17becf", legend="GQA / MQA",
              grid=lambda h: [LayerVariant("gqa", kv_heads=g) for g in sorted(divisors(h), reverse=True) if g < h]),
-    fields=(StateField("kv_heads", 1, parse_int(1, MAX_HEADS),
+    fields=(StateField("kv_heads", 1, lambda r: whole(r, 1, MAX_HEADS),
                        f"a number of key/value heads from 1 to {MAX_HEADS} that divides h"),),
-    validate=lambda p: whole("kv_heads", p["kv_heads"], 1),
+    validate=lambda p: whole_number("kv_heads", p["kv_heads"], 1),
     check=_check_groups,
     kv_heads=lambda v: v.kv_heads, long=True,
     controls=(KV_HEADS,),

@@ -245,44 +245,9 @@ def variant_fields() -> list[StateField]:
     return list(out.values())
 
 
-def whole(name: str, value: object, lo: int, hi: int | None = None) -> None:
-    """ValueError unless value is a whole number from lo (to hi)."""
+def whole_number(name: str, value: object, lo: int, hi: int | None = None) -> None:
+    """ValueError unless value is a whole number from lo (to hi): a parameter's check (VariantSpec.validate)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise ValueError(f"{name} must be a whole number ≥ {lo}, got {value!r}")
     if hi is not None and value > hi:
         raise ValueError(f"{name} must be at most {hi}, got {value}")
-
-
-def parse_int(lo: int, hi: int) -> Callable[[str], int]:
-    """A URL parser of whole numbers from lo to hi."""
-    def parse(raw: str) -> int:
-        value = int(raw.strip())
-        if not lo <= value <= hi:
-            raise ValueError
-        return value
-
-    return parse
-
-
-def ranged(name: str, default: int, lo: int, hi: int, expected: str, *, even: bool = False) -> StateField:
-    """A whole-number field from lo to hi (even: even ones only): the range a link may name and its widget offers.
-    expected may name {lo} and {hi}."""
-    within = parse_int(lo, hi)
-
-    def parse(raw: str) -> int:
-        value = within(raw)
-        if even and value % 2:
-            raise ValueError
-        return value
-
-    return StateField(name, default, parse, expected.format(lo=lo, hi=hi), bounds=(lo, hi))
-
-
-def one_of(name: str, default: str, choices: Sequence[str]) -> StateField:
-    """A field that is one of these words."""
-    def parse(raw: str) -> str:
-        if raw not in choices:
-            raise ValueError
-        return raw
-
-    return StateField(name, default, parse, "one of " + ", ".join(choices))

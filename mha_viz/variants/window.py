@@ -22,12 +22,13 @@ from torch import Tensor, nn
 
 from ..attention import Attended, MultiHeadAttention, Variations, causal_mask, window_mask
 from ..config import MHAConfig
+from ..fields import choice, ranged
 from ..limits import MAX_WINDOW
 from ..names import SINK_KINDS
 from ..trace import AttentionTrace
 from ..variants_cost import VariantShape
 from .base import SINK_TOKENS, LayerVariant
-from .spec import Control, Training, Values, VariantSpec, one_of, ranged, register, whole
+from .spec import Control, Training, Values, VariantSpec, register, whole_number
 
 
 def visible_keys(T: int, S: int, window: int, *, causal: bool = False, sink_tokens: int = 0,
@@ -132,7 +133,7 @@ def _formulas(cfg: MHAConfig, T: int, S: int | None = None, *, causal: bool = Fa
 
 
 def _validate(params: Values) -> None:
-    whole("window", params["window"], 1)
+    whole_number("window", params["window"], 1)
     if params["sinks"] not in SINK_KINDS:
         raise ValueError(f"sinks must be one of {', '.join(SINK_KINDS)}, got {params['sinks']!r}")
 
@@ -151,7 +152,7 @@ register(VariantSpec(
              grid=lambda h: [LayerVariant("window", window=w, sinks="logit") for w in (2, 4)],
              colour="#9467bd", step_cost=(1.4, 1.0), legend="window"),  # step_cost: the band's mask
     fields=(ranged("window", 4, 1, MAX_WINDOW, "a window from {lo} to {hi} tokens"),
-            one_of("sinks", "logit", SINK_KINDS)),
+            choice("sinks", "logit", SINK_KINDS)),
     validate=_validate, formulas=_formulas, flag="windowed",
     controls=(
         Control("window", "Window (tokens a query sees)", "slider",
