@@ -98,8 +98,7 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
     if s.d_model % s.h and (s.d_k is None or s.d_v is None):
         explain_invalid_heads(s.h, s.d_model)
         return
-    gqa = s.variant == "gqa"
-    if gqa and s.h % s.kv_heads:
+    if s.variant == "gqa" and s.h % s.kv_heads:  # GQA's link explained with a button a valid kv_heads each
         explain_invalid_kv_heads(s.kv_heads, s.h)
         return
     variant = state_variant(s)
@@ -136,14 +135,11 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
         f" · {T} query tokens" + (f" · {S} key tokens (cross-attention)" if s.cross else "") + (" · causal" if s.causal else "")
     )
     st.caption(describe_variant(cfg, variant))
-    name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}" + (f"-kv{cfg.kv_heads}" if gqa else "")
-                         + ("" if s.variant in ("mha", "gqa") else f"-{s.variant}"))
+    name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}" + variant.spec.stem(cfg, variant))
     _layer_views(s, trace, source, name, cfg, long=long, limits=limits)
     export_section(
         lambda: source.trace(0), trace=trace, name=name, share_query=share_query(s), max_mb=_max_mb(limits),
-        title=(f"Grouped-query attention: h = {cfg.num_heads}, kv_heads = {cfg.kv_heads}" if gqa
-               else f"Multi-head attention: h = {cfg.num_heads}" if s.variant == "mha"
-               else f"{VARIANT_NAMES[s.variant]} attention: h = {cfg.num_heads}") + f", d_model = {cfg.d_model} (random weights)",
+        title=variant.spec.title(cfg, variant) + f", d_model = {cfg.d_model} (random weights)",
         notes={"weights": f"random (Xavier, seed {s.seed})", "variant": s.variant, **variant.params(), "text": s.text,
                "causal": s.causal,
                "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {}), **shown_parts()},

@@ -50,6 +50,7 @@ def _shape(cfg: MHAConfig, variant: LayerVariant) -> VariantShape:
 register(VariantSpec(
     "mha", "MHA", _multi_head, _heads_share, _shape,
     Training(lambda v, h: "MHA", grid=lambda h: (LayerVariant(),), colour="#1f77b4"), long=True,
+    title=lambda cfg, v: f"Multi-head attention: h = {cfg.num_heads}", stem=lambda cfg, v: "",
     help="MHA: every head has its own keys and values."))
 
 
@@ -90,6 +91,8 @@ register(VariantSpec(
     validate=lambda p: whole_number("kv_heads", p["kv_heads"], 1),
     check=_check_groups,
     kv_heads=lambda v: v.kv_heads, long=True,
+    title=lambda cfg, v: f"Grouped-query attention: h = {cfg.num_heads}, kv_heads = {cfg.kv_heads}",
+    stem=lambda cfg, v: f"-kv{cfg.kv_heads}",
     controls=(KV_HEADS,),
     fit=_fit_groups,
     unfit=lambda v: (None if v["kv_heads"] in divisors(v["h"]) else f"kv_heads = {v['kv_heads']} (from the link) "

@@ -60,6 +60,14 @@ def _no_changes(values: Values) -> dict[str, Any]:
     return {}
 
 
+def _title(cfg: MHAConfig, variant: LayerVariant) -> str:
+    return f"{variant.spec.name} attention: h = {cfg.num_heads}"
+
+
+def _stem(cfg: MHAConfig, variant: LayerVariant) -> str:
+    return f"-{variant.kind}"
+
+
 @dataclass(frozen=True)
 class Training:
     """How the training comparison (mha_viz.training.variants, trainer) treats the variant.
@@ -93,7 +101,9 @@ class VariantSpec:
     fields: its own URL parameters, which are LayerVariant's parameters too (defaults, parsers, bounds);
     validate(params): ValueError when its parameters alone are invalid; check(cfg, variant): ValueError when it cannot
     run with these dimensions; kv_heads(variant): the key/value heads its layer computes (None: one per query head);
-    formulas(cfg, T, S, *, causal, **params): LaTeX lines of what it changes (none: formulas() covers it).
+    formulas(cfg, T, S, *, causal, **params): LaTeX lines of what it changes (none: formulas() covers it);
+    title(cfg, variant): an export's title ("MLA attention: h = 4"); stem(cfg, variant): what an export's file name
+    adds for it ("-mla").
     controls: its sidebar widgets; fit(values): the values that must follow a new h ({name: value}); unfit(values):
     why a link's values fit no control (None: they fit); notice(old, new): what the sidebar says when fit moved them;
     fit_button: the tooltip of a button that runs fit when unfit ("": no button).
@@ -114,6 +124,8 @@ class VariantSpec:
     check: Callable[[MHAConfig, LayerVariant], None] = _nothing
     kv_heads: Callable[[LayerVariant], int | None] = _nothing
     formulas: Callable[..., list[str]] = _no_lines
+    title: Callable[[MHAConfig, LayerVariant], str] = _title
+    stem: Callable[[MHAConfig, LayerVariant], str] = _stem
     controls: tuple[Control, ...] = ()
     fit: Callable[[Values], dict[str, Any]] = _no_changes
     unfit: Callable[[Values], str | None] = _nothing

@@ -43,7 +43,7 @@ def check_layer(kind: str) -> None:
     if shape.variant == kind:  # its own family in the cost model: the count is its layer's
         assert sum(parameters(shape).values()) == sum(p.numel() for p in layer.parameters())
     assert kv_bytes_per_token(variant_shape(CFG, variant)) > 0
-    assert describe(CFG, variant)
+    assert describe(CFG, variant) and f"h = {CFG.num_heads}" in variant.spec.title(variant.config(CFG), variant)
     assert isinstance(layer.attend(torch.zeros(3, CFG.d_model)).output, torch.Tensor)
 
 
