@@ -10,28 +10,19 @@ a Budget.
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
+import time
 
 import streamlit as st
 
+STARTED = time.perf_counter()  # MHA_VIZ_TIMING=1 logs this run's imports and drawing (mha_viz.ui.loaders.log_timing)
+STARTED_AT = time.time()  # wall-clock time, which bench/bench_speed.py lines up with the browser's
 st.set_page_config(page_title="mha-viz: multi-head attention, visible", layout="wide")
-# Plotly's code is a chunk of Streamlit's frontend (4.7 MB) that a browser fetches and runs when a page shows
-# its first chart. Starting it now, before the imports below (torch: ~1 s on a cold server), takes it off the
-# first page's critical path; the frontend's own import of the chunk then finds it loaded.
-PLOTLY_CHUNK = next((p.name for p in (Path(st.__file__).parent / "static/static/js").glob("PlotlyChart.*.js")), None)
-if PLOTLY_CHUNK:  # every run, so that what follows keeps its place on the page (mha_viz/ui/body.py)
-    with st.container(key="plotly_preload"):  # hidden: it takes no room on the page
-        st.html(f"""<style>:has(> .st-key-plotly_preload:only-child) {{display: none}}</style><script>{{
-            const main = document.querySelector('script[src*="/static/js/index."]');
-            import(new URL("./{PLOTLY_CHUNK}", main ? main.src : document.baseURI)).catch(() => {{}});}}</script>""",
-                unsafe_allow_javascript=True)
 
 from mha_viz.serve.hosting import budget, heavy_request, is_public, within_budget
 from mha_viz.serve.training_budget import calibrate, calibration, page_runs
 from mha_viz.ui import body, fair, lessons, pages, state, style, views
 from mha_viz.ui.cached_sources import model_loader
-from mha_viz.ui.loaders import page_drawn, secret
-from mha_viz.ui.pandas_guard import figures_allowed
+from mha_viz.ui.loaders import log_timing, page_drawn, secret
 from mha_viz.ui.sidebar import sidebar
 from mha_viz.ui.text import plain
 from mha_viz.ui.training import set_training_budget, train_in_child_processes
@@ -75,9 +66,11 @@ def show_page() -> None:
         pages.show(s, bar, load, limits)
 
 
-with figures_allowed():  # pandas in full, or nobody importing it beside this run (mha_viz/ui/pandas_guard.py)
-    try:
-        show_page()
-    finally:
-        views.end_run()  # the session keeps no figure between runs
+IMPORTED = time.perf_counter()
+try:
+    show_page()
+finally:
+    views.end_run()  # the session keeps no figure between runs
 page_drawn.set()  # the warm-up's model loads may start (app.py)
+log_timing(f"page.py run started at {STARTED_AT:.3f}: imports {IMPORTED - STARTED:.3f} s, "
+           f"drawn {time.perf_counter() - IMPORTED:.3f} s")

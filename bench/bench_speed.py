@@ -1,13 +1,18 @@
-"""Speed and memory against the targets of issue 14, measured side by side in one run. Asserts nothing.
+"""Speed and memory against the targets of issues 14 and 32, measured side by side in one run. Asserts nothing.
 
     python bench/bench_speed.py                       every section (needs /usr/bin/chromium for the browser ones)
     python bench/bench_speed.py --only switch         one section (repeat --only, or give a comma list, for more)
+    python bench/bench_speed.py --only first-paint --compare ../old   first paints of this checkout and ../old
+                                                      (e.g. a worktree of an older commit), alternating
 
 Sections (in the order they run):
   compute      our trace vs torch.nn.MultiheadAttention(need_weights=True, average_attn_weights=False), T=512
   payload      bytes of the heads figure sent to the browser, vs a plain px.imshow facet figure
   switch       client-side switching on the bundled MiniLM at 16, 128 and 512 tokens: a layer button of the
-               Heads view, and an Overview thumbnail that opens its head. In-page time from the click event to
+               Heads view, and an Overview thumbnail that opens its head. A page with the renderer (issue 32: root
+               [data-mha-viz="renderer"], which sets data-painted="<view>:<layer>:<counter>" after each paint) is
+               measured by a layer button inside it: click -> data-painted changed -> the next frame; a page
+               without it (before issue 32) as follows. In-page time from the click event to
                the frame after the heatmaps changed (probe in the page: MutationObserver, then
                requestAnimationFrame + a message = the frame was produced), for a click dispatched from page JS
                and for a real Playwright click (whose driver-side time is printed too); and whether the page
@@ -16,8 +21,15 @@ Sections (in the order they run):
                steps while 4 other sessions (separate browser contexts in a nice-19 Chromium, same server)
                load h=12, d_model=768, 256-token pages and MiniLM pages with new seeds/texts in a loop
   toggle       h=12, T=512, causal toggle -> 12 heads repainted
-  first-paint  `streamlit run app.py` on a fresh server each time: process start -> /_stcore/health, and
-               page.goto -> the first chart's heatmaps painted, for the default page and ?mode=Pretrained
+  first-paint  `streamlit run app.py` on a fresh server each time (MHA_VIZ_TIMING=1): process start ->
+               /_stcore/health, and page.goto -> the first view painted (the renderer's data-painted, or before
+               it the first chart's heatmaps), for the default page, ?mode=Pretrained and MiniLM with a 128-token
+               text; and where it went: the frontend's load (navigation and resource timings), the websocket
+               (open, first and last message before the paint, bytes), page.py's run (its imports and drawing,
+               from the server's log, on the same clock) and the browser's parse and paint after the last message
+  widget       the notebook widget of the bundled MiniLM at 128 and 512 tokens: the cell (mha_viz.show) timed in
+               Python, then its static HTML (AttentionWidget.static_html: what a notebook shows, inline, no kernel)
+               opened in Chromium: navigation -> the widget's first paint (its data-painted set), in the page
   long-inputs  4096 tokens, h = 12, d_model = 768: the overview figure's bytes; on a fresh server, the page
                opened, the overview repainted for new weights (a new seed) and for cached ones, the zoom window
                moved (12 full-resolution heads), the tab's memory; then --sessions sessions (default 10)
@@ -37,6 +49,7 @@ import json
 import os
 import platform
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -67,8 +80,8 @@ from harness.browser import (
     wait_healthy,
 )
 
-SECTIONS = ("compute", "payload", "switch", "slider", "toggle", "first-paint", "long-inputs")
-BROWSER_SECTIONS = {"switch", "slider", "toggle", "first-paint", "long-inputs"}
+SECTIONS = ("compute", "payload", "switch", "slider", "toggle", "first-paint", "widget", "long-inputs")
+BROWSER_SECTIONS = {"switch", "slider", "toggle", "first-paint", "widget", "long-inputs"}
 WORDS = (  # each one MiniLM token
     "the", "cat", "dog", "sat", "on", "mat", "and", "saw", "a", "bird", "which", "flew", "over", "old",
     "red", "house", "while", "children", "played", "in", "garden", "near", "river", "bank", "because", "it",
@@ -107,8 +120,17 @@ def spread(values: list[float]) -> str:
 
 
 class Server:
-    def __init__(self, url: str, proc: subprocess.Popen, log: Path, to_health: float) -> None:
+    def __init__(self, url: str, proc: subprocess.Popen, log: Path, to_health: float, started_at: float) -> None:
         self.url, self.proc, self.log, self.to_health = url, proc, log, to_health
+        self.started_at = started_at  # time.time() when the process was started
+
+    def timings(self) -> list[str]:
+        """The lines MHA_VIZ_TIMING=1 made the server log (none from a checkout that logs no timings)."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return []
+        return [line.split("mha_viz timing: ", 1)[1] for line in text.splitlines() if "mha_viz timing: " in line]
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -118,19 +140,21 @@ class Server:
 
 
 @contextlib.contextmanager
-def streamlit(timeout: float = 90.0) -> Iterator[Server]:
-    """`streamlit run app.py` on a free port (its own process group, output in a temporary log), healthy
-    when yielded (health polled every 20 ms, so to_health is close); always stopped afterwards."""
+def streamlit(timeout: float = 90.0, root: Path = ROOT) -> Iterator[Server]:
+    """`streamlit run app.py` of the checkout `root` (its own mha_viz first on the path) on a free port (its own
+    process group, output in a temporary log, MHA_VIZ_TIMING=1), healthy when yielded (health polled every 20 ms, so
+    to_health is close); always stopped afterwards."""
     port = free_port()
     log = Path(tempfile.mkstemp(prefix="bench_speed_server_", suffix=".log")[1])
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+    cmd = [sys.executable, "-m", "streamlit", "run", str(root / "app.py"), "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true", "--server.fileWatcherType", "none",
            "--browser.gatherUsageStats", "false"]
     url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "MHA_VIZ_TIMING": "1", "PYTHONPATH": str(root)}
     with open(log, "wb") as out:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    server = Server(url, proc, log, float("nan"))
+        start, started_at = time.perf_counter(), time.time()
+        proc = subprocess.Popen(cmd, cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    server = Server(url, proc, log, float("nan"), started_at)
     try:
         wait_healthy(url, proc, timeout, lambda: ":\n    " + server.log_tail(), interval=0.02)  # 20 ms: to_health is close
         server.to_health = time.perf_counter() - start
@@ -214,11 +238,18 @@ def payload() -> None:
 # Every websocket message the page sends or receives, timed in the page (installed before the app loads).
 WS_LOG_JS = """(() => {
     const Native = window.WebSocket;
-    window.__ws = { sends: [], recv: [], last: performance.now() };
+    window.__ws = { sends: [], recv: [], bytes: [], opened: null, last: performance.now() };
+    const size = (d) => typeof d === 'string' ? d.length : (d.byteLength ?? d.size ?? 0);
     class Logged extends Native {
         constructor(...args) {
             super(...args);
-            this.addEventListener('message', () => { const t = performance.now(); window.__ws.recv.push(t); window.__ws.last = t; });
+            this.addEventListener('open', () => { if (window.__ws.opened === null) window.__ws.opened = performance.now(); });
+            this.addEventListener('message', (e) => {
+                const t = performance.now();
+                window.__ws.recv.push(t);
+                window.__ws.bytes.push(size(e.data));
+                window.__ws.last = t;
+            });
         }
         send(data) {
             const t = performance.now();
@@ -340,10 +371,16 @@ def switch(server: Server, browser, changes: int) -> None:
 
 
 def layer_buttons(server: Server, browser, tokens: int, text: str, changes: int) -> None:
+    """The layer buttons of the Heads view: the renderer's own (issue 32) when the page has it, else the layer
+    switch beside Plotly's heatmaps (before it)."""
     sent: list[int] = []
     context, page, errors = open_page(browser, "", sent)
     try:
         page.goto(f"{server.url}/?mode=Pretrained&text={text}")
+        page.wait_for_function(PAINTED_JS, arg=12, polling=50, timeout=240_000)
+        if page.locator(RENDERER).count():
+            renderer_layer_buttons(page, tokens, changes, sent, errors)
+            return
         wait_for_heatmaps(page, 12, timeout=240)
         page.locator(".st-key-layer_switch button").first.wait_for(timeout=60_000)
         settle(page, None, quiet_ms=1000)  # and the idle decoding of every layer has had its time
@@ -373,9 +410,9 @@ def layer_buttons(server: Server, browser, tokens: int, text: str, changes: int)
             told.append(page.evaluate("(t) => window.__ws.sends.find(s => s > t)", r["tDom"]) - r["start"])
             active = layer
         name = f"switch T={tokens}: layer button"
-        report_target(f"{name}, page-JS click -> repainted frame", median(in_page), 0.1,
+        report_target(f"{name}, page-JS click -> repainted frame", median(in_page), SWITCH_LIMITS[tokens],
                       f"{spread(in_page)}; {parts(js_parts)}")
-        report_target(f"{name}, Playwright click event -> frame (in page)", median(pw_page), 0.1,
+        report_target(f"{name}, Playwright click event -> frame (in page)", median(pw_page), SWITCH_LIMITS[tokens],
                       f"{spread(pw_page)}; {parts(pw_parts)}")
         report(f"{name}, Playwright click -> painted (driver)", f"{median(pw_driver):.3f} s", note=spread(pw_driver))
         report(f"{name}, clicks with ws traffic before repaint", f"{leaks} of {2 * changes}",
@@ -387,11 +424,99 @@ def layer_buttons(server: Server, browser, tokens: int, text: str, changes: int)
         context.close()
 
 
+RENDERER = '[data-mha-viz="renderer"]'  # the renderer's root (issue 32); Playwright's CSS locators pierce shadow roots
+SWITCH_LIMITS = {16: 0.035, 128: 0.035, 512: 0.08}  # issue 32: layer or head switch -> all heads repainted, in the page
+
+# window.__rprobe: the next click's time, the moment the renderer's data-painted changed after it, and the frame after.
+RENDERER_PROBE_JS = """(el) => {
+    const p = { t0: null, tEvent: null, tPaint: null, tFrame: null, before: el.getAttribute('data-painted'), painted: null };
+    const onClick = (e) => { if (p.t0 === null) { p.t0 = performance.now(); p.tEvent = e.timeStamp; } };
+    document.addEventListener('click', onClick, true);
+    p.done = new Promise((resolve) => {
+        const obs = new MutationObserver(() => {
+            const now = el.getAttribute('data-painted');
+            if (p.t0 === null) { p.before = now; return; }  // a repaint before the click: not ours
+            if (now === p.before) return;
+            p.tPaint = performance.now();
+            p.painted = now;
+            obs.disconnect();
+            document.removeEventListener('click', onClick, true);
+            requestAnimationFrame(() => {
+                const ch = new MessageChannel();
+                ch.port1.onmessage = () => { p.tFrame = performance.now(); resolve(); };
+                ch.port2.postMessage(0);
+            });
+        });
+        obs.observe(el, { attributes: true, attributeFilter: ['data-painted'] });
+    });
+    window.__rprobe = p;
+    return true;
+}"""
+
+RENDERER_RESULT_JS = """async () => {
+    const p = window.__rprobe;
+    await Promise.race([p.done, new Promise((_, no) => setTimeout(() => no(new Error(
+        `no repaint within 30 s (click seen: ${p.t0 !== null})`)), 30000))]);
+    const start = (p.tEvent !== null && p.tEvent <= p.t0 && p.tEvent > p.t0 - 10000) ? p.tEvent : p.t0;
+    const within = (ts) => ts.filter(t => t >= start && t <= p.tPaint).length;
+    return { start, tPaint: p.tPaint, tFrame: p.tFrame, painted: p.painted, sends: within(window.__ws.sends),
+             received: within(window.__ws.recv) };
+}"""
+
+
+def renderer_layer_buttons(page, tokens: int, changes: int, sent: list[int], errors: list[str]) -> None:
+    """Layer buttons inside the renderer (elements with a data-layer attribute, else buttons named by a layer
+    number): click -> its data-painted ("<view>:<layer>:<counter>") changed to the clicked layer, then the frame."""
+    renderer = page.locator(RENDERER).first
+    buttons = renderer.locator("[data-layer]")
+    if not buttons.count():
+        buttons = renderer.get_by_role("button", name=re.compile(r"^\s*(layer\s*)?\d+\s*$", re.IGNORECASE))
+    layers = [int(buttons.nth(i).get_attribute("data-layer") or re.sub(r"\D", "", buttons.nth(i).inner_text()))
+              for i in range(buttons.count())]
+    if len(layers) < 2:
+        raise RuntimeError(f"the renderer has {len(layers)} layer buttons (data-layer, or buttons named by a number)")
+    handle = renderer.element_handle()
+    settle(page, None, quiet_ms=1000)
+    in_page, pw_page, leaks, wrong = [], [], 0, 0
+    js_parts: list[tuple[float, float]] = []
+    pw_parts: list[tuple[float, float]] = []
+    for i in range(2 * changes):
+        shown = int((handle.get_attribute("data-painted") or "::").split(":")[1] or -1)
+        index = next(j for j in ((i + k) % len(layers) for k in range(len(layers))) if layers[j] != shown)
+        playwright = i >= changes
+        page.evaluate(RENDERER_PROBE_JS, handle)
+        before = len(sent)
+        if playwright:
+            buttons.nth(index).click()
+        else:
+            buttons.nth(index).evaluate("(b) => b.click()")
+        r = page.evaluate(RENDERER_RESULT_JS)
+        wrong += r["painted"].split(":")[1] != str(layers[index])
+        leaks += r["sends"] != 0 or r["received"] != 0 or (len(sent) != before)
+        (pw_page if playwright else in_page).append((r["tFrame"] - r["start"]) / 1e3)
+        (pw_parts if playwright else js_parts).append(((r["tPaint"] - r["start"]) / 1e3, (r["tFrame"] - r["tPaint"]) / 1e3))
+        time.sleep(PAUSE)
+    name = f"switch T={tokens}: layer button (renderer)"
+    split = "event -> data-painted {:.0f} ms, -> frame {:.0f} ms"
+    report_target(f"{name}, page-JS click -> painted frame", median(in_page), SWITCH_LIMITS[tokens],
+                  f"{spread(in_page)}; " + split.format(*(median(list(x)) * 1e3 for x in zip(*js_parts, strict=True))))
+    report_target(f"{name}, Playwright click event -> frame (in page)", median(pw_page), SWITCH_LIMITS[tokens],
+                  f"{spread(pw_page)}; " + split.format(*(median(list(x)) * 1e3 for x in zip(*pw_parts, strict=True))))
+    report(f"{name}, clicks with ws traffic before repaint / painted another layer", f"{leaks} / {wrong}",
+           "0 / 0", leaks == 0 and wrong == 0)
+    if errors:
+        report(f"{name}, page errors", str(len(errors)), "0", False, errors[0][:80])
+
+
 def thumbnails(server: Server, browser, tokens: int, text: str, changes: int) -> None:
     sent: list[int] = []
     context, page, errors = open_page(browser, "", sent)
     try:
         page.goto(f"{server.url}/?mode=Pretrained&view=Overview&compare=2&text={text}")
+        page.wait_for_function(PAINTED_JS, arg=1, polling=50, timeout=240_000)
+        if page.locator(RENDERER).count():
+            report(f"switch T={tokens}: thumbnail opens head", "skipped", note="the renderer's overview: no Plotly thumbnails")
+            return
         page.wait_for_selector(".st-key-opened_heads .js-plotly-plot .heatmaplayer image", timeout=240_000)
         settle(page, None, quiet_ms=1000)
         opened, times, driver_times, sent_first, answered_first, wrong = (0, 2), [], [], 0, 0, 0
@@ -657,25 +782,164 @@ def toggle(server: Server, browser) -> None:
 # ------------------------------------------------------------------------------------------------ first paint
 
 
-def first_paint(browser, repeats: int) -> None:
-    for label, path, count, limit in (("default page", "/", 4, 3.0), ("?mode=Pretrained",
-                                                                        "/?mode=Pretrained", 12, 4.0)):
-        health, paint = [], []
-        for _ in range(repeats):
-            context = browser.new_context(viewport=VIEWPORT)  # nothing cached
-            page = context.new_page()
-            try:
-                with streamlit() as server:
-                    start = time.perf_counter()
-                    page.goto(server.url + path, timeout=120_000)
-                    wait_for_heatmaps(page, count, timeout=120)
-                    paint.append(time.perf_counter() - start)
-                    health.append(server.to_health)
-            finally:
-                context.close()
-        report_target(f"first paint: {label}, goto -> painted", median(paint), limit,
-                      spread(paint))
-        report(f"first paint: {label}, start -> health", f"{median(health):.2f} s", note=spread(health))
+# The first view painted, by what the page has: the renderer (issue 32: its root element, found through open shadow
+# roots, sets data-painted after each paint) or, before it, the first Plotly chart's `count` heatmap images. Returns
+# performance.now() when seen (false until then).
+PAINTED_JS = """(count) => {
+    const deep = (root) => {
+        const found = root.querySelector('[data-mha-viz="renderer"]');
+        if (found) return found;
+        for (const e of root.querySelectorAll('*')) if (e.shadowRoot) { const f = deep(e.shadowRoot); if (f) return f; }
+        return null;
+    };
+    const renderer = deep(document);
+    if (renderer) return renderer.getAttribute('data-painted') ? performance.now() : false;
+    const chart = document.querySelector('[data-testid="stPlotlyChart"]');
+    return chart && chart.querySelectorAll('.heatmaplayer image').length >= count ? performance.now() : false;
+}"""
+
+# The browser's side of a first paint, in ms from the navigation's start (page clock), taken once it has painted.
+FIRST_PAINT_JS = """(painted) => {
+    const nav = performance.getEntriesByType('navigation')[0];
+    const files = performance.getEntriesByType('resource').filter(r => r.name.includes('/static/') && r.responseEnd <= painted);
+    const ws = window.__ws, got = ws.recv.map((t, i) => [t, ws.bytes[i]]).filter(([t]) => t <= painted);
+    return { origin: performance.timeOrigin, dom: nav.domContentLoadedEventEnd, opened: ws.opened,
+             first: got.length ? got[0][0] : null, last: got.length ? got[got.length - 1][0] : null,
+             messages: got.length, bytes: got.reduce((n, [, b]) => n + b, 0), files: files.length,
+             fileBytes: files.reduce((n, r) => n + r.decodedBodySize, 0), filesDone: Math.max(0, ...files.map(r => r.responseEnd)) };
+}"""
+
+FIRST_PAINT_PARTS = (  # (key, label) of the breakdown's rows, in order
+    ("health", "start -> health (app.py imported, the lifespan run)"),
+    ("dom", "goto -> DOMContentLoaded (index page, the frontend's code)"),
+    ("files", "goto -> last frontend file loaded before the paint"),
+    ("opened", "goto -> websocket open"),
+    ("run", "goto -> page.py's run starts (server log)"),
+    ("imports", "page.py's imports (waiting for the warm-up's)"),
+    ("drawn", "page.py's run after its imports"),
+    ("first", "goto -> first websocket message"),
+    ("last", "goto -> last websocket message before the paint"),
+    ("paint", "last message -> painted (the browser's parse and paint)"),
+    ("painted", "goto -> painted (in the page)"),
+)
+
+
+def run_timings(server: Server) -> tuple[float, float, float] | None:
+    """(epoch seconds, imports s, drawn s) of the server's first page.py run, from its MHA_VIZ_TIMING log (None: it
+    logs none, e.g. a checkout before issue 32)."""
+    for line in server.timings():
+        if line.startswith("page.py run started at "):
+            at, rest = line.removeprefix("page.py run started at ").split(": imports ")
+            imports, drawn = rest.split(" s, drawn ")
+            return float(at), float(imports), float(drawn.removesuffix(" s"))
+    return None
+
+
+def one_first_paint(browser, root: Path, path: str, count: int) -> dict[str, float]:
+    """A fresh server and a fresh browser context: the first paint of path and its parts (seconds)."""
+    context = browser.new_context(viewport=VIEWPORT)  # nothing cached
+    context.add_init_script(WS_LOG_JS)
+    page = context.new_page()
+    try:
+        with streamlit(root=root) as server:
+            start = time.perf_counter()
+            page.goto(server.url + path, timeout=120_000)
+            painted = page.wait_for_function(PAINTED_JS, arg=count, polling=20, timeout=120_000).json_value()
+            driver = time.perf_counter() - start
+            b = page.evaluate(FIRST_PAINT_JS, painted)
+            time.sleep(0.3)  # the server's log line follows the run's last message
+            run = run_timings(server)
+            parts = {"health": server.to_health, "driver": driver, "painted": painted / 1e3, "dom": b["dom"] / 1e3,
+                     "files": b["filesDone"] / 1e3, "opened": b["opened"] / 1e3, "first": b["first"] / 1e3,
+                     "last": b["last"] / 1e3, "paint": (painted - b["last"]) / 1e3, "messages": b["messages"],
+                     "bytes": b["bytes"], "file_count": b["files"], "file_bytes": b["fileBytes"]}
+            if run is not None:
+                at, imports, drawn = run
+                parts |= {"run": at - b["origin"] / 1e3, "imports": imports, "drawn": drawn}
+            return parts
+    finally:
+        context.close()
+
+
+def first_paint(browser, repeats: int, roots: list[Path]) -> None:
+    """Each case on a fresh server `repeats` times, the checkouts alternating (one after the other for each repeat);
+    then per case and checkout: goto -> painted against the target, and the breakdown (medians)."""
+    text = urllib.parse.quote(tokens_text(128, seed=128))
+    cases = (("default page", "/", 4, 2.5), ("?mode=Pretrained", "/?mode=Pretrained", 12, None),
+             ("MiniLM, 128-token text", f"/?mode=Pretrained&text={text}", 12, 3.5))
+    found: dict[tuple[str, Path], list[dict[str, float]]] = {}
+    for _ in range(repeats):
+        for label, path, count, _limit in cases:
+            for root in roots:
+                found.setdefault((label, root), []).append(one_first_paint(browser, root, path, count))
+    for label, _path, _count, limit in cases:
+        for root in roots:
+            runs = found[(label, root)]
+            name = f"first paint: {label}" + (f" [{checkout(root)}]" if len(roots) > 1 else "")
+            driver = [r["driver"] for r in runs]
+            if limit is None:
+                report(f"{name}, goto -> painted", f"{median(driver):.3f} s", note=spread(driver))
+            else:
+                report_target(f"{name}, goto -> painted", median(driver), limit, spread(driver))
+            for key, part in FIRST_PAINT_PARTS:
+                values = [r[key] for r in runs if key in r]
+                if values:
+                    report(f"  {part}", f"{median(values):.3f} s", note=spread(values))
+                else:
+                    report(f"  {part}", "n/a", note="this checkout logs no timings (MHA_VIZ_TIMING)")
+            report("  payload: websocket bytes received before the paint",
+                   f"{median([r['bytes'] for r in runs]) / 1e3:.0f} kB",
+                   note=f"{median([r['messages'] for r in runs]):.0f} messages (median)")
+            report("  frontend files loaded before the paint (decoded)",
+                   f"{median([r['file_bytes'] for r in runs]) / 1e6:.2f} MB",
+                   note=f"{median([r['file_count'] for r in runs]):.0f} files (median)")
+
+
+def checkout(root: Path) -> str:
+    """A checkout's short commit (and + when its work tree has changes), for the rows."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+# ------------------------------------------------------------------------------------------------ widget
+
+# The widget's first paint: the renderer's root (issue 32) or, before it, the widget's own root, with data-painted set.
+WIDGET_PAINTED_JS = """() => {
+    const e = document.querySelector('[data-mha-viz="renderer"][data-painted], .mha-viz-widget[data-painted]');
+    return e ? performance.now() : false;
+}"""
+
+
+def widget(browser, repeats: int) -> None:
+    from mha_viz.pretrained import load_model
+    from mha_viz.widget import show
+
+    model = load_model(None)
+    for tokens in (128, 512):
+        text = tokens_text(tokens, seed=tokens)
+        start = time.perf_counter()
+        shown = show(model, text)
+        cell = time.perf_counter() - start
+        html = f"<!doctype html><html><head><meta charset='utf-8'></head><body>{shown.static_html()}</body></html>"
+        path = Path(tempfile.mkstemp(prefix="bench_speed_widget_", suffix=".html")[1])
+        path.write_text(html, encoding="utf-8")
+        painted = []
+        try:
+            for _ in range(repeats):
+                context = browser.new_context(viewport=VIEWPORT)
+                try:
+                    page = context.new_page()
+                    page.goto(path.as_uri())
+                    painted.append(page.wait_for_function(WIDGET_PAINTED_JS, polling="raf", timeout=60_000).json_value() / 1e3)
+                finally:
+                    context.close()
+        finally:
+            path.unlink(missing_ok=True)
+        report_target(f"widget T={tokens}: static HTML opened -> first paint (in page)", median(painted), 1.0,
+                      f"{spread(painted)}; {len(html) / 1e6:.2f} MB of HTML")
+        report(f"widget T={tokens}: the cell, mha_viz.show(model, text)", f"{cell:.3f} s")
 
 
 # ------------------------------------------------------------------------------------------------ long inputs
@@ -818,6 +1082,9 @@ def parse_args() -> argparse.Namespace:
                     help=f"run only these sections (repeatable or comma-separated): {', '.join(SECTIONS)}")
     ap.add_argument("--changes", type=int, default=12, help="layer changes / thumbnail clicks per measurement (>= 10)")
     ap.add_argument("--repeats", type=int, default=3, help="fresh servers per first-paint measurement")
+    ap.add_argument("--compare", action="append", default=[], type=Path, metavar="CHECKOUT",
+                    help="first-paint: also serve this checkout's app.py (e.g. a worktree of an older commit), "
+                         "alternating with this one")
     ap.add_argument("--load-worker", metavar="URL", help=argparse.SUPPRESS)
     ap.add_argument("--sessions", type=int, default=10, help="sessions open at once at 4096 tokens (long-inputs)")
     ap.add_argument("--status", type=Path, help=argparse.SUPPRESS)
@@ -867,7 +1134,9 @@ def main() -> None:
                         section("toggle", lambda: toggle(server, browser))
                     report(f"server: peak RSS at the end ({', '.join(shared)})", f"{peak_rss_mb(server.proc.pid):.0f} MB")
             if "first-paint" in wanted:
-                section("first-paint", lambda: first_paint(browser, args.repeats))
+                section("first-paint", lambda: first_paint(browser, args.repeats, [ROOT, *args.compare]))
+            if "widget" in wanted:
+                section("widget", lambda: widget(browser, args.repeats))
             if "long-inputs" in wanted:
                 section("long-inputs", lambda: long_inputs(browser, args.sessions))
 

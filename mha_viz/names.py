@@ -10,5 +10,4 @@ PATCH_THROUGH = ("q", "k", "v")  # mha_viz.analysis.patching.THROUGH: path patch
 PATCH_DIRECTIONS = ("denoise", "noise")  # mha_viz.analysis.patching.DIRECTIONS
 PATCH_METRICS = ("logit_diff", "logprob", "prob")  # mha_viz.analysis.patching.METRICS
 ABLATION_KINDS = ("zero", "mean", "resample")  # mha_viz.analysis.knockout.ABLATIONS
-VARIANT_KINDS = ("mha", "gqa", "mla", "window", "diff", "moh")  # mha_viz.variants.KINDS: the attention variants
 SINK_KINDS = ("none", "logit", "tokens")  # mha_viz.variants.SINKS: no sink, a sink logit per head, the first tokens

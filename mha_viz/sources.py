@@ -32,7 +32,7 @@ from .long import LongTrace, long_trace
 from .sampling import GREEDY, Sampling
 from .text import embed_tokens, tokenize
 from .trace import AttentionTrace
-from .variants import LayerVariant, variant_layer
+from .variants import VARIANTS, LayerVariant, variant_layer
 
 if TYPE_CHECKING:
     from .pretrained import PretrainedModel
@@ -176,11 +176,8 @@ class ConfigurableSource:
             return self.variant.kind
         return "gqa" if self.cfg.group_size > 1 else "mha"
 
-    # Capability flags of the variant views (mha_viz.parts: Part.needs): which variant the layer computes.
-    latent = property(lambda self: self.variant_kind == "mla", doc="multi-head latent attention (MLA)")
-    windowed = property(lambda self: self.variant_kind == "window", doc="a sliding window, with sinks")
-    differential = property(lambda self: self.variant_kind == "diff", doc="differential attention")
-    routed = property(lambda self: self.variant_kind == "moh", doc="mixture-of-heads: a router picks heads")
+    # The capability flag of the variant views (mha_viz.parts: Part.needs): the variant's (VariantSpec.flag).
+    variant_flags = property(lambda self: (VARIANTS[self.variant_kind].flag,), doc="its variant's capability flag")
 
     @property
     def layer_config(self) -> MHAConfig:
@@ -195,7 +192,7 @@ class ConfigurableSource:
 
     def is_long(self) -> bool:
         """Whether the text (or the second sentence) has more than max_tokens tokens and long_trace() reads more."""
-        if self.long_tokens <= self.max_tokens or self.variant is not None and self.variant.kind not in ("mha", "gqa"):
+        if self.long_tokens <= self.max_tokens or self.variant is not None and not self.variant.spec.long:
             return False
         texts = (self.text,) if self.context is None else (self.text, self.context)
         return any(len(tokenize(t, self.max_tokens + 1)) > self.max_tokens for t in texts)
@@ -238,15 +235,10 @@ class TrainedSource:
     def token_readout(self) -> bool:
         """One readout per relation over the task's few tokens, followed through each head's W_V W_O: not for MLA and
         differential layers, whose weights do not split per head (TrainedLayer.head_weights says why)."""
-        from .training.layer import UNSPLIT  # training imports sources' neighbours; imported when asked
+        return not self.layer.variant.spec.training.unsplit
 
-        return self.variant_kind not in UNSPLIT
-
-    # Capability flags of the variant views (mha_viz.parts: Part.needs), as ConfigurableSource has them.
-    latent = property(lambda self: self.variant_kind == "mla", doc="multi-head latent attention (MLA)")
-    windowed = property(lambda self: self.variant_kind == "window", doc="a sliding window, with sinks")
-    differential = property(lambda self: self.variant_kind == "diff", doc="differential attention")
-    routed = property(lambda self: self.variant_kind == "moh", doc="mixture-of-heads: a router picks heads")
+    # The capability flag of the variant views (mha_viz.parts: Part.needs): the variant's (VariantSpec.flag).
+    variant_flags = property(lambda self: (VARIANTS[self.variant_kind].flag,), doc="its variant's capability flag")
 
     def with_text(self, text: str) -> TrainedSource:
         return replace(self, sequence=text)

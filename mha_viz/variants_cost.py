@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .names import VARIANT_KINDS as VARIANTS
-
+# The families the cost model prices: a registered variant's spec gives its layer's shape as one of them
+# (mha_viz.variants.spec.VariantSpec.shape).
 VARIANT_NAMES = {
     "mha": "multi-head (MHA)",
     "gqa": "grouped-query (GQA; MQA at 1 KV head)",
@@ -48,6 +48,7 @@ VARIANT_NAMES = {
     "diff": "differential",
     "moh": "mixture-of-heads (MoH)",
 }
+VARIANTS = tuple(VARIANT_NAMES)
 
 
 def _whole(name: str, value: object, lo: int) -> None:

@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 from ..trace import AttentionTrace
 from ..training.layer import TrainedLayer
 from ..training.variants import VariantRow
+from ..variants import COLOURS, LEGENDS
 from .common import f32, index_axis
 from .heads import heads_figure
 
@@ -161,9 +162,7 @@ def accuracy_by_heads_figure(layers: Sequence[TrainedLayer], current: int | None
     return fig
 
 
-KIND_COLOURS = {"mha": "#1f77b4", "gqa": "#17becf", "mla": "#2ca02c", "window": "#9467bd", "diff": "#8c564b",
-                "moh": "#ff7f0e"}
-KIND_NAMES = {"mha": "MHA", "gqa": "GQA / MQA", "mla": "MLA", "window": "window", "diff": "Diff", "moh": "MoH"}
+KIND_COLOURS, KIND_NAMES = COLOURS, LEGENDS  # each registered variant's (mha_viz.variants.spec.Training)
 
 
 def _short_label(row: VariantRow) -> str:

@@ -372,10 +372,10 @@ def latent_cache(state: ViewState) -> dict[str, Any]:
     MHA with the same heads and widths, h·(d_k + d_v)."""
     from ..config import MHAConfig
     from ..sources import configurable_trace
-    from ..variants import PARAMETERS, LayerVariant
+    from ..variants import LayerVariant
     from ..variants_cost import PRESETS, kv_bytes_per_token, mha_baseline
 
-    variant = LayerVariant(state.variant, **{name: getattr(state, name) for name in PARAMETERS[state.variant]})
+    variant = LayerVariant.of(state)
     trace = configurable_trace(state.text, MHAConfig(state.d_model, state.h), seed=state.seed, variant=variant)
     ours = state.kv_latent + state.rope_dim
     mha = trace.num_heads * (trace.d_k + trace.d_v)

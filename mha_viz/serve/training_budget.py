@@ -3,7 +3,7 @@ of the page's time budget each of its training runs is stopped at.
 
     seconds of one run   = TRAIN_SECONDS_PER_RUN + steps * ((fixed + per_head * h) * c.fixed * v_fixed
                             + per_d_model_squared * width * c.width * v_width) * (penalty factor if diversity > 0)
-    v_fixed, v_width     = VARIANT_STEP_COST: what a variant's step costs beyond its weights (1, 1 for MHA and GQA)
+    v_fixed, v_width     = the variant's Training.step_cost: what its step costs beyond its weights (1, 1 for MHA and GQA)
     width                = the attention layer's weights / 4 (d_model² for multi-head attention; a variant's own widths:
                            MLA's kv_latent, q_latent and rope_dim, GQA's fewer key/value heads, MoH's router, ...)
     c                    = the Calibration: this machine's measured step cost against the constants (fitted elsewhere)
@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from time import thread_time
 
 from ..params import VIEWS, ViewState
-from ..variants import PARAMETERS as VARIANT_PARAMETERS
 from ..variants import LayerVariant
 
 # What one training step costs, in CPU seconds on one torch thread (a public demo's setting): a fixed part (the
@@ -32,11 +31,6 @@ from ..variants import LayerVariant
 # 10 tokens, the same for every task and setting: they are in the fixed part. calibrate() rescales it on this machine.
 TRAIN_SECONDS_PER_STEP = {"fixed": 2.1e-3, "per_head": 0.3e-3, "per_d_model_squared": 1.7e-7}
 TRAIN_SECONDS_PER_RUN = 0.1
-# A variant's step against multi-head attention's of the same width, beyond what its weights count: (on the fixed
-# part, on the width part). Measured (30-step runs, thread CPU time, h 4 at d_model 64 and h 16 at d_model 128, on the
-# 2-core machine of bench/RESULTS-training-cost.md): MLA's latents and rotary keys cost 3-7 times what their weights
-# count; window bands, differential pairs and MoH's router 1.1-1.6 times multi-head attention's step.
-VARIANT_STEP_COST = {"mla": (1.7, 5.0), "window": (1.4, 1.0), "diff": (1.4, 1.0), "moh": (1.6, 1.0)}
 DIVERSITY_STEP_FACTOR = 1.3  # a step with the head-diversity penalty against one without (its similarity and gradient)
 TIME_SLACK = 1.5  # a run's wall-clock budget against its CPU budget (a busy machine gives the trainer less than a core)
 
@@ -78,7 +72,7 @@ def step_seconds(h: int, d_model: int, variant: LayerVariant | None = None, dive
                  calibration: Calibration = UNCALIBRATED) -> float:
     """Estimated CPU seconds of one training step (one torch thread)."""
     c = TRAIN_SECONDS_PER_STEP
-    on_fixed, on_width = VARIANT_STEP_COST.get(variant.kind, (1.0, 1.0)) if variant is not None else (1.0, 1.0)
+    on_fixed, on_width = variant.spec.training.step_cost if variant is not None else (1.0, 1.0)
     step = ((c["fixed"] + c["per_head"] * h) * calibration.fixed * on_fixed
             + c["per_d_model_squared"] * layer_width(h, d_model, variant) * calibration.width * on_width)
     return step * (DIVERSITY_STEP_FACTOR if diversity and h > 1 else 1.0)
@@ -92,7 +86,7 @@ def training_seconds(h: int, d_model: int, steps: int, variant: LayerVariant | N
 
 def state_variant(state: ViewState) -> LayerVariant:
     """The page state's attention variant, with the parameters its kind reads."""
-    return LayerVariant(state.variant, **{name: getattr(state, name) for name in VARIANT_PARAMETERS[state.variant]})
+    return LayerVariant.of(state)
 
 
 def page_runs(state: ViewState) -> list[tuple[int, LayerVariant | None, float]]:
@@ -100,7 +94,7 @@ def page_runs(state: ViewState) -> list[tuple[int, LayerVariant | None, float]]:
     a view its mode does not offer opens the mode's first). Runs a page finds cached or shipped cost less: this
     counts them all."""
     if state.mode == "Train":
-        if state.view in VIEWS.menu("Train") and state.view != "Training":  # they trace the plain h-head layer
+        if state.view in VIEWS.menu("Train") and not VIEWS.part(state.view).can("trains"):  # the plain h-head layer
             return [(state.h, None, 0.0)]
         return [(state.h, state_variant(state), state.diversity)] + ([(1, None, 0.0)] if state.h > 1 else [])
     if state.mode == "Configurable" and state.weights == "trained":

@@ -10,16 +10,12 @@ import torch
 
 from ..trace import AttentionTrace
 from ..variants import NAMES as VARIANT_NAMES
-from ..variants import LayerVariant
+from ..variants import VARIANTS, LayerVariant
 from ..weights import HeadWeights, per_head_out
 from .model import TinyAttentionModel
 from .tasks import get_task
 
 MHA = LayerVariant()  # the default attention layer: multi-head attention
-UNSPLIT = {  # variants whose trained weights give no per-head W_K, W_V: why
-    "mla": "keys and values are up-projected from one latent per token, and the rotary key part is shared by all heads",
-    "diff": "each head is the difference of two softmax maps of two query/key heads, and reads two value heads",
-}
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,10 +60,12 @@ class TrainedLayer:
         Grouped-query K/V weights are repeated for the query heads of their group. Window and MoH layers have MHA's
         per-head weights (what they add, the band and sink logits or the router's gates, is not in them). MLA and
         differential layers: ValueError saying why (MHA, GQA, window and MoH layers give head weights)."""
-        if self.variant.kind in UNSPLIT:
+        why = self.variant.spec.training.unsplit
+        if why:
+            split = [s.name for s in VARIANTS.values() if not s.training.unsplit]
             raise ValueError(f"the weights of a trained {VARIANT_NAMES[self.variant.kind]} layer do not split into "
-                             f"per-head W_Q, W_K, W_V, W_O ({UNSPLIT[self.variant.kind]}): only MHA, GQA, window and "
-                             "MoH layers give head weights")
+                             f"per-head W_Q, W_K, W_V, W_O ({why}): only {', '.join(split[:-1])} and {split[-1]} "
+                             "layers give head weights")
         spec = get_task(self.task)
         a = {name.removeprefix("attention."): np.asarray(x, dtype=np.float32) for name, x in self.state.items()}
         group = self.num_heads // a["W_K"].shape[0]  # query heads per key/value head (1: MHA)

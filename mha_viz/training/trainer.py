@@ -26,7 +26,6 @@ from torch import Tensor
 
 from ..trace import AttentionTrace
 from ..variants import LayerVariant
-from ..variants.mixture import load_balance_loss
 from .diversity import DIVERSITY_KINDS, head_similarity
 from .layer import MHA, TrainedLayer
 from .model import TinyAttentionModel
@@ -35,7 +34,7 @@ from .tasks import IGNORE, Task, get_task
 
 EVAL_SEED = 12_345
 EVAL_BATCH = 128
-MOH_BALANCE = 0.01  # weight of MoH's load-balance loss (mha_viz.variants.mixture.load_balance_loss), the paper's beta
+MOH_BALANCE = 0.01  # weight of a variant's training loss term (Training.loss: MoH's load-balance loss), the paper's beta
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,14 +203,14 @@ def train(
         cut = False
         start = perf_counter()
         batches = _batches(spec, steps, batch_size, torch.Generator().manual_seed(seed))
+        extra = variant.spec.training.loss  # a variant's own loss term (MoH: its router's load balance), or None
         for step, (tokens, targets) in enumerate(batches, start=1):
             logits, att = model(tokens)  # (B, T, R, V)
             loss = _loss(logits, targets)
             if diversity:  # skipped at 0: the default run computes exactly what it did before the regulariser
                 loss = loss + diversity * head_similarity(att, diversity_kind)
-            if variant.kind == "moh":  # keeps the router from sending every token to the same heads
-                routing = model.attention.route(model.embed(tokens))
-                loss = loss + MOH_BALANCE * load_balance_loss(routing, variant.moh_shared)
+            if extra is not None:  # MoH: keeps the router from sending every token to the same heads
+                loss = loss + MOH_BALANCE * extra(model, tokens, variant)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()

@@ -4,22 +4,22 @@
 A row holds, for one variant (and diversity weight): the mean accuracy of each seed's run on the trainer's evaluation
 batch, the KV-cache bytes per token per layer of that layer (mha_viz.variants_cost, bf16), the redundancy of the
 trained heads (mean pairwise Jensen-Shannon divergence of their maps on the probe, mha_viz.divergence) and
-the head similarity the diversity regulariser penalises (diversity.py). Variants whose layer is not registered in
-mha_viz.variants.LAYERS are left out, so the grid grows as variants are added.
+the head similarity the diversity regulariser penalises (diversity.py). The grid is every registered variant's
+(mha_viz.variants.spec.Training.grid), so it grows as variants are added.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from ..config import MHAConfig, divisors
+from ..config import MHAConfig
 from ..divergence import head_divergence
-from ..variants import LAYERS, SINK_TOKENS, LayerVariant
+from ..variants import VARIANTS, LayerVariant
 from ..variants_cost import VariantShape, kv_bytes_per_token
 from .trainer import TrainingRun, train
 
@@ -28,42 +28,22 @@ KV_DTYPE_BYTES = 2  # bf16, as the Shapes & cost page counts
 
 
 def variant_label(variant: LayerVariant, num_heads: int) -> str:
-    """A short name: MHA, GQA kv=2, MQA, MLA c=16, Window w=4 (logit sinks), Diff, MoH k=2."""
-    v = variant
-    if v.kind == "gqa":
-        return "MHA" if v.kv_heads == num_heads else "MQA" if v.kv_heads == 1 else f"GQA kv={v.kv_heads}"
-    extra = {"mla": f" c={v.kv_latent}", "window": f" w={v.window}" + ("" if v.sinks == "none" else f" ({v.sinks} sinks)"),
-             "moh": f" k={v.moh_k}" + (f"+{v.moh_shared} shared" if v.moh_shared else "")}
-    return {"mha": "MHA", "mla": "MLA", "window": "Window", "diff": "Diff", "moh": "MoH"}[v.kind] + extra.get(v.kind, "")
+    """A short name, its spec's training label: MHA, GQA kv=2, MQA, MLA c=16, Window w=4 (logit sinks), Diff, MoH k=2."""
+    return variant.spec.training.label(variant, num_heads)
 
 
 def variant_shape(cfg: MHAConfig, variant: LayerVariant) -> VariantShape:
-    """The VariantShape (mha_viz.variants_cost) of the layer variant_layer(cfg, variant) builds."""
-    d, h, v = cfg.d_model, cfg.num_heads, variant
-    widths = {"head_dim": cfg.d_k, "v_dim": cfg.d_v}
-    if v.kind == "gqa" and v.kv_heads < h:
-        return VariantShape("gqa", d, h, kv_heads=v.kv_heads, **widths)
-    if v.kind == "mla":
-        return VariantShape("mla", d, h, kv_latent=v.kv_latent, q_latent=v.q_latent, rope_dim=v.rope_dim, **widths)
-    if v.kind == "window":
-        return VariantShape("window", d, h, window=v.window, sink_logits=v.sinks == "logit",
-                            sink_tokens=SINK_TOKENS if v.sinks == "tokens" else 0, **widths)
-    if v.kind == "moh":
-        return VariantShape("moh", d, h, moh_k=v.moh_k, moh_shared=v.moh_shared, **widths)
-    return VariantShape("diff" if v.kind == "diff" else "mha", d, h, **widths)
+    """The VariantShape (mha_viz.variants_cost) of the layer variant_layer(cfg, variant) builds (without biases, as
+    the trained layer has none in its cost)."""
+    return variant.spec.shape(replace(cfg, bias=False, kv_heads=variant.spec.kv_heads(variant)), variant)
 
 
-def grid_variants(num_heads: int, kv_latents: Sequence[int] = (4, 8, 16)) -> list[LayerVariant]:
-    """The default grid at h heads: MHA, GQA at each kv_heads between 1 and h, MQA, MLA at each latent width,
-    window 2 and 4 with sink logits, diff, and MoH with moh_k 1 and 2, without and with one shared head (each only
-    where registered and valid for h)."""
-    out = [LayerVariant()]
-    out += [LayerVariant("gqa", kv_heads=g) for g in sorted(divisors(num_heads), reverse=True) if g < num_heads]
-    out += [LayerVariant("mla", kv_latent=c) for c in kv_latents]
-    out += [LayerVariant("window", window=w, sinks="logit") for w in (2, 4)] + [LayerVariant("diff")]
-    out += [LayerVariant("moh", moh_k=k, moh_shared=s) for s in (0, 1) for k in (1, 2)]
+def grid_variants(num_heads: int) -> list[LayerVariant]:
+    """The default grid at h heads: each registered variant's training grid (MHA, GQA at each kv_heads between 1 and
+    h, MQA, MLA at latent widths 4, 8 and 16, window 2 and 4 with sink logits, diff, MoH with moh_k 1 and 2 without
+    and with one shared head), each only where valid for h."""
     cfg = MHAConfig(8 * num_heads, num_heads)
-    return [v for v in out if v.kind in LAYERS and _fits(v, cfg)]
+    return [v for spec in VARIANTS.values() for v in spec.training.grid(num_heads) if _fits(v, cfg)]
 
 
 def _fits(variant: LayerVariant, cfg: MHAConfig) -> bool:
@@ -116,7 +96,7 @@ def mean_pairwise_divergence(run: TrainingRun) -> float:
     """Mean off-diagonal Jensen-Shannon divergence (bits) between the final heads' maps on the probe sequence;
     NaN with one head, or for differential attention, whose weights (map 1 - lambda map 2) are signed and so not
     distributions (even on a probe where none happens to be negative)."""
-    return float("nan") if run.variant.kind == "diff" else mean_divergence(run.final.trace.weights)
+    return float("nan") if run.variant.spec.training.signed else mean_divergence(run.final.trace.weights)
 
 
 def mean_divergence(weights: np.ndarray) -> float:
@@ -136,12 +116,10 @@ def train_variant_grid(
 ) -> list[VariantRow]:
     """Train every variant (default grid_variants(num_heads)) for each seed; each variant whose kind is in
     diversity_variants also with each positive diversity weight. on_run(row, seed) after every finished row's seed
-    loop (for progress). Variants not registered raise nothing: they are skipped."""
+    loop (for progress)."""
     cfg = MHAConfig(d_model, num_heads)
     rows = []
     for variant in variants if variants is not None else grid_variants(num_heads):
-        if variant.kind not in LAYERS:
-            continue
         variant.check(cfg)
         weights = [w for w in diversities if w == 0 or variant.kind in diversity_variants]
         for weight in weights:

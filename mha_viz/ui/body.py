@@ -16,6 +16,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from ..params import ViewState
+from .state import kept, put
 
 _SLOT = "_page_body"  # session key: (identity, slot) of the last run
 
@@ -32,10 +33,10 @@ def identity(s: ViewState) -> Hashable:
 
 def page_body(page: Hashable) -> DeltaGenerator:
     """The container to draw this run's page into (call once per run, at the same place)."""
-    last, slot = st.session_state.get(_SLOT, (page, 0))
+    last, slot = kept(_SLOT, (page, 0))
     if last != page:
         slot = 1 - slot
-    st.session_state[_SLOT] = (page, slot)
+    put(_SLOT, (page, slot))
     if slot == 0:  # one delta a slot: an empty then a container at one place could reach the browser one by one
         body = st.container()
         st.empty()

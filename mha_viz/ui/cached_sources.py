@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -48,6 +48,7 @@ class CachedModel(ModelSource):
     """
 
     key: tuple = ()
+    app_cache: ClassVar[bool] = True  # a capability (mha_viz.parts.capable): kept in the shared cache by its key
 
     def trace(self, layer: int) -> AttentionTrace:
         # Every layer of the text from one forward pass, so that a layer change is a cache hit.

@@ -18,12 +18,12 @@ import streamlit as st
 from ..analysis import copying_scores, ov_circuit, qk_circuit, singular_values
 from ..analysis.circuits import FULL_VOCAB, TokenCircuit
 from ..figures.circuits import copying_figure, singular_values_figure, token_table_figure, top_k_figure
-from ..params import CIRCUITS
 from ..parts import bounds
 from ..weights import HeadWeights, head_weights
 from .analysis import SectionContext, open_head
 from .cache import cached
-from .state import open_on_best
+from .parts.sections.circuits import CIRCUITS
+from .state import confine, open_on_best, put
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 from .text import plain
@@ -64,7 +64,7 @@ def render(c: SectionContext) -> None:
     if not np.isnan(copying.scores).all() and open_on_best("Circuits", copying.most_copying):
         st.rerun()  # open on the head that copies most (a link that names a head keeps it)
     if field_value("head") >= H:
-        st.session_state["head"] = 0
+        put("head", 0)
     layer, head = min(field_value("layer"), L - 1), field_value("head")
     narrow = is_narrow()
     left, right = (st.container(), st.container()) if narrow else st.columns([1, 1])
@@ -92,8 +92,7 @@ def render(c: SectionContext) -> None:
                 "in the residual stream's basis: the singular values above, and the copying score of W_OV itself.")
         return
     options = [k for k in CIRCUITS if k != "QK positions" or info["positions"]]
-    if st.session_state.get("circuit") not in options:
-        st.session_state["circuit"] = "OV"
+    confine("circuit", options, "OV")
     a, b = st.columns([3, 1])
     kind = a.radio("Circuit", options, key="circuit", horizontal=True, help="; ".join(
         f"{k}: {v}" for k, v in CIRCUIT_HELP.items() if k in options))

@@ -8,10 +8,10 @@ import streamlit as st
 
 from ..analysis.composition import KIND_NAMES, KINDS, CompositionScores, composition
 from ..figures.composition import READS, composition_figure
+from ..parts import capable
 from ..sources import TraceSource
 from .analysis import SectionContext
 from .cache import cached
-from .cached_sources import CachedModel
 from .fair import heavy
 from .state import open_on_best
 from .state import value as field_value
@@ -30,7 +30,7 @@ def _compute(source: TraceSource, kind: str) -> CompositionScores:
 def scores(source: TraceSource, kind: str) -> CompositionScores:
     """The source's composition scores, cached: the app's models by model and part (the weights do not depend on the
     text), any other source through its memo."""
-    if isinstance(source, CachedModel):
+    if capable(source, "app_cache"):
         return cached(("composition", source.key, source.part, kind), lambda: composition(source, kind),
                       "Computing composition scores…", heavy=True)
     return source.memo(("composition", kind), lambda: _compute(source, kind))

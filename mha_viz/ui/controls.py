@@ -14,18 +14,20 @@ from ..limits import (
     MAX_SEQUENCE_CHARS,
     MAX_TEXT_CHARS,
 )
-from ..names import SINK_KINDS
-from ..params import EXAMPLES, LAYER_VARIANTS
+from ..params import EXAMPLES
 from ..parts import bounds
 from ..text import repeat_to_tokens
 from ..training import TASKS
 from ..variants import NAMES as VARIANT_NAMES
+from ..variants import VARIANTS, Control
+from ..variants.plain import kv_heads_label
+from ..variants.spec import variant_fields
+from .state import ADVANCED_OPEN, put, take, widget
+from .state import value as field_value
 
-ADVANCED_OPEN = "advanced_open"  # session key of the Advanced expander's state
-ADVANCED_FIELDS = ("d_k", "d_v", "d_out", "seed", "causal", "pe", "cross", "context")
 TRAINED_D_MODELS = tuple(d for d in D_MODEL_CHOICES if d <= 128)  # wider layers train too slowly for a page
 NOTICE = "_heads_notice"  # session key: why h just changed, shown once
-KV_NOTICE = "_kv_heads_notice"  # session key: why kv_heads just changed, shown once
+VARIANT_NOTICE = "_variant_notice"  # session key: why a variant's parameter just followed h, shown once
 
 
 def head_choices(d_model: int, d_k: int | None = None, d_v: int | None = None) -> list[int]:
@@ -37,32 +39,33 @@ def head_choices(d_model: int, d_k: int | None = None, d_v: int | None = None) -
 
 def _keep_heads_valid() -> None:
     """After d_model (or d_k, d_v) changed: move h to the nearest h that still divides d_model, and say so."""
-    state = st.session_state
-    choices = head_choices(state["d_model"], state.get("d_k"), state.get("d_v"))
-    h = state.get("h", 1)
+    d_model = field_value("d_model")
+    choices = head_choices(d_model, field_value("d_k"), field_value("d_v"))
+    h = field_value("h")
     if h not in choices:
-        new = nearest_valid_heads(state["d_model"], h, MAX_HEADS)[-1]
-        state["h"] = new
-        state[NOTICE] = (f"h = {h} does not divide d_model = {state['d_model']}, so h is now {new} "
-                         f"(d_k = {state['d_model']} / {new} = {state['d_model'] // new}).")
+        new = nearest_valid_heads(d_model, h, MAX_HEADS)[-1]
+        put("h", new)
+        put(NOTICE, f"h = {h} does not divide d_model = {d_model}, so h is now {new} "
+                    f"(d_k = {d_model} / {new} = {d_model // new}).")
         _keep_variant_valid()
 
 
-def _keep_variant_valid() -> None:
-    """After h changed: the variants' parameters that depend on h follow it."""
-    _keep_kv_heads_valid()
-    _keep_moh_valid()
+def _keep_variant_valid(kind: str | None = None) -> None:
+    """After h changed (kind None: every variant's) or one of kind's controls moved: the variant parameters that depend
+    on h follow it (VariantSpec.fit); when they are the page's own variant's, the sidebar says so once."""
+    for spec in VARIANTS.values() if kind is None else (VARIANTS[kind],):
+        old = _values(field_value("h"))
+        new = spec.fit(old)
+        for name, moved in new.items():
+            put(name, moved)
+        notice = spec.notice(old, old | new) if new and field_value("variant") == spec.kind else None
+        if notice:
+            put(VARIANT_NOTICE, notice)
 
 
-def _keep_kv_heads_valid() -> None:
-    """After h changed: move kv_heads to the nearest divisor of h (said so under the GQA control)."""
-    state = st.session_state
-    h, kv = state.get("h"), state.get("kv_heads", 1)
-    if isinstance(h, int) and h >= 1 and h % kv:
-        state["kv_heads"] = new = nearest_divisor(h, kv)
-        if state.get("variant") == "gqa":
-            state[KV_NOTICE] = (f"kv_heads = {kv} does not divide h = {h}, so kv_heads is now {new} "
-                                f"({h // new} query heads per key/value head).")
+def _values(h: object) -> dict[str, object]:
+    """What a variant's controls read: h and every variant field's value."""
+    return {"h": h, **{f.name: field_value(f.name) for f in variant_fields()}}
 
 
 def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -> None:
@@ -71,12 +74,12 @@ def heads_slider(d_model: int, d_k: int | None = None, d_v: int | None = None) -
     An h from a link that no position offers is left for the page to explain (explain_invalid_heads).
     """
     choices = head_choices(d_model, d_k, d_v)
-    h = st.session_state.get("h")
+    h = field_value("h")
     if h not in choices:
         st.caption(f"h = {h} (from the link) does not divide d_model = {d_model}: pick a valid h on the page.")
         return
     _heads_widget(choices, d_model, standard=d_k is None or d_v is None, key="h", on_change=_keep_variant_valid)
-    notice = st.session_state.pop(NOTICE, None)
+    notice = take(NOTICE)
     if notice:
         st.caption(notice)
 
@@ -91,17 +94,9 @@ def _heads_widget(choices: list[int], d_model: int, *, standard: bool, key: str,
     )
 
 
-def _kv_heads_widget(h: int, *, key: str, on_change: Callable[..., None] | None = None, args: tuple = (),
-                     note: str = "") -> None:
-    st.radio("Key/value heads kv_heads", divisors(h), key=key, horizontal=True, format_func=kv_heads_label(h),
-             on_change=on_change, args=args,
-             help=note + f"The {h} query heads are split into kv_heads groups of h / kv_heads; each group reads one "
-             "key/value head. kv_heads must divide h. 1 is multi-query attention (MQA), h is multi-head attention.")
-
-
 # The sidebar controls a lesson's task can also move from the lesson panel (lessons.py draws a copy under the task,
 # so that the control is on screen where the sidebar is closed, on a phone), and what runs after each changes.
-COPIED = {"h": _keep_variant_valid, "kv_heads": lambda: None}
+COPIED = {"h": _keep_variant_valid, "kv_heads": lambda: None}  # a variant's control: its spec's Control
 COPY_NOTE = "The sidebar's control, copied under the task: moving either moves both. "
 
 
@@ -109,148 +104,121 @@ def sidebar_control_copy(name: str, key: str, on_change: Callable[..., None], ar
     """Draw a second widget (its own key) of the sidebar control of the registered field `name` (one of COPIED), as
     the sidebar draws it now, where the sidebar draws it; False where the sidebar does not draw it (another mode, a
     value from a link that the control does not offer)."""
-    state = st.session_state
-    if state.get("mode") != "Configurable" or name not in COPIED:
+    if field_value("mode") != "Configurable" or name not in COPIED:
         return False
-    d_model = state.get("d_model")
-    d_k, d_v = (None, None) if state.get("weights") == "trained" else (state.get("d_k"), state.get("d_v"))
-    choices, h = head_choices(d_model, d_k, d_v), state.get("h")
+    d_model = field_value("d_model")
+    d_k, d_v = (None, None) if field_value("weights") == "trained" else (field_value("d_k"), field_value("d_v"))
+    choices, h = head_choices(d_model, d_k, d_v), field_value("h")
     if h not in choices:
         return False
     if name == "h":
         _heads_widget(choices, d_model, standard=d_k is None or d_v is None, key=key, on_change=on_change, args=args,
                       note=COPY_NOTE)
         return True
-    if state.get("variant") != "gqa" or state.get("kv_heads") not in divisors(h):
+    spec = VARIANTS[field_value("variant")]
+    control = next((c for c in spec.controls if c.name == name), None)
+    values = _values(h) | {"variant": spec.kind}
+    if control is None or spec.unfit(values):
         return False
-    _kv_heads_widget(h, key=key, on_change=on_change, args=args, note=COPY_NOTE)
+    draw_control(control, values, key=key, on_change=on_change, args=args, note=COPY_NOTE)
     return True
 
 
-def kv_heads_label(h: int) -> Callable[[int], str]:
-    """How the kv_heads control names each choice for h query heads: 1 is MQA, h is plain MHA."""
-    return lambda g: f"{g} (MQA)" if g == 1 else f"{g} (= MHA)" if g == h else str(g)
-
-
-VARIANT_HELP = (
-    "MHA: every head has its own keys and values. GQA (Llama 3, Qwen3, Mistral): groups of query heads share one "
-    "key/value head (1 is MQA). MLA (DeepSeek-V2/V3): keys and values are rebuilt per head from one small cached "
-    "latent. Window (Mistral, Gemma 2, gpt-oss): each query sees only nearby keys, with sinks that soak up attention. "
-    "Diff (DIFF Transformer, DiffLlama): each head is the difference of two softmax maps. MoH (mixture-of-heads): a "
-    "router picks each token's heads."
-)
-
-
-def _even_choices(lo: int, hi: int) -> list[int]:
-    """The even numbers from lo to hi (a link names only these: the field's parser refuses the others)."""
-    return list(range(lo + lo % 2, hi + 1, 2))
-
-
-def _keep_moh_valid() -> None:
-    """After h or moh_shared changed: moh_k at most the routed heads h - moh_shared."""
-    state = st.session_state
-    h, shared, k = state.get("h"), state.get("moh_shared", 0), state.get("moh_k", 1)
-    if isinstance(h, int) and isinstance(shared, int) and isinstance(k, int):
-        if shared >= h:
-            state["moh_shared"] = shared = h - 1
-        if k > h - shared:
-            state["moh_k"] = h - shared
+def draw_control(control: Control, values: dict[str, object], *, key: str | None = None,
+                 on_change: Callable[..., None] | None = None, args: tuple = (), note: str = "", where=st) -> None:
+    """Draw one declared variant control (mha_viz.variants.spec.Control) under key (default: its field's name)
+    in `where` (st or a column); values: _values and the variant's kind; on_change: what runs after it moves
+    (default: its spec's fit, when refit)."""
+    if control.kind == "caption":
+        where.caption(control.label)
+        return
+    kind = values.get("variant", "")
+    if on_change is None and control.refit:
+        on_change, args = _keep_variant_valid, (kind,)
+    shown = dict(key=key or control.name, on_change=on_change, args=args,
+                 help=note + (control.help(values) if callable(control.help) else control.help))
+    if control.disabled is not None:
+        shown["disabled"] = control.disabled(values)
+    if control.kind == "radio":
+        where.radio(control.label, list(control.options(values)), horizontal=True,
+                    format_func=control.labels(values) if control.labels else str, **shown)
+    elif control.kind == "select_slider":
+        where.select_slider(control.label, list(control.options(values)), **shown)
+    else:
+        lo, hi = control.bounds(values) if control.bounds else bounds(control.name)
+        if control.kind == "number":
+            where.number_input(control.label, lo, hi, step=1, **shown)
+        else:
+            where.slider(control.label, lo, hi, **shown)
 
 
 def variant_controls(h: int) -> None:
-    """The attention variant and its own parameters; every position of every control gives a layer that runs.
+    """The attention variant and its own parameters, drawn from its spec's controls; every position of every
+    control gives a layer that runs.
 
     A value from a link that no position offers (kv_heads that does not divide h, an odd h for diff) is left for the
-    page to explain.
+    page to explain (VariantSpec.unfit says so here, with a button that fits them when the spec offers one).
     """
-    variant = st.segmented_control("Variant", LAYER_VARIANTS, key="variant", required=True,
-                                   format_func=VARIANT_NAMES.get, help=VARIANT_HELP)
-    state = st.session_state
-    if variant == "gqa":
-        kv = state.get("kv_heads")
-        if kv not in divisors(h):
-            st.caption(f"kv_heads = {kv} (from the link) does not divide h = {h}: pick a valid kv_heads on the page.")
-            return
-        _kv_heads_widget(h, key="kv_heads")
-        notice = state.pop(KV_NOTICE, None)
-        if notice:
-            st.caption(notice)
-    elif variant == "mla":
-        c1, c2 = st.columns(2)
-        c1.number_input("KV latent kv_latent", *bounds("kv_latent"), key="kv_latent", step=1,
-                        help="The width of the one latent vector cached per token; every head's keys and values are "
-                        "up-projected from it.")
-        c2.number_input("Query latent q_latent", *bounds("q_latent"), key="q_latent", step=1,
-                        help="0: queries are projected from the token directly. Else they pass a latent of this "
-                        "width first (DeepSeek-V3: 1536), which saves parameters, not cache.")
-        st.select_slider("Rotary dims rope_dim", _even_choices(*bounds("rope_dim")), key="rope_dim",
-                         help="Per head, this many extra query/key dims carry rotary positions, in a key part shared "
-                         "by every head and cached beside the latent (DeepSeek-V3: 64). 0: no positions in the scores.")
-    elif variant == "window":
-        st.slider("Window (tokens a query sees)", *bounds("window"), key="window",
-                  help="Each query sees the keys fewer than window positions away (with the causal mask: itself and "
-                  "the window − 1 tokens before it). Mistral: 4096; gpt-oss: 128 on every other layer.")
-        st.radio("Sinks", SINK_KINDS, key="sinks", horizontal=True, format_func=SINK_LABELS.get,
-                 help="Logit: each head has one learned logit that joins every softmax and is then dropped, so a head "
-                 "can attend to 'nothing' (gpt-oss). First tokens: the first 4 tokens stay visible to every query, "
-                 "as StreamingLLM keeps them.")
-    elif variant == "diff":
-        st.caption("Each head subtracts a second softmax map, scaled by λ, from its first: h counts the maps, so h "
-                   "must be even and the layer has h / 2 differential heads.")
-    elif variant == "moh":
-        shared, k = state.get("moh_shared", 0), state.get("moh_k", 1)
-        if isinstance(shared, int) and isinstance(k, int) and (shared >= h or k > h - shared):
-            st.caption(f"moh_shared = {shared}, moh_k = {k} (from the link) do not fit h = {h}: see the page.")
-            st.button("Fit them to h", key="fit_moh", on_click=_keep_moh_valid,
-                      help="moh_shared below h, moh_k at most the routed heads h − moh_shared.")
-            return
-        c1, c2 = st.columns(2)
-        c1.slider("Shared heads moh_shared", 0, max(h - 1, 1), key="moh_shared", on_change=_keep_moh_valid,
-                  disabled=h == 1, help="The first moh_shared heads are used by every token.")
-        routed = max(h - min(state.get("moh_shared", 0), h - 1), 1)
-        c2.slider("Heads per token moh_k", 1, max(routed, 2), key="moh_k", disabled=routed == 1,
-                  help="The router scores the other heads for each token; each token uses its top moh_k of them.")
-
-
-SINK_LABELS = {"none": "None", "logit": "Logit per head", "tokens": "First tokens"}
+    kind = st.segmented_control("Variant", tuple(VARIANTS), key="variant", required=True,
+                                format_func=VARIANT_NAMES.get, help=" ".join(s.help for s in VARIANTS.values()))
+    if kind not in VARIANTS:  # no variant in the session (a page that seeds no state)
+        return
+    spec = VARIANTS[kind]
+    values = _values(h) | {"variant": kind}
+    why = spec.unfit(values)
+    if why:
+        st.caption(why)
+        if spec.fit_button:
+            st.button("Fit them to h", key=f"fit_{kind}", on_click=_keep_variant_valid, args=(kind,),
+                      help=spec.fit_button)
+        return
+    controls = list(spec.controls)
+    while controls:
+        row = [controls.pop(0)]
+        while row[0].column and controls and controls[0].column:
+            row.append(controls.pop(0))
+        for control, where in zip(row, st.columns(len(row)) if row[0].column else (st,)):
+            draw_control(control, values, where=where)
+    notice = take(VARIANT_NOTICE)
+    if notice:
+        st.caption(notice)
 
 
 LONG_EXAMPLE = f"A long text ({MAX_LONG_TOKENS} tokens)"
 
 
 def _use_example() -> None:
-    choice = st.session_state.get("example")
+    choice = widget("example")
     if choice in EXAMPLES:
-        st.session_state["text"] = EXAMPLES[choice]
+        put("text", EXAMPLES[choice])
     elif choice == LONG_EXAMPLE:
-        st.session_state["text"] = repeat_to_tokens(" . ".join(EXAMPLES.values()) + " .", MAX_LONG_TOKENS)
-    st.session_state["example"] = None
+        put("text", repeat_to_tokens(" . ".join(EXAMPLES.values()) + " .", MAX_LONG_TOKENS))
+    put("example", None)
 
 
 def _set_heads(h: int) -> None:
-    st.session_state["h"] = h
+    put("h", h)
     _keep_variant_valid()
 
 
 def _set_kv_heads(kv_heads: int) -> None:
-    st.session_state["kv_heads"] = kv_heads
+    put("kv_heads", kv_heads)
 
 
 def _set_weights(weights: str) -> None:
-    st.session_state["weights"] = weights
+    put("weights", weights)
     _trained_d_model()
 
 
 def _trained_d_model() -> None:
     """Trained weights exist for d_model <= 128 only: move a wider d_model down, and h with it."""
-    state = st.session_state
-    if state.get("weights") == "trained" and state.get("d_model") not in TRAINED_D_MODELS:
-        state["d_model"] = TRAINED_D_MODELS[-1]
+    if field_value("weights") == "trained" and field_value("d_model") not in TRAINED_D_MODELS:
+        put("d_model", TRAINED_D_MODELS[-1])
         _keep_heads_valid()
 
 
 def configurable_controls() -> None:
-    """Weights (random or trained), input, h, d_model and the advanced section; values land in st.session_state."""
+    """Weights (random or trained), input, h, d_model and the advanced section; values land in the fields (state)."""
     trained = st.segmented_control(
         "Weights", ("random", "trained"), key="weights", required=True, on_change=_trained_d_model,
         format_func=lambda w: {"random": "Random (untrained)", "trained": "Trained on a task"}[w],
@@ -270,11 +238,10 @@ def configurable_controls() -> None:
         st.selectbox("Example sentences", [*EXAMPLES, LONG_EXAMPLE], index=None, key="example", on_change=_use_example,
                      placeholder="Load an example…")
     d_models = TRAINED_D_MODELS if trained else D_MODEL_CHOICES
-    state = st.session_state
-    d_k, d_v = (None, None) if trained else (state.get("d_k"), state.get("d_v"))
-    heads_slider(state["d_model"], d_k, d_v)
-    if state.get("h") in head_choices(state["d_model"], d_k, d_v):
-        variant_controls(state["h"])
+    d_k, d_v = (None, None) if trained else (field_value("d_k"), field_value("d_v"))
+    heads_slider(field_value("d_model"), d_k, d_v)
+    if field_value("h") in head_choices(field_value("d_model"), d_k, d_v):
+        variant_controls(field_value("h"))
     if trained:
         st.slider("Head diversity penalty", *bounds("diversity"), step=0.1, key="diversity",
                   help="Trains the layer with loss = task loss + this weight × the mean pairwise cosine similarity of "
@@ -298,7 +265,7 @@ def configurable_controls() -> None:
         st.toggle("Causal mask (no looking ahead)", key="causal")
         st.toggle("Positional encoding", key="pe")
         st.toggle("Cross-attention (keys and values from a second sentence)", key="cross")
-        if st.session_state.get("cross"):
+        if field_value("cross"):
             st.text_area("Second sentence (keys and values)", key="context", max_chars=MAX_TEXT_CHARS, height=80)
 
 

@@ -7,6 +7,8 @@ import streamlit as st
 
 from ..analysis.differential import common_mode, first_token_demo
 from ..figures.differential import cancelled_keys_figure, common_mode_figure, two_maps_figure
+from .state import put
+from .state import value as field_value
 from .style import is_narrow, page_width
 from .view_parts import ViewContext
 from .views import chart
@@ -25,8 +27,8 @@ def two_maps(c: ViewContext) -> None:
         st.info("The Two maps view needs differential attention: pick the Diff variant (or a DiffLlama model).")
         return
     n = trace.weights.shape[0]
-    if st.session_state.get("head", 0) >= n:
-        st.session_state["head"] = 0
+    if field_value("head") >= n:
+        put("head", 0)
     head = st.selectbox("Differential head", list(range(n)), key="head", format_func=lambda h: f"head {h}")
     st.caption(WHY)
     narrow = is_narrow()

@@ -23,7 +23,7 @@ from ..serve.hosting import FULL_SIZE
 from ..serve.slot import build_export
 from ..trace import AttentionTrace
 from .cache import shared_cache
-from .pandas_guard import import_pandas
+from .state import keep
 from .views import figures_shown
 
 _DRAWING = threading.Lock()  # one figure drawn by Chromium (kaleido) at a time per server process
@@ -53,7 +53,7 @@ def export_section(load: Callable[[], AttentionTrace], **kwargs: Any) -> None:
 
 def _figures_key(key: str) -> tuple[Hashable, ...]:
     """Where this session's report figures are in the shared cache (one entry per session and export section)."""
-    token = st.session_state.setdefault(REPORT_TOKEN, uuid.uuid4().hex)
+    token = keep(REPORT_TOKEN, lambda: uuid.uuid4().hex)
     return ("report figures", token, key)
 
 
@@ -76,12 +76,9 @@ def report_html(load: Callable[[], AttentionTrace], figures_key: Hashable, *, ti
 
 def paper_figure_file(load: Callable[[], AttentionTrace], figures_key: Hashable, index: int, fmt: str) -> bytes:
     """The figure stored at index under figures_key (the heads grid of load()'s trace when the cache has let it go) as
-    an SVG or PDF file with the paper preset (mha_viz.paper), drawn by one Chromium at a time. pandas is imported in
-    full first (pandas_guard): the browser's thread serialises the figure with Plotly, which reads pandas without
-    the import lock, and met a half-imported one while a page was importing it ("partially initialized module")."""
+    an SVG or PDF file with the paper preset (mha_viz.paper), drawn by one Chromium at a time."""
     from ..paper import figure_bytes
 
-    import_pandas()  # kaleido's thread reads plotly, which reads pandas unlocked: never beside a half-imported one
     stored = shared_cache().peek(figures_key)
     if stored is None or index >= len(stored[0]):
         fig = heads_figure(load())

@@ -27,7 +27,6 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from ..serve.hosting import FULL_SIZE
-from .pandas_guard import import_pandas
 
 DEFAULT_SECONDS = 3.0  # estimated CPU seconds of a heavy request whose cost is not known (a generation, a knockout)
 HEAVY_SECONDS = 1.0  # work estimated at this many CPU seconds or more takes the heavy turn; less runs at once
@@ -218,7 +217,6 @@ def heavy(what: str, seconds: float = DEFAULT_SECONDS, limit: float | None = Non
     block ends, even when Streamlit stops the run (the user changed something) while it waits or works. A request
     refused under limit_waiting shows why and stops this run (st.stop), drawing nothing more.
     """
-    import_pandas()  # a long run must not keep others from importing it (pandas_guard)
     if getattr(_held, "turn", False) or seconds < HEAVY_SECONDS:
         yield
         return

@@ -21,40 +21,42 @@ from ..sources import ModelSource
 from ..token_labels import spelled, token_labels, vocab_labels
 from ..trace import AttentionTrace
 from .fair import heavy
-from .pandas_guard import guarded
-from .state import current, fit, write_url
+from .state import current, fit, put, put_all, take, widget, write_url
+from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 from .text import plain
 from .views import chart, open_head_picker
 
 PLAY_SECONDS = 0.8  # between two steps while playing
+RERUN_APP = "_rerun_app"  # session key: the fragment's next run reruns the whole page
+PLAY_FROM_START = "_play_from_start"  # session key: the first playing run shows step 1
 DLA_TOLERANCE = 1e-3  # the terms must add up to the model's logit within this (float32)
 
 
 def _step(by: int, last: int) -> None:
-    st.session_state["gen_step"] = min(max(1, st.session_state.get("gen_step", 1) + by), last)
+    put("gen_step", min(max(1, field_value("gen_step") + by), last))
 
 
 def _play_changed(last: int) -> None:
     """The Play toggle lives in the fragment, whose own rerun cannot start the timer (run_every is set when the whole
     page runs): rerun the page. Play at the last token starts again from the first."""
-    state = st.session_state
-    if state.get("gen_play") and state.get("gen_step", 1) >= last:
-        state["gen_step"], state["_play_from_start"] = 1, True  # the first playing run shows step 1
-    state["_rerun_app"] = True
+    if widget("gen_play") and field_value("gen_step") >= last:
+        put("gen_step", 1)
+        put(PLAY_FROM_START, True)
+    put(RERUN_APP, True)
 
 
 def _open_head(chart_key: str) -> None:
     """A click on a layers x heads cell opens that head below (layer and head go to the layer control and the URL)."""
-    event = st.session_state.get(chart_key)
+    event = widget(chart_key)
     picked = picked_head(event.selection.points) if event is not None else None
     if picked is not None:
-        st.session_state["layer"], st.session_state["head"] = picked
-        st.session_state["_rerun_app"] = True  # the layer control above the page lives outside the fragment
+        put_all(layer=picked[0], head=picked[1])
+        put(RERUN_APP, True)  # the layer control above the page lives outside the fragment
 
 
 def _rerun_app() -> None:
-    st.session_state["_rerun_app"] = True  # the sidebar's layer slider lives outside the fragment
+    put(RERUN_APP, True)  # the sidebar's layer slider lives outside the fragment
 
 
 def _written(gen: Generation, step: int, model) -> str:
@@ -70,7 +72,7 @@ def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> Sampling:
     """The sampling widgets (keys are ViewState fields); returns the Sampling they set."""
     cols = st.columns([2, 2, 1, 2, 1])
     # a public demo writes fewer: hosting.within_budget's notice on the page says so
-    st.session_state["new_tokens"] = min(st.session_state.get("new_tokens", 8), max_new_tokens)
+    put("new_tokens", min(field_value("new_tokens"), max_new_tokens))
     cols[0].slider("New tokens", 1, max_new_tokens, key="new_tokens")
     temperature = cols[1].slider("Temperature", *bounds("temperature"), step=0.05, key="temperature",
                                  help="0: greedy, always the most likely token. Above 0: sample from "
@@ -81,8 +83,8 @@ def generate_controls(max_new_tokens: int = MAX_NEW_TOKENS) -> Sampling:
     cols[3].slider("Top-p", *bounds("top_p"), step=0.01, key="top_p", disabled=not sampling,
                    help="Keep the smallest set of most likely tokens whose probabilities reach p (1: off).")
     cols[4].number_input("Seed", *bounds("gen_seed"), key="gen_seed", disabled=not sampling, help="Sampling is reproducible.")
-    state = st.session_state
-    return Sampling.from_settings(temperature, state["top_k"], state["top_p"], int(state["gen_seed"]))
+    return Sampling.from_settings(temperature, field_value("top_k"), field_value("top_p"),
+                                  int(field_value("gen_seed")))
 
 
 def generate_view(source: ModelSource, name: str, limits: Budget | None = None) -> None:
@@ -96,20 +98,20 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
                "that token's logit, and where the query that predicted it looked in every layer and head.")
     sampling = generate_controls(MAX_NEW_TOKENS if limits is None else limits.max_new_tokens)
     try:
-        gen = source.generate(st.session_state["new_tokens"], sampling)
+        gen = source.generate(field_value("new_tokens"), sampling)
     except ValueError as err:
         st.warning(f"Cannot generate: {plain(str(err))}")
         return
     n = len(gen.steps)
     if gen.stop_reason == "stopped":
         st.warning(f"The generation stopped at this demo's time budget: it wrote {n} of the "
-                   f"{st.session_state['new_tokens']} tokens asked for, and the steps below are those {n}. Ask for "
+                   f"{field_value('new_tokens')} tokens asked for, and the steps below are those {n}. Ask for "
                    f"fewer tokens or a shorter text, or {FULL_SIZE}.", icon=":material/timer_off:")
-    if st.session_state.get("gen_step", 1) > n:
+    if field_value("gen_step") > n:
         fit("gen_step", n, f"a step from 1 to {n}: {n} tokens were written")
-    st.session_state["gen_step"] = max(1, st.session_state.get("gen_step", 1))
-    playing = st.session_state.get("gen_play", False)
-    fragment = st.fragment(guarded(_show_step), run_every=PLAY_SECONDS if playing else None)
+    put("gen_step", max(1, field_value("gen_step")))
+    playing = widget("gen_play", False)
+    fragment = st.fragment(_show_step, run_every=PLAY_SECONDS if playing else None)
     fragment(source, gen, name)
 
 
@@ -123,23 +125,23 @@ def _show_step(source: ModelSource, gen: Generation, name: str) -> None:
 
 def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
     model, n = source.model, len(gen.steps)
-    state = st.session_state
-    if state.pop("_rerun_app", False):
+    if take(RERUN_APP, False):
         st.rerun()  # scope "app": redraw the sidebar too
-    if state.get("gen_play") and not state.pop("_play_from_start", False):  # playing: each run writes one more token
-        if state["gen_step"] >= n:
-            state["gen_play"] = False
+    if widget("gen_play") and not take(PLAY_FROM_START, False):  # playing: each run writes one more token
+        if field_value("gen_step") >= n:
+            put("gen_play", False)
             st.rerun()  # a full rerun: the fragment stops running every PLAY_SECONDS
-        state["gen_step"] += 1
+        put("gen_step", field_value("gen_step") + 1)
     nav = st.columns([1, 5, 1, 2.4])  # the last: room for the Play label at 1024 px
-    nav[0].button("◀", key="step_back", on_click=_step, args=(-1, n), disabled=state["gen_step"] <= 1,
+    nav[0].button("◀", key="step_back", on_click=_step, args=(-1, n), disabled=field_value("gen_step") <= 1,
                   help="The previous token")
     if n > 1:
         nav[1].slider("Step (token written)", 1, n, key="gen_step")
-    nav[2].button("▶", key="step_next", on_click=_step, args=(1, n), disabled=state["gen_step"] >= n, help="The next token")
+    nav[2].button("▶", key="step_next", on_click=_step, args=(1, n), disabled=field_value("gen_step") >= n,
+                  help="The next token")
     nav[3].toggle("Play", key="gen_play", on_change=_play_changed, args=(n,),
                   help=f"Step through the tokens, one every {PLAY_SECONDS:g} s.")
-    step = state["gen_step"]
+    step = field_value("gen_step")
     write_url(current())  # a fragment rerun (a step, a click on a head) skips the app's own URL update
     chosen = gen.steps[step - 1]
     stop = " The model ended the text." if gen.stop_reason == "eos" and step == n else ""
@@ -207,7 +209,7 @@ def _attribution(source: ModelSource, gen: Generation, step: int, name: str, wid
 def _opened_head(source: ModelSource, gen: Generation, step: int, name: str) -> None:
     """The picked head's whole attention pattern on what the model had read at this step."""
     model = source.model
-    layer, head = st.session_state.get("layer", 0), st.session_state.get("head", 0)
+    layer, head = field_value("layer"), field_value("head")
     if not (0 <= layer < model.num_layers["decoder"] and 0 <= head < model.num_heads["decoder"]):
         return
     ids = gen.input_ids(step - 1)

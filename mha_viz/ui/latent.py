@@ -10,6 +10,8 @@ from ..figures.cost import kv_cache_figure
 from ..figures.latent import latent_cache_figure, rebuilt_kv_figure, up_projections_figure
 from ..trace import AttentionTrace
 from ..variants.latent import absorbed_scores
+from .state import put
+from .state import value as field_value
 from .style import is_narrow, page_width
 from .view_parts import ViewContext
 from .views import chart
@@ -20,8 +22,8 @@ BYTES = 2  # a cached number in bf16
 
 def _head(num_heads: int) -> int:
     """The head picker (the page's `head` field), a head this layer has."""
-    if st.session_state.get("head", 0) >= num_heads:
-        st.session_state["head"] = 0
+    if field_value("head") >= num_heads:
+        put("head", 0)
     return st.selectbox("Head", list(range(num_heads)), key="head", format_func=lambda h: f"head {h}")
 
 

@@ -35,6 +35,7 @@ from ..layer_payload import (  # noqa: F401 - the payload's format, shared with 
     with_header,
 )
 from ..limits import MAX_LAYERS, client_int
+from .state import widget
 
 _component = st.components.v2.component(
     "mha_viz.layer_switch",
@@ -73,7 +74,7 @@ def layer_buttons(payload: bytes, layer: int, chart: str | None, key: str, on_ch
     which repaint the chart with key `chart` (its heatmaps: every head of the layer shown) when the payload holds
     the weights; on_change(layer) runs on the server once the clicks pause."""
     def changed() -> None:
-        picked = picked_layer(st.session_state.get(key))
+        picked = picked_layer(widget(key))
         if picked is not None:
             on_change(picked)
 

@@ -22,13 +22,14 @@ import streamlit as st
 
 from ..lessons import Lesson, Step, lessons
 from ..lessons.measures import MEASURES, use_models
-from ..params import DEFAULTS, ViewState, parse_query
+from ..params import ViewState, parse_query
 from ..parts import all_fields
 from ..variants import NAMES as VARIANT_NAMES
 from .cache import cached
-from .controls import ADVANCED_FIELDS, ADVANCED_OPEN, COPIED, sidebar_control_copy
+from .controls import COPIED, sidebar_control_copy
 from .loaders import bundled_model
-from .state import current, set_field_from, show_field_in
+from .state import current, forget, kept, open_advanced_for, put, put_all, set_field_from, show_field_in
+from .state import value as field_value
 
 ENTERED = "_lesson_entered"  # session: the (lesson, step) whose state was applied last
 REVEALED = "_lesson_revealed"  # session: the (lesson, step) whose answer is shown
@@ -106,48 +107,54 @@ def apply(step: Step) -> None:
     wanted = step_params(step)
     for name in all_fields():
         if name not in LESSON_FIELDS:
-            st.session_state[name] = getattr(wanted, name)
-    st.session_state[ADVANCED_OPEN] = any(getattr(wanted, f) != getattr(DEFAULTS, f) for f in ADVANCED_FIELDS)
+            put(name, getattr(wanted, name))
+    open_advanced_for(wanted)
+
+
+def _open() -> tuple[int, int]:
+    """The (lesson, step) the state names (lesson 0: none)."""
+    return int(field_value("lesson") or 0), int(field_value("step") or 1)
 
 
 def enter() -> list[str]:
     """Before the sidebar is drawn: check the lesson and step the state names, apply a newly entered step's state;
     return the notices (a lesson or step that does not exist)."""
-    number, at = int(st.session_state.get("lesson", 0) or 0), int(st.session_state.get("step", 1) or 1)
+    number, at = _open()
     if number == 0:
-        st.session_state.pop(ENTERED, None)
-        return st.session_state.get(NOTICES, [])
+        forget(ENTERED)
+        return kept(NOTICES, [])
     found = _lesson(number)
     if found is None:
-        st.session_state[NOTICES] = [(f"There is no lesson {number}: the lessons are 1 to {len(lessons())} "
-                                     "(the Lessons list in the sidebar).")]
-        st.session_state["lesson"], st.session_state["step"] = 0, 1
-        return st.session_state[NOTICES]
+        notices = [(f"There is no lesson {number}: the lessons are 1 to {len(lessons())} (the Lessons list in "
+                    "the sidebar).")]
+        put(NOTICES, notices)
+        put_all(lesson=0, step=1)
+        return notices
     if at > len(found.steps):
-        st.session_state[NOTICES] = [(f"Lesson {number} has {len(found.steps)} steps, not {at}; "
-                                     f"showing its last step, {len(found.steps)}.")]
-        st.session_state["step"] = at = len(found.steps)
-    if st.session_state.get(ENTERED) != (number, at):
+        put(NOTICES, [(f"Lesson {number} has {len(found.steps)} steps, not {at}; showing its last step, "
+                       f"{len(found.steps)}.")])
+        put("step", at := len(found.steps))
+    if kept(ENTERED) != (number, at):
         apply(found.steps[at - 1])
-        st.session_state[ENTERED] = (number, at)
-        st.session_state.pop(REVEALED, None)
-    return st.session_state.get(NOTICES, [])
+        put(ENTERED, (number, at))
+        forget(REVEALED)
+    return kept(NOTICES, [])
 
 
 def _go(number: int, at: int) -> None:
     """on_click: enter step `at` of lesson `number` (0: leave the lesson)."""
-    st.session_state["lesson"], st.session_state["step"] = number, at
-    st.session_state.pop(ENTERED, None)  # entering again (Start on the step shown) applies its state again
-    st.session_state.pop(NOTICES, None)
+    put_all(lesson=number, step=at)
+    forget(ENTERED)  # entering again (Start on the step shown) applies its state again
+    forget(NOTICES)
 
 
 def _reveal(key: tuple[int, int]) -> None:
-    st.session_state[REVEALED] = key
+    put(REVEALED, key)
 
 
 def menu() -> None:
     """The sidebar's list of lessons, each with its summary and a Start button."""
-    active = int(st.session_state.get("lesson", 0) or 0)
+    active = _open()[0]
     with st.expander("Lessons: predict, then see", icon=":material/school:"):
         for lesson in lessons():
             st.markdown(f"**{lesson.number}. {html.escape(lesson.title)}**  \n{lesson.summary}")
@@ -163,12 +170,12 @@ def asked(step: Step) -> bool:
 def question_open(step: Step, key: tuple[int, int]) -> bool:
     """A choice question not answered yet: until Check, the page under the panel (and so every number, caption,
     title or verdict that would give the answer away) is not drawn; a cover stands where it will be."""
-    return asked(step) and not step.question.is_task and st.session_state.get(REVEALED) != key
+    return asked(step) and not step.question.is_task and kept(REVEALED) != key
 
 
 def page_shown() -> bool:
     """Whether page.py draws the page under the panel: no lesson, or its question answered (or a task)."""
-    number, at = int(st.session_state.get("lesson", 0) or 0), int(st.session_state.get("step", 1) or 1)
+    number, at = _open()
     lesson = _lesson(number)
     return lesson is None or not question_open(lesson.steps[min(at, len(lesson.steps)) - 1], (number, at))
 
@@ -339,7 +346,7 @@ def _answer(step: Step, key: tuple[int, int], s: ViewState) -> None:
     question = step.question
     if not asked(step):
         return
-    revealed = st.session_state.get(REVEALED) == key
+    revealed = kept(REVEALED) == key
     if question.is_task:
         st.markdown(f"**Task:** {question.prompt}")
         control_copy(step)
@@ -397,7 +404,7 @@ def _minilm_notice(step: Step) -> None:
 
 def panel() -> None:
     """The lesson's step at the top of the main area (nothing when no lesson is open)."""
-    number, at = int(st.session_state.get("lesson", 0) or 0), int(st.session_state.get("step", 1) or 1)
+    number, at = _open()
     lesson = _lesson(number)
     if lesson is None:
         return

@@ -6,6 +6,8 @@ that a session that opens a bundled model finds it loaded. A public demo's model
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 
@@ -24,7 +26,6 @@ from ..pretrained.loading import import_model_code
 from ..serve.hosting import ModelRefusedError, budget, hub_model_bytes, is_public
 from ..serve.training_budget import calibrate
 from ..training.isolated import start_worker
-from .pandas_guard import import_pandas
 
 
 def secret(key: str) -> str | None:
@@ -80,29 +81,35 @@ def model_size(name: str) -> int:
 page_drawn = threading.Event()  # set by page.py at the end of each run: a first page has been drawn
 
 
-def warm_up(wait: float = 0.0, wanted: threading.Event | None = None, painted: threading.Event | None = None) -> None:
-    """Load both bundled models into get_model's cache, with the keys page.py will ask for (it runs at server start),
-    then import pandas.
+def log_timing(message: str) -> None:
+    """With MHA_VIZ_TIMING=1, one line to stderr (start-up and page.py's runs: bench/bench_speed.py reads them)."""
+    if os.environ.get("MHA_VIZ_TIMING") == "1":
+        print(f"mha_viz timing: {message}", file=sys.stderr, flush=True)
 
-    wait: seconds to let a first page be drawn, and then painted in its browser (`painted`: set when a browser says
-    it has painted a chart, app.py), before the loads (~2.5 s of imports mostly, which would share the CPU with
-    them), unless `wanted` is set meanwhile: a page that needs a model is on its way; and again before pandas. A public
-    demo then calibrates its training estimate on this machine and starts its training worker process."""
-    _until_painted(wait, wanted, painted)
+
+def warm_up(wait: float = 0.0, after: float = 0.0, wanted: threading.Event | None = None) -> None:
+    """Load both bundled models into get_model's cache, with the keys page.py will ask for (it runs at server start).
+
+    wait: seconds to let a first page be drawn (page_drawn) and `after` seconds more for its browser to paint it,
+    before the loads (~2.5 s of imports mostly, which would share the CPU with them), unless `wanted` is set
+    meanwhile: a page that needs a model is on its way. A public demo then calibrates its training estimate on this
+    machine and starts its training worker process."""
+    _until_drawn(wait, after, wanted)
     import_model_code()
     for name in ("", INDUCTION_MODEL) if bundled_model_installed() else (INDUCTION_MODEL,):
         bundled_model(name)
-    _until_painted(wait, None, painted)  # a page that wanted a model may still be drawing: pandas can wait
-    import_pandas()  # for tables; a first page goes without it (pandas_guard)
     if is_public(secret=secret):
         calibrate()  # this machine's training step (serve.training_budget), measured before a training page needs it
         start_worker()  # a public demo trains there (mha_viz.training.isolated): its start is not in a page's turn
 
 
-def _until_painted(wait: float, wanted: threading.Event | None, painted: threading.Event | None) -> None:
-    """Wait at most `wait` seconds for a first page drawn (page_drawn) and painted (painted), or for `wanted`."""
+def _until_drawn(wait: float, after: float, wanted: threading.Event | None) -> None:
+    """Wait at most `wait` seconds for a first page drawn (page_drawn), then `after` seconds; or until `wanted`."""
     deadline = time.monotonic() + wait
-    for event in (page_drawn, painted):
-        while (event is not None and not event.is_set() and not (wanted is not None and wanted.is_set())
-               and time.monotonic() < deadline):
-            event.wait(0.05)
+    drawn: float | None = None  # when page_drawn was seen set
+    while not (wanted is not None and wanted.is_set()) and time.monotonic() < deadline:
+        if drawn is None and page_drawn.is_set():
+            drawn = time.monotonic()
+        if drawn is not None and time.monotonic() >= drawn + after:
+            return
+        time.sleep(0.05)

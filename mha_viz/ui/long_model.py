@@ -16,6 +16,7 @@ from ..serve.hosting import FULL_SIZE, Budget
 from . import views
 from .cached_sources import CachedModel
 from .fair import TimeSpent, check_time
+from .state import keep, kept
 from .style import page_width
 from .text import plain
 
@@ -64,8 +65,8 @@ def window_notice(source: CachedModel, long: ModelLongTrace) -> str:
 
 
 def _trace_again(key: str) -> None:
-    st.session_state.get(CANCELLED, set()).discard(key)
-    st.session_state.get(TIMED_OUT, {}).pop(key, None)
+    keep(CANCELLED, set).discard(key)
+    keep(TIMED_OUT, dict).pop(key, None)
 
 
 def traced(source: CachedModel) -> ModelLongTrace | None:
@@ -74,8 +75,8 @@ def traced(source: CachedModel) -> ModelLongTrace | None:
     again. A click on Cancel reruns the page: the pass stops at its next layer (the progress callback raises
     LongTraceCancelled, or Streamlit stops the run at the bar's update)."""
     key = _digest(source.long_key())
-    cancelled = st.session_state.setdefault(CANCELLED, set())
-    timed_out = st.session_state.setdefault(TIMED_OUT, {})
+    cancelled = keep(CANCELLED, set)
+    timed_out = keep(TIMED_OUT, dict)
     if key in cancelled or key in timed_out:
         if key in timed_out:
             st.warning(timed_out[key], icon=":material/timer_off:")
@@ -95,7 +96,7 @@ def traced(source: CachedModel) -> ModelLongTrace | None:
     reached = [0, 0]  # layers traced, of how many
 
     def progress(done: int, total: int) -> None:
-        if key in st.session_state.get(CANCELLED, ()):
+        if key in kept(CANCELLED, ()):
             raise LongTraceCancelled("cancelled in the app")
         reached[:] = done, total
         check_time()  # past the time limit: TimeSpent stops the pass before its next layer

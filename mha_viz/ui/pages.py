@@ -17,17 +17,14 @@ from ..figures.common import plural
 from ..limits import MAX_LONG_TOKENS, MAX_MODEL_LONG_TOKENS, MAX_TOKENS
 from ..long import LongTrace
 from ..params import ViewState
-from ..parts import VIEWS
+from ..parts import VIEWS, capable
 from ..pretrained import PretrainedModel, bundled_model_installed
 from ..serve.hosting import FULL_SIZE, Budget
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
 from ..training import TASKS
-from ..training.layer import UNSPLIT as UNSPLIT_WEIGHTS
 from ..training.variants import variant_label as trained_variant_label
-from ..variants import LAYERS as VARIANT_LAYERS
 from ..variants import NAMES as VARIANT_NAMES
-from ..variants import PARAMETERS as VARIANT_PARAMETERS
 from ..variants import LayerVariant
 from ..variants import describe as describe_variant
 from . import layer_switch
@@ -38,7 +35,8 @@ from .export import export_section
 from .long_model import long_input, long_model_view
 from .pretrained import MINILM_MISSING, open_induction_button
 from .sidebar import Sidebar
-from .state import share_query
+from .state import put, put_default, share_query
+from .state import value as field_value
 from .text import plain
 from .training import (
     accuracy_by_heads,
@@ -85,7 +83,7 @@ def _max_mb(limits: Budget | None) -> int | None:
 
 
 def _set(key: str, value: object) -> None:
-    st.session_state[key] = value
+    put(key, value)
 
 
 def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSource], limits: Budget | None = None
@@ -100,8 +98,7 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
     if s.d_model % s.h and (s.d_k is None or s.d_v is None):
         explain_invalid_heads(s.h, s.d_model)
         return
-    gqa = s.variant == "gqa"
-    if gqa and s.h % s.kv_heads:
+    if s.variant == "gqa" and s.h % s.kv_heads:  # GQA's link explained with a button a valid kv_heads each
         explain_invalid_kv_heads(s.kv_heads, s.h)
         return
     variant = state_variant(s)
@@ -138,14 +135,11 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
         f" · {T} query tokens" + (f" · {S} key tokens (cross-attention)" if s.cross else "") + (" · causal" if s.causal else "")
     )
     st.caption(describe_variant(cfg, variant))
-    name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}" + (f"-kv{cfg.kv_heads}" if gqa else "")
-                         + ("" if s.variant in ("mha", "gqa") else f"-{s.variant}"))
+    name = safe_filename(f"configurable-h{cfg.num_heads}-d{cfg.d_model}" + variant.spec.stem(cfg, variant))
     _layer_views(s, trace, source, name, cfg, long=long, limits=limits)
     export_section(
         lambda: source.trace(0), trace=trace, name=name, share_query=share_query(s), max_mb=_max_mb(limits),
-        title=(f"Grouped-query attention: h = {cfg.num_heads}, kv_heads = {cfg.kv_heads}" if gqa
-               else f"Multi-head attention: h = {cfg.num_heads}" if s.variant == "mha"
-               else f"{VARIANT_NAMES[s.variant]} attention: h = {cfg.num_heads}") + f", d_model = {cfg.d_model} (random weights)",
+        title=variant.spec.title(cfg, variant) + f", d_model = {cfg.d_model} (random weights)",
         notes={"weights": f"random (Xavier, seed {s.seed})", "variant": s.variant, **variant.params(), "text": s.text,
                "causal": s.causal,
                "positional encoding": s.pe, **({"context (keys and values)": s.context} if s.cross else {}), **shown_parts()},
@@ -154,7 +148,7 @@ def configurable_page(s: ViewState, random_source: Callable[..., ConfigurableSou
 
 def state_variant(s: ViewState) -> LayerVariant:
     """The page state's attention variant, with the parameters its kind reads."""
-    return LayerVariant(s.variant, **{name: getattr(s, name) for name in VARIANT_PARAMETERS[s.variant]})
+    return LayerVariant.of(s)
 
 
 def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
@@ -165,8 +159,6 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     variant = state_variant(s)
     try:
         cfg = variant.config(MHAConfig(s.d_model, s.h))
-        if variant.kind not in VARIANT_LAYERS:
-            raise ValueError(f"the {variant.kind} layer is not built yet")
     except ValueError as err:
         st.error(f"**The {VARIANT_NAMES[s.variant]} variant cannot be trained with these settings.** {err}.")
         return
@@ -198,9 +190,9 @@ def _trained_weights_page(s: ViewState, limits: Budget | None) -> None:
     )
     if variant.kind != "mha":
         st.caption(describe_variant(cfg, variant))
-    if variant.kind in UNSPLIT_WEIGHTS:
+    if variant.spec.training.unsplit:
         st.caption(f"Analysis → W_O at work is not offered for a trained {VARIANT_NAMES[variant.kind]} layer: its weights "
-                   f"give no per-head W_K and W_V ({UNSPLIT_WEIGHTS[variant.kind]}).")
+                   f"give no per-head W_K and W_V ({variant.spec.training.unsplit}).")
     T = trace.weights.shape[1]
     st.caption(f"h = {plural(s.h, 'head')} · d_model = {s.d_model} · d_k = d_v = {cfg.d_k} · {T} tokens "
                + ("(the task's probe sequence; type your own in the sidebar)" if not s.sequence else "")
@@ -230,7 +222,7 @@ def _layer_views(
     long: the whole of a long input: the Heads view draws it, the others source.trace(0), its first tokens
     (trace None: not computed yet)."""
     view = view_picker(VIEWS.menu("Configurable", source))
-    if long is None or view != "Heads":
+    if long is None or not VIEWS.part(view).can("draws_long"):
         trace = trace or source.trace(0)
         if long is not None and VIEWS.part(view).arrays:
             st.caption(f"This view draws the first {trace.weights.shape[1]} tokens of {long.shape[1]}; the Heads view "
@@ -252,7 +244,7 @@ def _coverage_warning(model: PretrainedModel, text: str) -> None:
 
 
 def _set_layer(layer: int) -> None:
-    st.session_state["layer"] = layer
+    put("layer", layer)
 
 
 def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], view: str, subtitle: tuple[str, str],
@@ -262,11 +254,12 @@ def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], vi
     if source.num_layers == 1:
         st.caption(f"{subtitle[0]}{s.layer}{subtitle[1]}")
         return
-    payload = layer_payload(source, hidden) if view == "Heads" and not long else None
+    switches = VIEWS.part(view).can("switches_layers") and not long
+    payload = layer_payload(source, hidden) if switches else None
     layer_switch.layer_buttons(payload or layer_switch.no_weights(source.num_layers), s.layer,
                                chart="heads" if payload is not None else None, key="layer_switch",
                                on_change=_set_layer, subtitle=subtitle)
-    if view == "Heads" and payload is None and not long:
+    if switches and payload is None:
         st.caption("Every layer of this model at once is more than this page should hold: a layer button asks the "
                    "server for that layer.")
 
@@ -280,12 +273,12 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     if not s.text.strip() or (model.kind == "encoder-decoder" and s.part != "encoder" and not s.context.strip()):
         st.info("Type a sentence to see its attention (it has no visible characters yet).")
         return
-    long = long_input(source, limits) if isinstance(source, CachedModel) else None
+    long = long_input(source, limits) if capable(source, "app_cache") else None
     trace = source.trace(s.layer)
     name = safe_filename(f"{model.name.split('/')[-1]}-{s.part}-layer{s.layer}")
     hidden = frozenset() if s.special else frozenset(model.tokenizer.all_special_tokens)
     views_here = VIEWS.menu("Pretrained", source)
-    view = st.session_state.get("view") if st.session_state.get("view") in views_here else views_here[0]
+    view = field_value("view") if field_value("view") in views_here else views_here[0]
     tokens = f"{long.num_tokens} tokens" if long is not None else f"{len(trace.query_tokens)} query tokens"
     _layer_control(source, s, hidden, view, subtitle=(
         f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer ",
@@ -306,9 +299,9 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
         st.info("Hiding the special tokens would leave nothing to show; showing all tokens.")
         shown = trace
     view = view_picker(views_here)
-    if long is not None and view == "Heads":
+    if long is not None and VIEWS.part(view).can("draws_long"):
         for f in VIEWS.part(view).fields:  # the zoom's and the statistic's widgets start at their defaults
-            st.session_state.setdefault(f.name, f.default)
+            put_default(f.name)
         long_model_view(long, s.layer, name, source.long_loader())
     else:
         if long is not None:
@@ -327,7 +320,7 @@ def train_page(s: ViewState, limits: Budget | None = None) -> None:
     """Train mode: h heads and one head trained side by side, then the trained layer in every view."""
     view = view_picker(VIEWS.menu("Train"))
     name = safe_filename(f"trained-{s.task}-h{s.h}-d{s.d_model}")
-    if view == "Training":  # trains (or reads the cache) itself
+    if VIEWS.part(view).can("trains"):  # trains (or reads the cache) itself
         trace = render_view(view, ViewContext(s, name, limits=limits))
     elif s.d_model % s.h:
         explain_invalid_heads(s.h, s.d_model, advanced=False)

@@ -26,6 +26,7 @@ from ..token_labels import vocab_token
 from .analysis import SectionContext
 from .composition import DETECTED
 from .fair import TimeSpent, check_time, heavy
+from .state import confine, kept, put, put_all
 from .state import value as field_value
 from .style import page_width
 from .text import plain
@@ -42,10 +43,10 @@ DIRECTION_LABELS = {"denoise": "denoise (clean into corrupted)", "noise": "noise
 
 def _fill_pair() -> None:
     """Copy the picked ready-made pair into the pair's fields."""
-    pair = PAIRS.get(st.session_state.get("patch_pair", OWN_PAIR))
+    pair = PAIRS.get(field_value("patch_pair"))
     if pair is not None:
-        st.session_state.update(patch_clean=pair.clean, patch_corrupted=pair.corrupted, patch_answer=pair.answer,
-                                patch_wrong=pair.wrong or "", patch_metric="logit_diff" if pair.wrong else "logprob")
+        put_all(patch_clean=pair.clean, patch_corrupted=pair.corrupted, patch_answer=pair.answer,
+                patch_wrong=pair.wrong or "", patch_metric="logit_diff" if pair.wrong else "logprob")
 
 
 def _as_token(model, typed: str) -> int | str:
@@ -69,13 +70,12 @@ def render(c: SectionContext) -> None:
         st.info(f"Patching needs a causal language model: {plain(reason)}.")
         return
     pairs = pairs_for(model.name)
-    if st.session_state.get("patch_pair") not in (OWN_PAIR, *pairs):
-        st.session_state["patch_pair"] = OWN_PAIR
+    confine("patch_pair", (OWN_PAIR, *pairs))
     if pairs and not field_value("patch_clean") and not field_value("patch_corrupted"):
-        st.session_state["patch_pair"] = st.session_state.get("patch_pair") or next(iter(pairs))
+        put("patch_pair", field_value("patch_pair") or next(iter(pairs)))
         _fill_pair()
     if not field_value("patch_clean"):
-        st.session_state["patch_clean"] = c.source.text
+        put("patch_clean", c.source.text)
     st.caption("Run the model on a **clean** prompt, where it gives the answer, and on a **corrupted** one of the same "
                "token length, where it does not; then patch one activation at a time from one run into the other and "
                "see how much of the answer comes back. 0 = the corrupted run, 1 = the clean run.")
@@ -132,10 +132,10 @@ def _path_choices(c: SectionContext, model) -> tuple[tuple[tuple[int, int], ...]
         st.warning(f"Receiver heads {', '.join(map(plain, bad))} are not heads of {plain(model.name)} "
                    f"(layers 0 … {L - 1}, heads 0 … {H - 1}): left out.")
         chosen = [r for r in chosen if r in options]
-    if not chosen and st.session_state.get(_RECEIVERS_FOR) != model.name:
+    if not chosen and kept(_RECEIVERS_FOR) != model.name:
         chosen = _default_receivers(c, model, L, H)
-    st.session_state["patch_receivers"] = chosen
-    st.session_state[_RECEIVERS_FOR] = model.name
+    put("patch_receivers", chosen)
+    put(_RECEIVERS_FOR, model.name)
     r, t = st.columns([3, 1])
     picked = r.multiselect("Receiver heads (layer.head)", options, key="patch_receivers",
                            help="Path patching (Wang et al. 2022) patches each earlier sender head's effect on these "

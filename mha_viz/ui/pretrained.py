@@ -7,7 +7,8 @@ import streamlit as st
 from ..limits import MAX_LONG_TEXT_CHARS, MAX_MODEL_CHARS, MAX_TEXT_CHARS
 from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, PARTS, value_notice
 from ..pretrained import BUNDLED_INSTALL, BUNDLED_MODEL, INDUCTION_MODEL, PretrainedModel, bundled_model_installed
-from .state import mark_typed
+from .state import confine, mark_typed, put
+from .state import value as field_value
 from .text import plain
 
 BUNDLED = {"": "all-MiniLM-L6-v2 (encoder)", INDUCTION_MODEL: "induction-2l (causal)"}  # both work offline
@@ -16,14 +17,13 @@ LISTED = {"": f"{BUNDLED_MODEL} (bundled)", INDUCTION_MODEL: f"{INDUCTION_MODEL}
 
 def _pick(name: str) -> None:
     """Open a bundled model; the causal one starts on a repeated sequence of its own words, in Generate."""
-    state = st.session_state
-    state["model"] = name
+    put("model", name)
     if name == INDUCTION_MODEL:
-        if state.get("text", DEFAULT_TEXT) == DEFAULT_TEXT:
-            state["text"] = CAUSAL_EXAMPLE
-        state["view"] = "Generate"
-    elif state.get("text") == CAUSAL_EXAMPLE:
-        state["text"] = DEFAULT_TEXT
+        if field_value("text") == DEFAULT_TEXT:
+            put("text", CAUSAL_EXAMPLE)
+        put("view", "Generate")
+    elif field_value("text") == CAUSAL_EXAMPLE:
+        put("text", DEFAULT_TEXT)
 
 
 MINILM_MISSING = (f"The bundled all-MiniLM-L6-v2 is not installed: it comes from the optional package "
@@ -40,14 +40,13 @@ def open_induction_button(key: str) -> None:
 def without_minilm(allowed: tuple[str, ...] | None) -> list[str]:
     """The default model ("", the bundled MiniLM) when its optional package is missing: the bundled causal model
     instead, if this demo may load it; returns the notice that says so and how to install MiniLM."""
-    if st.session_state.get("model", "").strip() or bundled_model_installed():
+    if field_value("model").strip() or bundled_model_installed():
         return []
     if allowed is not None and INDUCTION_MODEL not in allowed:
         return []  # the page says why "" cannot load (MINILM_MISSING)
-    view = st.session_state.get("view")
+    view = field_value("view")
     _pick(INDUCTION_MODEL)
-    if view is not None:
-        st.session_state["view"] = view  # a link's view stays (the page says when the model does not offer it)
+    put("view", view)  # a link's view stays (the page says when the model does not offer it)
     return [MINILM_MISSING + f" Showing {INDUCTION_MODEL}."]
 
 
@@ -75,38 +74,37 @@ def model_field(allowed: tuple[str, ...] | None) -> str:
             st.button(label + (" (not installed)" if missing else ""), key=f"pick_{label.split()[0]}",
                       on_click=_pick, args=(name,), width="stretch", disabled=missing,
                       help=f"Install it with: {BUNDLED_INSTALL}" if missing else None,
-                      type="primary" if st.session_state.get("model", "").strip() == name else "secondary")
+                      type="primary" if field_value("model").strip() == name else "secondary")
         if not installed:
             st.caption(f"all-MiniLM-L6-v2 needs the optional package: `{BUNDLED_INSTALL}`")
     else:
-        if st.session_state.get("model", "") not in allowed:
-            st.warning(f"This demo only loads the models listed here; '{plain(st.session_state['model'][:60])}' is not one of them.")
-            st.session_state["model"] = allowed[0]
+        if field_value("model") not in allowed:
+            st.warning(f"This demo only loads the models listed here; '{plain(field_value('model')[:60])}' is not one of them.")
+            put("model", allowed[0])
         missing = None if bundled_model_installed() else ""
         st.selectbox("Model", allowed, key="model",
                      format_func=lambda m: LISTED.get(m, m) + (" (not installed)" if m == missing else ""))
     st.text_area("Sentence", key="text", max_chars=MAX_LONG_TEXT_CHARS, height=90,
                  help="A long text (up to the model's positions) gets every layer's heads over all of it in the Heads "
                  "view; the other views read the model's first tokens.")
-    return st.session_state.get("model", "").strip()
+    return field_value("model").strip()
 
 
 def layer_controls(model: PretrainedModel) -> list[str]:
     """Part and special-token widgets for a loaded model, the layer clamped to it; returns notices for clamped values."""
     notices = []
-    if st.session_state.get("part") not in model.parts:
-        st.session_state["part"] = model.parts[0]
+    confine("part", model.parts)
     if len(model.parts) > 1:
         st.radio("Attention", [p for p in PARTS if p in model.parts], key="part", format_func=PART_LABELS.get)
         st.text_area("Decoder text (queries of decoder and cross-attention)", key="context", max_chars=MAX_TEXT_CHARS, height=70)
-    part = st.session_state["part"]
+    part = field_value("part")
     n = model.num_layers[part]
-    if st.session_state.get("layer", 0) >= n:
-        notices.append(value_notice("layer", st.session_state["layer"], f"{model.name} has {n} {part} layers, "
+    if field_value("layer") >= n:
+        notices.append(value_notice("layer", field_value("layer"), f"{model.name} has {n} {part} layers, "
                                     f"0 to {n - 1}", n - 1, here=True))
-        st.session_state["layer"] = n - 1
+        put("layer", n - 1)
     if n == 1:
-        st.session_state["layer"] = 0
+        put("layer", 0)
     st.toggle("Show special tokens ([CLS], [SEP], BOS …)", key="special",
               help="Off: special tokens are hidden and each row is renormalised over the remaining tokens.")
     return notices

@@ -13,7 +13,7 @@ from ..figures.readout import contributions_heatmap, token_map_figure
 from ..sources import TraceSource
 from .analysis import SectionContext
 from .cache import cached
-from .state import fit, open_on_best
+from .state import fit, open_on_best, put
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 from .views import chart, open_head_picker
@@ -37,7 +37,7 @@ def _picked_row(r: Readout, num_layers: int) -> int:
         open_head_picker("_open_head_wo", num_layers, heads_per_layer)
     layer = min(field_value("layer"), num_layers - 1) if num_layers > 1 else 0
     if field_value("head") >= heads_per_layer:
-        st.session_state["head"] = 0
+        put("head", 0)
     if num_layers == 1:
         st.selectbox("Head", list(range(heads_per_layer)), key="head", format_func=lambda h: r.heads[h])
     return layer * heads_per_layer + field_value("head")

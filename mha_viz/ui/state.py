@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import streamlit as st
 
 from ..params import CLICKED_FIELDS, DEFAULTS, TEXT_CAPS, ViewState, checked_field, parse_query, to_query, value_notice
 from ..parts import all_fields
-from .controls import ADVANCED_FIELDS, ADVANCED_OPEN
 from .text import plain
 
 _SEEDED = "_seeded_from_url"
 _URL_HEAD = "_url_named_head"  # the session's first URL named a layer or a head
 _OPENED = "_opened_on"  # the sections that open on their best head, once shown (open_on_best)
 HEAD_FIELDS = frozenset({"layer", "head"})
+_FIRST = object()  # confine's fallback: the first option
+ADVANCED_OPEN = "advanced_open"  # session key of the sidebar's Advanced expander (mha_viz.ui.controls)
+ADVANCED_FIELDS = ("d_k", "d_v", "d_out", "seed", "causal", "pe", "cross", "context")  # the fields under Advanced
 
 
 def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
@@ -37,12 +39,17 @@ def seed_from_url(extra_keys: frozenset[str] = frozenset()) -> list[str]:
         state, notices = parse_query(st.query_params.to_dict(), ignore=extra_keys)
         for name in fields:
             st.session_state[name] = getattr(state, name)
-        # A link that sets an advanced field opens the Advanced section, so that it is seen.
-        st.session_state[ADVANCED_OPEN] = any(getattr(state, f) != getattr(DEFAULTS, f) for f in ADVANCED_FIELDS)
+        open_advanced_for(state)
         st.session_state["_url_notices"] = notices
         st.session_state[_URL_HEAD] = bool(HEAD_FIELDS & set(st.query_params.to_dict()))
         st.session_state[_SEEDED] = True
     return st.session_state["_url_notices"]
+
+
+def open_advanced_for(state: ViewState) -> None:
+    """A state that sets an advanced field (a link's, a lesson step's) opens the Advanced section, so that it is
+    seen."""
+    st.session_state[ADVANCED_OPEN] = any(getattr(state, f) != getattr(DEFAULTS, f) for f in ADVANCED_FIELDS)
 
 
 def current() -> ViewState:
@@ -135,13 +142,33 @@ def set_field_from(key: str, name: str, after: Callable[[], None]) -> None:
 
 
 # The one door to the session's state. Registered fields (mha_viz.parts.all_fields) are read with value(name) and
-# written with put(name, new); a widget's own key that is not a field (a chart's click event, a second copy of a
-# field's control) is read with widget(key); what the session keeps for itself (a set of stopped runs, the figures of
-# this run) is keep(key, factory) / forget(key). Nothing else in mha_viz reads or writes st.session_state.
+# written with put(name, new) (put_all for several, put_default for a field's default); a widget's own key that is not
+# a field (a chart's click event, a second copy of a field's control) is read with widget(key); what the session
+# keeps for itself (a set of stopped runs, the figures of this run, a notice shown once) is keep(key, factory),
+# kept(key, default), put(key, new), take(key) and forget(key). Nothing else in mha_viz, app.py or page.py reads or
+# writes st.session_state (tests/unit/test_one_state_door.py).
 
 def put(name: str, new: object) -> None:
-    """Set a registered field (its widget shows it on the next draw) or a widget's key."""
+    """Set a registered field (its widget shows it on the next draw), a widget's key or a key the session keeps."""
     st.session_state[name] = new
+
+
+def put_all(**values: object) -> None:
+    """put several fields or keys at once (a worked example's fields, a picked layer and head)."""
+    st.session_state.update(values)
+
+
+def confine(name: str, options: Sequence[object], fallback: object = _FIRST) -> None:
+    """Before a choice widget of the field name: unless the session holds one of options (a link's value may be
+    another, or none is set yet), the field becomes fallback (else the first option)."""
+    if st.session_state.get(name) not in options:
+        st.session_state[name] = options[0] if fallback is _FIRST else fallback
+
+
+def put_default(name: str) -> None:
+    """Give a registered field its default where the session holds no value for it yet (a part registered after
+    the session's first run)."""
+    st.session_state.setdefault(name, all_fields()[name].default)
 
 
 def widget(key: str, default: object = None) -> object:
@@ -160,5 +187,15 @@ def keep(key: str, factory: Callable[[], object]) -> object:
     return st.session_state[key]
 
 
+def kept(key: str, default: object = None) -> object:
+    """What the session keeps under key, else default (nothing is kept)."""
+    return st.session_state.get(key, default)
+
+
 def forget(key: str) -> None:
     st.session_state.pop(key, None)
+
+
+def take(key: str, default: object = None) -> object:
+    """What the session keeps under key (a notice shown once), forgotten as it is read; else default."""
+    return st.session_state.pop(key, default)

@@ -9,6 +9,7 @@ import math
 import streamlit as st
 
 from ..figures.common import COMPACT_PX, NARROW_PX, WIDE_PX
+from .state import widget
 
 CSS = """
 <style>
@@ -119,7 +120,7 @@ def page_style() -> None:
 def _measured() -> int | None:
     """The main column's width in px as the browser last reported it, or None (not yet, or not a believable one:
     it comes from the client)."""
-    state = st.session_state.get(WIDTH_KEY)
+    state = widget(WIDTH_KEY)
     value = state.get("width") if hasattr(state, "get") else None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None

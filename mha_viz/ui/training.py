@@ -30,7 +30,6 @@ from ..training.isolated import train_isolated
 from ..training.layer import MHA
 from ..training.precomputed import precomputed_layer
 from ..training.variants import mean_divergence, precomputed_variant_grid, variant_label
-from ..variants import LAYERS as VARIANT_LAYERS
 from ..variants import LayerVariant
 from .cache import shared_cache
 from .controls import (
@@ -42,6 +41,8 @@ from .controls import (
     variant_controls,
 )
 from .fair import heavy
+from .state import confine, keep, put
+from .state import value as field_value
 from .style import column_width
 from .views import chart
 
@@ -74,7 +75,7 @@ def stoppable(key: tuple, train: Callable[[], T]) -> T | None:
     A click on Stop reruns the page, which interrupts the training at its next progress update
     (Streamlit stops a run at its next element), so no other work waits for it.
     """
-    stopped = st.session_state.setdefault(STOPPED, set())
+    stopped = keep(STOPPED, set)
     if key in stopped:
         st.info("Training stopped. Change a setting, or train this one again.")
         st.button("Train again", key=f"train_again_{abs(hash(key))}", on_click=stopped.discard, args=(key,),
@@ -198,7 +199,7 @@ def who_takes_what(scores: np.ndarray, relations: tuple[str, ...]) -> str:
 def accuracy_by_heads(layer: TrainedLayer, name: str) -> None:
     """Accuracy for every h the slider offers at this d_model (those trained or shipped so far), this h marked."""
     choices = head_choices(layer.d_model)
-    seen = st.session_state.setdefault("_trained_heads", {}).setdefault(
+    seen = keep("_trained_heads", dict).setdefault(
         (layer.task, layer.d_model, layer.seed, layer.steps), {1})  # the h this session has trained: cache hits
     seen.add(layer.num_heads)
     known = [cached_trained_layer(layer.task, h, layer.d_model, layer.steps, layer.seed) for h in choices
@@ -220,9 +221,9 @@ def diversity_effect(layer: TrainedLayer, trace: AttentionTrace, sequence: str, 
     if not layer.diversity:
         return
     st.markdown("**What the head-diversity penalty did**")
-    if layer.variant.kind == "diff":
-        st.info("Differential heads have signed weights (one map minus another), which are not distributions: the "
-                "Jensen-Shannon redundancy matrix is not defined for them.")
+    if layer.variant.spec.training.signed:
+        st.info(f"The {layer.variant.spec.name} layer's heads have signed weights, which are not "
+                "distributions: the Jensen-Shannon redundancy matrix is not defined for them.")
         return
     if len(trace.weights) < 2:
         st.caption("One head has no other head to differ from: pick h ≥ 2 to see the penalty's effect.")
@@ -266,19 +267,18 @@ def variants_quality(current: str, name: str) -> None:
 
 def training_controls() -> None:
     """Sidebar widgets of train mode; their keys are the ViewState fields task, h, d_model, steps, seed."""
-    if st.session_state.get("task") not in TASKS:
-        st.session_state["task"] = DEFAULT_TASK
-    if st.session_state.get("d_model") not in TRAINED_D_MODELS:
-        st.session_state["d_model"] = TRAINED_D_MODELS[-1]
+    confine("task", tuple(TASKS), DEFAULT_TASK)
+    if field_value("d_model") not in TRAINED_D_MODELS:
+        put("d_model", TRAINED_D_MODELS[-1])
         _keep_heads_valid()
     st.selectbox("Task", list(TASKS), key="task", format_func=lambda name: TASKS[name].title)
-    heads_slider(st.session_state["d_model"])
+    heads_slider(field_value("d_model"))
     st.selectbox("d_model", TRAINED_D_MODELS, key="d_model", on_change=_keep_heads_valid,
                  help="Width of the embeddings; each head gets d_model / h.")
     st.number_input("Training steps", *bounds("steps"), key="steps", step=100, help="Adam steps on random sequences.")
     st.number_input("Seed (weights and training data)", *bounds("seed"), key="seed", step=1)
-    if st.session_state.get("h") in head_choices(st.session_state["d_model"]):
-        variant_controls(st.session_state["h"])
+    if field_value("h") in head_choices(field_value("d_model")):
+        variant_controls(field_value("h"))
     st.slider("Head diversity penalty", *bounds("diversity"), step=0.1, key="diversity",
               help="loss = task loss + this weight × the mean pairwise cosine similarity of the h heads' outputs (the "
               "disagreement regulariser of Li et al. 2018). The single head beside them has no pair to push apart.")
@@ -331,8 +331,6 @@ def training_page(h: int, d_model: int, steps: int, seed: int, task: str, varian
     variant = variant or MHA
     try:
         variant.check(MHAConfig(d_model, h))
-        if variant.kind not in VARIANT_LAYERS:
-            raise ValueError(f"the {variant.kind} layer is not built yet")
     except ValueError as err:
         st.error(f"**This variant cannot be trained with these settings.** {err}.")
         return None

@@ -8,23 +8,24 @@ import streamlit as st
 
 from ..config import MHAConfig
 from ..figures.cost import kv_cache_figure
-from ..params import CONTEXTS, SINKS
+from ..params import SINKS
 from ..parts import bounds
 from ..variants import NAMES as LAYER_NAMES
-from ..variants import LayerVariant
+from ..variants import SINK_TOKENS, LayerVariant
 from ..variants_cost import PRESETS, VARIANT_NAMES, VARIANTS, CostRow, VariantShape, comparison, parameters, preset_rows
+from .parts.views.shapes import CONTEXTS
 from .state import fit
+from .state import value as field_value
 from .style import page_width
 from .views import chart
 
-SINK_TOKENS = 4  # StreamingLLM keeps the first 4 tokens
 SINK_NAMES = {"none": "no sinks", "logit": "a learned sink logit per head (gpt-oss)",
               "tokens": f"keep the first {SINK_TOKENS} tokens (StreamingLLM)"}
 
 
 def _keep_valid(key: str, options: list[int], what: str) -> None:
     """A value (from a link) that no option offers moves to the nearest one, and the page says so."""
-    value = st.session_state.get(key)
+    value = field_value(key)
     if value not in options:
         new = min(options, key=lambda o: (abs(o - value) if isinstance(value, int) else 0, o))
         fit(key, new, f"{what}: one of {', '.join(map(str, options))} here")

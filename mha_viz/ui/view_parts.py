@@ -1,5 +1,6 @@
 """The views as registered parts (mha_viz.parts.VIEWS): the context every view's render function takes, the view
-menu, and the render functions of the built-in views (each draws with mha_viz/ui/views.py and friends)."""
+menu, and the render functions the Heads, Lines, Overview, Shapes & cost and Training parts (mha_viz/ui/parts/views/)
+point to (each draws with mha_viz/ui/views.py and friends)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from ..parts import SECTIONS, VIEWS
 from ..serve.hosting import Budget
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
-from ..variants import PARAMETERS as VARIANT_PARAMETERS
 from ..variants import LayerVariant
 from . import layer_switch, views
-from .analysis import ModelLoader, analysis_view
-from .generate import generate_view
+from .analysis import ModelLoader
+from .state import confine, put_default
+from .state import value as field_value
 from .style import column_width, is_narrow
 from .training import training_page
 from .variants_cost import variant_parameters, variants_cost_view
@@ -62,8 +63,7 @@ class ViewContext:
 
 def view_picker(options: tuple[str, ...]) -> str:
     """The view menu (its widget key is the `view` field); a view this page does not offer becomes the first."""
-    if st.session_state.get("view") not in options:
-        st.session_state["view"] = options[0]
+    confine("view", options)
     return st.segmented_control("View", options, key="view", required=True, label_visibility="collapsed")
 
 
@@ -72,7 +72,7 @@ def render_view(view: str, context: ViewContext) -> AttentionTrace | None:
     view's function returns (Training: the trained layer's trace, for Export)."""
     part = VIEWS.part(view)
     for f in part.fields:  # its widgets' keys hold their registered defaults (a page not seeded from a URL, too)
-        st.session_state.setdefault(f.name, f.default)
+        put_default(f.name)
     lacking = context.trace.lacks(*part.arrays) if context.trace is not None else ()
     if lacking:
         st.info(f"The {view} view needs {', '.join(lacking)} of this layer: {context.trace.meta.get('unavailable')}")
@@ -82,7 +82,7 @@ def render_view(view: str, context: ViewContext) -> AttentionTrace | None:
 
 def shown_parts() -> dict[str, str]:
     """The report's notes naming the view shown (and its analysis section) with their help, from the registry."""
-    view, section = st.session_state.get("view"), st.session_state.get("section")
+    view, section = field_value("view"), field_value("section")
     if view not in VIEWS:
         return {}
     part = VIEWS.part(view)
@@ -115,7 +115,7 @@ def layer_payload(source: ModelSource, hidden: frozenset[str]) -> bytes | None:
     return source.memo(("layer payload", hidden), pack)
 
 
-# The built-in views' render functions (registered in mha_viz/params.py).
+# The render functions of the parts mha_viz/ui/parts/views/heads.py, lines.py, overview.py, shapes.py, training.py.
 
 def heads(c: ViewContext) -> None:
     if c.long is not None:
@@ -133,14 +133,6 @@ def heads(c: ViewContext) -> None:
 
 def lines(c: ViewContext) -> None:
     views.lines_view(c.drawn, c.name)
-
-
-def one_head(c: ViewContext) -> None:
-    views.head_view(c.drawn, c.name)
-
-
-def concat(c: ViewContext) -> None:
-    views.output_path_view(c.drawn, c.name)
 
 
 def layer_windows(source: ModelSource) -> list[int | None]:
@@ -164,28 +156,15 @@ def overview(c: ViewContext) -> None:
         layer_switch.open_on_click(payload, chart="opened_heads", thumbnails="overview", key="open_on_click")
 
 
-def analysis(c: ViewContext) -> None:
-    analysis_view(c.trace, c.source, layer=c.layer, name=c.name, other_model=c.other_model,
-                  max_passes=None if c.limits is None else c.limits.max_passes)
-
-
 def shapes(c: ViewContext) -> None:
     views.cost_view(c.cfg, *c.sizes(), cross=c.trace.cross)
     variant = getattr(c.source, "variant", None)
-    if variant is not None and variant.kind not in ("mha", "gqa"):
+    if variant is not None and variant.shape(c.cfg).variant not in ("mha", "gqa"):  # not MHA's shapes above
         variant_parameters(c.cfg, variant)
     variants_cost_view(c.cfg, variant)
 
 
-def formulas(c: ViewContext) -> None:
-    views.formulas_view(c.cfg, *c.sizes(), c.trace.causal, cross=c.trace.cross, variant=getattr(c.source, "variant", None))
-
-
-def generate(c: ViewContext) -> None:
-    generate_view(c.source, c.name, c.limits)
-
-
 def training(c: ViewContext) -> AttentionTrace | None:
     s = c.state
-    variant = LayerVariant(s.variant, **{name: getattr(s, name) for name in VARIANT_PARAMETERS[s.variant]})
+    variant = LayerVariant.of(s)
     return training_page(s.h, s.d_model, s.steps, s.seed, s.task, variant, s.diversity)

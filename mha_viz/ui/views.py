@@ -39,8 +39,7 @@ from ..long import LongTrace
 from ..trace import AttentionTrace
 from ..variants import NAMES as VARIANT_NAMES
 from ..variants import LayerVariant
-from .pandas_guard import guarded
-from .state import current, fit, write_url
+from .state import current, fit, keep, kept, put, put_all, widget, write_url
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
 
@@ -55,18 +54,18 @@ SHOWN = "_figures_shown"  # session key: chart key -> (figure, file name) drawn 
 
 def start_run() -> None:
     """Forget the figures of the previous run (call once at the top of the script)."""
-    st.session_state[SHOWN] = {}
+    put(SHOWN, {})
 
 
 def end_run() -> None:
     """Let go of this run's figures (call once at the end of the script): a session keeps no figure between runs
     (the report keeps its own copies in the shared cache, mha_viz/ui/export.py)."""
-    st.session_state[SHOWN] = {}
+    put(SHOWN, {})
 
 
 def figures_shown() -> list[tuple[go.Figure, str]]:
     """Every figure drawn in this run so far, with its file name, in page order."""
-    return list(st.session_state.get(SHOWN, {}).values())
+    return list(kept(SHOWN, {}).values())
 
 
 def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], None] | None = None,
@@ -90,7 +89,7 @@ def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], No
     fig.layout.template = None
     fig.update_layout(datarevision=key, font=APP_FONT)
     with_automargin(fig)
-    st.session_state.setdefault(SHOWN, {})[key] = (fig, filename)  # a fragment's rerun replaces its own
+    keep(SHOWN, dict)[key] = (fig, filename)  # a fragment's rerun replaces its own
     with st.container(key=f"figure_{key}", gap=None):  # the chart and its text alternative, no gap between them
         if on_select is None:
             st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None)
@@ -201,7 +200,8 @@ def _layer_head_format(pair: tuple[int, int]) -> str:
 
 
 def _open_picked(key: str, then: Callable[[], None] | None) -> None:
-    st.session_state["layer"], st.session_state["head"] = st.session_state[key]
+    layer, head = widget(key)
+    put_all(layer=layer, head=head)
     if then is not None:
         then()
 
@@ -212,7 +212,7 @@ def open_head_picker(key: str, num_layers: int, num_heads: int, on_pick: Callabl
     keeps it). on_pick: called after a pick (e.g. to rerun the whole app from a fragment)."""
     pairs = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
     shown = (field_value("layer"), field_value("head"))
-    st.session_state[key] = shown if shown in pairs else pairs[0]  # follows clicks on the heatmap
+    put(key, shown if shown in pairs else pairs[0])  # follows clicks on the heatmap
     st.selectbox("Open head", pairs, key=key, format_func=_layer_head_format, on_change=_open_picked,
                  args=(key, on_pick))
 
@@ -286,7 +286,7 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None) -> No
         if pooled:
             top = max(T, S) - MAX_CELLS_PER_SIDE
             _fit_start("zoom", top)
-            st.session_state["zoom"] = field_value("zoom") // 8 * 8  # the slider's step
+            put("zoom", field_value("zoom") // 8 * 8)  # the slider's step
             start = st.slider("Full-resolution window: first position", 0, top, step=8, key="zoom")
             window = (start, start + MAX_CELLS_PER_SIDE)
         fig = heads_figure(trace, chosen, cols=min(len(chosen), 3), cell_px=28, window=window, width=width)
@@ -295,7 +295,7 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None) -> No
 
 def _zoom_to_selection() -> None:
     """A box drawn on the overview centres the zoom window on it (Plotly selects no points of a heatmap)."""
-    event = st.session_state.get("heads_long")
+    event = widget("heads_long")
     selection = event.selection if event is not None else None
     if not selection:
         return
@@ -305,7 +305,7 @@ def _zoom_to_selection() -> None:
         return
     x, y = boxes[-1]
     half = MAX_CELLS_PER_SIDE // 2
-    st.session_state["zoom"], st.session_state["zoom_k"] = max(0, round(y) - half), max(0, round(x) - half)
+    put_all(zoom=max(0, round(y) - half), zoom_k=max(0, round(x) - half))
 
 
 def box_centre(box: object) -> tuple[float, float] | None:
@@ -363,7 +363,6 @@ MOVE_MARK_JS = """<style>:has(> .st-key-zoom_mark:only-child) {{display: none}}<
 
 
 @st.fragment
-@guarded
 def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
     """The zoom of a long input. A fragment: moving it reruns this part only, not the overview above (12 heads of
     128 x 128 cells and 4096 labels a side to send and draw again); the overview's red squares move in the browser.
@@ -398,14 +397,14 @@ def _pick() -> tuple[str, int] | None:
 
 def _on_line_click() -> None:
     """A click on a token of the lines view picks it (a second click on it, or a double click, shows all)."""
-    event = st.session_state.get("lines")
+    event = widget("lines")
     picked = picked_token(event.selection.points) if event is not None else None
     code = "" if picked is None else f"{picked[0][0]}{picked[1]}"
-    st.session_state["pick"] = "" if code == st.session_state.get("pick") else code
+    put("pick", "" if code == field_value("pick") else code)
 
 
 def _show_all_lines() -> None:
-    st.session_state["pick"] = ""
+    put("pick", "")
 
 
 def lines_view(trace: AttentionTrace, name: str) -> None:
@@ -414,7 +413,8 @@ def lines_view(trace: AttentionTrace, name: str) -> None:
     _clamp_head_selection(H)
     pick = _pick()
     if pick is not None and pick[1] >= (T if pick[0] == "query" else S):
-        st.session_state["pick"], pick = "", None
+        put("pick", "")
+        pick = None
     narrow = is_narrow()
     left, right = st.columns([3, 1]) if not narrow else (st.container(), st.container())
     with right:
@@ -424,7 +424,7 @@ def lines_view(trace: AttentionTrace, name: str) -> None:
         if max(T, S) > MAX_LINE_TOKENS:
             top = max(T, S) - MAX_LINE_TOKENS
             _fit_start("zoom", top)
-            st.session_state["zoom"] = field_value("zoom") // 8 * 8  # the slider's step
+            put("zoom", field_value("zoom") // 8 * 8)  # the slider's step
             start = st.slider("First position shown", 0, top, step=8, key="zoom")
         if pick is not None:
             side, pos = pick
@@ -614,10 +614,10 @@ def formulas_view(cfg: MHAConfig, T: int, S: int, causal: bool, cross: bool = Fa
 
 def _on_thumbnail_click() -> None:
     """A click on an overview thumbnail opens that head: its layer becomes the current one."""
-    event = st.session_state.get("overview")
+    event = widget("overview")
     picked = picked_head(event.selection.points) if event is not None else None
     if picked is not None:
-        st.session_state["layer"], st.session_state["compare"] = picked[0], (picked[1],)
+        put_all(layer=picked[0], compare=(picked[1],))
 
 
 def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, name: str,

@@ -25,7 +25,9 @@ from torch import Tensor, nn
 from ..attention import AttentionTensors, MultiHeadAttention, Variations, check_one_input
 from ..config import MHAConfig
 from ..trace import AttentionTrace
-from .base import LayerVariant, register_layer
+from ..variants_cost import VariantShape
+from .base import LayerVariant
+from .spec import Control, Training, VariantSpec, register
 
 LAMBDA_STD = 0.1  # DiffLlama's lambda_std_dev: the lambda vectors start normal(0, 0.1)
 NORM_EPS = 1e-5  # DiffLlama's rms_norm_eps
@@ -140,4 +142,35 @@ def _describe(cfg: MHAConfig, variant: LayerVariant) -> str:
             f"({h}·d_v = {h * cfg.d_v} wide). λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init, λ_init = 0.2.")
 
 
-register_layer("diff", DifferentialAttention, _describe)
+def _check(cfg: MHAConfig, variant: LayerVariant) -> None:
+    if cfg.num_heads % 2:
+        raise ValueError(f"differential attention pairs heads (two softmax maps a head): h must be even, "
+                         f"got {cfg.num_heads}")
+
+
+def _formulas(cfg: MHAConfig, T: int, S: int | None = None, *, causal: bool = False) -> list[str]:
+    H, d_k, d_v = cfg.num_heads, cfg.d_k, cfg.d_v
+    half = H // 2
+    heads = "0" if half == 1 else rf"0, \dots, {half - 1}"
+    return [
+        (rf"A^{{(1)}}_i = \mathrm{{softmax}}\!\left(\frac{{Q_i K_i^\top}}{{\sqrt{{{d_k}}}}}\right), \quad "
+         rf"A^{{(2)}}_i = \mathrm{{softmax}}\!\left(\frac{{Q_{{i+{half}}} K_{{i+{half}}}^\top}}{{\sqrt{{{d_k}}}}}"
+         rf"\right), \quad i = {heads}"),
+        (rf"\mathrm{{head}}_i = (1 - \lambda_{{init}})\, \mathrm{{RMSNorm}}\!\left((A^{{(1)}}_i - \lambda A^{{(2)}}_i)"
+         rf"\,[\,V_i \,|\, V_{{i+{half}}}\,]\right) \in \mathbb{{R}}^{{{T} \times {2 * d_v}}}"),
+        (r"\lambda = e^{\lambda_{q1} \cdot \lambda_{k1}} - e^{\lambda_{q2} \cdot \lambda_{k2}} + \lambda_{init}, "
+         r"\quad \lambda_{init} = 0.8 - 0.6\, e^{-0.3 \cdot 0} = 0.2"),
+    ]
+
+
+register(VariantSpec(
+    "diff", "Diff", DifferentialAttention, _describe,
+    lambda cfg, v: VariantShape("diff", cfg.d_model, cfg.num_heads, head_dim=cfg.d_k, v_dim=cfg.d_v, bias=cfg.bias),
+    Training(lambda v, h: "Diff", grid=lambda h: (LayerVariant("diff"),), signed=True, colour="#8c564b",
+             step_cost=(1.4, 1.0),  # the pairs' second maps
+             unsplit="each head is the difference of two softmax maps of two query/key heads, and reads two value "
+             "heads"),
+    check=_check, formulas=_formulas, flag="differential",
+    controls=(Control("", "Each head subtracts a second softmax map, scaled by λ, from its first: h counts the maps, so "
+                      "h must be even and the layer has h / 2 differential heads.", "caption"),),
+    help="Diff (DIFF Transformer, DiffLlama): each head is the difference of two softmax maps."))

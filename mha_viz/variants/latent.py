@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,9 +34,12 @@ from torch import Tensor, nn
 
 from ..attention import AttentionTensors, Variations, apply_rotary, attend, check_one_input
 from ..config import MHAConfig
+from ..fields import ranged
+from ..limits import MAX_ROPE_DIM, MAX_VARIANT_WIDTH
 from ..trace import AttentionTrace
 from ..variants_cost import VariantShape, kv_bytes_per_token, mha_baseline
-from .base import LayerVariant, register_layer
+from .base import LayerVariant
+from .spec import Control, Training, Values, VariantSpec, register, whole_number
 
 ROPE_BASE = 10000.0  # rotary base theta (DeepSeek-V3 config: rope_theta = 10000)
 NORM_EPS = 1e-6  # the RMSNorms' epsilon (DeepseekV3RMSNorm)
@@ -226,4 +230,56 @@ def _describe(cfg: MHAConfig, variant: LayerVariant) -> str:
             f"instead of MHA's h·(d_k + r + d_v) = {H}·({n} + {r} + {cfg.d_v}) = {mha} ({(L + r) / mha:.3g}×).")
 
 
-register_layer("mla", LatentAttention, _describe)
+def _formulas(cfg: MHAConfig, T: int, S: int | None = None, *, causal: bool = False, **params: Any) -> list[str]:
+    """LaTeX lines of what this variant changes, with live dimensions (mha_viz.formulas.variant_formulas)."""
+    S = T if S is None else S
+    d_k, d_v, d = cfg.d_k, cfg.d_v, cfg.d_model
+    c, r, q = params["kv_latent"], params["rope_dim"], params["q_latent"]
+    rotary = r"\mathrm{RoPE}(q^R_h)\,\mathrm{RoPE}(k^R)^\top + " if r else ""  # rope_dim 0: no positions in the scores
+    query = (rf"[\,q^R_h \,|\, q^C_h\,] = \mathrm{{RMSNorm}}(X W^{{DQ}})\, W^{{UQ}}_h, \quad W^{{DQ}} \in "
+             rf"\mathbb{{R}}^{{{d} \times {q}}}" if q else
+             rf"[\,q^R_h \,|\, q^C_h\,] = X W^Q_h, \quad W^Q_h \in \mathbb{{R}}^{{{d} \times {r + d_k}}}")
+    return [
+        (rf"[\,c \,|\, k^R\,] = X W^{{DKV}}, \quad c^{{KV}} = \mathrm{{RMSNorm}}(c) \in \mathbb{{R}}^{{{S} \times {c}}}"
+        rf", \quad k^R \in \mathbb{{R}}^{{{S} \times {r}}} \quad \text{{(all the cache holds: {c} + {r} numbers a token)}}"),
+        (rf"K^C_h = c^{{KV}} W^{{UK}}_h \in \mathbb{{R}}^{{{S} \times {d_k}}}, \quad V_h = c^{{KV}} W^{{UV}}_h \in "
+        rf"\mathbb{{R}}^{{{S} \times {d_v}}} \quad \text{{(rebuilt per head from the latent)}}"),
+        query,
+        (rf"\mathrm{{head}}_h = \mathrm{{softmax}}\!\left(\frac{{{rotary}q^C_h K^{{C\top}}_h}}{{\sqrt{{{r + d_k}}}}}"
+        rf"{' + M' if causal else ''}\right) V_h"),
+        (r"q^C_h K^{C\top}_h = (q^C_h W^{UK\top}_h)\, c^{KV\top} \quad \text{(absorbed: scores against the latent "
+        r"itself; a rotation between q and k could not be absorbed, so positions live in } k^R\text{)}"),
+    ]
+
+
+def _validate(params: Values) -> None:
+    for name, lo in (("kv_latent", 1), ("q_latent", 0), ("rope_dim", 0)):
+        whole_number(name, params[name], lo, MAX_VARIANT_WIDTH)
+    if params["rope_dim"] % 2:
+        raise ValueError(f"rope_dim must be even (rotary positions turn pairs of dims), got {params['rope_dim']}")
+
+
+register(VariantSpec(
+    "mla", "MLA", LatentAttention, _describe,
+    lambda cfg, v: VariantShape("mla", cfg.d_model, cfg.num_heads, head_dim=cfg.d_k, v_dim=cfg.d_v, bias=cfg.bias,
+                                kv_latent=v.kv_latent, q_latent=v.q_latent, rope_dim=v.rope_dim),
+    Training(lambda v, h: f"MLA c={v.kv_latent}", grid=lambda h: [LayerVariant("mla", kv_latent=c) for c in (4, 8, 16)],
+             colour="#2ca02c", step_cost=(1.7, 5.0),  # latents and rotary keys: 3-7 times what their weights count
+             unsplit="keys and values are up-projected from one latent per token, and the rotary "
+             "key part is shared by all heads"),
+    fields=(ranged("kv_latent", 16, 1, MAX_VARIANT_WIDTH, "a latent width from {lo} to {hi}"),
+            ranged("q_latent", 0, 0, MAX_VARIANT_WIDTH, "0 (none) or a latent width up to {hi}"),
+            ranged("rope_dim", 4, 0, MAX_ROPE_DIM, "an even number of rotary dimensions from {lo} to {hi}", even=True)),
+    validate=_validate, formulas=_formulas, flag="latent",
+    controls=(
+        Control("kv_latent", "KV latent kv_latent", "number", column=True,
+                help="The width of the one latent vector cached per token; every head's keys and values are "
+                "up-projected from it."),
+        Control("q_latent", "Query latent q_latent", "number", column=True,
+                help="0: queries are projected from the token directly. Else they pass a latent of this width first "
+                "(DeepSeek-V3: 1536), which saves parameters, not cache."),
+        Control("rope_dim", "Rotary dims rope_dim", "select_slider", options=lambda v: range(0, MAX_ROPE_DIM + 1, 2),
+                help="Per head, this many extra query/key dims carry rotary positions, in a key part shared by every "
+                "head and cached beside the latent (DeepSeek-V3: 64). 0: no positions in the scores.")),
+    example={"kv_latent": "8", "rope_dim": "6", "q_latent": "4"},
+    help="MLA (DeepSeek-V2/V3): keys and values are rebuilt per head from one small cached latent."))

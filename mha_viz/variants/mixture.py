@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -35,8 +35,13 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention, Variations
 from ..config import MHAConfig
+from ..fields import whole
+from ..limits import MAX_HEADS
+from ..parts import StateField
 from ..trace import AttentionTrace
-from .base import LayerVariant, register_layer
+from ..variants_cost import VariantShape
+from .base import LayerVariant
+from .spec import Control, Training, Values, VariantSpec, register, whole_number
 
 ROUTER_SEED = 7919  # the router's generator is seeded with seed + ROUTER_SEED: its own stream, not W_Q's
 
@@ -146,4 +151,82 @@ def _describe(cfg: MHAConfig, variant: LayerVariant) -> str:
             "The Router (MoH) view shows each token's choices.")
 
 
-register_layer("moh", MixtureOfHeads, _describe)
+def _formulas(cfg: MHAConfig, T: int, S: int | None = None, *, causal: bool = False, **params: Any) -> list[str]:
+    """LaTeX lines of what this variant changes, with live dimensions (mha_viz.formulas.variant_formulas)."""
+    k, shared = params["moh_k"], params["moh_shared"]
+    routed = rf"h \ge {shared}" if shared else "h"
+    alpha = r"\alpha_{t,2}\," if shared else ""
+    lines = [(rf"g_{{t,h}} = {alpha}\mathrm{{softmax}}(x_t W_r)_h \text{{ if }} h "
+             rf"\in \mathrm{{top}}\text{{-}}{k}(x_t W_r) \text{{ else }} 0 \quad ({routed}\text{{: routed}})")]
+    if shared:
+        lines += [(rf"g_{{t,h}} = \alpha_{{t,1}}\, \mathrm{{softmax}}(x_t W_s)_h \quad (h < {shared}\text{{: shared, "
+                  rf"every token}}), \quad [\alpha_{{t,1}}, \alpha_{{t,2}}] = \mathrm{{softmax}}(x_t W_\alpha)")]
+    lines.append(r"\mathrm{MoH}(x_t) = \sum_h g_{t,h}\, \mathrm{head}_{t,h}\, W_O^{(h)\top} + b_O \quad "
+                 r"\text{(the gated concat: a head a token does not use is 0 in its row)}")
+    return lines
+
+
+def _check(cfg: MHAConfig, variant: LayerVariant) -> None:
+    h = cfg.num_heads
+    if variant.moh_shared >= h:
+        raise ValueError(f"moh_shared = {variant.moh_shared} leaves no head to route: it must be below h = {h}")
+    if variant.moh_k > h - variant.moh_shared:
+        raise ValueError(f"moh_k = {variant.moh_k} is more than the {h - variant.moh_shared} routed heads "
+                         f"(h - moh_shared): each token picks its top-k among them")
+
+
+def _fit(values: Values) -> dict[str, Any]:
+    """moh_shared below h, moh_k at most the routed heads h - moh_shared."""
+    h, shared, k = values["h"], values["moh_shared"], values["moh_k"]
+    out: dict[str, Any] = {}
+    if isinstance(h, int) and isinstance(shared, int) and isinstance(k, int):
+        if shared >= h:
+            out["moh_shared"] = shared = h - 1
+        if k > h - shared:
+            out["moh_k"] = h - shared
+    return out
+
+
+def _unfit(values: Values) -> str | None:
+    h, shared, k = values["h"], values["moh_shared"], values["moh_k"]
+    if isinstance(shared, int) and isinstance(k, int) and (shared >= h or k > h - shared):
+        return f"moh_shared = {shared}, moh_k = {k} (from the link) do not fit h = {h}: see the page."
+    return None
+
+
+def _validate(params: Values) -> None:
+    whole_number("moh_k", params["moh_k"], 1)
+    whole_number("moh_shared", params["moh_shared"], 0)
+
+
+def _routed(values: Values) -> int:
+    return max(values["h"] - min(values["moh_shared"], values["h"] - 1), 1)
+
+
+def _balance(model: Any, tokens: Tensor, variant: LayerVariant) -> Tensor:
+    """The router's load-balance loss on a batch (the trainer weighs it by MOH_BALANCE)."""
+    return load_balance_loss(model.attention.route(model.embed(tokens)), variant.moh_shared)
+
+
+register(VariantSpec(
+    "moh", "MoH", MixtureOfHeads, _describe,
+    lambda cfg, v: VariantShape("moh", cfg.d_model, cfg.num_heads, head_dim=cfg.d_k, v_dim=cfg.d_v, bias=cfg.bias,
+                                moh_k=v.moh_k, moh_shared=v.moh_shared),
+    Training(lambda v, h: f"MoH k={v.moh_k}" + (f"+{v.moh_shared} shared" if v.moh_shared else ""),
+             grid=lambda h: [LayerVariant("moh", moh_k=k, moh_shared=s) for s in (0, 1) for k in (1, 2)],
+             loss=_balance, colour="#ff7f0e", step_cost=(1.6, 1.0)),  # step_cost: the router
+    fields=(StateField("moh_k", 2, lambda r: whole(r, 1, MAX_HEADS), f"a number of heads from 1 to {MAX_HEADS}"),
+            StateField("moh_shared", 0, lambda r: whole(r, 0, MAX_HEADS - 1),
+                       f"a number of shared heads from 0 to {MAX_HEADS - 1}")),
+    validate=_validate,
+    check=_check, formulas=_formulas, flag="routed",
+    controls=(
+        Control("moh_shared", "Shared heads moh_shared", "slider", column=True, refit=True,
+                bounds=lambda v: (0, max(v["h"] - 1, 1)), disabled=lambda v: v["h"] == 1,
+                help="The first moh_shared heads are used by every token."),
+        Control("moh_k", "Heads per token moh_k", "slider", column=True,
+                bounds=lambda v: (1, max(_routed(v), 2)), disabled=lambda v: _routed(v) == 1,
+                help="The router scores the other heads for each token; each token uses its top moh_k of them.")),
+    fit=_fit, unfit=_unfit, fit_button="moh_shared below h, moh_k at most the routed heads h − moh_shared.",
+    example={"moh_k": "1", "moh_shared": "1"},
+    help="MoH (mixture-of-heads): a router picks each token's heads."))

@@ -15,14 +15,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..attention import Attended, MultiHeadAttention, Variations, causal_mask, window_mask
 from ..config import MHAConfig
+from ..fields import choice, ranged
+from ..limits import MAX_WINDOW
+from ..names import SINK_KINDS
 from ..trace import AttentionTrace
-from .base import SINK_TOKENS, LayerVariant, register_layer
+from ..variants_cost import VariantShape
+from .base import SINK_TOKENS, LayerVariant
+from .spec import Control, Training, Values, VariantSpec, register, whole_number
 
 
 def visible_keys(T: int, S: int, window: int, *, causal: bool = False, sink_tokens: int = 0,
@@ -110,4 +116,51 @@ def _describe(cfg: MHAConfig, variant: LayerVariant) -> str:
             "back.")
 
 
-register_layer("window", WindowAttention, _describe)
+def _formulas(cfg: MHAConfig, T: int, S: int | None = None, *, causal: bool = False, **params: Any) -> list[str]:
+    """LaTeX lines of what this variant changes, with live dimensions (mha_viz.formulas.variant_formulas)."""
+    w, sinks = params["window"], params["sinks"]
+    near = rf"i - {w} < j \le i" if causal else rf"|i - j| < {w}"
+    lines = [(rf"M_{{ij}} = 0 \text{{ if }} {near} \text{{ else }} -\infty \quad \text{{(each query sees at most "
+             rf"{w if causal else 2 * w - 1} keys)}}")]
+    if sinks == "logit":
+        lines.append(r"A_{h,ij} = \frac{e^{s_{h,ij}}}{e^{z_h} + \sum_{j'} e^{s_{h,ij'}}}, \quad \sum_j A_{h,ij} = "
+                     r"1 - \frac{e^{z_h}}{e^{z_h} + \sum_{j'} e^{s_{h,ij'}}} \quad \text{(a learned sink logit }"
+                     r"z_h\text{ per head)}")
+    elif sinks == "tokens":
+        lines.append(r"M_{ij} = 0 \text{ also for } j < 4" + (r" \text{ with } j \le i" if causal else "")
+                     + r" \quad \text{(the first 4 tokens stay visible: attention sinks, StreamingLLM)}")
+    return lines
+
+
+def _validate(params: Values) -> None:
+    whole_number("window", params["window"], 1)
+    if params["sinks"] not in SINK_KINDS:
+        raise ValueError(f"sinks must be one of {', '.join(SINK_KINDS)}, got {params['sinks']!r}")
+
+
+def _shape(cfg: MHAConfig, v: LayerVariant) -> VariantShape:
+    return VariantShape("window", cfg.d_model, cfg.num_heads, head_dim=cfg.d_k, v_dim=cfg.d_v, bias=cfg.bias,
+                        window=v.window, sink_logits=v.sinks == "logit",
+                        sink_tokens=SINK_TOKENS if v.sinks == "tokens" else 0)
+
+
+SINK_LABELS = {"none": "None", "logit": "Logit per head", "tokens": "First tokens"}
+
+register(VariantSpec(
+    "window", "Window", WindowAttention, _describe, _shape,
+    Training(lambda v, h: f"Window w={v.window}" + ("" if v.sinks == "none" else f" ({v.sinks} sinks)"),
+             grid=lambda h: [LayerVariant("window", window=w, sinks="logit") for w in (2, 4)],
+             colour="#9467bd", step_cost=(1.4, 1.0), legend="window"),  # step_cost: the band's mask
+    fields=(ranged("window", 4, 1, MAX_WINDOW, "a window from {lo} to {hi} tokens"),
+            choice("sinks", "logit", SINK_KINDS)),
+    validate=_validate, formulas=_formulas, flag="windowed",
+    controls=(
+        Control("window", "Window (tokens a query sees)", "slider",
+                help="Each query sees the keys fewer than window positions away (with the causal mask: itself and "
+                "the window − 1 tokens before it). Mistral: 4096; gpt-oss: 128 on every other layer."),
+        Control("sinks", "Sinks", "radio", options=lambda v: SINK_KINDS, labels=lambda v: SINK_LABELS.get,
+                help="Logit: each head has one learned logit that joins every softmax and is then dropped, so a head "
+                "can attend to 'nothing' (gpt-oss). First tokens: the first 4 tokens stay visible to every query, "
+                "as StreamingLLM keeps them.")),
+    example={"window": "3", "sinks": "tokens", "causal": "true"},
+    help="Window (Mistral, Gemma 2, gpt-oss): each query sees only nearby keys, with sinks that soak up attention."))

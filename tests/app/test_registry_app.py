@@ -1,24 +1,12 @@
-"""A view and an analysis section registered from a test (not in the package) are in the app's menus, draw, keep
-their fields in the URL and go into the share link: the registry (mha_viz.parts) drives all of them."""
+"""A view and an analysis section added as a contributor adds them (one file each, in a package of its own, found by
+mha_viz.parts.Registry.discover: tests/unit/test_parts.py's toys) are in the app's menus, draw, keep their fields in
+the URL and go into the share link: the registry (mha_viz.parts) drives all of them."""
 
 from __future__ import annotations
-
-import streamlit as st
 
 from tests.app.test_app import new_app
 from tests.app.test_export_app import deferred  # noqa: F401  (records the deferred downloads)
 from tests.unit.test_parts import toys  # noqa: F401  (the fixture registering the toy view and section)
-
-
-def toy_view(c) -> None:
-    """The toy view's render function (registered as tests.app.test_registry_app:toy_view)."""
-    n = st.number_input("Toy count", 0, 99, key="toy_n")
-    st.markdown(f"Toy view: {c.trace.num_heads} heads, n = {n}")
-
-
-def toy_section(c) -> None:
-    word = st.text_input("Toy word", key="toy_word", max_chars=20)
-    st.markdown(f"Toy section of layer {c.layer}: {word or 'no word'}")
 
 
 def markdown(at) -> str:

@@ -1,10 +1,11 @@
-"""app.py serves page.py (st.App) and warms the imports and both bundled models when the server starts (in a real
-server: tests/browser/test_warm_start_browser.py)."""
+"""app.py serves page.py (st.App): it imports pandas before it answers, and warms the imports and both bundled models
+when the server starts (in a real server: tests/browser/test_warm_start_browser.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 import threading
 
 from harness.browser import ROOT
@@ -15,6 +16,27 @@ def test_app_py_imports_only_streamlit_so_the_server_answers_at_once() -> None:
             "any(m.startswith('mha_viz') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["App", "False", "False"]
+
+
+def test_pandas_is_complete_before_the_server_answers() -> None:
+    """Plotly reads pandas from sys.modules without the import lock: a figure built while another thread imported it
+    met a half-initialised module. The lifespan imports it before the server serves anything (a fresh interpreter)."""
+    code = textwrap.dedent("""
+        import asyncio, sys
+        import app
+        from _plotly_utils.optional_imports import get_module
+        app.WarmUp.start = lambda self: None  # the warm-up's imports would bring pandas too: this is the lifespan's own
+        print("pandas" in sys.modules)
+
+        async def serving():
+            async with app.warm_start(None):
+                pd = get_module("pandas", should_load=False)  # what Plotly's validators and JSON encoder read
+                print(pd is not None and hasattr(pd, "Series") and hasattr(pd, "Index"))
+
+        asyncio.run(serving())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
 
 
 def test_the_warm_up_fills_the_cache_page_py_loads_models_from(monkeypatch) -> None:
@@ -51,23 +73,21 @@ def serve(path_query: tuple[str, bytes], content_type: bytes, body: bytes) -> tu
 
     scope = {"type": "http", "method": "GET", "path": path_query[0], "query_string": path_query[1]}
     # in a thread of its own: Playwright's sync API (the browser fixture) keeps an event loop running in this one
-    worker = threading.Thread(target=asyncio.run, args=(app.PreloadElements(fake)(scope, None, send),))
+    worker = threading.Thread(target=asyncio.run, args=(app.IndexPage(fake)(scope, None, send),))
     worker.start()
     worker.join()
     return sent[0], b"".join(m.get("body", b"") for m in sent[1:])
 
 
-def test_the_index_page_preloads_the_first_pages_frontend_chunks() -> None:
+def test_the_index_page_gets_the_viewport_width_and_nothing_else() -> None:
     import app
 
     page = b"<!doctype html><html><head><title>x</title></head><body></body></html>"
     start, body = serve(("/", b""), b"text/html; charset=utf-8", page)
-    links = [part.split(b'"')[0].decode() for part in body.split(b'<link rel="modulepreload" href="')[1:]]
-    assert any("/PlotlyChart." in link for link in links) and len(links) >= len(app.FIRST_PAGE_ELEMENTS)
-    assert all((app.STATIC_JS / link.rsplit("/", 1)[1]).is_file() for link in links)  # files Streamlit serves
-    assert body.startswith(b"<!doctype html><html><head><link")
-    assert body.endswith(b"<title>x</title>" + app.VIEWPORT_JS + app.PAINTED_JS + b"</head><body></body></html>")
+    assert body == page.replace(b"</head>", app.VIEWPORT_JS + b"</head>")  # no preloads of the frontend's files
     assert dict(start["headers"])[b"content-length"] == str(len(body)).encode()
+    app.MODELS_WANTED.clear()
+    serve(("/", b""), b"text/html", page)
     assert not app.MODELS_WANTED.is_set()
     serve(("/", b"mode=Pretrained&layer=2"), b"text/html", page)
     assert app.MODELS_WANTED.is_set()  # a pretrained page is coming: the warm-up loads the models at once
@@ -116,43 +136,36 @@ def test_downloads_are_sent_uncompressed_and_other_responses_keep_gzip() -> None
     assert headers[b"content-encoding"] == b"gzip" and len(sent) < len(body)
 
 
-def test_the_model_loads_wait_for_the_browser_to_say_it_painted(monkeypatch) -> None:
+def test_the_model_loads_wait_for_a_first_page_to_be_drawn_then_for_its_paint(monkeypatch) -> None:
     from mha_viz.ui import loaders
 
     loads: list[str] = []
     monkeypatch.setattr(loaders, "import_model_code", lambda: None)
     monkeypatch.setattr(loaders, "get_model", lambda name, *args: loads.append(name))
     monkeypatch.setattr(loaders, "page_drawn", threading.Event())
-    painted = threading.Event()
-    loaders.page_drawn.set()  # a first page's script has run; its browser has not painted it yet
-    worker = threading.Thread(target=loaders.warm_up, kwargs={"wait": 120.0, "painted": painted})
+    worker = threading.Thread(target=loaders.warm_up, kwargs={"wait": 120.0, "after": 0.5})
     worker.start()
     worker.join(1.0)
-    assert worker.is_alive() and loads == []  # no guessed paint time: still waiting for the browser
-    painted.set()
+    assert worker.is_alive() and loads == []  # no page drawn yet
+    loaders.page_drawn.set()  # page.py's first run has ended
+    worker.join(0.2)
+    assert worker.is_alive() and loads == []  # its browser is given `after` seconds to paint it
     worker.join(60)
     assert not worker.is_alive() and len(loads) == 2
 
 
-def test_the_index_page_reports_its_first_painted_chart_to_the_server() -> None:
-    import asyncio
+def test_a_page_that_asks_for_a_model_starts_the_loads_at_once(monkeypatch) -> None:
+    from mha_viz.ui import loaders
 
-    import app
-
-    page = b"<!doctype html><html><head><title>x</title></head><body></body></html>"
-    body = serve(("/", b""), b"text/html; charset=utf-8", page)[1]
-    assert app.PAINTED_JS in body and b"sendBeacon" in app.PAINTED_JS and app.PAINTED_PATH.encode() in app.PAINTED_JS
-    sent: list[dict] = []
-
-    async def send(message):
-        sent.append(message)
-
-    async def never(*args):
-        raise AssertionError("the beacon is answered by the middleware, not passed on")
-
-    app.PAINTED.clear()
-    scope = {"type": "http", "method": "POST", "path": "/base" + app.PAINTED_PATH, "query_string": b""}
-    worker = threading.Thread(target=asyncio.run, args=(app.PreloadElements(never)(scope, None, send),))
+    loads: list[str] = []
+    monkeypatch.setattr(loaders, "import_model_code", lambda: None)
+    monkeypatch.setattr(loaders, "get_model", lambda name, *args: loads.append(name))
+    monkeypatch.setattr(loaders, "page_drawn", threading.Event())
+    wanted = threading.Event()
+    worker = threading.Thread(target=loaders.warm_up, kwargs={"wait": 120.0, "after": 120.0, "wanted": wanted})
     worker.start()
-    worker.join()
-    assert app.PAINTED.is_set() and sent[0]["status"] == 204
+    worker.join(0.5)
+    assert worker.is_alive() and loads == []
+    wanted.set()
+    worker.join(60)
+    assert not worker.is_alive() and len(loads) == 2

@@ -19,7 +19,7 @@ from harness.browser import CHROMIUM, wait_for_query
 from mha_viz.config import MHAConfig
 from mha_viz.parts import SECTIONS, VIEWS
 from mha_viz.sources import ConfigurableSource
-from mha_viz.variants import LayerVariant
+from mha_viz.variants import VARIANTS, LayerVariant
 from tests.axe import ALL, AXE_VERSION, axe_path, axe_violations, summary
 from tests.browser.test_browser_views import new_page, settle
 
@@ -31,10 +31,10 @@ if not Path(CHROMIUM).exists():
 CAUSAL = "mode=Pretrained&model=mha-viz/induction-2l&"
 TRAIN = "mode=Train&h=2&d_model=32&steps=40&"
 WIDTHS = (390, 1024, 1400)  # a phone, a small laptop, a desktop: the widths the app is laid out for (README)
-# A link to each attention variant (mha_viz.variants): a variant's own views are offered only when it is set.
-VARIANT_LINKS = {"gqa": "variant=gqa&kv_heads=2&h=8", "mla": "variant=mla&kv_latent=8&rope_dim=4",
-                 "window": "variant=window&window=3&sinks=logit&causal=true", "diff": "variant=diff",
-                 "moh": "variant=moh&moh_k=2&moh_shared=1&h=8"}
+# A link to each attention variant (mha_viz.variants): a variant's own views are offered only when it is set. Each at
+# its spec's example (away from its defaults), from the registry: a variant added in one file is checked too.
+VARIANT_LINKS = {kind: urllib.parse.urlencode({"variant": kind, **spec.example})
+                 for kind, spec in VARIANTS.items() if kind != "mha"}
 
 
 def variant_views(kind: str) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ from mha_viz.export import (
 from mha_viz.report import html_report
 from mha_viz.serve.slot import ExportBusy, build_export
 from mha_viz.trace import AttentionTrace
+from mha_viz.variants import VARIANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 XSS = ("<script>alert(1)</script>", "<img src=x onerror=alert(1)>")
@@ -657,7 +658,7 @@ def test_import_mha_viz_stays_free_of_streamlit() -> None:
     assert done.stdout.split() == ["False", "False"], done.stderr
 
 
-@pytest.mark.parametrize("kind", ["mha", "gqa", "mla", "window", "diff", "moh"])
+@pytest.mark.parametrize("kind", list(VARIANTS))
 def test_every_attention_variant_reads_back_exactly_from_npz_and_json(kind: str) -> None:
     from dataclasses import fields
 

@@ -5,10 +5,12 @@ and TYPE_CHECKING blocks.
 
 The package is built in floors, each importing only its own floor and those below (FLOORS, bottom first):
     math -> models -> analysis -> figures -> app
-math: the data model, the layer, its variants and their arithmetic; models: the models that make traces
-(pretrained/ and training/, which trains mha-viz's own); analysis: measures of traces and models (and sources.py,
-which offers them per source); figures: Plotly figures and what draws them to files and notebooks; app: the
-Streamlit app, its URL state and server, the lessons, the CLI and the package's front door (mha_viz/__init__).
+math: the data model, the layer, its variants and their arithmetic, and the declarations a variant's or a part's
+URL fields are made of (parts.py: StateField, Part and the registries, importing nothing of mha_viz, the parts'
+render functions named as strings; fields.py: the field parsers, importing only parts.py); models: the models that
+make traces (pretrained/ and training/, which trains mha-viz's own); analysis: measures of traces and models
+(and sources.py, which offers them per source); figures: Plotly figures and what draws them to files and notebooks;
+app: the Streamlit app, its URL state and server, the lessons, the CLI and the package's front door (__init__).
 Every module sits on exactly one floor, so a new module is placed by adding it to FLOORS."""
 
 from __future__ import annotations
@@ -70,11 +72,11 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (  # bottom first; a name cove
     ("math", ("mha_viz.names", "mha_viz.limits", "mha_viz.config", "mha_viz.trace", "mha_viz.checks",
               "mha_viz.attention", "mha_viz.long", "mha_viz.weights", "mha_viz.variants", "mha_viz.variants_cost",
               "mha_viz.cost", "mha_viz.formulas", "mha_viz.divergence", "mha_viz.text", "mha_viz.token_labels",
-              "mha_viz.sampling", "mha_viz.export", "mha_viz.cache")),
+              "mha_viz.sampling", "mha_viz.export", "mha_viz.cache", "mha_viz.parts", "mha_viz.fields")),
     ("models", ("mha_viz.pretrained", "mha_viz.training")),
     ("analysis", ("mha_viz.analysis", "mha_viz.sources")),
     ("figures", ("mha_viz.figures", "mha_viz.layer_payload", "mha_viz.paper", "mha_viz.report", "mha_viz.widget")),
-    ("app", ("mha_viz.ui", "mha_viz.serve", "mha_viz.params", "mha_viz.parts", "mha_viz.lessons",
+    ("app", ("mha_viz.ui", "mha_viz.serve", "mha_viz.params", "mha_viz.lessons",
              "mha_viz.__main__", "mha_viz")),
 )
 
@@ -159,7 +161,8 @@ def test_only_ui_imports_streamlit() -> None:
 @pytest.mark.slow
 def test_import_mha_viz_and_serve_loads_no_streamlit() -> None:
     code = ("import sys, mha_viz, mha_viz.limits, mha_viz.sources, mha_viz.serve.hosting, mha_viz.serve.slot; "
-            "print(sorted(m for m in sys.modules if m == 'streamlit' or m.startswith(('streamlit.', 'mha_viz.ui'))))")
+            "print(sorted(m for m in sys.modules if m == 'streamlit' or m.startswith(('streamlit.', 'mha_viz.ui')) "
+            "and m != 'mha_viz.ui' and not m.startswith('mha_viz.ui.parts')))")  # the parts' pure declarations
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

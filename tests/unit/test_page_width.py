@@ -36,7 +36,6 @@ def test_the_index_page_sends_the_viewport_width_in_that_cookie() -> None:
     import app
 
     assert f'"{style.VIEWPORT_COOKIE}=" + document.documentElement.clientWidth'.encode() in app.VIEWPORT_JS
-    assert app.VIEWPORT_JS in app.PreloadElements(None).scripts
 
 
 def test_the_viewport_is_read_after_the_pages_viewport_meta() -> None:
@@ -57,7 +56,7 @@ def test_the_viewport_is_read_after_the_pages_viewport_meta() -> None:
         sent.append(message)
 
     scope = {"type": "http", "method": "GET", "path": "/", "query_string": b""}
-    asyncio.run(app.PreloadElements(streamlit_index)(scope, None, record))
+    asyncio.run(app.IndexPage(streamlit_index)(scope, None, record))
     page = b"".join(m.get("body", b"") for m in sent[1:])
     assert b'name="viewport"' in page and app.VIEWPORT_JS in page
     assert page.index(b'name="viewport"') < page.index(app.VIEWPORT_JS) < page.index(b"</head>")

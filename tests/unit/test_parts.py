@@ -3,7 +3,9 @@ outside the package (here, in the test) parsed from a URL and written back into 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -12,30 +14,62 @@ from mha_viz.export import share_url
 from mha_viz.params import DEFAULTS, PARSERS, ViewState, parse_query, to_query
 from mha_viz.parts import SECTIONS, VIEWS, Part, StateField, all_fields, capable
 
+# The recipes of CONTRIBUTING.md, each part in one file of a package of its own, as a contributor writes it
+# (mha_viz/ui/parts/views/<name>.py, mha_viz/ui/parts/sections/<name>.py): found by the same discovery.
+TOY_VIEW = '''"""Toy view: a view only the tests know."""
 
-def _count(raw: str) -> int:
-    value = int(raw)
-    if not 0 <= value <= 99:
-        raise ValueError
-    return value
+from __future__ import annotations
+
+from mha_viz.fields import whole
+from mha_viz.parts import Part, StateField
+
+PART = Part("Toy view", ("Configurable",), f"{__name__}:render", order=75, help="A view only the tests know.",
+            fields=(StateField("toy_n", 3, lambda r: whole(r, 0, 99), "a whole number from 0 to 99"),))
 
 
-TOY_N = StateField("toy_n", 3, _count, "a whole number from 0 to 99")
-TOY_WORD = StateField("toy_word", "", str, "any text", cap=20)
+def render(c) -> None:
+    import streamlit as st
+
+    n = st.number_input("Toy count", 0, 99, key="toy_n")
+    st.markdown(f"Toy view: {c.trace.num_heads} heads, n = {n}")
+'''
+TOY_SECTION = '''"""Toy section: a section only the tests know."""
+
+from __future__ import annotations
+
+from mha_viz.fields import short_text
+from mha_viz.parts import EVERY_MODE, Part, StateField
+
+PART = Part("Toy section", EVERY_MODE, f"{__name__}:render",
+            fields=(StateField("toy_word", "", short_text(20), "any text", cap=20),))
+
+
+def render(c) -> None:
+    import streamlit as st
+
+    word = st.text_input("Toy word", key="toy_word", max_chars=20)
+    st.markdown(f"Toy section of layer {c.layer}: {word or 'no word'}")
+'''
 
 
 @pytest.fixture
-def toys() -> Iterator[None]:
-    """A toy view (configurable mode, before Analysis) and a toy section, registered for one test."""
-    VIEWS.register(Part("Toy view", ("Configurable",), "tests.app.test_registry_app:toy_view", fields=(TOY_N,),
-                        help="A view only the tests know."), before="Analysis")
-    SECTIONS.register(Part("Toy section", ("Configurable", "Pretrained", "Train"),
-                           "tests.app.test_registry_app:toy_section", fields=(TOY_WORD,)))
+def toys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A toy view (configurable mode, before Analysis) and a toy section, each one file, discovered for one test."""
+    for kind, text in (("views", TOY_VIEW), ("sections", TOY_SECTION)):
+        (tmp_path / "toy_parts" / kind).mkdir(parents=True)
+        (tmp_path / "toy_parts" / "__init__.py").write_text("", encoding="utf-8")
+        (tmp_path / "toy_parts" / kind / "__init__.py").write_text("", encoding="utf-8")
+        (tmp_path / "toy_parts" / kind / "toy.py").write_text(text, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = [*VIEWS.discover("toy_parts.views"), *SECTIONS.discover("toy_parts.sections")]
+    assert [p.name for p in found] == ["Toy view", "Toy section"]
     try:
         yield
     finally:
         VIEWS.unregister("Toy view")
         SECTIONS.unregister("Toy section")
+        for name in [m for m in sys.modules if m == "toy_parts" or m.startswith("toy_parts.")]:
+            del sys.modules[name]
 
 
 def test_names_and_fields_are_registered_once() -> None:

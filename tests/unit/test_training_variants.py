@@ -116,7 +116,7 @@ def test_bad_variant_and_diversity_say_why() -> None:
         train("prev-first", 2, 16, 5, diversity_kind="keys")
     mla = TrainedLayer("prev-first", 2, 16, 0, 1, ("previous", "first"), 0.0, np.zeros(2), np.zeros((2, 2)), {},
                        LayerVariant("mla"))
-    with pytest.raises(ValueError, match="only MHA, GQA, window and MoH"):
+    with pytest.raises(ValueError, match="only MHA, GQA, Window and MoH"):
         mla.head_weights()
 
 
@@ -153,7 +153,9 @@ def test_the_grid_trains_each_variant_over_seeds_and_round_trips_as_json() -> No
 
 
 def test_a_newly_registered_variant_trains_and_joins_the_grid_with_no_change_here(monkeypatch) -> None:
-    """A variant helper registers its layer in mha_viz.variants.LAYERS; training, tracing and the grid then use it."""
+    """A variant's spec (mha_viz.variants.VARIANTS) names its layer builder; training, tracing and the grid use it."""
+    from dataclasses import replace
+
     from mha_viz import variants
 
     built = []
@@ -162,7 +164,7 @@ def test_a_newly_registered_variant_trains_and_joins_the_grid_with_no_change_her
         built.append(variant)
         return MultiHeadAttention(cfg.d_model, cfg.num_heads, seed=seed, dtype=dtype)  # stands in for the real layer
 
-    monkeypatch.setitem(variants.LAYERS, "window", build)
+    monkeypatch.setitem(variants.VARIANTS, "window", replace(variants.VARIANTS["window"], build=build))
     window = LayerVariant("window", window=2)
     layer = train("prev-first", 2, 16, 10, seed=0, num_snapshots=1, variant=window).layer
     assert built[-1] == window and layer.variant == window

@@ -145,6 +145,6 @@ def test_the_wheel_installs_into_a_fresh_venv_and_works_from_there(tmp_path: Pat
         wait_healthy(f"http://127.0.0.1:{port}", server, timeout=180, log_tail=lambda: "\n" + log.read_text()[-3000:])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as answer:
             index = answer.read()
-        assert b'rel="modulepreload"' in index  # app.py's middleware: the packaged server, not a plain script
+        assert b"mha_viz_viewport=" in index  # app.py's middleware: the packaged server, not a plain script
     finally:
         stop(server)

@@ -1,0 +1,1 @@
+"""The views, one module each (mha_viz/ui/parts/__init__.py): discovered into mha_viz.parts.VIEWS."""
