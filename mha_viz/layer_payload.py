@@ -1,21 +1,30 @@
-"""Every layer's attention weights in one payload of bytes, which a browser decodes and paints without asking the
-server again: the layer switch of the app (mha_viz/ui/layer_switch.py, whose docstring states the error bound of
-the uint16 codes) and the notebook widget (mha_viz/widget.py) send the same format.
+"""Every layer's attention weights in one payload of bytes, which the browser decodes and paints without asking the
+server again: the one renderer (mha_viz/renderer.js) reads it, in the app (mha_viz/ui/heads_component.py) and in the
+notebook widget (mha_viz/widget.py).
 
     payload = [uint32 n, little-endian][n bytes of JSON header][uint16 values [L, H, t, s], little-endian]
     header:  {layers, heads, rows, cols, lo, hi, labels, ...}; 65535 is NaN, else lo + v * ((hi - lo) / 65534)
+
+The browser decodes code v as lo + v * step, step = (hi - lo) / 65534, in float64, and keeps it in a Float32Array,
+which rounds it by at most max(|lo|, |hi|) * 2^-24. The code is the nearest one (error <= step / 2 +
+max(|lo|, |hi|) * 2^-24, e.g. 7.69e-6 for weights in [0, 1]) unless the hover's 3 decimals (toFixed(3)) of its
+decoded value would differ from the true value's; then it is the neighbour that shows the same 3 decimals (error <=
+step + max(|lo|, |hi|) * 2^-24, 1.53e-5 in [0, 1]), so the hover shows the server's numbers (wherever step < 0.001,
+i.e. hi - lo < 65.5).
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import hex_to_rgb, unlabel_rgb
 
-from .figures import heads
+from .figures import common, heads
+from .trace import AttentionTrace
 
 MAX_BYTES = 8 * 2**20  # larger stacks (e.g. 32 layers x 32 heads at 128 tokens) switch through the server
 NAN = 65535
@@ -45,7 +54,7 @@ def pack(stack: np.ndarray, labels: list[str]) -> bytes:
 
 
 def decoded(codes: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    """What layer_switch.js keeps of codes (none NaN): lo + v * step in float64, then float32."""
+    """What renderer.js keeps of codes (none NaN): lo + v * step in float64, then float32."""
     return (lo + codes.astype(np.float64) * ((hi - lo) / (NAN - 1))).astype(np.float32)
 
 
@@ -83,6 +92,37 @@ def with_header(payload: bytes, **fields: object) -> bytes:
     return _with_json({**json.loads(payload[4:4 + n]), **fields}, payload[4 + n:])
 
 
+def no_weights(layers: int) -> tuple[bytes, list[str], list[str]]:
+    """A payload of layers without weights, as payload_of gives: the renderer draws the layer buttons alone."""
+    header = {"layers": layers, "heads": 0, "rows": 0, "cols": 0, "lo": 0.0, "hi": 1.0, "labels": []}
+    return _with_json(header, b""), [], []
+
+
 def fits(stack_shape: tuple[int, ...]) -> bool:
     """Whether a stack of this shape is small enough to send whole."""
     return 2 * int(np.prod(stack_shape)) <= MAX_BYTES
+
+
+def axis_labels(tokens: Sequence[str], block: int) -> list[str]:
+    """A label per row (or column) of a matrix max-pooled in blocks of `block` tokens: the token, or the first and
+    last token of its block with their positions."""
+    tokens = [common.visible_token(t) for t in tokens]
+    if block == 1:
+        return [f"{i}: {t}" for i, t in enumerate(tokens)]
+    out = []
+    for start in range(0, len(tokens), block):
+        end = min(len(tokens), start + block) - 1
+        out.append(f"{start}-{end}: {tokens[start]} … {tokens[end]} (max)")
+    return out
+
+
+def payload_of(traces: Sequence[AttentionTrace]) -> tuple[bytes, list[str], list[str]]:
+    """What the renderer paints (mha_viz/renderer.js): (payload bytes, query labels, key labels) of these layers.
+    Matrices longer than MAX_CELLS_PER_SIDE a side are max-pooled as heads_figure draws them."""
+    stack = heads.layer_stack(traces)  # (L, H, t, s) float32
+    first = traces[0]
+    _, bt, bs = common.max_pool(np.zeros((1, *first.weights.shape[1:]), np.float32), heads.MAX_CELLS_PER_SIDE)
+    kv_heads = list(first.kv_heads) if first.kv_heads else None  # grouped-query attention: each head's K/V head
+    data = with_header(pack(stack, [heads.head_label(first, h) for h in range(stack.shape[1])]), paint=paint_style(),
+                       kv_heads=kv_heads)
+    return data, axis_labels(first.query_tokens, bt), axis_labels(first.key_tokens, bs)

@@ -1,8 +1,8 @@
 """mha_viz.show(): attention in a Jupyter notebook (JupyterLab, Notebook, VS Code) as an anywidget widget.
 
-Every layer's weights go to the browser once, in the layer switch's payload (mha_viz/layer_payload.py), and
-widget.js paints the views from them: a layer or head click repaints at once, without the kernel, which is
-only told the new `layer` / `head`. widget.js is the widget's only script (in the package: no CDN), and each
+Every layer's weights go to the browser once, in one payload (mha_viz/layer_payload.py), and the one renderer
+(mha_viz/renderer.js, the app's too) paints the views from them: a layer or head click repaints at once, without the
+kernel, which is only told the new `layer` / `head`. It is the widget's only script (in the package: no CDN), and each
 output also carries a static HTML copy of the widget (the same script and data inline) that an exported HTML
 notebook shows offline: see export_html().
 
@@ -22,13 +22,12 @@ import numpy as np
 import traitlets
 
 from .checks import failure_message
-from .figures.common import max_pool, visible_token
-from .figures.heads import MAX_CELLS_PER_SIDE, head_label, layer_stack
-from .layer_payload import MAX_BYTES, pack, paint_style, with_header
+from .figures.heads import MAX_CELLS_PER_SIDE
+from .layer_payload import MAX_BYTES, payload_of
+from .renderer import NOTEBOOK_ESM
 from .trace import AttentionTrace
 
 VIEWS = ("heads", "lines", "overview")
-ESM = Path(__file__).with_name("widget.js")
 STATIC_MAX_BYTES = 4 * 2**20  # a larger payload is not copied into the static HTML (the notebook would double)
 
 
@@ -54,30 +53,16 @@ def traces_of(model_or_trace: Any, text: str | None = None, part: str | None = N
                     f"not {type(model_or_trace).__name__}")
 
 
-def axis_labels(tokens: Sequence[str], block: int) -> list[str]:
-    """A label per row (or column) of a matrix max-pooled in blocks of `block` tokens: the token, or the first and
-    last token of its block with their positions."""
-    tokens = [visible_token(t) for t in tokens]
-    if block == 1:
-        return [f"{i}: {t}" for i, t in enumerate(tokens)]
-    out = []
-    for start in range(0, len(tokens), block):
-        end = min(len(tokens), start + block) - 1
-        out.append(f"{start}-{end}: {tokens[start]} … {tokens[end]} (max)")
-    return out
-
-
 def payload(traces: Sequence[AttentionTrace]) -> tuple[bytes, list[str], list[str]]:
-    """The widget's data: (payload bytes, query labels, key labels). Matrices longer than MAX_CELLS_PER_SIDE a
-    side are max-pooled as the app's heads chart draws them."""
-    stack = layer_stack(traces)  # (L, H, t, s) float32
-    if 2 * stack.size > MAX_BYTES:
-        raise ValueError(f"{stack.shape[0]} layers x {stack.shape[1]} heads of {stack.shape[2]} x {stack.shape[3]} "
+    """The widget's data: (payload bytes, query labels, key labels); layer_payload.payload_of, refused with a
+    ValueError when it is more than the widget sends."""
+    stack_bytes = 2 * len(traces) * traces[0].weights.shape[0] * min(traces[0].weights.shape[1], MAX_CELLS_PER_SIDE) \
+        * min(traces[0].weights.shape[2], MAX_CELLS_PER_SIDE)
+    if stack_bytes > MAX_BYTES:
+        L, (H, T, S) = len(traces), traces[0].weights.shape
+        raise ValueError(f"{L} layers x {H} heads of {min(T, MAX_CELLS_PER_SIDE)} x {min(S, MAX_CELLS_PER_SIDE)} "
                          f"weights are more than the widget sends ({MAX_BYTES // 2**20} MiB): show fewer layers")
-    first = traces[0]
-    _, bt, bs = max_pool(np.zeros((1, *first.weights.shape[1:]), np.float32), MAX_CELLS_PER_SIDE)
-    data = with_header(pack(stack, [head_label(first, h) for h in range(stack.shape[1])]), paint=paint_style())
-    return data, axis_labels(first.query_tokens, bt), axis_labels(first.key_tokens, bs)
+    return payload_of(traces)
 
 
 def failed_checks(traces: Sequence[AttentionTrace]) -> dict[str, str]:
@@ -95,7 +80,7 @@ class AttentionWidget(anywidget.AnyWidget):
     """Every layer's attention heads in a notebook. `layer`, `head` and `view` are read and set from Python (a set
     repaints the widget) and follow clicks in the browser."""
 
-    _esm = ESM
+    _esm = NOTEBOOK_ESM
     data = traitlets.Bytes().tag(sync=True)
     query_labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
     key_labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
@@ -142,7 +127,7 @@ class AttentionWidget(anywidget.AnyWidget):
                  "title": self.title, "failed_checks": self.failed_checks}
         script = f"""
 const state = {json.dumps(state)};
-const esm = {json.dumps(ESM.read_text(encoding="utf-8"))};
+const esm = {json.dumps(NOTEBOOK_ESM)};
 const url = URL.createObjectURL(new Blob([esm], {{type: "text/javascript"}}));
 const bytes = Uint8Array.from(atob(state.data), (c) => c.charCodeAt(0));
 const values = {{...state, data: bytes}};

@@ -14,6 +14,7 @@ from ..checks import failure_message
 from ..config import MHAConfig
 from ..export import safe_filename
 from ..figures.common import plural
+from ..layer_payload import no_weights
 from ..limits import MAX_LONG_TOKENS, MAX_MODEL_LONG_TOKENS, MAX_TOKENS
 from ..long import LongTrace
 from ..params import ViewState
@@ -27,16 +28,15 @@ from ..training.variants import variant_label as trained_variant_label
 from ..variants import NAMES as VARIANT_NAMES
 from ..variants import LayerVariant
 from ..variants import describe as describe_variant
-from . import layer_switch
 from .analysis import ModelLoader
 from .cached_sources import CachedConfigurable, CachedModel, model_key
 from .controls import explain_invalid_heads, explain_invalid_kv_heads, random_weights_banner
 from .export import export_section
+from .heads_component import heads_component
 from .long_model import long_input, long_model_view
 from .pretrained import MINILM_MISSING, open_induction_button
 from .sidebar import Sidebar
 from .state import put, put_default, share_query
-from .state import value as field_value
 from .text import plain
 from .training import (
     accuracy_by_heads,
@@ -248,20 +248,23 @@ def _set_layer(layer: int) -> None:
 
 
 def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], view: str, subtitle: tuple[str, str],
-                   long: bool = False) -> None:
-    """The subtitle naming the layer, with the layer buttons under it: the page's one layer control. In the Heads
-    view they hold every layer's weights (when these fit; not a long text's) and switch the chart in the browser."""
+                   long: bool = False) -> bool:
+    """The page's one layer control: the subtitle naming the layer over the layer buttons (mha_viz/renderer.js). In a
+    view that switches layers (Heads) the renderer paints every head of every layer under them (when these fit; not
+    a long text's) and a click repaints at once. Returns whether it drew the heads."""
     if source.num_layers == 1:
         st.caption(f"{subtitle[0]}{s.layer}{subtitle[1]}")
-        return
+        return False
     switches = VIEWS.part(view).can("switches_layers") and not long
     payload = layer_payload(source, hidden) if switches else None
-    layer_switch.layer_buttons(payload or layer_switch.no_weights(source.num_layers), s.layer,
-                               chart="heads" if payload is not None else None, key="layer_switch",
-                               on_change=_set_layer, subtitle=subtitle)
+    failed = {} if payload is None else {  # said above a layer's heads in the browser, as st.error says it here
+        str(i): message for i in range(source.num_layers) if (message := failure_message(source.trace(i)))}
+    heads_component(payload or no_weights(source.num_layers), view="heads" if payload else "buttons", layer=s.layer,
+                    head=None, subtitle=subtitle, failed=failed, key="layer_switch", on_layer=_set_layer)
     if switches and payload is None:
         st.caption("Every layer of this model at once is more than this page should hold: a layer button asks the "
                    "server for that layer.")
+    return payload is not None
 
 
 def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader, limits: Budget | None = None) -> None:
@@ -278,9 +281,9 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     name = safe_filename(f"{model.name.split('/')[-1]}-{s.part}-layer{s.layer}")
     hidden = frozenset() if s.special else frozenset(model.tokenizer.all_special_tokens)
     views_here = VIEWS.menu("Pretrained", source)
-    view = field_value("view") if field_value("view") in views_here else views_here[0]
     tokens = f"{long.num_tokens} tokens" if long is not None else f"{len(trace.query_tokens)} query tokens"
-    _layer_control(source, s, hidden, view, subtitle=(
+    view = view_picker(views_here)
+    grid = _layer_control(source, s, hidden, view, subtitle=(
         f"{model.name} · {model.architecture} ({model.kind}) · {s.part} layer ",
         f" of {model.num_layers[s.part]} · {plural(model.num_heads[s.part], 'head')} · {tokens}"), long=long is not None)
     if trace.meta.get("truncated") and long is None:
@@ -298,7 +301,6 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     if shown is None:
         st.info("Hiding the special tokens would leave nothing to show; showing all tokens.")
         shown = trace
-    view = view_picker(views_here)
     if long is not None and VIEWS.part(view).can("draws_long"):
         for f in VIEWS.part(view).fields:  # the zoom's and the statistic's widgets start at their defaults
             put_default(f.name)
@@ -308,7 +310,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
             st.caption(f"This view draws the window: the first {len(trace.query_tokens)} tokens of {long.num_tokens}; "
                        "the Heads view draws all of them.")
         render_view(view, ViewContext(s, name, source, trace, shown, layer=s.layer, limits=limits, hidden=hidden,
-                                      other_model=other_model))
+                                      grid_drawn=grid, other_model=other_model))
     export_section(
         source.trace_loader(s.layer), trace=trace, name=name, share_query=share_query(s), max_mb=_max_mb(limits),
         title=f"{model.name}: {s.part} layer {s.layer}",

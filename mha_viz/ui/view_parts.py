@@ -12,7 +12,8 @@ import streamlit as st
 
 from ..analysis import without_tokens
 from ..config import MHAConfig
-from ..figures.heads import head_label, layer_stack
+from ..figures.heads import MAX_CELLS_PER_SIDE
+from ..layer_payload import fits, payload_of
 from ..long import LongTrace
 from ..params import ViewState
 from ..parts import SECTIONS, VIEWS
@@ -20,7 +21,7 @@ from ..serve.hosting import Budget
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
 from ..variants import LayerVariant
-from . import layer_switch, views
+from . import views
 from .analysis import ModelLoader
 from .state import confine, put_default
 from .state import value as field_value
@@ -51,6 +52,7 @@ class ViewContext:
     hidden: frozenset[str] = frozenset()
     accuracy: Callable[[], None] | None = None
     other_model: ModelLoader | None = None
+    grid_drawn: bool = False  # the layer control above drew every head of the layer (mha_viz/renderer.js)
 
     @property
     def drawn(self) -> AttentionTrace:
@@ -102,15 +104,15 @@ def hide(trace: AttentionTrace, hidden: frozenset[str]) -> AttentionTrace | None
         return None
 
 
-def layer_payload(source: ModelSource, hidden: frozenset[str]) -> bytes | None:
-    """Every layer of the Heads chart (what heads_figure draws: pooled, the hidden tokens removed) for the
-    browser to switch between, or None when that is more than layer_switch.MAX_BYTES."""
-    def pack() -> bytes | None:
+def layer_payload(source: ModelSource, hidden: frozenset[str]) -> tuple[bytes, list[str], list[str]] | None:
+    """Every layer of the Heads view (what heads_figure draws: pooled, the hidden tokens removed) for the renderer to
+    switch between (layer_payload.payload_of), or None when that is more than layer_payload.MAX_BYTES."""
+    def pack() -> tuple[bytes, list[str], list[str]] | None:
         traces = [hide(t, hidden) or t for t in (source.trace(i) for i in range(source.num_layers))]
-        stack = layer_stack(traces)  # (L, H, t, s)
-        if not layer_switch.fits(stack.shape) or np.nanmin(stack) < 0:  # the browser paints 0..max in Blues only
+        H, T, S = traces[0].weights.shape
+        if not fits((len(traces), H, min(T, MAX_CELLS_PER_SIDE), min(S, MAX_CELLS_PER_SIDE))):  # pooled at most so
             return None
-        return layer_switch.pack(stack, [head_label(traces[0], h) for h in range(stack.shape[1])])
+        return payload_of(traces)
 
     return source.memo(("layer payload", hidden), pack)
 
@@ -121,7 +123,7 @@ def heads(c: ViewContext) -> None:
     if c.long is not None:
         views.long_heads_view(c.long, c.name, c.source.long_trace)
     elif c.accuracy is None:
-        views.heads_view(c.drawn, c.name)
+        views.heads_view(c.drawn, c.name, grid_drawn=c.grid_drawn)
     else:
         narrow = is_narrow()  # the accuracy chart needs ~200 px beside the heads, else it goes under them
         left, right = (st.container(), st.container()) if narrow else st.columns([3, 1])
@@ -151,9 +153,6 @@ def overview_attentions(source: ModelSource, trace: AttentionTrace) -> np.ndarra
 def overview(c: ViewContext) -> None:
     views.overview_view(overview_attentions(c.source, c.trace), c.drawn, c.layer, c.name,
                         windows=layer_windows(c.source))
-    payload = layer_payload(c.source, c.hidden)
-    if payload is not None:
-        layer_switch.open_on_click(payload, chart="opened_heads", thumbnails="overview", key="open_on_click")
 
 
 def shapes(c: ViewContext) -> None:

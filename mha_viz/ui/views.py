@@ -253,8 +253,9 @@ def signed_weights_caption(trace: AttentionTrace) -> str:
             "weight can be negative (red) and each row sums to 1 − λ. One colour scale for all heads, centred at 0.")
 
 
-def heads_view(trace: AttentionTrace, name: str, width: int | None = None) -> None:
-    """Every head of the trace; width: the px of the column it is drawn in (default: the page's)."""
+def heads_view(trace: AttentionTrace, name: str, width: int | None = None, grid_drawn: bool = False) -> None:
+    """Every head of the trace; width: the px of the column it is drawn in (default: the page's). grid_drawn: the
+    layer control above painted the grid (mha_viz/renderer.js): the figure is only kept for the report."""
     H, T, S = trace.weights.shape
     width = width or page_width()
     fig = heads_figure(trace, width=width)
@@ -275,7 +276,10 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None) -> No
             f"{max(T, S)} tokens: each cell shows the largest weight in a block of positions. Pick heads "
             f"below to see a {MAX_CELLS_PER_SIDE}-token window at full resolution."
         )
-    chart(fig, "heads", f"{name}-heads")
+    if grid_drawn:
+        keep(SHOWN, dict)["heads"] = (fig, f"{name}-heads")
+    else:
+        chart(fig, "heads", f"{name}-heads")
     _clamp_head_selection(H)
     chosen = st.multiselect(
         "Compare heads side by side (larger)", list(range(H)), key="compare", format_func=_head_format,

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import struct
-
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.app.test_app import APP, figure, heatmaps, z_matrix
+from tests.renderer_json import renderer_data, shown_layer, tokens
+
+BOUND = 1.53e-5  # the uint16 codes' error in [0, 1] (mha_viz/layer_payload.py's docstring)
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +29,9 @@ def pretrained_app(**params: str) -> AppTest:
 
 
 def layer_control(at: AppTest) -> tuple[dict, int]:
-    """The header of the layer buttons' data (mha_viz.ui.layer_switch) and how many weight bytes follow it."""
-    (element,) = [e for e in at.get("bidi_component") if e.key == "layer_switch"]
-    data = element.proto.bytes
-    (n,) = struct.unpack_from("<I", data)
-    return json.loads(data[4:4 + n]), len(data) - 4 - n
+    """The header of the layer control's data (the renderer, mha_viz.ui.heads_component) and its weights' bytes."""
+    meta, values = renderer_data(at)
+    return meta, 2 * values.size
 
 
 @pytest.mark.parametrize("view", ["Heads", "Lines", "One head", "Overview", "Concat → W_O", "Analysis"])
@@ -45,44 +43,45 @@ def test_the_layer_has_one_control_whose_subtitle_names_it(view: str) -> None:
     assert not at.exception and not at.error
     assert not [s for s in at.slider if s.key == "layer" or s.label == "Layer"]
     header, weight_bytes = layer_control(at)
-    assert header["active"] == 2 and header["layers"] == 6 and header["param"] == "layer"
+    assert header["active"] == 2 and header["layers"] == 6
     subtitle = str(2).join(header["subtitle"])
     assert "encoder layer 2 of 6 · 12 heads" in subtitle
     assert not any("layer 2 of 6" in c.value for c in at.caption)  # said once, by the control
     if view == "Heads":
-        assert header["chart"] == "heads" and weight_bytes == 2 * 6 * 12 * 8 * 8  # 6 layers x 12 heads x 8 x 8 tokens
+        assert header["view"] == "heads" and weight_bytes == 2 * 6 * 12 * 8 * 8  # 6 layers x 12 heads x 8 x 8 tokens
+        assert not at.get("plotly_chart") or "heads" not in [c.key for c in at.get("plotly_chart")]  # drawn once
     else:
-        assert header["chart"] is None and weight_bytes == 0  # a click asks the server at once
+        assert header["view"] == "buttons" and weight_bytes == 0  # a click asks the server at once
 
 
 def test_pretrained_mode_shows_the_bundled_models_twelve_heads(bundled_attentions: np.ndarray) -> None:
     at = pretrained_app()
     assert not at.exception and not at.error
-    maps = heatmaps(figure(at))
+    meta, maps = shown_layer(at)
     assert len(maps) == 12
-    assert figure(at)["layout"]["xaxis"]["ticktext"] == ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
-    for h, trace in enumerate(maps):  # the heatmaps are the model's own layer-0 attentions
-        np.testing.assert_allclose(z_matrix(trace), bundled_attentions[0, h], atol=1e-5)
+    assert tokens(meta["keys"]) == ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
+    for h, z in enumerate(maps):  # the heatmaps are the model's own layer-0 attentions
+        np.testing.assert_allclose(z, bundled_attentions[0, h], atol=BOUND)
 
 
 def test_changing_the_layer_changes_the_figure(bundled_attentions: np.ndarray) -> None:
     at = pretrained_app()
-    before = z_matrix(heatmaps(figure(at))[0])
+    before = shown_layer(at)[1][0]
     at.session_state["layer"] = 5  # what the layer buttons' callback sets
     at.run()
     assert not at.exception
-    after = z_matrix(heatmaps(figure(at))[0])
+    after = shown_layer(at)[1][0]
     assert not np.allclose(before, after)
-    np.testing.assert_allclose(after, bundled_attentions[5, 0], atol=1e-5)
+    np.testing.assert_allclose(after, bundled_attentions[5, 0], atol=BOUND)
     assert at.query_params["layer"] in ("5", ["5"])
 
 
 def test_hiding_special_tokens_renormalises_rows() -> None:
     at = pretrained_app(special="false")
-    fig = figure(at)
-    assert fig["layout"]["xaxis"]["ticktext"] == ["the", "cat", "sat", "on", "the", "mat"]
-    for trace in heatmaps(fig):
-        np.testing.assert_allclose(z_matrix(trace).sum(axis=1), 1.0, atol=1e-5)
+    meta, maps = shown_layer(at)
+    assert tokens(meta["keys"]) == ["the", "cat", "sat", "on", "the", "mat"]
+    for z in maps:
+        np.testing.assert_allclose(z.sum(axis=1), 1.0, atol=6 * BOUND)
 
 
 @pytest.mark.parametrize("view", ["Overview", "One head", "Concat → W_O"])
@@ -103,7 +102,7 @@ def test_long_input_is_truncated_with_a_notice() -> None:
     at = pretrained_app(text=" ".join(["word"] * 600))
     assert not at.exception
     assert any("cut off" in w.value for w in at.warning)
-    assert len(figure(at)["layout"]["xaxis"]["tickvals"]) > 0
+    assert len(shown_layer(at)[0]["keys"]) > 0
 
 
 def test_out_of_range_layer_in_the_url_is_clamped_with_a_notice() -> None:
@@ -158,13 +157,12 @@ def test_encoder_decoder_offers_encoder_decoder_and_cross_attention(model_folder
     at.text_area(key="context").set_value("a dog ran").run()
     at.radio(key="part").set_value("cross").run()
     assert not at.exception
-    maps = heatmaps(figure(at))
+    meta, maps = shown_layer(at)
     assert len(maps) == 4
-    fig = figure(at)
-    assert fig["layout"]["yaxis"]["ticktext"][1:] == ["[CLS]", "a", "dog", "ran"]  # decoder queries (shifted right)
-    assert fig["layout"]["xaxis"]["ticktext"] == ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]  # encoder keys
+    assert tokens(meta["queries"])[1:] == ["[CLS]", "a", "dog", "ran"]  # decoder queries (shifted right)
+    assert tokens(meta["keys"]) == ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]  # encoder keys
     at.radio(key="part").set_value("decoder").run()
-    z = z_matrix(heatmaps(figure(at))[0])
+    z = shown_layer(at)[1][0]
     assert np.all(np.triu(z, 1) == 0)  # the decoder never looks ahead
 
 
@@ -172,7 +170,7 @@ def test_grouped_query_heads_are_labelled_with_their_kv_head(model_folders: dict
     at = pretrained_app()
     at.text_input(key="model").set_value(model_folders["llama"]).run()
     assert not at.exception and not at.error
-    titles = [a["text"] for a in figure(at)["layout"]["annotations"]]
+    titles = shown_layer(at)[0]["labels"]
     assert titles == ["head 0 (K/V head 0)", "head 1 (K/V head 0)", "head 2 (K/V head 1)", "head 3 (K/V head 1)"]
 
 
@@ -181,7 +179,7 @@ def test_unadapted_architecture_shows_what_the_generic_path_holds(model_folders:
     at = pretrained_app()
     at.text_input(key="model").set_value(model_folders["mpnet"]).run()
     assert not at.exception and not at.error
-    assert len(heatmaps(figure(at))) == 4
+    assert len(shown_layer(at)[1]) == 4
     assert any("holds the attention weights, head outputs, concat, W_O and output" in i.value for i in at.info)
     at.button_group(key="view").set_value("Concat → W_O").run()
     assert not at.exception and at.get("plotly_chart")  # drawn from the captured concat and W_O

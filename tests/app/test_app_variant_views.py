@@ -11,6 +11,7 @@ import pytest
 from transformers import AutoModel
 
 from tests.app.test_app_families import CONFIGS, app_with
+from tests.renderer_json import shown_layer
 from tests.tiny_causal import saved_random_models
 
 NAMES = ("gpt_oss", "diffllama")
@@ -29,14 +30,13 @@ def coloraxis(at, index: int = 0) -> dict:
 def test_heads_view_draws_differential_weights_signed_and_softmax_weights_from_zero(folders):
     at = app_with(folders["diffllama"], "Heads")
     assert not at.exception and not at.error
-    axis = coloraxis(at)
-    assert axis["cmin"] < 0 and axis["cmin"] == -axis["cmax"]
+    meta, maps = shown_layer(at)  # the renderer gets the signed values (it paints negatives red, positives blue)
+    assert meta["lo"] < 0 and np.nanmin(maps) < 0 < np.nanmax(maps)
     caption = next(c.value for c in at.caption if "map₁ − λ·map₂" in c.value)
     assert "λ = " in caption
-    hover = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["hovertemplate"]
-    assert "%{z:.3f}" in hover  # the signed value itself
-    softmax = app_with(folders["gpt_oss"], "Heads")  # ordinary softmax weights keep 0 ... max in Blues
-    assert coloraxis(softmax)["cmin"] == 0 and coloraxis(softmax)["colorscale"][0][1] == "rgb(247,251,255)"
+    softmax = app_with(folders["gpt_oss"], "Heads")  # ordinary softmax weights: 0 ... max, in Blues
+    meta, maps = shown_layer(softmax)
+    assert meta["lo"] == 0 and np.nanmin(maps) >= 0 and meta["paint"]["colorscale"][0][1] == [247, 251, 255]
     assert not any("map₁" in c.value for c in softmax.caption)
 
 

@@ -14,6 +14,7 @@ from mha_viz.figures.common import visible_token
 from mha_viz.token_labels import byte_decoder
 from tests.app.test_app_pretrained import pretrained_app
 from tests.byte_level import TEXTS, byte_level_model
+from tests.renderer_json import shown_layer, tokens
 
 TOKEN_KEYS = ("ticktext", "customdata")
 STAND_INS = {c for c, b in byte_decoder().items() if b >= 0x80 or c == "Ġ"}
@@ -52,13 +53,14 @@ def test_every_view_labels_byte_level_tokens_with_their_characters(folder: str, 
     assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
     labels = byte_level_model().trace(text, 0).query_tokens
     assert "".join(labels) == text and "" in labels  # some tokens hold only the rest of a character
-    heads = json.loads(at.get("plotly_chart")[0].proto.spec)
-    axis = heads["layout"]["yaxis"]  # the labelled rows (thinned to fit): each the visible label of its token
-    assert axis["ticktext"] == [html.escape(visible_token(labels[i])) for i in axis["tickvals"]]
+    rows = tokens(shown_layer(at)[0]["queries"])  # the renderer's rows: each the visible label of its token, as text
+    assert rows == [visible_token(label) for label in labels]
     for view in ("Heads", "Lines", "One head", "Concat → W_O"):
         at.button_group(key="view").set_value(view).run()
         assert not at.exception and not at.error, (view, [e.value for e in (*at.exception, *at.error)])
         shown = [s for chart in at.get("plotly_chart") for s in token_strings(json.loads(chart.proto.spec))]
+        if view == "Heads":
+            shown += tokens(shown_layer(at)[0]["queries"])
         foreign = STAND_INS - set(text)
         bad = [s for s in shown if "\ufffd" in s or foreign & set(s)]
         assert not bad, (view, bad[:5])

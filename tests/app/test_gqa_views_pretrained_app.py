@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 from transformers import AutoModelForCausalLM
 
 from tests.app.test_app import APP, z_matrix
+from tests.renderer_json import shown_layer
 from tests.tiny_causal import saved_random_models
 
 BASE = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -47,12 +48,9 @@ def chart(at: AppTest, key: str) -> dict:
 
 
 def test_heads_of_a_pretrained_gqa_model_are_framed_by_kv_group(folders):
-    fig = chart(app_with(folders["llama"], "Heads"), "heads")
-    frames = [s for s in fig["layout"].get("shapes", []) if s["type"] == "rect" and s["xref"].endswith(" domain")]
-    colours = [f["line"]["color"] for f in frames]
-    assert len(colours) == 4 and colours[0] == colours[1] != colours[2] == colours[3]
-    titles = [a["text"] for a in fig["layout"]["annotations"]]
-    assert "head 1 (K/V head 0)" in titles and "head 2 (K/V head 1)" in titles
+    meta, _ = shown_layer(app_with(folders["llama"], "Heads"))  # the renderer frames each head by its K/V group
+    assert meta["kv_heads"] == [0, 0, 1, 1]
+    assert "head 1 (K/V head 0)" in meta["labels"] and "head 2 (K/V head 1)" in meta["labels"]
 
 
 def test_generate_draws_diffllamas_signed_weights_on_the_signed_scale(folders):

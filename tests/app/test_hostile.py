@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 import mha_viz
 from mha_viz.params import DEFAULTS, PARSERS, ViewState, parse_query
 from tests.app.test_app import APP, figure, heatmaps
+from tests.renderer_json import paints_heads, shown_layer
 
 XSS = "<script>alert(1)</script> <img src=x onerror=alert(1)>"
 TEXTS = {
@@ -61,13 +62,18 @@ def test_hostile_text_is_shown_as_text_with_bounded_work(name: str, mode: str) -
     if not TEXTS[name].strip():
         assert any("no visible characters" in i.value for i in at.info)
         return
-    fig = figure(at)
-    assert heatmaps(fig)
-    labels = all_labels(fig)
-    assert "<script" not in labels and "<img" not in labels  # markup arrives escaped, as text
-    if name == "HTML and JavaScript":
-        assert "&lt;" in labels
-    T = len(fig["layout"]["yaxis"]["ticktext"])
+    if mode == "Pretrained":  # the renderer paints the heads; it writes labels as text (tests/unit/test_renderer.py)
+        meta, maps = shown_layer(at)
+        assert len(maps) and len(meta["queries"]) == maps.shape[1]
+        T = len(meta["queries"])
+    else:
+        fig = figure(at)
+        assert heatmaps(fig)
+        labels = all_labels(fig)
+        assert "<script" not in labels and "<img" not in labels  # markup arrives escaped, as text
+        if name == "HTML and JavaScript":
+            assert "&lt;" in labels
+        T = len(fig["layout"]["yaxis"]["ticktext"])
     assert T <= 512  # bounded: the 100k-character text is cut to the token limit
 
 
@@ -92,7 +98,7 @@ def test_hostile_query_params_fall_back_with_a_notice(name: str) -> None:
     notices = [w.value for w in at.warning]
     assert len(notices) == 1
     assert "javascript" not in notices[0] or "\\[x\\]" in notices[0]  # Markdown escaped: no live link
-    assert heatmaps(figure(at))  # the page still works, on defaults
+    assert paints_heads(at)  # the page still works, on defaults
     state, _ = parse_query({k: v for k, v in PARAMS[name].items()})
     assert state.h == DEFAULTS.h and state.d_model == DEFAULTS.d_model and state.model == DEFAULTS.model
 
@@ -119,7 +125,7 @@ def test_hosted_demo_loads_only_allowed_models(monkeypatch: pytest.MonkeyPatch) 
     assert not at.exception and not at.error
     assert at.selectbox(key="model").options == ["sentence-transformers/all-MiniLM-L6-v2 (bundled)"]
     assert any("only loads the models listed" in w.value for w in at.warning)
-    assert len(heatmaps(figure(at))) == 12
+    assert len(shown_layer(at)[1]) == 12
 
 
 @settings(max_examples=200, deadline=None)
@@ -157,27 +163,27 @@ CRAFTED = [-1, -(10**12), 10**12, NAN, INF, -INF, 2.5, True, None, "3", "x", [1]
 
 
 def test_values_a_crafted_browser_sends_back_are_checked_like_url_values() -> None:
-    """The layer switch's value, a heatmap click's customdata, a box drawn and a picked row: anything but a
+    """The layer control's value, a heatmap click's customdata, a box drawn and a picked row: anything but a
     whole number in range is refused (None), as the URL's own values are."""
     from mha_viz.figures.lines import picked_token
     from mha_viz.figures.overview import picked_head
     from mha_viz.limits import MAX_LAYERS, client_int
-    from mha_viz.ui.layer_switch import picked_layer
+    from mha_viz.ui.heads_component import picked
     from mha_viz.ui.views import box_centre
 
     for bad in CRAFTED:
         assert client_int(bad, 0, 15) is None
-        assert picked_layer({"layer": bad}) is None
+        assert picked({"layer": bad}, "layer", MAX_LAYERS) is None
         assert picked_head([{"customdata": [bad, 0]}]) is None and picked_head([{"customdata": [0, bad]}]) is None
         assert picked_token([{"customdata": ["query", bad]}]) is None
         if bad not in (-1, 2.5):  # a box's corners are any positions, fractions and -1 (half a cell out) included
             assert box_centre({"x": [0, bad], "y": [0, 4]}) is None and box_centre({"x": [0, 4], "y": [bad, 4]}) is None
     for bad_shape in (None, "x", 3, [], [3], [1, 2, 3]):
-        assert picked_layer(bad_shape) is None and picked_head(bad_shape) is None and box_centre(bad_shape) is None
+        assert picked(bad_shape, "layer", MAX_LAYERS) is None and picked_head(bad_shape) is None and box_centre(bad_shape) is None
     assert picked_token("points") is None and picked_head([None, "x", {"customdata": "ab"}]) is None
     # what a real browser sends still works (JSON numbers may come as floats)
-    assert picked_layer({"layer": 3}) == 3 and picked_layer({"layer": 3.0}) == 3
-    assert picked_layer({"layer": MAX_LAYERS}) is None
+    assert picked({"layer": 3}, "layer", MAX_LAYERS) == 3 and picked({"layer": 3.0}, "layer", MAX_LAYERS) == 3
+    assert picked({"layer": MAX_LAYERS}, "layer", MAX_LAYERS) is None
     assert picked_head([{"customdata": [2, 5]}]) == (2, 5) and picked_token([{"customdata": ["key", 7]}]) == ("key", 7)
     assert picked_head([{"customdata": [1, 40]}]) == (1, 40)  # a pretrained model may have more heads than a link names
     assert box_centre({"x": [0.5, 9.5], "y": [-0.5, 3.5]}) == (5.0, 1.5)
@@ -220,9 +226,9 @@ def test_crafted_values_written_by_clicks_leave_a_clean_page_and_later_reruns_fi
         at.session_state["_crafted"] = values
         at.run()
         assert not at.exception, values
-        assert at.get("plotly_chart"), values
+        assert paints_heads(at), values
         at.run()  # the next rerun too
-        assert not at.exception and at.get("plotly_chart"), values
+        assert not at.exception and paints_heads(at), values
         for key in values:
             assert clean(key, at.session_state[key]), (key, at.session_state[key])
 

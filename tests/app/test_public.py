@@ -39,6 +39,7 @@ from mha_viz.serve.training_budget import (
 )
 from mha_viz.sources import configurable_trace
 from tests.app.test_app import new_app
+from tests.renderer_json import paints_heads
 
 PUBLIC = {"MHA_VIZ_PUBLIC": "1"}
 
@@ -443,7 +444,7 @@ def test_a_public_demo_checks_a_models_size_before_loading_it(hub_cache, monkeyp
         assert loaded == []  # refused before anything was read
     monkeypatch.setenv("MHA_VIZ_MAX_MODEL_MB", "20")
     at = new_app(mode="Pretrained", model=name).run()
-    assert not at.exception and not at.main.error and loaded == [name] and at.get("plotly_chart")
+    assert not at.exception and not at.main.error and loaded == [name] and paints_heads(at)
     asked, real_size = [], loaders.hub_model_bytes
     monkeypatch.setattr(loaders, "hub_model_bytes", lambda n: asked.append(n) or real_size(n))
     at = new_app(mode="Pretrained", model="nobody/nothing").run()

@@ -24,9 +24,13 @@ def no_minilm(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def drawn_heads(at) -> int:
+    """Heads drawn: Plotly's heatmaps, and the heads the renderer paints (tests/renderer_json.py)."""
     import json
 
-    return sum(len(heatmaps(json.loads(c.proto.spec))) for c in at.get("plotly_chart"))
+    from tests.renderer_json import renderer_data
+
+    painted = renderer_data(at)[0]["heads"] if any(e.key == "layer_switch" for e in at.get("bidi_component")) else 0
+    return painted + sum(len(heatmaps(json.loads(c.proto.spec))) for c in at.get("plotly_chart"))
 
 
 def test_the_install_command_is_the_pinned_one() -> None:

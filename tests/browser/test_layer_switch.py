@@ -1,5 +1,5 @@
 """Layers switched in Chromium: a click repaints the heads (or opens an overview thumbnail's head) before the server
-hears of it, with the numbers the server then draws itself (the bytes' decoding: tests/unit/test_layer_switch_stack.py)."""
+hears of it, with the numbers the server then draws itself (the bytes' decoding: tests.unit.test_layer_payload.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from harness.browser import CHROMIUM, wait_for_heatmaps, wait_for_query
 from mha_viz.figures.heads import layer_stack
-from tests.unit.test_layer_switch_stack import minilm_traces, to_fixed_3  # noqa: F401 - a fixture
+from tests.unit.test_layer_payload import minilm_traces, to_fixed_3  # noqa: F401 - a fixture
 
 needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
                                     reason=f"{CHROMIUM} not installed")

@@ -170,7 +170,7 @@ def test_the_exported_html_notebook_shows_the_widget_offline(browser, tmp_path: 
     page.locator(f"{WIDGET} .mv-views button[data-view='overview']").click()
     assert page.locator(f"{WIDGET} .mv-overview canvas.mv-heatmap").count() == 2 * 4
     page.locator(f"{WIDGET} .mv-overview .mv-panel").nth(4 + 3).click()  # layer 1, head 3
-    assert page.locator(f"{WIDGET} .mv-overview .mv-panel[aria-selected='true']").get_attribute("title") == (
+    assert page.locator(f"{WIDGET} .mv-overview .mv-panel[aria-pressed='true']").get_attribute("title") == (
         "layer 1, head 3")
     page.locator(f"{WIDGET} .mv-views button[data-view='lines']").click()
     assert page.locator(f"{WIDGET} svg.mv-lines").get_attribute("data-head") == "3"

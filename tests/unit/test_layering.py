@@ -75,7 +75,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (  # bottom first; a name cove
               "mha_viz.sampling", "mha_viz.export", "mha_viz.cache", "mha_viz.parts", "mha_viz.fields")),
     ("models", ("mha_viz.pretrained", "mha_viz.training")),
     ("analysis", ("mha_viz.analysis", "mha_viz.sources")),
-    ("figures", ("mha_viz.figures", "mha_viz.layer_payload", "mha_viz.paper", "mha_viz.report", "mha_viz.widget")),
+    ("figures", ("mha_viz.figures", "mha_viz.layer_payload", "mha_viz.paper", "mha_viz.renderer", "mha_viz.report", "mha_viz.widget")),
     ("app", ("mha_viz.ui", "mha_viz.serve", "mha_viz.params", "mha_viz.lessons",
              "mha_viz.__main__", "mha_viz")),
 )

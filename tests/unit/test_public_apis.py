@@ -47,7 +47,7 @@ def test_the_checks_see_what_they_look_for() -> None:
     assert INTERNALS.search(".stMarkdown .katex-display")
     assert not INTERNALS.search(".st-key-share_link button, .katex-display, .modebar-group")
     assert PRIVATE_FIELD.search("box.left + xa._offset") and not PRIVATE_FIELD.search("gd.layout.shapes")
-    assert any(javascript(ROOT / "mha_viz" / "ui" / "layer_switch.js"))
+    assert any(javascript(ROOT / "mha_viz" / "renderer.js"))
     assert any("<script" in js for path in sources() if path.suffix == ".py" for js in javascript(path))
 
 

@@ -104,7 +104,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_works_from_there(tmp_path: Pat
     extras = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Provides-Extra:")]
     assert "app" in extras  # every extra is installed: its pins must be the tested ones too
     assert "mha-viz = mha_viz.__main__:main" in entry_points
-    assert {"mha_viz/models/induction-2l/model.safetensors", "mha_viz/ui/layer_switch.js",
+    assert {"mha_viz/models/induction-2l/model.safetensors", "mha_viz/renderer.js",
             "mha_viz/lessons/one_head.toml", "mha_viz/training/precomputed/variants-grid.json"} <= carried
 
     venv = tmp_path / "venv"

@@ -17,12 +17,13 @@ from mha_viz import AttentionTrace
 from mha_viz.config import MHAConfig
 from mha_viz.figures.heads import MAX_CELLS_PER_SIDE
 from mha_viz.layer_payload import NAN
+from mha_viz.renderer import NOTEBOOK_ESM
 from mha_viz.sources import ConfigurableSource, configurable_trace
-from mha_viz.widget import ESM, show
+from mha_viz.widget import show
 from tests.tiny_causal import tiny_causal
 
 TEXT = "the cat sat on the mat because it was tired"
-BOUND = 1.53e-5  # the uint16 codes' error in [0, 1] (mha_viz/ui/layer_switch.py's docstring)
+BOUND = 1.53e-5  # the uint16 codes' error in [0, 1] (mha_viz/layer_payload.py's docstring)
 
 
 def decoded_stack(data: bytes) -> tuple[dict, np.ndarray]:
@@ -131,7 +132,7 @@ def test_the_static_copy_is_offline_and_holds_the_state() -> None:
     data, _ = widget._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in data
     page = data["text/html"]
-    assert json.dumps(ESM.read_text(encoding="utf-8")).replace("</", "<\\/") in page  # the widget's own script
+    assert json.dumps(NOTEBOOK_ESM).replace("</", "<\\/") in page  # the widget's own script
     assert re.findall(r"https?://[^\s\"'\\]+", page) == ["http://www.w3.org/2000/svg"]  # a namespace, not a fetch
     state = json.loads(re.search(r"const state = (\{.*?\});\n", page).group(1))
     assert base64.b64decode(state["data"]) == widget.data

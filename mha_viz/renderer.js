@@ -1,14 +1,16 @@
-// The notebook widget of mha_viz.show(): every layer's weights arrive once (the layer switch's payload,
-// mha_viz/layer_payload.py) and every view is painted here, so a layer or head click repaints at once,
-// without the kernel; the kernel only learns the new `layer` / `head` (model.save_changes()).
-// Plain DOM + canvas + SVG, no other script: it works offline, in JupyterLab, Notebook, VS Code and the
-// static HTML copy (widget.py: static_html), which drives it with a small model of its own.
+// mha-viz's one renderer of attention heads: the heads grid, the lines view and the layers x heads overview, painted
+// from every layer's weights sent once (mha_viz/layer_payload.py), so that a layer or head click repaints at once
+// and the host (a notebook's kernel, the app's server) is only told the new `layer` / `head` (model.save_changes()).
+// Plain DOM + canvas + SVG, no other script, and it owns everything it draws. Hosts (mha_viz/renderer.py): the
+// notebook widget (anywidget: its model), its static HTML copy (widget.py: static_html) and the app's Heads and
+// Overview views (a Streamlit component, mha_viz/ui/heads_component.py), which drive it with a small model of their own.
 //
 // model: data (payload bytes), query_labels, key_labels, view ("heads" | "lines" | "overview"),
 //        layer (int), head (int or null), title, failed_checks ({layer: message} of the layers whose self-check
 //        against the model failed: said in an alert above the view)
 const NAN = 65535;
 const SVG = "http://www.w3.org/2000/svg";
+const GROUP_COLOURS = ["#0072b2", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#d55e00", "#000000", "#f0e442"];
 
 function bytesOf(data) {
   if (data instanceof Uint8Array) return data;
@@ -69,10 +71,32 @@ function el(tag, attrs = {}, text = "") {
   return node;
 }
 
-function heatmap(d, layer, head, cell, scaleTop, tip) {
+function operable(node, act) {
+  // a click, Enter or Space: a panel works from the keyboard as a button does
+  node.addEventListener("click", act);
+  node.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      act();
+    }
+  });
+}
+
+function describe(d, m, layer, head, queries, keys) {
+  // the text alternative of one head: its size and its strongest weight, with the tokens
+  let best = -1;
+  for (let i = 0; i < m.length; i++) if (!Number.isNaN(m[i]) && (best < 0 || m[i] > m[best])) best = i;
+  const { rows, cols } = d.meta;
+  const where = best < 0 ? "every weight masked"
+    : `strongest weight ${m[best].toFixed(3)}, from query ${queries[Math.floor(best / cols)]} to key ${keys[best % cols]}`;
+  return `layer ${layer}, ${d.meta.labels[head]}: ${rows} queries x ${cols} keys; ${where}`;
+}
+
+function heatmap(d, layer, head, cell, scaleTop, tip, names) {
   // One head as a canvas of rows x cols cells, `cell` px each; the hover names the token pair and the weight.
   const { rows, cols } = d.meta;
-  const canvas = el("canvas", { class: "mv-heatmap", width: cols, height: rows, "data-layer": layer, "data-head": head });
+  const canvas = el("canvas", { class: "mv-heatmap", width: cols, height: rows, "data-layer": layer, "data-head": head,
+    role: "img", "aria-label": describe(d, matrix(d, layer, head), layer, head, ...names) });
   canvas.style.width = `${cols * cell}px`;
   canvas.style.height = `${rows * cell}px`;
   const ctx = canvas.getContext("2d");
@@ -108,7 +132,7 @@ export function render({ model, el: root }) {
 .mha-viz-widget .mv-bar { display: flex; flex-wrap: wrap; align-items: center; gap: 4px; margin: 2px 0 6px; }
 .mha-viz-widget .mv-grid { display: flex; flex-wrap: wrap; gap: 12px; }
 .mha-viz-widget .mv-panel { cursor: pointer; padding: 3px; border: 2px solid transparent; border-radius: 4px; }
-.mha-viz-widget .mv-panel[aria-selected="true"] { border-color: #d55e00; }
+.mha-viz-widget .mv-panel[aria-pressed="true"] { outline: 3px solid #d55e00; }
 .mha-viz-widget canvas { image-rendering: pixelated; display: block; }
 .mha-viz-widget .mv-tip { position: absolute; pointer-events: none; background: #222; color: #fff; padding: 3px 6px;
   border-radius: 4px; white-space: pre; font-size: 12px; z-index: 10; }
@@ -148,12 +172,22 @@ export function render({ model, el: root }) {
     model.save_changes(); // the repaint below runs on the local change event: the kernel is only told
   };
 
+  let focusAfterPaint = null; // the button the keyboard moved to, focused again once the view is repainted
+
   function buttons(label, count, active, name, onClick) {
     const group = el("span", { role: "group", "aria-label": label, class: `mv-${name}s` });
     group.appendChild(el("span", { class: "mv-muted" }, label));
     for (let i = 0; i < count; i++) {
-      const b = el("button", { type: "button", "aria-pressed": String(i === active), "data-index": i }, String(i));
+      const b = el("button", { type: "button", "aria-pressed": String(i === active), "data-index": i,
+        "aria-label": `${label} ${i}` }, String(i));
       b.addEventListener("click", () => onClick(i));
+      b.addEventListener("keydown", (e) => { // the arrows step from the pressed button, as a slider would
+        const to = e.key === "ArrowRight" ? i + 1 : e.key === "ArrowLeft" ? i - 1 : null;
+        if (to === null || to < 0 || to >= count) return;
+        e.preventDefault();
+        onClick(to);
+        focusAfterPaint = `.mv-${name}s button[data-index="${to}"]`;
+      });
       group.appendChild(b);
     }
     return group;
@@ -184,10 +218,16 @@ export function render({ model, el: root }) {
     const cell = Math.max(2, Math.min(24, Math.floor(220 / Math.max(rows, cols))));
     const grid = el("div", { class: "mv-grid", "data-layer": layer });
     for (let h = 0; h < heads; h++) {
-      const panel = el("div", { class: "mv-panel", "aria-selected": String(h === head), title: `pick ${d.meta.labels[h]}` });
+      const panel = el("div", { class: "mv-panel", role: "button", tabindex: 0, "aria-pressed": String(h === head),
+        title: `pick ${d.meta.labels[h]}` });
       panel.appendChild(el("div", {}, d.meta.labels[h]));
-      panel.appendChild(labelled(heatmap(d, layer, h, cell, scaleTop, tip), cell));
-      panel.addEventListener("click", () => pick({ head: h }));
+      if (d.meta.kv_heads) { // grouped-query attention: heads that read one K/V head share a frame (colour and dash)
+        const g = d.meta.kv_heads[h];
+        panel.dataset.kvHead = g;
+        panel.style.border = `2px ${g % 2 ? "dashed" : "solid"} ${GROUP_COLOURS[g % GROUP_COLOURS.length]}`;
+      }
+      panel.appendChild(labelled(heatmap(d, layer, h, cell, scaleTop, tip, [queries, keys]), cell));
+      operable(panel, () => pick({ head: h }));
       grid.appendChild(panel);
     }
     return grid;
@@ -255,10 +295,11 @@ export function render({ model, el: root }) {
     for (let l = 0; l < layers; l++) {
       grid.appendChild(el("span", { class: "mv-muted" }, `layer ${l}`));
       for (let h = 0; h < heads; h++) {
-        const panel = el("div", { class: "mv-panel", "aria-selected": String(l === layer && h === head),
+        const panel = el("div", { class: "mv-panel", role: "button", tabindex: 0,
+          "aria-pressed": String(l === layer && h === head),
           title: `layer ${l}, ${d.meta.labels[h]}` });
-        panel.appendChild(heatmap(d, l, h, cell, scaleTop, tip));
-        panel.addEventListener("click", () => pick({ layer: l, head: h }));
+        panel.appendChild(heatmap(d, l, h, cell, scaleTop, tip, [queries, keys]));
+        operable(panel, () => pick({ layer: l, head: h }));
         grid.appendChild(panel);
       }
     }
@@ -270,24 +311,38 @@ export function render({ model, el: root }) {
     const layer = Math.min(Math.max(model.get("layer"), 0), layers - 1);
     const head = model.get("head");
     title.textContent = model.get("title");
+    title.hidden = !title.textContent;
     const failed = model.get("failed_checks") || {};
     // the shown layer's failure; the overview shows every layer, so every failure
     const said = view === "overview" ? Object.values(failed) : failed[String(layer)] ? [failed[String(layer)]] : [];
     alert.textContent = said.join("\n");
     alert.hidden = said.length === 0;
-    const views = el("span", { role: "group", "aria-label": "View", class: "mv-views" });
-    for (const name of ["heads", "lines", "overview"]) {
-      const b = el("button", { type: "button", "aria-pressed": String(name === view), "data-view": name }, name);
-      b.addEventListener("click", () => pick({ view: name }));
-      views.appendChild(b);
+    bar.replaceChildren();
+    const choices = model.get("views") ?? ["heads", "lines", "overview"]; // a host with its own view menu: one
+    if (choices.length > 1) {
+      const views = el("span", { role: "group", "aria-label": "View", class: "mv-views" });
+      for (const name of choices) {
+        const b = el("button", { type: "button", "aria-pressed": String(name === view), "data-view": name }, name);
+        b.addEventListener("click", () => pick({ view: name }));
+        views.appendChild(b);
+      }
+      bar.appendChild(views);
     }
-    bar.replaceChildren(views);
     if (view !== "overview") bar.appendChild(buttons("Layer", layers, layer, "layer", (i) => pick({ layer: i })));
     tipBox.hidden = true;
-    const drawn = view === "lines" ? lines_view(layer, head) : view === "overview" ? overview_view(layer, head)
-      : heads_view(layer, head);
-    body.replaceChildren(drawn);
-    root.dataset.painted = String(Number(root.dataset.painted || 0) + 1); // how many paints: read by the tests
+    // "buttons": the layer control alone (a host whose view is drawn elsewhere, without the weights)
+    const drawn = view === "buttons" ? [] : [view === "lines" ? lines_view(layer, head)
+      : view === "overview" ? overview_view(layer, head) : heads_view(layer, head)];
+    body.replaceChildren(...drawn);
+    if (focusAfterPaint) {
+      const again = root.querySelector(focusAfterPaint);
+      focusAfterPaint = null;
+      if (again) again.focus();
+    }
+    root.dataset.mhaViz = "renderer";
+    root.dataset.view = view;
+    root.dataset.layer = String(layer);
+    root.dataset.painted = String(Number(root.dataset.painted || 0) + 1); // how many paints: read by tests and bench
   }
 
   paint();
@@ -298,4 +353,3 @@ export function render({ model, el: root }) {
   };
 }
 
-export default { render };

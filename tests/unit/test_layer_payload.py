@@ -1,5 +1,5 @@
-"""Layers switched in the browser, the server's half: the bytes sent to the page decode to what heads_figure draws,
-within the stated bound and with the hover's three decimals (Chromium's half: tests/browser/test_layer_switch.py)."""
+"""Layers switched in the browser (mha_viz/renderer.js), the server's half: the bytes sent to the page decode to what heads_figure draws,
+within the stated bound and with the hover's three decimals (Chromium's half: tests/browser/test_layer_payload.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,14 @@ from decimal import ROUND_HALF_UP, Decimal
 import numpy as np
 import pytest
 
-from mha_viz import load_model
+from mha_viz import layer_payload, load_model
 from mha_viz.figures.heads import MAX_CELLS_PER_SIDE, heads_figure, layer_stack
-from mha_viz.ui import layer_switch
 
 SENTENCE = "The animal didn't cross the street because it was too tired"
 
 
 def decode(payload: bytes) -> tuple[dict, np.ndarray]:
-    """What layer_switch.js decodes: the header and the [L, H, t, s] values (NaN where 65535), as it computes them
+    """What layer_payload.js decodes: the header and the [L, H, t, s] values (NaN where 65535), as it computes them
     (step = (hi - lo) / 65534, lo + v * step in float64) and keeps them (a Float32Array)."""
     (n,) = struct.unpack_from("<I", payload)
     meta = json.loads(payload[4:4 + n])
@@ -60,12 +59,12 @@ def test_a_long_input_is_stacked_max_pooled_like_the_figure() -> None:
 def test_the_bytes_decode_to_the_stack_within_uint16_rounding(minilm_traces) -> None:
     stack = layer_stack(minilm_traces).copy()
     stack[0, 0, 0, :3] = np.nan  # NaN (a masked or hidden cell) survives
-    payload = layer_switch.with_header(layer_switch.pack(stack, [f"head {h}" for h in range(12)]), active=2, chart="heads")
+    payload = layer_payload.with_header(layer_payload.pack(stack, [f"head {h}" for h in range(12)]), active=2, chart="heads")
     meta, values = decode(payload)
     assert meta["active"] == 2 and meta["chart"] == "heads" and meta["labels"][11] == "head 11"
     assert np.array_equal(np.isnan(values), np.isnan(stack))
     step = (meta["hi"] - meta["lo"]) / 65534
-    assert np.nanmax(np.abs(values - stack)) <= step + 2.0**-24  # the bound of layer_switch's docstring
+    assert np.nanmax(np.abs(values - stack)) <= step + 2.0**-24  # the bound of layer_payload's docstring
     assert len(payload) < 2 * stack.size + 1024  # 2 bytes a cell, a small header
 
 
@@ -85,19 +84,19 @@ def test_the_browsers_values_keep_the_stated_bound_and_the_hovers_three_decimals
     one where its code is the nearest, within step + that elsewhere, and shows the true value's 3 decimals."""
     stacks = {"MiniLM, 6 layers": layer_stack(minilm_traces), **random_stacks()}
     for name, stack in stacks.items():
-        meta, values = decode(layer_switch.pack(stack, ["head"] * stack.shape[1]))
+        meta, values = decode(layer_payload.pack(stack, ["head"] * stack.shape[1]))
         lo, hi = meta["lo"], meta["hi"]
         step, rounding = (hi - lo) / 65534, max(abs(lo), abs(hi)) * 2.0**-24
         error = np.abs(values.astype(np.float64) - stack)
         nearest = np.rint((stack.astype(np.float64) - lo) / step)
-        codes = np.frombuffer(layer_switch.pack(stack, [])[-2 * stack.size:], dtype="<u2").reshape(stack.shape)
+        codes = np.frombuffer(layer_payload.pack(stack, [])[-2 * stack.size:], dtype="<u2").reshape(stack.shape)
         moved = codes != nearest
         assert error[~moved].max() <= step / 2 + rounding + 1e-12, name
         assert error.max() <= step + rounding + 1e-12 and np.abs(codes - nearest).max() <= 1, name
         if name != "near half thousandths":  # elsewhere only cells within a step of a half thousandth move
             assert 0 < moved.mean() <= step / 0.001, name
         assert np.array_equal(to_fixed_3(values), to_fixed_3(stack)), name  # the hover shows the server's digits
-    digits = layer_switch.hover_digits(np.float32([0.0005, 0.0015, 0.0024999, -0.0004, -0.0126, 1.0]))
+    digits = layer_payload.hover_digits(np.float32([0.0005, 0.0015, 0.0024999, -0.0004, -0.0126, 1.0]))
     assert digits.tolist() == [1, 2, 2, 0, -13, 1000]  # float32(0.0005) is just above a half thousandth
 
 
@@ -108,5 +107,5 @@ def test_the_stack_refuses_layers_of_different_shapes(minilm_traces) -> None:
 
 
 def test_a_stack_past_the_byte_limit_is_not_sent() -> None:
-    assert layer_switch.fits((6, 12, 128, 128))
-    assert not layer_switch.fits((32, 32, 128, 128))
+    assert layer_payload.fits((6, 12, 128, 128))
+    assert not layer_payload.fits((32, 32, 128, 128))

@@ -1,0 +1,48 @@
+"""The app's host of the one renderer (mha_viz/renderer.js): a Streamlit component that paints every head of every
+layer from one payload and switches layers and heads in the browser; the server hears of a pick once the clicks pause
+and its rerun redraws the rest of the page (the other views, the subtitle's text alternative) at that layer.
+
+Values a (crafted) client sends back are checked like the URL's (mha_viz.limits.client_int)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import streamlit as st
+
+from ..layer_payload import with_header
+from ..limits import MAX_CLICKED_HEADS, MAX_LAYERS, client_int
+from ..renderer import STREAMLIT_ADAPTER, module
+from . import state
+
+_component = st.components.v2.component(
+    "mha_viz.heads", html='<div class="mv-root"></div>', css=".mv-root { color: var(--st-text-color, #31333f); }",
+    js=module(STREAMLIT_ADAPTER),
+)
+
+
+def picked(value: object, name: str, top: int) -> int | None:
+    """The layer or head (name) the component's value says the browser picked, below top; None for anything else a
+    (crafted) browser sends (negative, NaN, huge, a string, another type, a value that is no mapping)."""
+    return client_int(value.get(name) if isinstance(value, Mapping) else None, 0, top - 1)
+
+
+def heads_component(payload: tuple[bytes, list[str], list[str]], *, view: str, layer: int, head: int | None,
+                    subtitle: tuple[str, str], failed: dict[str, str], key: str,
+                    on_layer: Callable[[int], None], on_head: Callable[[int], None] | None = None) -> None:
+    """Draw the renderer's view of the payload (layer_payload.payload_of; no_weights for "buttons") at this layer
+    and head under its layer buttons and subtitle (before + layer + after); on_layer(layer) / on_head(head) run on
+    the server when the browser picks one."""
+    data, queries, keys = payload
+
+    def told(name: str, top: int, then: Callable[[int], None]) -> Callable[[], None]:
+        def changed() -> None:
+            number = picked(state.widget(key), name, top)
+            if number is not None:
+                then(number)
+        return changed
+
+    _component(data=with_header(data, view=view, active=layer, head=head, queries=queries, keys=keys,
+                                subtitle=list(subtitle), failed=failed),
+               key=key, on_layer_change=told("layer", MAX_LAYERS, on_layer),
+               on_head_change=told("head", MAX_CLICKED_HEADS, on_head or (lambda _: None)))
