@@ -185,8 +185,8 @@ export function render({ model, el: root }) {
         const to = e.key === "ArrowRight" ? i + 1 : e.key === "ArrowLeft" ? i - 1 : null;
         if (to === null || to < 0 || to >= count) return;
         e.preventDefault();
+        focusAfterPaint = `.mv-${name}s button[data-index="${to}"]`; // the repaint below focuses it
         onClick(to);
-        focusAfterPaint = `.mv-${name}s button[data-index="${to}"]`;
       });
       group.appendChild(b);
     }

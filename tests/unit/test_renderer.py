@@ -14,13 +14,6 @@ def test_the_widget_and_the_app_run_the_same_module() -> None:
     for adapter in (NOTEBOOK_ESM[len(RENDERER):], STREAMLIT_ADAPTER):
         assert "getContext" not in adapter and "Uint16Array" not in adapter and "createElement" not in adapter
     assert RENDERER.count("export function decode") == 1
-
-
-def test_the_app_component_is_built_from_the_renderer() -> None:
-    from mha_viz.ui import heads_component
-
-    assert "mha_viz/renderer.js" in heads_component.__doc__
-    assert heads_component._component is not None
     assert module(STREAMLIT_ADAPTER).count("export default") == 1 and NOTEBOOK_ESM.count("export default") == 1
 
 
