@@ -179,7 +179,7 @@ export function render({ model, el: root }) {
     group.appendChild(el("span", { class: "mv-muted" }, label));
     for (let i = 0; i < count; i++) {
       const b = el("button", { type: "button", "aria-pressed": String(i === active), "data-index": i,
-        "aria-label": `${label} ${i}` }, String(i));
+        title: `Show ${label.toLowerCase()} ${i}`, tabindex: i === active ? 0 : -1 }, String(i)); // one tab stop: arrows step
       b.addEventListener("click", () => onClick(i));
       b.addEventListener("keydown", (e) => { // the arrows step from the pressed button, as a slider would
         const to = e.key === "ArrowRight" ? i + 1 : e.key === "ArrowLeft" ? i - 1 : null;

@@ -24,8 +24,7 @@ const SETTLE_MS = 400; // with the weights; without them ("buttons") the server 
 export default function ({ data, parentElement, setTriggerValue }) {
   const root = parentElement.querySelector(".mv-root");
   const { meta } = decode(data);
-  const focused = parentElement.activeElement && parentElement.activeElement.dataset
-    ? parentElement.activeElement.dataset.index : undefined;
+  const focused = root.contains(root.getRootNode().activeElement); // a keyboard user stepping through layers
   const subtitle = meta.subtitle || ["", ""];
   const values = { data, view: meta.view || "heads", views: [meta.view || "heads"], layer: meta.active || 0,
                    head: meta.head ?? null, query_labels: meta.queries, key_labels: meta.keys,
@@ -46,8 +45,8 @@ export default function ({ data, parentElement, setTriggerValue }) {
     },
   };
   const stop = render({ model, el: root });
-  if (focused !== undefined) {  // a rerun redraws the buttons: the keyboard's focus stays on the one it was on
-    const again = root.querySelector(`.mv-layers button[data-index="${focused}"]`);
+  if (focused) { // a rerun redraws the buttons: the keyboard's focus goes on from the pressed one
+    const again = root.querySelector('.mv-layers button[aria-pressed="true"]');
     if (again) again.focus();
   }
   return () => { clearTimeout(timer); stop(); };

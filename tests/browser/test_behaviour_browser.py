@@ -54,7 +54,7 @@ CLICK_JS = f"""(layer) => {{
     const root = {SHADOW};
     root.querySelectorAll('button').forEach(b => b.dataset.drawn = 'before');  // a rerun draws new buttons
     root.querySelectorAll('button')[layer].click();
-    return root.querySelector('.subtitle').textContent;  // synchronous: what the page says right after the click
+    return root.querySelector('.mv-title').textContent;  // synchronous: what the page says right after the click
 }}"""
 REDRAWN_JS = f"() => !{SHADOW}.querySelector('button[data-drawn]')"
 
@@ -67,7 +67,7 @@ def test_a_layer_click_moves_the_one_layer_control_and_its_subtitle_at_once(serv
     page.on("websocket", lambda ws: ws.on("framesent", lambda _: sent.append(1)))
     try:
         page.goto(f"{server}/?mode=Pretrained")
-        page.wait_for_selector(".st-key-heads .js-plotly-plot", timeout=180_000)
+        page.locator('.st-key-layer_switch [data-mha-viz="renderer"] canvas').nth(11).wait_for(timeout=180_000)
         page.get_by_role("button", name="3", exact=True).wait_for()
         page.wait_for_function(IDLE_JS, timeout=60_000)
         page.wait_for_timeout(500)
@@ -132,7 +132,7 @@ def test_the_layer_control_is_one_tab_stop_and_the_arrow_keys_step_it(server: st
         page.evaluate(f"() => {SHADOW}.querySelectorAll('button').forEach(b => b.dataset.drawn = 'before')")
         page.locator('.st-key-layer_switch button[aria-pressed="true"]').press("ArrowRight")
         wait_for_query(page, r"layer=3")
-        assert "layer 3 of 6" in page.evaluate(f"() => {SHADOW}.querySelector('.subtitle').textContent")
+        assert "layer 3 of 6" in page.evaluate(f"() => {SHADOW}.querySelector('.mv-title').textContent")
         page.wait_for_function(REDRAWN_JS, timeout=60_000)  # the server's rerun drew the buttons again ...
         assert page.evaluate(f"() => {SHADOW}.activeElement && {SHADOW}.activeElement.textContent") == "3"
         page.keyboard.press("ArrowRight")  # ... and the keyboard goes on from there
