@@ -10,7 +10,7 @@ Sections (in the order they run):
   payload      bytes of the heads figure sent to the browser, vs a plain px.imshow facet figure
   switch       client-side switching on the bundled MiniLM at 16, 128 and 512 tokens: a layer button of the
                Heads view, and an Overview thumbnail that opens its head. A page with the renderer (issue 32: root
-               [data-mha-viz="renderer"], which sets data-painted="<view>:<layer>:<counter>" after each paint) is
+               [data-mha-viz="renderer"], which counts its paints in data-painted and names the layer in data-layer) is
                measured by a layer button inside it: click -> data-painted changed -> the next frame; a page
                without it (before issue 32) as follows. In-page time from the click event to
                the frame after the heatmaps changed (probe in the page: MutationObserver, then
@@ -515,7 +515,7 @@ def thumbnails(server: Server, browser, tokens: int, text: str, changes: int) ->
         page.goto(f"{server.url}/?mode=Pretrained&view=Overview&compare=2&text={text}")
         page.wait_for_function(PAINTED_JS, arg=1, polling=50, timeout=240_000)
         if page.locator(RENDERER).count():
-            report(f"switch T={tokens}: thumbnail opens head", "skipped", note="the renderer's overview: no Plotly thumbnails")
+            report(f"switch T={tokens}: thumbnail opens head", "skipped", note="a thumbnail click now goes through the server (the renderer paints the Heads view, not the overview)")
             return
         page.wait_for_selector(".st-key-opened_heads .js-plotly-plot .heatmaplayer image", timeout=240_000)
         settle(page, None, quiet_ms=1000)

@@ -68,9 +68,11 @@ def new_page(browser, **kwargs):
 
 def settle(page, timeout: float = 120) -> None:
     """Wait until the app has finished its run for the page's measured width (the first run lays the page out for
-    a guessed width; the width probe's report reruns it): a chart, an alert or a formula is shown and no spinner runs."""
+    a guessed width; the width probe's report reruns it): a chart, the renderer's heads, an alert or a formula is shown
+    and no spinner runs."""
     page.wait_for_selector('[data-page-width]', state="attached", timeout=timeout * 1000)
-    page.wait_for_selector('[data-testid="stPlotlyChart"], [data-testid="stAlert"], .katex', timeout=timeout * 1000)
+    page.wait_for_selector('[data-testid="stPlotlyChart"], [data-mha-viz="renderer"] canvas, [data-testid="stAlert"], .katex',
+                           timeout=timeout * 1000)
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout * 1000)
 
 

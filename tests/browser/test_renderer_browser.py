@@ -110,3 +110,20 @@ def test_hover_after_a_layer_click_shows_the_servers_three_decimals(server: str,
         assert label.startswith("layer 3, head 0") and f"strongest weight {stack[0][best]:.3f}" in label
     finally:
         page.close()
+
+
+@needs_chromium
+@pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
+def test_the_heads_fit_the_width_of_a_phone_a_laptop_a_desktop_and_a_projector(server: str, browser, width: int) -> None:
+    """Every head, its labels and the layer buttons lie inside the page's width (they wrap, nothing scrolls sideways)."""
+    page = browser.new_page(viewport={"width": width, "height": 1000})
+    try:
+        page.goto(f"{server}/?mode=Pretrained")
+        page.locator(f"{ROOT} canvas").nth(11).wait_for(timeout=180_000)
+        page.wait_for_function(IDLE_JS, timeout=60_000)
+        right = page.locator(ROOT).evaluate("""(root) => Math.max(...[...root.querySelectorAll('canvas, button, .mv-panel')]
+            .map(e => e.getBoundingClientRect().right))""")
+        assert right <= width, (right, width)
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+    finally:
+        page.close()
