@@ -138,6 +138,7 @@ export function render({ model, el: root }) {
   border-radius: 4px; white-space: pre; font-size: 12px; z-index: 10; }
 .mha-viz-widget .mv-overview { display: grid; gap: 3px 8px; align-items: center; justify-content: start; }
 .mha-viz-widget .mv-muted { opacity: 0.65; }
+.mha-viz-widget [role="group"] > .mv-muted { margin-right: 6px; }
 .mha-viz-widget .mv-alert { border: 2px solid #b3261e; background: #fdecea; color: #5f1410; padding: 4px 8px;
   border-radius: 6px; margin: 2px 0 6px; white-space: pre-line; }
 .mha-viz-widget .mv-labelled { display: grid; grid-template-columns: auto auto; gap: 2px; }
