@@ -74,9 +74,9 @@ def test_the_arrow_keys_step_through_layers_and_keep_the_focus(server: str, brow
         page.keyboard.press("ArrowRight")
         page.keyboard.press("ArrowRight")
         assert painted(page)[0] == "2"
-        assert page.evaluate(f"""() => {{
+        assert page.evaluate("""() => {
             const host = [...document.querySelector('.st-key-layer_switch').querySelectorAll('*')].find(e => e.shadowRoot);
-            return host.shadowRoot.activeElement.dataset.index; }}""") == "2"
+            return host.shadowRoot.activeElement.dataset.index; }""") == "2"
         wait_for_query(page, r"layer=2")
         page.locator(f"{ROOT} .mv-panel").nth(1).press("Enter")  # a head works from the keyboard too
         assert page.locator(f"{ROOT} .mv-panel").nth(1).get_attribute("aria-pressed") == "true"
