@@ -149,6 +149,12 @@ def slider_value(page, label: str) -> str:
     return page.locator(f'[data-testid="stSlider"]:has-text("{label}") [data-testid="stSliderThumbValue"]').inner_text()
 
 
+def wait_for_heads(page, count: int, timeout: float = 120.0) -> None:
+    """Wait until `count` heads are painted by the renderer (mha_viz/renderer.js: a pretrained model's Heads view,
+    its canvases in the component's shadow root, which Playwright's locators see into)."""
+    page.locator('[data-mha-viz="renderer"] canvas').nth(count - 1).wait_for(timeout=timeout * 1000)
+
+
 def wait_for_heatmaps(page, count: int, *, changed_from: list[str] | None = None, timeout: float = 120.0) -> float:
     """Wait until the first chart shows `count` painted heatmaps (all different from `changed_from`).
 

@@ -17,6 +17,7 @@ from harness.browser import (
     painted_heatmaps,
     slider,
     slider_value,
+    wait_for_heads,
     wait_for_heatmaps,
     wait_for_query,
 )
@@ -85,7 +86,8 @@ def test_a_copied_url_reproduces_the_view(server: str, browser, page) -> None:
 
 def test_pretrained_mode_paints_the_bundled_models_twelve_heads(server: str, page, assets: Path) -> None:
     page.goto(f"{server}/?mode=Pretrained")
-    wait_for_heatmaps(page, 12, timeout=120)
+    wait_for_heads(page, 12, timeout=120)  # painted by the renderer, with the layer buttons above them
+    page.wait_for_timeout(500)
     page.screenshot(path=str(assets / "pretrained.png"))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.browser import CHROMIUM, streamlit_server, wait_for_heatmaps
+from harness.browser import CHROMIUM, streamlit_server, wait_for_heads
 
 LOADING_LINE = "Loading weights:   0%"  # transformers' progress bar: one per model load
 
@@ -25,7 +25,7 @@ def test_the_server_loads_both_bundled_models_at_start_and_pages_use_them(tmp_pa
         try:
             for query in ("mode=Pretrained", "mode=Pretrained&model=mha-viz/induction-2l&view=Heads"):
                 page.goto(f"{url}/?{query}")
-                wait_for_heatmaps(page, 12 if "induction" not in query else 4, timeout=120)
+                wait_for_heads(page, 12 if "induction" not in query else 4, timeout=120)
         finally:
             page.close()
         assert log.read_text(errors="replace").count(LOADING_LINE) == 2  # the pages loaded nothing again
