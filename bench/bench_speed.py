@@ -49,7 +49,6 @@ import json
 import os
 import platform
 import random
-import re
 import signal
 import statistics
 import subprocess
@@ -465,14 +464,11 @@ RENDERER_RESULT_JS = """async () => {
 
 
 def renderer_layer_buttons(page, tokens: int, changes: int, sent: list[int], errors: list[str]) -> None:
-    """Layer buttons inside the renderer (elements with a data-layer attribute, else buttons named by a layer
-    number): click -> its data-painted ("<view>:<layer>:<counter>") changed to the clicked layer, then the frame."""
+    """The renderer's layer buttons (.mv-layers button, data-index = the layer): click -> its paint counter
+    (data-painted) changed, with data-layer the clicked layer, then the frame."""
     renderer = page.locator(RENDERER).first
-    buttons = renderer.locator("[data-layer]")
-    if not buttons.count():
-        buttons = renderer.get_by_role("button", name=re.compile(r"^\s*(layer\s*)?\d+\s*$", re.IGNORECASE))
-    layers = [int(buttons.nth(i).get_attribute("data-layer") or re.sub(r"\D", "", buttons.nth(i).inner_text()))
-              for i in range(buttons.count())]
+    buttons = renderer.locator(".mv-layers button")
+    layers = [int(buttons.nth(i).get_attribute("data-index")) for i in range(buttons.count())]
     if len(layers) < 2:
         raise RuntimeError(f"the renderer has {len(layers)} layer buttons (data-layer, or buttons named by a number)")
     handle = renderer.element_handle()
@@ -481,7 +477,7 @@ def renderer_layer_buttons(page, tokens: int, changes: int, sent: list[int], err
     js_parts: list[tuple[float, float]] = []
     pw_parts: list[tuple[float, float]] = []
     for i in range(2 * changes):
-        shown = int((handle.get_attribute("data-painted") or "::").split(":")[1] or -1)
+        shown = int(handle.get_attribute("data-layer") or -1)
         index = next(j for j in ((i + k) % len(layers) for k in range(len(layers))) if layers[j] != shown)
         playwright = i >= changes
         page.evaluate(RENDERER_PROBE_JS, handle)
@@ -491,7 +487,7 @@ def renderer_layer_buttons(page, tokens: int, changes: int, sent: list[int], err
         else:
             buttons.nth(index).evaluate("(b) => b.click()")
         r = page.evaluate(RENDERER_RESULT_JS)
-        wrong += r["painted"].split(":")[1] != str(layers[index])
+        wrong += handle.get_attribute("data-layer") != str(layers[index])
         leaks += r["sends"] != 0 or r["received"] != 0 or (len(sent) != before)
         (pw_page if playwright else in_page).append((r["tFrame"] - r["start"]) / 1e3)
         (pw_parts if playwright else js_parts).append(((r["tPaint"] - r["start"]) / 1e3, (r["tFrame"] - r["tPaint"]) / 1e3))
