@@ -116,6 +116,13 @@ def axis_labels(tokens: Sequence[str], block: int) -> list[str]:
     return out
 
 
+def payload_shape(traces: Sequence[AttentionTrace]) -> tuple[int, int, int, int]:
+    """(L, H, t, s) at most of payload_of(traces): max-pooling leaves at most MAX_CELLS_PER_SIDE a side. Known
+    before any layer is packed, for fits()."""
+    H, T, S = traces[0].weights.shape
+    return len(traces), H, min(T, heads.MAX_CELLS_PER_SIDE), min(S, heads.MAX_CELLS_PER_SIDE)
+
+
 def payload_of(traces: Sequence[AttentionTrace]) -> tuple[bytes, list[str], list[str]]:
     """What the renderer paints (mha_viz/renderer.js): (payload bytes, query labels, key labels) of these layers.
     Matrices longer than MAX_CELLS_PER_SIDE a side are max-pooled as heads_figure draws them."""

@@ -20,11 +20,15 @@ function bytesOf(data) {
   return new Uint8Array(0);
 }
 
-export function decode(data) {
+export function header(data) {
+  // the payload's JSON header and where the values start, without decoding them
   const bytes = bytesOf(data);
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const n = view.getUint32(0, true);
-  const meta = JSON.parse(new TextDecoder().decode(bytes.subarray(4, 4 + n)));
+  const n = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(0, true);
+  return { bytes, n, meta: JSON.parse(new TextDecoder().decode(bytes.subarray(4, 4 + n))) };
+}
+
+export function decode(data) {
+  const { bytes, n, meta } = header(data);
   const count = meta.layers * meta.heads * meta.rows * meta.cols;
   const copy = bytes.slice(4 + n, 4 + n + 2 * count); // a fresh, aligned buffer
   const codes = new Uint16Array(copy.buffer);

@@ -16,20 +16,21 @@ from pathlib import Path
 RENDERER = Path(__file__).with_name("renderer.js").read_text(encoding="utf-8")
 NOTEBOOK_ESM = RENDERER + "\nexport default { render };\n"
 
-# The app's host: the payload's header carries the state (view, active layer, head, labels, the subtitle around the
-# layer's number); a click repaints here at once, and the server hears of it (triggers "layer" and "head") once the
-# clicks pause for SETTLE_MS, so that stepping through layers costs one rerun, not one per step.
+# The app's host: the payload's header carries the state (view, active layer, labels, the subtitle around the
+# layer's number); a click repaints here at once, and the server hears of a layer (trigger "layer") once the
+# clicks pause for SETTLE_MS, so that stepping through layers costs one rerun, not one per step. A head picked
+# in the grid is shown picked in the page only.
 STREAMLIT_ADAPTER = """
 const SETTLE_MS = 400; // with the weights; without them ("buttons") the server is told at once
 export default function ({ data, parentElement, setTriggerValue }) {
   const root = parentElement.querySelector(".mv-root");
-  const { meta } = decode(data);
+  const { meta } = header(data); // render() decodes the values once
   const focused = root.contains(root.getRootNode().activeElement); // a keyboard user stepping through layers
   const subtitle = meta.subtitle || ["", ""];
   const values = { data, view: meta.view || "heads", views: [meta.view || "heads"], layer: meta.active || 0,
                    head: meta.head ?? null, query_labels: meta.queries, key_labels: meta.keys,
                    failed_checks: meta.failed || {} };
-  const told = { layer: values.layer, head: values.head };
+  let told = values.layer;
   const listeners = {};
   let timer = null;
   const model = {
@@ -40,7 +41,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
     save_changes: () => {
       clearTimeout(timer);
       timer = setTimeout(() => {
-        for (const k of ["layer", "head"]) if (values[k] !== told[k]) { told[k] = values[k]; setTriggerValue(k, values[k]); }
+        if (values.layer !== told) { told = values.layer; setTriggerValue("layer", told); }
       }, values.view === "buttons" ? 0 : SETTLE_MS);
     },
   };

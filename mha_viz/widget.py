@@ -22,8 +22,7 @@ import numpy as np
 import traitlets
 
 from .checks import failure_message
-from .figures.heads import MAX_CELLS_PER_SIDE
-from .layer_payload import MAX_BYTES, payload_of
+from .layer_payload import MAX_BYTES, fits, payload_of, payload_shape
 from .renderer import NOTEBOOK_ESM
 from .trace import AttentionTrace
 
@@ -56,12 +55,10 @@ def traces_of(model_or_trace: Any, text: str | None = None, part: str | None = N
 def payload(traces: Sequence[AttentionTrace]) -> tuple[bytes, list[str], list[str]]:
     """The widget's data: (payload bytes, query labels, key labels); layer_payload.payload_of, refused with a
     ValueError when it is more than the widget sends."""
-    stack_bytes = 2 * len(traces) * traces[0].weights.shape[0] * min(traces[0].weights.shape[1], MAX_CELLS_PER_SIDE) \
-        * min(traces[0].weights.shape[2], MAX_CELLS_PER_SIDE)
-    if stack_bytes > MAX_BYTES:
-        L, (H, T, S) = len(traces), traces[0].weights.shape
-        raise ValueError(f"{L} layers x {H} heads of {min(T, MAX_CELLS_PER_SIDE)} x {min(S, MAX_CELLS_PER_SIDE)} "
-                         f"weights are more than the widget sends ({MAX_BYTES // 2**20} MiB): show fewer layers")
+    shape = payload_shape(traces)
+    if not fits(shape):
+        raise ValueError(f"{shape[0]} layers x {shape[1]} heads of {shape[2]} x {shape[3]} weights are more than the "
+                         f"widget sends ({MAX_BYTES // 2**20} MiB): show fewer layers")
     return payload_of(traces)
 
 

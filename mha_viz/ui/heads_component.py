@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 import streamlit as st
 
 from ..layer_payload import with_header
-from ..limits import MAX_CLICKED_HEADS, MAX_LAYERS, client_int
+from ..limits import MAX_LAYERS, client_int
 from ..renderer import STREAMLIT_ADAPTER, module
 from . import state
 
@@ -27,22 +27,17 @@ def picked(value: object, name: str, top: int) -> int | None:
     return client_int(value.get(name) if isinstance(value, Mapping) else None, 0, top - 1)
 
 
-def heads_component(payload: tuple[bytes, list[str], list[str]], *, view: str, layer: int, head: int | None,
-                    subtitle: tuple[str, str], failed: dict[str, str], key: str,
-                    on_layer: Callable[[int], None], on_head: Callable[[int], None] | None = None) -> None:
+def heads_component(payload: tuple[bytes, list[str], list[str]], *, view: str, layer: int, subtitle: tuple[str, str],
+                    failed: dict[str, str], key: str, on_layer: Callable[[int], None]) -> None:
     """Draw the renderer's view of the payload (layer_payload.payload_of; no_weights for "buttons") at this layer
-    and head under its layer buttons and subtitle (before + layer + after); on_layer(layer) / on_head(head) run on
-    the server when the browser picks one."""
+    under its layer buttons and subtitle (before + layer + after); on_layer(layer) runs on the server when the
+    browser picks one."""
     data, queries, keys = payload
 
-    def told(name: str, top: int, then: Callable[[int], None]) -> Callable[[], None]:
-        def changed() -> None:
-            number = picked(state.widget(key), name, top)
-            if number is not None:
-                then(number)
-        return changed
+    def changed() -> None:
+        number = picked(state.widget(key), "layer", MAX_LAYERS)
+        if number is not None:
+            on_layer(number)
 
-    _component(data=with_header(data, view=view, active=layer, head=head, queries=queries, keys=keys,
-                                subtitle=list(subtitle), failed=failed),
-               key=key, on_layer_change=told("layer", MAX_LAYERS, on_layer),
-               on_head_change=told("head", MAX_CLICKED_HEADS, on_head or (lambda _: None)))
+    _component(data=with_header(data, view=view, active=layer, queries=queries, keys=keys, subtitle=list(subtitle),
+                                failed=failed), key=key, on_layer_change=changed)

@@ -260,7 +260,7 @@ def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], vi
     failed = {} if payload is None else {  # said above a layer's heads in the browser, as st.error says it here
         str(i): message for i in range(source.num_layers) if (message := failure_message(source.trace(i)))}
     heads_component(payload or no_weights(source.num_layers), view="heads" if payload else "buttons", layer=s.layer,
-                    head=None, subtitle=subtitle, failed=failed, key="layer_switch", on_layer=_set_layer)
+                    subtitle=subtitle, failed=failed, key="layer_switch", on_layer=_set_layer)
     if switches and payload is None:
         st.caption("Every layer of this model at once is more than this page should hold: a layer button asks the "
                    "server for that layer.")

@@ -12,8 +12,7 @@ import streamlit as st
 
 from ..analysis import without_tokens
 from ..config import MHAConfig
-from ..figures.heads import MAX_CELLS_PER_SIDE
-from ..layer_payload import fits, payload_of
+from ..layer_payload import fits, payload_of, payload_shape
 from ..long import LongTrace
 from ..params import ViewState
 from ..parts import SECTIONS, VIEWS
@@ -109,10 +108,7 @@ def layer_payload(source: ModelSource, hidden: frozenset[str]) -> tuple[bytes, l
     switch between (layer_payload.payload_of), or None when that is more than layer_payload.MAX_BYTES."""
     def pack() -> tuple[bytes, list[str], list[str]] | None:
         traces = [hide(t, hidden) or t for t in (source.trace(i) for i in range(source.num_layers))]
-        H, T, S = traces[0].weights.shape
-        if not fits((len(traces), H, min(T, MAX_CELLS_PER_SIDE), min(S, MAX_CELLS_PER_SIDE))):  # pooled at most so
-            return None
-        return payload_of(traces)
+        return payload_of(traces) if fits(payload_shape(traces)) else None
 
     return source.memo(("layer payload", hidden), pack)
 
