@@ -50,22 +50,46 @@ function top(values) {
   return t || 1;
 }
 
-function colour(d, v, scaleTop) {
-  // Blues from 0 to scaleTop (paint.colorscale, as the app's heatmaps); a negative weight (differential
-  // attention) in red; NaN (masked) the background.
-  if (Number.isNaN(v)) return d.meta.paint.background;
-  const x = Math.min(Math.abs(v) / scaleTop, 1);
-  if (v < 0) return [255, Math.round(255 * (1 - 0.8 * x)), Math.round(255 * (1 - 0.8 * x))];
+const SHADES = 1024; // colours of |v| / top in [0, 1], looked up, not interpolated per cell
+
+function shades(d) {
+  // paint.colorscale (the app's heatmaps' Blues) at SHADES + 1 evenly spaced positions, as [r, g, b, 255] bytes
   const scale = d.meta.paint.colorscale;
-  for (let i = 1; i < scale.length; i++) {
-    const [p1, c1] = scale[i];
-    if (x <= p1) {
-      const [p0, c0] = scale[i - 1];
-      const f = p1 > p0 ? (x - p0) / (p1 - p0) : 0;
-      return c0.map((c, k) => Math.round(c + f * (c1[k] - c)));
+  const out = new Uint8ClampedArray(4 * (SHADES + 1));
+  for (let s = 0; s <= SHADES; s++) {
+    const x = s / SHADES;
+    let rgb = scale[scale.length - 1][1];
+    for (let i = 1; i < scale.length; i++) {
+      const [p1, c1] = scale[i];
+      if (x <= p1) {
+        const [p0, c0] = scale[i - 1];
+        const f = p1 > p0 ? (x - p0) / (p1 - p0) : 0;
+        rgb = c0.map((c, k) => Math.round(c + f * (c1[k] - c)));
+        break;
+      }
+    }
+    out.set([...rgb, 255], 4 * s);
+  }
+  return out;
+}
+
+function paintCells(d, m, scaleTop, pixels) {
+  // Blues from 0 to scaleTop (paint.colorscale, as the app's heatmaps); a negative weight (differential
+  // attention) in red; NaN (masked) the background. pixels: the canvas's RGBA bytes.
+  const lut = d.shades || (d.shades = shades(d));
+  const [br, bg, bb] = d.meta.paint.background;
+  for (let i = 0, o = 0; i < m.length; i++, o += 4) {
+    const v = m[i];
+    if (v !== v) { // NaN
+      pixels[o] = br; pixels[o + 1] = bg; pixels[o + 2] = bb; pixels[o + 3] = 255;
+    } else if (v >= 0) {
+      const s = 4 * Math.round(Math.min(v / scaleTop, 1) * SHADES);
+      pixels[o] = lut[s]; pixels[o + 1] = lut[s + 1]; pixels[o + 2] = lut[s + 2]; pixels[o + 3] = 255;
+    } else {
+      const x = Math.min(-v / scaleTop, 1);
+      pixels[o] = 255; pixels[o + 1] = pixels[o + 2] = Math.round(255 * (1 - 0.8 * x)); pixels[o + 3] = 255;
     }
   }
-  return scale[scale.length - 1][1];
 }
 
 function el(tag, attrs = {}, text = "") {
@@ -105,11 +129,7 @@ function heatmap(d, layer, head, cell, scaleTop, tip, names) {
   canvas.style.height = `${rows * cell}px`;
   const ctx = canvas.getContext("2d");
   const image = ctx.createImageData(cols, rows);
-  const m = matrix(d, layer, head);
-  for (let i = 0; i < m.length; i++) {
-    const [r, g, b] = colour(d, m[i], scaleTop);
-    image.data.set([r, g, b, 255], 4 * i);
-  }
+  paintCells(d, matrix(d, layer, head), scaleTop, image.data);
   ctx.putImageData(image, 0, 0);
   canvas.addEventListener("mousemove", (e) => {
     const box = canvas.getBoundingClientRect();
@@ -135,6 +155,8 @@ export function render({ model, el: root }) {
 .mha-viz-widget button[aria-pressed="true"] { background: #1f5fa8; border-color: #1f5fa8; color: #fff; }
 .mha-viz-widget .mv-bar { display: flex; flex-wrap: wrap; align-items: center; gap: 4px; margin: 2px 0 6px; }
 .mha-viz-widget .mv-grid { display: flex; flex-wrap: wrap; gap: 12px; }
+.mha-viz-widget .mv-legend { display: flex; align-items: center; gap: 6px; margin: 0 0 4px; }
+.mha-viz-widget .mv-strip { display: inline-block; width: 120px; height: 10px; border: 1px solid #c4c9d4; }
 .mha-viz-widget .mv-panel { cursor: pointer; padding: 3px; border: 2px solid transparent; border-radius: 4px; }
 .mha-viz-widget .mv-panel[aria-pressed="true"] { outline: 3px solid #d55e00; }
 .mha-viz-widget canvas { image-rendering: pixelated; display: block; }
@@ -217,11 +239,33 @@ export function render({ model, el: root }) {
     return box;
   }
 
+  function legend(scaleTop, signed) {
+    // the grid's one colour scale: a strip from 0 (or -top, red, when a weight is negative) to its top value
+    const rgb = (v) => {
+      const px = new Uint8ClampedArray(4);
+      paintCells(d, [v], scaleTop, px);
+      return `rgb(${px[0]}, ${px[1]}, ${px[2]})`;
+    };
+    const stops = [];
+    for (let i = 0; i <= 10; i++) stops.push(rgb((signed ? i / 5 - 1 : i / 10) * scaleTop));
+    const strip = el("span", { class: "mv-strip", "aria-hidden": "true" });
+    strip.style.background = `linear-gradient(to right, ${stops.join(", ")})`;
+    const lo = signed ? (-scaleTop).toFixed(3) : "0";
+    const box = el("div", { class: "mv-legend", role: "note",
+      "aria-label": `colour scale from ${lo} to ${scaleTop.toFixed(3)}, one for every head of the layer` });
+    box.append(el("span", { class: "mv-muted" }, lo), strip, el("span", { class: "mv-muted" }, scaleTop.toFixed(3)));
+    return box;
+  }
+
   function heads_view(layer, head) {
     const m = d.values.subarray(layer * heads * rows * cols, (layer + 1) * heads * rows * cols);
     const scaleTop = top(m); // one colour scale for the layer's grid
     const cell = Math.max(2, Math.min(24, Math.floor(220 / Math.max(rows, cols))));
     const grid = el("div", { class: "mv-grid", "data-layer": layer });
+    let signed = false;
+    for (const v of m) if (v < 0) { signed = true; break; }
+    const view = el("div");
+    view.append(legend(scaleTop, signed), grid);
     for (let h = 0; h < heads; h++) {
       const panel = el("div", { class: "mv-panel", role: "button", tabindex: 0, "aria-pressed": String(h === head),
         title: `pick ${d.meta.labels[h]}` });
@@ -235,7 +279,7 @@ export function render({ model, el: root }) {
       operable(panel, () => pick({ head: h }));
       grid.appendChild(panel);
     }
-    return grid;
+    return view;
   }
 
   function lines_view(layer, head) {
@@ -333,7 +377,7 @@ export function render({ model, el: root }) {
       }
       bar.appendChild(views);
     }
-    if (view !== "overview") bar.appendChild(buttons("Layer", layers, layer, "layer", (i) => pick({ layer: i })));
+    if (view !== "overview" && layers > 1) bar.appendChild(buttons("Layer", layers, layer, "layer", (i) => pick({ layer: i })));
     tipBox.hidden = true;
     // "buttons": the layer control alone (a host whose view is drawn elsewhere, without the weights)
     const drawn = view === "buttons" ? [] : [view === "lines" ? lines_view(layer, head)

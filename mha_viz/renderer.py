@@ -17,7 +17,7 @@ RENDERER = Path(__file__).with_name("renderer.js").read_text(encoding="utf-8")
 NOTEBOOK_ESM = RENDERER + "\nexport default { render };\n"
 
 # The app's host: the payload's header carries the state (view, active layer, labels, the subtitle around the
-# layer's number); a click repaints here at once, and the server hears of a layer (trigger "layer") once the
+# layer's number, if any); a click repaints here at once, and the server hears of a layer (trigger "layer") once the
 # clicks pause for SETTLE_MS, so that stepping through layers costs one rerun, not one per step. A head picked
 # in the grid is shown picked in the page only.
 STREAMLIT_ADAPTER = """
@@ -26,7 +26,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
   const root = parentElement.querySelector(".mv-root");
   const { meta } = header(data); // render() decodes the values once
   const focused = root.contains(root.getRootNode().activeElement); // a keyboard user stepping through layers
-  const subtitle = meta.subtitle || ["", ""];
+  const subtitle = meta.subtitle; // none: no title (one layer, named by the page)
   const values = { data, view: meta.view || "heads", views: [meta.view || "heads"], layer: meta.active || 0,
                    head: meta.head ?? null, query_labels: meta.queries, key_labels: meta.keys,
                    failed_checks: meta.failed || {} };
@@ -34,7 +34,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
   const listeners = {};
   let timer = null;
   const model = {
-    get: (k) => (k === "title" ? subtitle[0] + values.layer + subtitle[1] : values[k]),
+    get: (k) => (k === "title" ? (subtitle ? subtitle[0] + values.layer + subtitle[1] : "") : values[k]),
     set: (k, v) => { values[k] = v; (listeners["change:" + k] || []).forEach((f) => f()); },
     on: (e, f) => { (listeners[e] = listeners[e] || []).push(f); },
     off: (e, f) => { listeners[e] = (listeners[e] || []).filter((g) => g !== f); },

@@ -33,7 +33,17 @@ def tokens(labels: list[str]) -> list[str]:
 
 
 def paints_heads(at: AppTest) -> bool:
-    """Whether the page draws attention heads: a Plotly chart, or the renderer painting a layer's weights."""
+    """Whether the page draws attention heads: a Plotly chart, or the renderer painting a layer's weights (a
+    pretrained model's layer control, or a configurable layer's Heads view)."""
     if at.get("plotly_chart"):
         return True
-    return any(e.key == "layer_switch" for e in at.get("bidi_component")) and renderer_data(at)[0]["heads"] > 0
+    return any((e.key == "layer_switch" and renderer_data(at)[0]["heads"] > 0) or e.key == "heads"
+               for e in at.get("bidi_component"))
+
+
+def drawn_heads(at: AppTest) -> tuple[list[str], np.ndarray]:
+    """The heads' titles and [H, t, s] weights (NaN where masked) of a configurable or trained layer's Heads view, as
+    the renderer paints them (component "heads"; its uint16 codes are within 1.53e-5 of the trace's weights,
+    mha_viz/layer_payload.py)."""
+    meta, values = renderer_data(at, "heads")
+    return meta["labels"], values[0]

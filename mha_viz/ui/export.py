@@ -51,6 +51,9 @@ def export_section(load: Callable[[], AttentionTrace], **kwargs: Any) -> None:
             export_controls(load, **kwargs)
 
 
+HEADS_TITLE = "Every head of this layer"
+
+
 def _figures_key(key: str) -> tuple[Hashable, ...]:
     """Where this session's report figures are in the shared cache (one entry per session and export section)."""
     token = keep(REPORT_TOKEN, lambda: uuid.uuid4().hex)
@@ -70,8 +73,14 @@ def report_html(load: Callable[[], AttentionTrace], figures_key: Hashable, *, ti
         notes = {**notes, "figures": "the default figures: the page's own had left the server's memory"}
         return html_report(trace, title=title, notes=notes, filename=stem)
     specs, captions = stored
-    figures = [go.Figure(copy.deepcopy(spec)) for spec in specs]
-    return html_report(trace, title=title, figures=figures, notes=notes, filename=stem, captions=captions)
+    return html_report(trace, title=title, figures=[_figure(spec, trace) for spec in specs], notes=notes,
+                       filename=stem, captions=captions)
+
+
+def _figure(spec: dict | None, trace: AttentionTrace) -> go.Figure:
+    """A stored figure (a copy: Plotly's constructor edits what it reads), or for None the heads grid of the trace,
+    drawn only now: the page painted it with the renderer (mha_viz/renderer.js), not as a Plotly figure."""
+    return heads_figure(trace, title=HEADS_TITLE) if spec is None else go.Figure(copy.deepcopy(spec))
 
 
 def paper_figure_file(load: Callable[[], AttentionTrace], figures_key: Hashable, index: int, fmt: str) -> bytes:
@@ -83,7 +92,7 @@ def paper_figure_file(load: Callable[[], AttentionTrace], figures_key: Hashable,
     if stored is None or index >= len(stored[0]):
         fig = heads_figure(load())
     else:
-        fig = go.Figure(copy.deepcopy(stored[0][index]))
+        fig = _figure(stored[0][index], load())
     with _DRAWING:
         return figure_bytes(fig, fmt, preset="paper")
 
@@ -144,15 +153,16 @@ def export_controls(
     title = title or f"mha-viz: {name}"
     report_notes = {**(notes or {}), **({"link to this view": link} if link.startswith("http") else {})}
 
-    if figures is None:
-        shown = figures_shown()
+    if figures is None:  # None: the heads grid, drawn from the trace when a file asks for it
+        shown: list[tuple[go.Figure | None, str]] = figures_shown()
         if not any(filename.endswith("-heads") for _, filename in shown):
-            shown.insert(0, (heads_figure(trace, title="Every head of this layer"), f"{stem}-heads"))
+            shown.insert(0, (None, f"{stem}-heads"))
         figures, captions = [fig for fig, _ in shown], [filename for _, filename in shown]
     else:
         captions = None
     figures_key = _figures_key(key)
-    shared_cache().put(figures_key, (tuple(fig.to_dict() for fig in figures), captions and tuple(captions)))
+    shared_cache().put(figures_key, (tuple(None if fig is None else fig.to_dict() for fig in figures),
+                                     captions and tuple(captions)))
     report = functools.partial(report_html, load, figures_key, title=title, notes=report_notes, stem=stem)
 
     npz_size = export_size(trace, "npz")  # uncompressed: the file is at most this

@@ -27,17 +27,19 @@ def picked(value: object, name: str, top: int) -> int | None:
     return client_int(value.get(name) if isinstance(value, Mapping) else None, 0, top - 1)
 
 
-def heads_component(payload: tuple[bytes, list[str], list[str]], *, view: str, layer: int, subtitle: tuple[str, str],
-                    failed: dict[str, str], key: str, on_layer: Callable[[int], None]) -> None:
+def heads_component(payload: tuple[bytes, list[str], list[str]], *, view: str, key: str, layer: int = 0,
+                    subtitle: tuple[str, str] | None = None, failed: dict[str, str] | None = None,
+                    on_layer: Callable[[int], None] | None = None) -> None:
     """Draw the renderer's view of the payload (layer_payload.payload_of; no_weights for "buttons") at this layer
-    under its layer buttons and subtitle (before + layer + after); on_layer(layer) runs on the server when the
-    browser picks one."""
+    under its layer buttons (more than one layer) and subtitle (before + layer + after; None: no title); on_layer(layer)
+    runs on the server when the browser picks one."""
     data, queries, keys = payload
 
     def changed() -> None:
         number = picked(state.widget(key), "layer", MAX_LAYERS)
-        if number is not None:
+        if number is not None and on_layer is not None:
             on_layer(number)
 
-    _component(data=with_header(data, view=view, active=layer, queries=queries, keys=keys, subtitle=list(subtitle),
-                                failed=failed), key=key, on_layer_change=changed)
+    _component(data=with_header(data, view=view, active=layer, queries=queries, keys=keys,
+                                subtitle=None if subtitle is None else list(subtitle), failed=failed or {}),
+               key=key, on_layer_change=changed)

@@ -34,11 +34,13 @@ from ..figures.output_path import output_path_ranges
 from ..figures.overview import picked_head
 from ..figures.steps import score_parts_figure
 from ..formulas import formulas, variant_formulas
+from ..layer_payload import fits, payload_of, payload_shape
 from ..limits import MAX_MODEL_LONG_TOKENS, client_number
 from ..long import LongTrace
 from ..trace import AttentionTrace
 from ..variants import NAMES as VARIANT_NAMES
 from ..variants import LayerVariant
+from .heads_component import heads_component
 from .state import current, fit, keep, kept, put, put_all, widget, write_url
 from .state import value as field_value
 from .style import column_width, is_narrow, page_width
@@ -254,18 +256,16 @@ def signed_weights_caption(trace: AttentionTrace) -> str:
 
 
 def heads_view(trace: AttentionTrace, name: str, width: int | None = None, grid_drawn: bool = False) -> None:
-    """Every head of the trace; width: the px of the column it is drawn in (default: the page's). grid_drawn: the
-    layer control above painted the grid (mha_viz/renderer.js): the figure is only kept for the report."""
+    """Every head of the trace, painted by the one renderer (mha_viz/renderer.js; a Plotly chart when the weights are
+    more than layer_payload.MAX_BYTES), then the heads picked to compare, larger. width: the px of the column it is
+    drawn in (default: the page's). grid_drawn: the layer control above painted the grid already."""
     H, T, S = trace.weights.shape
     width = width or page_width()
-    fig = heads_figure(trace, width=width)
-    step = fig.layout.meta["label_step"]
     st.caption(
         f"{plural(H, 'head')} (numbered from 0), each a {T}×{S} attention matrix: row = query token, column = key token, "
         + (signed_weights_caption(trace) if trace.lambdas is not None else
            "colour = softmax weight (each row sums to 1). One colour scale for all heads.")
-        + (f" Every {step}{'nd' if step == 2 else 'rd' if step == 3 else 'th'} token is labelled so that labels "
-           "do not overlap; hover a cell for its tokens." if step > 1 else "")
+        + " Hover a cell for its tokens and weight."
         + (f" Grouped-query attention: {H} query heads read {len(set(trace.kv_heads))} key/value heads; each title "
            "names the K/V head a head reads, and heads that share one have the same frame (colour and dash)."
            if trace.kv_heads else "")
@@ -276,10 +276,12 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None, grid_
             f"{max(T, S)} tokens: each cell shows the largest weight in a block of positions. Pick heads "
             f"below to see a {MAX_CELLS_PER_SIDE}-token window at full resolution."
         )
-    if grid_drawn:
-        keep(SHOWN, dict)["heads"] = (fig, f"{name}-heads")
-    else:
-        chart(fig, "heads", f"{name}-heads")
+    if not grid_drawn:
+        if fits(payload_shape([trace])):
+            with st.container(key="figure_heads"):  # as chart() keys a chart's box: a lesson's "Show me" finds it
+                heads_component(payload_of([trace]), view="heads", key="heads")
+        else:
+            chart(heads_figure(trace, width=width), "heads", f"{name}-heads")
     _clamp_head_selection(H)
     chosen = st.multiselect(
         "Compare heads side by side (larger)", list(range(H)), key="compare", format_func=_head_format,
