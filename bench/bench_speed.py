@@ -21,6 +21,9 @@ Sections (in the order they run):
                steps while 4 other sessions (separate browser contexts in a nice-19 Chromium, same server)
                load h=12, d_model=768, 256-token pages and MiniLM pages with new seeds/texts in a loop
   toggle       h=12, T=512, causal toggle -> 12 heads repainted
+  step         the h slider's step as in `slider` (quiet server only), on a fresh server of this checkout and of each
+               --compare checkout, one after the other (harness.browser reads the heads painted either way: the
+               renderer's canvases or Plotly's heatmap images)
   first-paint  `streamlit run app.py` on a fresh server each time (MHA_VIZ_TIMING=1): process start ->
                /_stcore/health, and page.goto -> the first view painted (the renderer's data-painted, or before
                it the first chart's heatmaps), for the default page, ?mode=Pretrained and MiniLM with a 128-token
@@ -69,6 +72,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from harness.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    HEATMAPS_JS,
     chromium,
     free_port,
     painted_heatmaps,
@@ -79,8 +83,8 @@ from harness.browser import (
     wait_healthy,
 )
 
-SECTIONS = ("compute", "payload", "switch", "slider", "toggle", "first-paint", "widget", "long-inputs")
-BROWSER_SECTIONS = {"switch", "slider", "toggle", "first-paint", "widget", "long-inputs"}
+SECTIONS = ("compute", "payload", "switch", "slider", "toggle", "step", "first-paint", "widget", "long-inputs")
+BROWSER_SECTIONS = {"switch", "slider", "toggle", "step", "first-paint", "widget", "long-inputs"}
 WORDS = (  # each one MiniLM token
     "the", "cat", "dog", "sat", "on", "mat", "and", "saw", "a", "bird", "which", "flew", "over", "old",
     "red", "house", "while", "children", "played", "in", "garden", "near", "river", "bank", "because", "it",
@@ -685,6 +689,16 @@ def slider_section(server: Server, browser) -> None:
                 f"errors {sum(s['errors'] for s in during['sessions'])}; load average then {load_during}")
 
 
+def head_count_steps(browser, roots: list[Path]) -> None:
+    """The h slider's steps on a quiet fresh server of each checkout (slider_steps), side by side."""
+    for root in roots:
+        with streamlit(root=root) as server:
+            first, again = slider_steps(server, browser, range(1, 9), 10)
+        name = "step: h step -> all heads repainted" + (f" [{checkout(root)}]" if len(roots) > 1 else "")
+        report_target(f"{name}, new value", median(first), 0.2, spread(first))
+        report(f"{name}, revisited", f"{median(again):.3f} s", "(<= 0.2 s)", median(again) <= 0.2, spread(again))
+
+
 def load_worker(url: str, sessions: int, status: Path, stop_file: Path) -> None:
     """Keep the server busy until stop_file exists: `sessions` browser contexts (one nice-19 Chromium), even
     ones loading h=12, d_model=768, 256-token pages with a new seed each time, odd ones the bundled MiniLM at
@@ -725,10 +739,8 @@ def load_worker(url: str, sessions: int, status: Path, stop_file: Path) -> None:
                     start = time.perf_counter()
                     try:
                         await page.goto(url + path, timeout=120_000)
-                        await page.wait_for_function(
-                            """() => { const c = document.querySelector('[data-testid="stPlotlyChart"]');
-                                       return c && c.querySelectorAll('.heatmaplayer image').length === 12; }""",
-                            polling=250, timeout=240_000)
+                        await page.wait_for_function(f"() => ({HEATMAPS_JS})().length === 12", polling=250,
+                                                     timeout=240_000)
                         stats[i]["pages"] += 1
                         stats[i]["seconds"].append(time.perf_counter() - start)
                     except Exception as err:  # noqa: BLE001 - counted, and the stop closes the browser under it
@@ -1129,6 +1141,8 @@ def main() -> None:
                     if "toggle" in wanted:
                         section("toggle", lambda: toggle(server, browser))
                     report(f"server: peak RSS at the end ({', '.join(shared)})", f"{peak_rss_mb(server.proc.pid):.0f} MB")
+            if "step" in wanted:
+                section("step", lambda: head_count_steps(browser, [ROOT, *args.compare]))
             if "first-paint" in wanted:
                 section("first-paint", lambda: first_paint(browser, args.repeats, [ROOT, *args.compare]))
             if "widget" in wanted:

@@ -116,14 +116,48 @@ def chromium() -> Iterator[object]:
             browser.close()
 
 
+# The painted heatmaps of the page's heads, as image data: the one renderer's canvases (mha_viz/renderer.js, in a
+# component's open shadow root: the first renderer that paints heads) or, on a page without one, the first Plotly
+# chart's heatmap images (one <image> per heatmap).
+HEATMAPS_JS = """() => {
+    const roots = [];
+    const walk = (root) => {
+        for (const e of root.querySelectorAll('*')) {
+            if (e.dataset && e.dataset.mhaViz === 'renderer') roots.push(e);
+            if (e.shadowRoot) walk(e.shadowRoot);
+        }
+    };
+    walk(document);
+    for (const r of roots) {
+        const canvases = [...r.querySelectorAll('canvas.mv-heatmap')];
+        if (canvases.length) return canvases.map(c => c.toDataURL());
+    }
+    const chart = document.querySelectorAll('[data-testid="stPlotlyChart"]')[0];
+    return chart ? [...chart.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href')) : [];
+}"""
+
+
+def renderers(page) -> list[dict]:
+    """Each renderer root on the page (mha_viz/renderer.js; Playwright's locators see into shadow roots): its view,
+    paint count, heads painted, its width, and the right edge of what it drew (px)."""
+    return page.locator('[data-mha-viz="renderer"]').evaluate_all("""roots => roots.map(r => {
+        const drawn = [...r.querySelectorAll('canvas, button, .mv-panel, .mv-legend')].map(e => e.getBoundingClientRect());
+        return {view: r.dataset.view, painted: Number(r.dataset.painted || 0),
+                heads: r.querySelectorAll('canvas.mv-heatmap').length, width: r.getBoundingClientRect().width,
+                right: Math.max(0, ...drawn.map(b => b.right)), left: r.getBoundingClientRect().left};
+    })""")
+
+
+def wait_for_view(page, timeout: float = 120.0) -> None:
+    """Wait until the page shows a view: a Plotly chart drawn, or the renderer's heads painted."""
+    page.wait_for_function(
+        f"""() => document.querySelector('[data-testid="stPlotlyChart"] .main-svg') !== null
+            || ({HEATMAPS_JS})().length > 0""", polling=100, timeout=timeout * 1000)
+
+
 def painted_heatmaps(page) -> list[str]:
-    """The image data of every heatmap Plotly has painted in the first chart (one <image> per heatmap)."""
-    return page.evaluate(
-        """() => {
-            const chart = document.querySelectorAll('[data-testid="stPlotlyChart"]')[0];
-            return chart ? [...chart.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href')) : [];
-        }"""
-    )
+    """The image data of every head painted on the page (HEATMAPS_JS)."""
+    return page.evaluate(HEATMAPS_JS)
 
 
 def slider(page, label: str):
@@ -156,20 +190,18 @@ def wait_for_heads(page, count: int, timeout: float = 120.0) -> None:
 
 
 def wait_for_heatmaps(page, count: int, *, changed_from: list[str] | None = None, timeout: float = 120.0) -> float:
-    """Wait until the first chart shows `count` painted heatmaps (all different from `changed_from`).
+    """Wait until the page's heads (HEATMAPS_JS) are `count` painted heatmaps (all different from `changed_from`).
 
     Returns the seconds waited. Polls in the page with requestAnimationFrame, so the time is
     close to when the paint happened.
     """
     start = time.perf_counter()
     page.wait_for_function(
-        """([n, old]) => {
-            const chart = document.querySelectorAll('[data-testid="stPlotlyChart"]')[0];
-            if (!chart) return false;
-            const imgs = [...chart.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href'));
+        f"""([n, old]) => {{
+            const imgs = ({HEATMAPS_JS})();
             if (imgs.length !== n) return false;
             return old === null || imgs.every(h => h && !old.includes(h));
-        }""",
+        }}""",
         arg=[count, changed_from],
         polling="raf",
         timeout=timeout * 1000,

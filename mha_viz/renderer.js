@@ -257,11 +257,20 @@ export function render({ model, el: root }) {
     return box;
   }
 
+  function cellPx() {
+    // a cell's px: up to 4 heads a row where the width allows ~240 px a head (a phone: one; a projector: 4 large)
+    const width = root.clientWidth || 700;
+    const perRow = Math.max(1, Math.min(heads, 4, Math.floor((width + 12) / 240)));
+    const matrixPx = Math.floor((width + 12) / perRow) - 12 - 86; // the gap, the query labels and the panel's frame
+    return Math.max(2, Math.min(28, Math.floor(matrixPx / Math.max(rows, cols))));
+  }
+
   function heads_view(layer, head) {
     const m = d.values.subarray(layer * heads * rows * cols, (layer + 1) * heads * rows * cols);
     const scaleTop = top(m); // one colour scale for the layer's grid
-    const cell = Math.max(2, Math.min(24, Math.floor(220 / Math.max(rows, cols))));
-    const grid = el("div", { class: "mv-grid", "data-layer": layer });
+    const cell = cellPx();
+    const grid = el("div", { class: "mv-grid", "data-layer": layer, role: "group",
+      "aria-label": `attention weights of the ${heads} heads of layer ${layer}, ${rows} queries x ${cols} keys each` });
     let signed = false;
     for (const v of m) if (v < 0) { signed = true; break; }
     const view = el("div");
@@ -397,7 +406,15 @@ export function render({ model, el: root }) {
   paint();
   const watched = ["layer", "head", "view", "title", "failed_checks"];
   for (const name of watched) model.on(`change:${name}`, paint);
+  let cell = cellPx();
+  const resized = new ResizeObserver(() => { // a narrower or wider page: the heads' cells follow
+    if (model.get("view") !== "heads" || cellPx() === cell) return;
+    cell = cellPx();
+    paint();
+  });
+  resized.observe(root);
   return () => {
+    resized.disconnect();
     for (const name of watched) model.off(`change:${name}`, paint);
   };
 }

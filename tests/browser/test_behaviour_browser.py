@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.browser import CHROMIUM, wait_for_query
+from harness.browser import CHROMIUM, wait_for_heads, wait_for_query
 from mha_viz.params import CAUSAL_EXAMPLE
 from mha_viz.pretrained import INDUCTION_MODEL
 
@@ -101,15 +101,16 @@ def test_while_a_model_trains_nothing_of_the_previous_page_is_shown(server: str,
     page = new_page(browser)
     try:
         page.goto(f"{server}/?text=a+sentence+that+is+not+the+task&steps=3000&seed=7")  # a training of seconds
-        page.wait_for_selector(".st-key-heads .js-plotly-plot", timeout=120_000)
+        wait_for_heads(page, 4)
         page.wait_for_function(IDLE_JS, timeout=60_000)
         page.get_by_role("radio", name="Train", exact=True).click()
         page.get_by_text("Training h = ").first.wait_for(timeout=60_000)  # the progress bar: training runs
         shown = page.evaluate("""() => ({
             training: document.body.innerText.includes('Training h = '),
-            heads: document.querySelectorAll('.st-key-heads').length,
+            heads: document.querySelectorAll('.st-key-figure_heads').length,
             charts: document.querySelectorAll('.js-plotly-plot').length})""")
-        assert shown == {"training": True, "heads": 0, "charts": 0}, shown  # no heatmap from before
+        shown["painted"] = page.locator('[data-mha-viz="renderer"] canvas').count()
+        assert shown == {"training": True, "heads": 0, "charts": 0, "painted": 0}, shown  # no heatmap from before
         page.get_by_text("Stop training").click()  # no need to wait for it
         page.get_by_text("Training stopped").first.wait_for(timeout=60_000)
     finally:

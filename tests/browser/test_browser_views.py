@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.browser import CHROMIUM, wait_for_heatmaps, wait_for_query
+from harness.browser import CHROMIUM, renderers, wait_for_heatmaps, wait_for_query
 
 if not Path(CHROMIUM).exists():
     if os.environ.get("CI"):
@@ -108,17 +108,11 @@ def test_a_phone_gets_wrapped_heads_thinned_labels_and_scrolling_formulas(server
     try:
         page.goto(f"{server}/?h=4")
         wait_for_heatmaps(page, 4)
-        widths = page.evaluate("() => [...document.querySelectorAll('.heatmaplayer image')].map(e => e.getBoundingClientRect().width)")
-        assert min(widths) >= 100  # squares two a row, not 45 px strips
+        widths = page.locator('[data-mha-viz="renderer"] canvas.mv-heatmap').evaluate_all(
+            "cs => cs.map(c => c.getBoundingClientRect().width)")
+        assert min(widths) >= 100  # squares one a row, not 45 px strips
         assert page.evaluate("() => document.documentElement.scrollWidth") <= 390  # nothing runs off the edge
-        overlaps = page.evaluate("""() => {
-            const chart = document.querySelector('[data-testid="stPlotlyChart"]');
-            const bar = chart.querySelector('.modebar').getBoundingClientRect();
-            const hit = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
-            return [...chart.querySelectorAll('.annotation-text, .ytick text, .xtick text')]
-                .filter(e => hit(e.getBoundingClientRect(), bar)).length;
-        }""")
-        assert overlaps == 0  # the toolbar sits above the titles and labels
+        assert all(r["right"] <= 390 for r in renderers(page))  # every head and its labels inside the phone's width
         page.screenshot(path=str(assets / "phone.png"))
         page.goto(f"{server}/?view=Formulas")
         settle(page)
@@ -213,17 +207,17 @@ def test_the_trained_switch_screenshot_and_a_png_download_keeps_its_labels(serve
         wait_for_heatmaps(page, 4)
         settle(page)
         page.screenshot(path=str(assets / "trained.png"))
-        chart = page.locator('[data-testid="stPlotlyChart"]').first
+        chart = page.locator('[data-testid="stPlotlyChart"]').first  # the accuracy of every h (the heads: renderer)
         chart.hover()
         with page.expect_download() as info:
             chart.get_by_role("button", name="Download plot as a PNG").click()
         download = info.value
-        assert download.suggested_filename == "trained-prev-first-h4-d64-heads.png"
+        assert download.suggested_filename == "trained-prev-first-h4-d64-accuracy-by-h.png"
         image = Image.open(io.BytesIO(Path(download.path()).read_bytes())).convert("L")
         height = page.evaluate("() => document.querySelector('.js-plotly-plot').layout.height")
         assert image.size == (2 * 1100, 2 * height)  # the figure's own size: nothing cropped
         bottom = image.crop((0, image.size[1] - 2 * 30, image.size[0], image.size[1]))
-        assert bottom.getextrema()[0] < 128  # the key labels reach into the bottom margin: they are in the file
+        assert bottom.getextrema()[0] < 128  # the axis labels reach into the bottom margin: they are in the file
     finally:
         assert page.errors == []
         page.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.browser import CHROMIUM
+from harness.browser import CHROMIUM, renderers, wait_for_view
 
 if not Path(CHROMIUM).exists():
     if os.environ.get("CI"):
@@ -83,15 +83,15 @@ def open_page(browser, server: str, query: str, width: int, height: int = 1200, 
 
 
 def settle(page, timeout: float = 120) -> None:
-    """Wait until the page is drawn for its width: a chart is shown, no run is going, and the charts stay as they
-    are for a second (the page reruns once the browser has told it its width)."""
+    """Wait until the page is drawn for its width: a chart (or the renderer's heads) is shown, no run is going, and
+    the charts stay as they are for a second (the page reruns once the browser has told it its width)."""
     deadline = time.monotonic() + timeout
     before = None
     while True:
-        page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg', timeout=timeout * 1000)
+        wait_for_view(page, timeout)
         page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
                                timeout=timeout * 1000)
-        now = page.evaluate(SIGNATURE_JS)
+        now = (page.evaluate(SIGNATURE_JS), [(r["painted"], r["heads"], round(r["right"])) for r in renderers(page)])
         if now == before or time.monotonic() > deadline:
             return
         before = now
@@ -105,6 +105,7 @@ def check(page, name: str) -> None:
     assert page.evaluate(PROBLEMS_JS) == [], name
     width = page.viewport_size["width"]
     assert page.evaluate("() => document.documentElement.scrollWidth") <= width, name
+    assert all(r["right"] <= width + 1 for r in renderers(page)), name  # the renderer's heads fit the page too
 
 
 @pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
@@ -177,9 +178,11 @@ def test_heads_per_row_follow_the_width_not_the_user_agent(server: str, browser,
     page = open_page(browser, server, "h=4", width, **({"user_agent": agent} if agent else {}))
     try:
         check(page, f"heads-{width}")
-        sizes = page.evaluate("() => [...document.querySelector('.js-plotly-plot').querySelectorAll('.heatmaplayer image')]"
-                              ".map(e => Math.round(e.getBoundingClientRect().width))")
+        sizes = page.locator('[data-mha-viz="renderer"] canvas.mv-heatmap').evaluate_all(
+            "cs => cs.map(c => Math.round(c.getBoundingClientRect().width))")
         assert len(sizes) == 4 and min(sizes) >= 110  # no strips squeezed four to a narrow row
+        (grid,) = renderers(page)
+        assert grid["right"] <= grid["left"] + grid["width"] + 1  # every head inside the renderer's box
     finally:
         assert page.errors == []
         page.close()

@@ -127,3 +127,41 @@ def test_the_heads_fit_the_width_of_a_phone_a_laptop_a_desktop_and_a_projector(s
         assert page.evaluate("() => document.documentElement.scrollWidth") <= width
     finally:
         page.close()
+
+
+GRID = '.st-key-figure_heads [data-mha-viz="renderer"]'  # a configurable layer's Heads view
+
+
+@needs_chromium
+def test_a_configurable_layers_grid_hovers_the_libraries_weights_and_grows_on_a_projector(server: str, browser) -> None:
+    """The default page's heads, painted by the renderer: each hover shows the library's own weight (toFixed(3)) of
+    the same layer; one colour legend; a phone stacks the heads one a row, a projector puts all 4 in one row with
+    larger cells."""
+    from mha_viz.config import MHAConfig
+    from mha_viz.sources import ConfigurableSource
+    from mha_viz.text import DEFAULT_TEXT
+
+    weights = ConfigurableSource(DEFAULT_TEXT, MHAConfig(64, 4)).trace(0).weights  # the page's defaults: seed 0
+    tops = {}
+    for width in (390, 2560):
+        page = browser.new_page(viewport={"width": width, "height": 1000})
+        try:
+            page.goto(f"{server}/?h=4")
+            page.locator(f"{GRID} canvas.mv-heatmap").nth(3).wait_for(timeout=180_000)
+            page.wait_for_function(IDLE_JS, timeout=60_000)
+            boxes = [page.locator(f'{GRID} canvas[data-head="{h}"]').bounding_box() for h in range(4)]
+            tops[width] = ({round(b["y"]) for b in boxes}, min(b["width"] for b in boxes))
+            legend = page.locator(f"{GRID} .mv-legend").get_attribute("aria-label")
+            assert legend.startswith("colour scale from 0 to ") and f"{float(np.nanmax(weights)):.3f}" in legend
+            if width == 2560:
+                rows, cols = weights.shape[1:]
+                for head, row, col in ((0, 2, 5), (1, 12, 0), (3, 7, 7)):
+                    box = boxes[head]
+                    page.mouse.move(box["x"] + (col + 0.5) * box["width"] / cols,
+                                    box["y"] + (row + 0.5) * box["height"] / rows)
+                    tip = page.locator(f"{GRID} .mv-tip").inner_text()
+                    assert f"head {head}" in tip and f"weight {to_fixed_3(weights)[head, row, col]}" in tip, tip
+        finally:
+            page.close()
+    assert len(tops[390][0]) == 4 and len(tops[2560][0]) == 1  # one a row on a phone; one row on a projector
+    assert tops[2560][1] > tops[390][1]  # and larger there

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.browser import CHROMIUM, wait_for_query
+from harness.browser import CHROMIUM, renderers, wait_for_query
 from tests.browser.test_accessibility import tab_until
 from tests.browser.test_browser_views import VALUES, new_page, settle
 from tests.browser.test_layout_browser import PROBLEMS_JS
@@ -50,10 +50,10 @@ CHARTS_JS = """() => {
 }"""
 
 # The region of the README's screenshot: the charts' column, from the view menu to the bottom of the view's n-th chart
-# (at most 1300 px).
+# (the renderer's heads grid counts as one; at most 1300 px).
 SHOT_JS = """(n) => {
     const menu = document.querySelector('[data-testid="stMain"] [data-testid="stButtonGroup"]').getBoundingClientRect();
-    const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
+    const charts = [...document.querySelectorAll('.st-key-figure_heads, [data-testid="stPlotlyChart"]')];
     const last = charts[Math.min(n, charts.length) - 1].getBoundingClientRect();
     const top = menu.top - 8, bottom = Math.min(last.bottom + 8, top + 1300);
     const column = charts[0].getBoundingClientRect();
@@ -68,7 +68,9 @@ def visit(page, server: str, query: str, view: str) -> list[dict]:
     page.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')]"
                            ".every(c => c.querySelector('.main-svg'))", timeout=60_000)
     settle_layout(page)
-    return page.evaluate(CHARTS_JS)
+    return page.evaluate(CHARTS_JS) + [  # and the renderer's heads grid, as one chart of one heatmap a head
+        {"traces": r["heads"], "heatmaps": r["heads"], "painted": r["heads"], "width": r["right"] - r["left"],
+         "column": r["width"], "right": r["right"]} for r in renderers(page) if r["view"] == "heads"]
 
 
 def check_view(page, name: str, charts: list[dict]) -> None:
@@ -92,7 +94,7 @@ def test_every_variant_paints_its_views_and_fits_the_width(server: str, browser,
                 charts = visit(page, server, query, shown)
                 check_view(page, f"{name} {shown} at {width}", charts)
                 if name == "gqa" and shown == "Heads":
-                    assert charts[0]["painted"] == 8  # one heatmap per query head
+                    assert charts[-1]["painted"] == 8  # one heatmap per query head (the renderer's grid)
             if shot and width == 1400:  # the README's picture: the view's menu and first charts
                 page.set_viewport_size({"width": width, "height": 2000})  # the app scrolls its own main area
                 settle_layout(page)
