@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from time import monotonic
@@ -18,6 +19,7 @@ from ..figures.training import (
     accuracy_by_heads_figure,
     accuracy_vs_cache_figure,
     curves_figure,
+    heads_at_step_figure,
     heads_through_training_figure,
     relation_scores_figure,
 )
@@ -44,7 +46,7 @@ from .fair import heavy
 from .state import confine, keep, put
 from .state import value as field_value
 from .style import column_width
-from .views import chart
+from .views import WhileHeld, chart
 
 SAME = 0.01  # accuracies closer than this count as "about as well"
 T = TypeVar("T")
@@ -306,15 +308,34 @@ def _comparison(run: TrainingRun, single: TrainingRun) -> None:
         )
 
 
-def _run_column(run: TrainingRun, name: str) -> None:
+def _run_column(run: TrainingRun, name: str, reload: Callable[[], TrainingRun]) -> None:
+    """One run's heads through training and its relation scores; reload: the run from the shared cache (training it
+    again on a miss), for the replay's later reruns."""
     H = run.num_heads
     what = "" if run.variant.kind == "mha" else f" ({variant_label(run.variant, H)})"
     penalty = f", diversity penalty {run.diversity:g}" if run.diversity else ""
     st.markdown(f"**h = {H}**{what}: {H} head{'s' if H > 1 else ''} of width d_k = {run.d_model // H}{penalty}")
-    heads = heads_through_training_figure([s.trace for s in run.snapshots], run.snapshot_steps, cols=min(H, 2))
-    chart(heads, f"train_heads{name}", f"train-h{H}-heads")
+    _replay(WhileHeld(weakref.ref(run), reload), name)
     chart(relation_scores_figure(run.final.scores, run.relations), f"train_scores{name}", f"train-h{H}-relations")
     st.caption(who_takes_what(run.final.scores, run.relations))
+
+
+@st.fragment
+def _replay(load: Callable[[], TrainingRun], name: str) -> None:
+    """Every head at one snapshot, picked by a step slider (Streamlit's: the keyboard moves it). A fragment: a step
+    redraws this chart only. The report keeps the replay of every snapshot (Plotly's slider and play button)."""
+    run = load()
+    steps, H = tuple(run.snapshot_steps), run.num_heads
+    key = f"train_step{name}"
+    confine(key, steps, steps[-1])  # opens at the last snapshot; a new run's steps may not hold the one shown
+    step = st.select_slider(f"Replay h = {H}: training step", steps, key=key, format_func=_step_format)
+    snapshot = run.snapshots[steps.index(step)]
+    chart(heads_at_step_figure(snapshot.trace, cols=min(H, 2)), f"train_heads{name}", f"train-h{H}-heads",
+          report=lambda: heads_through_training_figure([s.trace for s in run.snapshots], steps, cols=min(H, 2)))
+
+
+def _step_format(step: int) -> str:
+    return f"step {step}"
 
 
 def training_page(h: int, d_model: int, steps: int, seed: int, task: str, variant: LayerVariant | None = None,
@@ -355,14 +376,16 @@ def training_page(h: int, d_model: int, steps: int, seed: int, task: str, varian
     else:
         st.info("Pick h > 1 to train several heads next to this single head.")
     st.caption(
-        "Heatmaps: row = query token, column = key token; drag the step slider or press ▶ to replay training. "
+        "Heatmaps: row = query token, column = key token; move the step slider above them to replay training. "
         "Relation scores: the attention mass each head puts on each relation's key, averaged over the evaluation "
         "queries where the relation is defined and its key differs from the other relations' keys."
     )
     runs = {"_single": single, "": run} if single is not None else {"": run}
+    reloads = {"_single": lambda: trained_run(spec.name, 1, d_model, steps, seed),
+               "": lambda: trained_run(spec.name, h, d_model, steps, seed, variant, diversity)}
     for col, (name, r) in zip(st.columns(len(runs)), runs.items()):
         with col:
-            _run_column(r, name)
+            _run_column(r, name, reloads[name])
     curves = {f"h = {r.num_heads}": r for r in runs.values()}
     chart(
         curves_figure(
