@@ -71,6 +71,20 @@ def test_the_step_slider_replays_training_and_the_report_keeps_every_step() -> N
     assert chart(at, 0) == single  # the other run's replay stays where it was
 
 
+def test_play_at_the_last_step_replays_from_the_first_and_stops_at_the_last() -> None:
+    """Each run of the playing replay (a timer's, in the browser) shows the next snapshot; at the last it stops."""
+    at = new_training_app()
+    at.toggle(key="train_play").set_value(True).run()
+    assert not at.exception and at.select_slider(key="train_step").value == 0 and at.toggle(key="train_play").value
+    at.run()
+    assert at.select_slider(key="train_step").value == 1
+    at.select_slider(key="train_step").set_value(29).run()
+    assert at.select_slider(key="train_step").value == 30
+    at.run()
+    assert at.select_slider(key="train_step").value == 30 and not at.toggle(key="train_play").value
+    assert at.select_slider(key="train_step_single").value == 30 and not at.toggle(key="train_play_single").value
+
+
 def test_view_follows_the_task_and_single_head_choice() -> None:
     at = new_training_app()
     at.selectbox(key="task").set_value("prev-match").run()
