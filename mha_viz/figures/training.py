@@ -18,17 +18,25 @@ from .common import f32, index_axis
 from .heads import heads_figure
 
 
+def heads_at_step_figure(trace: AttentionTrace, *, cols: int | None = None) -> go.Figure:
+    """Every head's attention at one training snapshot (heads_figure), its colour scale fixed to 0..1 so that
+    snapshots compare (the app's replay: one snapshot, picked by a step slider of the page)."""
+    fig = heads_figure(trace, cols=cols)
+    fig.update_layout(coloraxis={"cmin": 0.0, "cmax": 1.0})
+    return fig
+
+
 def heads_through_training_figure(
     traces: Sequence[AttentionTrace], steps: Sequence[int], *, cols: int | None = None
 ) -> go.Figure:
-    """Every head's attention (heads_figure) with a step slider and a play button over the snapshots.
+    """Every head's attention (heads_at_step_figure) with Plotly's step slider and play button over the snapshots
+    (a notebook's or a report's replay).
 
-    Opens at the last snapshot, paused (Plotly's to_html would start the replay: the report passes auto_play=False);
-    the colour scale is fixed to 0..1 so frames compare.
+    Opens at the last snapshot, paused (Plotly's to_html would start the replay: the report passes auto_play=False).
     """
     if len(traces) != len(steps) or not traces:
         raise ValueError(f"need one step per trace, got {len(traces)} traces and {len(steps)} steps")
-    fig = heads_figure(traces[-1], cols=cols)
+    fig = heads_at_step_figure(traces[-1], cols=cols)
     heads = list(range(traces[-1].num_heads))
     fig.frames = [
         go.Frame(data=[go.Heatmap(z=z) for z in f32(t.weights)], traces=heads, name=str(s))  # z (T, S) per head
@@ -36,7 +44,6 @@ def heads_through_training_figure(
     ]
     animate = {"mode": "immediate", "frame": {"duration": 0, "redraw": True}, "transition": {"duration": 0}}
     fig.update_layout(
-        coloraxis={"cmin": 0.0, "cmax": 1.0},
         height=fig.layout.height + 90,
         margin={"b": 90},
         sliders=[

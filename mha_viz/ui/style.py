@@ -17,8 +17,9 @@ CSS = """
 .katex-display { overflow-x: auto; overflow-y: hidden; padding-bottom: 4px; }
 /* The copy button of the share link's code block shows without hovering: phones cannot hover. */
 .st-key-share_link div:has(button), .st-key-share_link button { opacity: 1 !important; visibility: visible !important; }
-/* A chart's toolbar shows while one of its buttons has the keyboard's focus, not only under the mouse. */
-.modebar-group:focus-within { opacity: 1 !important; transition: none !important; }
+/* A chart's toolbar shows at once while one of its buttons has the keyboard's focus, not only under the mouse: what
+   holds the focus in a chart's keyed container (views.chart) is opaque, without fading in. */
+[class*="st-key-figure_"] :focus-within { opacity: 1 !important; transition: none !important; }
 /* A disabled widget's label stays readable (4.5:1 or more on white): it still says what the control sets. The
    widget is the innermost keyed element (class st-key- and its key) holding a disabled control. */
 [class*="st-key-"]:not(:has([class*="st-key-"])):has([aria-disabled="true"], input:disabled) label,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from time import monotonic
@@ -18,6 +19,7 @@ from ..figures.training import (
     accuracy_by_heads_figure,
     accuracy_vs_cache_figure,
     curves_figure,
+    heads_at_step_figure,
     heads_through_training_figure,
     relation_scores_figure,
 )
@@ -41,12 +43,15 @@ from .controls import (
     variant_controls,
 )
 from .fair import heavy
-from .state import confine, keep, put
+from .state import confine, keep, put, take, widget
 from .state import value as field_value
 from .style import column_width
-from .views import chart
+from .views import WhileHeld, chart
 
 SAME = 0.01  # accuracies closer than this count as "about as well"
+REPLAY_SECONDS = 0.4  # between two snapshots while the replay plays
+RERUN_PAGE = "_train_rerun_page"  # session key: the replay's next run reruns the whole page
+PLAY_FROM_START = "_train_play_from_start"  # session key (+ the run's name): the first playing run shows the first
 T = TypeVar("T")
 
 
@@ -306,15 +311,57 @@ def _comparison(run: TrainingRun, single: TrainingRun) -> None:
         )
 
 
-def _run_column(run: TrainingRun, name: str) -> None:
+def _run_column(run: TrainingRun, name: str, reload: Callable[[], TrainingRun]) -> None:
+    """One run's heads through training and its relation scores; reload: the run from the shared cache (training it
+    again on a miss), for the replay's later reruns."""
     H = run.num_heads
     what = "" if run.variant.kind == "mha" else f" ({variant_label(run.variant, H)})"
     penalty = f", diversity penalty {run.diversity:g}" if run.diversity else ""
     st.markdown(f"**h = {H}**{what}: {H} head{'s' if H > 1 else ''} of width d_k = {run.d_model // H}{penalty}")
-    heads = heads_through_training_figure([s.trace for s in run.snapshots], run.snapshot_steps, cols=min(H, 2))
-    chart(heads, f"train_heads{name}", f"train-h{H}-heads")
+    _replay(WhileHeld(weakref.ref(run), reload), name)
     chart(relation_scores_figure(run.final.scores, run.relations), f"train_scores{name}", f"train-h{H}-relations")
     st.caption(who_takes_what(run.final.scores, run.relations))
+
+
+def _replay(load: Callable[[], TrainingRun], name: str) -> None:
+    """Every head at one snapshot, picked by a step slider (Streamlit's: the keyboard moves it) or played. A fragment:
+    a step redraws this chart only; while playing, it runs every REPLAY_SECONDS (run_every is set when the whole page
+    runs, so the Play toggle reruns the page). The report keeps the replay of every snapshot (Plotly's slider and
+    play button)."""
+    playing = widget(f"train_play{name}", False)
+    st.fragment(_replay_step, run_every=REPLAY_SECONDS if playing else None)(load, name)
+
+
+def _play_changed(name: str, first: int, last: int) -> None:
+    """Play at the last snapshot starts again from the first (shown first); the page reruns to start the timer."""
+    if widget(f"train_play{name}") and widget(f"train_step{name}") == last:
+        put(f"train_step{name}", first)
+        put(PLAY_FROM_START + name, True)
+    put(RERUN_PAGE, True)
+
+
+def _replay_step(load: Callable[[], TrainingRun], name: str) -> None:
+    if take(RERUN_PAGE, False):
+        st.rerun()  # scope "app": the fragment's timer starts or stops
+    run = load()
+    steps, H = tuple(run.snapshot_steps), run.num_heads
+    key, play = f"train_step{name}", f"train_play{name}"
+    confine(key, steps, steps[-1])  # opens at the last snapshot; a new run's steps may not hold the one shown
+    if widget(play) and not take(PLAY_FROM_START + name, False):  # playing: each run shows the next snapshot
+        if widget(key) == steps[-1]:
+            put(play, False)
+            st.rerun()  # a full rerun: the fragment stops running every REPLAY_SECONDS
+        put(key, steps[steps.index(widget(key)) + 1])
+    step = st.select_slider(f"Replay h = {H}: training step", steps, key=key, format_func=_step_format)
+    st.toggle("Play", key=play, on_change=_play_changed, args=(name, steps[0], steps[-1]),
+              help=f"Step through the snapshots, one every {REPLAY_SECONDS:g} s.")
+    snapshot = run.snapshots[steps.index(step)]
+    chart(heads_at_step_figure(snapshot.trace, cols=min(H, 2)), f"train_heads{name}", f"train-h{H}-heads",
+          report=lambda: heads_through_training_figure([s.trace for s in run.snapshots], steps, cols=min(H, 2)))
+
+
+def _step_format(step: int) -> str:
+    return f"step {step}"
 
 
 def training_page(h: int, d_model: int, steps: int, seed: int, task: str, variant: LayerVariant | None = None,
@@ -355,14 +402,17 @@ def training_page(h: int, d_model: int, steps: int, seed: int, task: str, varian
     else:
         st.info("Pick h > 1 to train several heads next to this single head.")
     st.caption(
-        "Heatmaps: row = query token, column = key token; drag the step slider or press ▶ to replay training. "
+        "Heatmaps: row = query token, column = key token; move the step slider above them or press Play to "
+        "replay training. "
         "Relation scores: the attention mass each head puts on each relation's key, averaged over the evaluation "
         "queries where the relation is defined and its key differs from the other relations' keys."
     )
     runs = {"_single": single, "": run} if single is not None else {"": run}
+    reloads = {"_single": lambda: trained_run(spec.name, 1, d_model, steps, seed),
+               "": lambda: trained_run(spec.name, h, d_model, steps, seed, variant, diversity)}
     for col, (name, r) in zip(st.columns(len(runs)), runs.items()):
         with col:
-            _run_column(r, name)
+            _run_column(r, name, reloads[name])
     curves = {f"h = {r.num_heads}": r for r in runs.values()}
     chart(
         curves_figure(

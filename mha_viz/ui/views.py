@@ -71,9 +71,9 @@ def figures_shown() -> list[tuple[go.Figure, str]]:
 
 
 def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], None] | None = None,
-          selection_mode: str | tuple[str, ...] = "points") -> None:
+          selection_mode: str | tuple[str, ...] = "points", report: Callable[[], go.Figure] | None = None) -> None:
     """Draw fig once in the browser, not twice; on_select: a callback for a click on a point (or a box drawn,
-    with selection_mode ("points", "box")).
+    with selection_mode ("points", "box")); report: the figure the report shows instead of fig (default: fig).
 
     Streamlit mounts a new chart for every new figure (the element id hashes the spec), draws it,
     then passes a JSON copy of it to Plotly.react. Plotly redraws everything if the figure has a
@@ -91,7 +91,7 @@ def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], No
     fig.layout.template = None
     fig.update_layout(datarevision=key, font=APP_FONT)
     with_automargin(fig)
-    keep(SHOWN, dict)[key] = (fig, filename)  # a fragment's rerun replaces its own
+    keep(SHOWN, dict)[key] = (fig if report is None else report(), filename)  # a fragment's rerun replaces its own
     with st.container(key=f"figure_{key}", gap=None):  # the chart and its text alternative, no gap between them
         if on_select is None:
             st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None)
@@ -102,78 +102,19 @@ def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], No
 
 
 SR_ONLY = "position:absolute;width:1px;height:1px;margin:-1px;padding:0;border:0;overflow:hidden;clip:rect(0,0,0,0)"
+# The keyed container (Streamlit's documented st-key-<key> class) becomes a figure named after the chart; every SVG
+# in it (Plotly draws the chart, its tick labels and its toolbar's icons in SVG) is hidden from screen readers, which
+# read the figure's name and the text alternative instead. Its toolbar's buttons keep their own names.
 FIGURE_ROLE_JS = """<script>(() => {{
     const box = document.querySelector('.st-key-' + CSS.escape({key}));
     if (!box) return;
     box.setAttribute('role', 'figure');
     box.setAttribute('aria-label', {name});
-    const hide = () => box.querySelectorAll('.main-svg:not([aria-hidden])').forEach(s => s.setAttribute('aria-hidden', 'true'));
+    const hide = () => box.querySelectorAll('svg:not([aria-hidden])').forEach(s => s.setAttribute('aria-hidden', 'true'));
     hide();
     if (box.a11yObserver) box.a11yObserver.disconnect();
     box.a11yObserver = new MutationObserver(hide);
     box.a11yObserver.observe(box, {{childList: true, subtree: true}});
-}})();</script>"""
-
-
-# Plotly draws a figure's slider and play buttons (layout.sliders, layout.updatemenus) in SVG, out of the keyboard's
-# reach. This makes each take focus: the slider moves with the arrow keys, Home and End (Plotly.animate to that step's
-# frame, as a drag does), a button presses with Enter or Space. Plotly redraws them, so it runs again when they change.
-KEYBOARD_JS = """<script>(() => {{
-    const box = document.querySelector('.st-key-' + CSS.escape({key}));
-    if (!box) return;
-    const keys = {{ArrowLeft: -1, ArrowDown: -1, ArrowRight: 1, ArrowUp: 1, PageDown: -5, PageUp: 5, Home: -1e9, End: 1e9}};
-    const ring = (e, on) => e.style.outline = on ? '2px solid #a62f3c' : '';
-    const wire = () => {{
-        const gd = box.querySelector('.js-plotly-plot');
-        if (!gd || !gd.layout || !window.Plotly) return;
-        (gd.layout.sliders || []).forEach((spec, n) => {{
-            const group = gd.querySelectorAll('.slider-container')[n];
-            if (!group || group.hasAttribute('tabindex')) return;
-            const steps = spec.steps || [];
-            const at = () => Math.max(0, Math.min(steps.length - 1, gd.layout.sliders[n].active ?? steps.length - 1));
-            const say = () => {{
-                const label = String(steps[at()].label);
-                group.setAttribute('aria-valuenow', at());
-                group.setAttribute('aria-valuetext', ((spec.currentvalue || {{}}).prefix || '') + label);
-            }};
-            Object.entries({{tabindex: '0', role: 'slider', 'aria-label': 'Replay: ' + ((spec.currentvalue || {{}}).prefix
-                || 'step').trim(), 'aria-valuemin': 0, 'aria-valuemax': steps.length - 1}})
-                .forEach(([k, v]) => group.setAttribute(k, v));
-            say();
-            group.addEventListener('focus', () => ring(group, true));
-            group.addEventListener('blur', () => ring(group, false));
-            group.addEventListener('keydown', (e) => {{
-                if (!(e.key in keys)) return;
-                e.preventDefault();
-                const step = steps[Math.max(0, Math.min(steps.length - 1, at() + keys[e.key]))];
-                window.Plotly.animate(gd, ...step.args).then(say);
-            }});
-            gd.on('plotly_sliderchange', say);
-            gd.on('plotly_animated', say);
-        }});
-        (gd.layout.updatemenus || []).forEach((menu, n) => {{
-            const buttons = [...(gd.querySelectorAll('.updatemenu-container')[n] || {{querySelectorAll: () => []}})
-                .querySelectorAll('.updatemenu-button')];
-            buttons.forEach((button, i) => {{
-                if (button.hasAttribute('tabindex')) return;
-                const label = String((menu.buttons[i] || {{}}).label || '');
-                button.setAttribute('tabindex', '0');
-                button.setAttribute('role', 'button');
-                button.setAttribute('aria-label', {{'▶': 'Play', '❚❚': 'Pause'}}[label] || label);
-                button.addEventListener('focus', () => ring(button, true));
-                button.addEventListener('blur', () => ring(button, false));
-                button.addEventListener('keydown', (e) => {{
-                    if (e.key !== 'Enter' && e.key !== ' ') return;
-                    e.preventDefault();
-                    button.dispatchEvent(new MouseEvent('click', {{bubbles: true}}));
-                }});
-            }});
-        }});
-    }};
-    wire();
-    if (box.keyboardObserver) box.keyboardObserver.disconnect();
-    box.keyboardObserver = new MutationObserver(wire);
-    box.keyboardObserver.observe(box, {{childList: true, subtree: true}});
 }})();</script>"""
 
 
@@ -184,16 +125,15 @@ def _js_string(text: str) -> str:
 
 def text_alternative_html(fig: go.Figure, container_key: str, fallback_name: str) -> str:
     """The HTML of text_alternative: describe(fig) as visually hidden text, and the script that gives the keyed
-    container its role and name (and the keyboard to a figure's slider and buttons)."""
+    container its role and name."""
     key, name = _js_string(container_key), _js_string(figure_title(fig) or fallback_name)
-    return (f'<p style="{SR_ONLY}">{html.escape(describe(fig))}</p>' + FIGURE_ROLE_JS.format(key=key, name=name)
-            + (KEYBOARD_JS.format(key=key) if fig.layout.sliders or fig.layout.updatemenus else ""))
+    return f'<p style="{SR_ONLY}">{html.escape(describe(fig))}</p>' + FIGURE_ROLE_JS.format(key=key, name=name)
 
 
 def text_alternative(fig: go.Figure, container_key: str, fallback_name: str) -> None:
     """Make the keyed container holding fig a figure for screen readers: role "figure", named after the figure's
-    title, with describe(fig) (what it shows, its strongest cells) as visually hidden text inside it; Plotly's
-    SVG, a picture of that text and hundreds of tick labels, is hidden from them. Takes no room on the page."""
+    title, with describe(fig) (what it shows, its strongest cells) as visually hidden text inside it; the chart's SVG,
+    a picture of that text and hundreds of tick labels, is hidden from them. Takes no room on the page."""
     st.html(text_alternative_html(fig, container_key, fallback_name), unsafe_allow_javascript=True)
 
 
@@ -329,49 +269,31 @@ def box_centre(box: object) -> tuple[float, float] | None:
 def long_heads_view(trace: LongTrace, name: str, reload: Callable[[], LongTrace]) -> None:
     """Every head of a long input: a max-pooled overview, and a full-resolution zoom where the user points.
 
-    reload: returns the same LongTrace from the shared cache (computing it on a miss); the zoom, a fragment that
+    reload: returns the same LongTrace from the shared cache (computing it on a miss); the view, a fragment that
     Streamlit keeps for the session's life, holds this function, not the trace."""
-    H, T, S = trace.shape
-    st.caption(
-        f"{plural(H, 'head')} (numbered from 0) of {T} query × {S} key tokens. Overview: each cell is the largest weight in a "
-        f"block of {trace.block_rows}×{trace.block_cols} positions, so a sharp peak stays visible. The red square is "
-        f"the zoom below: drag a box on any head to move it there, or use the sliders."
-    )
-    mark = (field_value("zoom"), field_value("zoom_k"))  # moved inside the input if need be
-    chart(long_heads_figure(trace, mark=mark, width=page_width()),
-          "heads_long", f"{name}-overview", on_select=_zoom_to_selection, selection_mode="box")
-    _zoom_view(_WhileHeld(weakref.ref(trace), reload), name)
+    _long_view(WhileHeld(weakref.ref(trace), reload), name)
 
 
 @dataclass(frozen=True)
-class _WhileHeld:
-    """The trace while something else holds it (this run's page), else reload()'s (a fragment's later reruns): a
-    fragment argument that neither keeps the trace alive nor computes it twice in one run."""
+class WhileHeld:
+    """The object while something else holds it (this run's page), else reload()'s (a fragment's later reruns): a
+    fragment argument that neither keeps a trace or run alive nor computes it twice in one run."""
 
     ref: weakref.ref
-    reload: Callable[[], LongTrace]
+    reload: Callable[[], object]
 
-    def __call__(self) -> LongTrace:
-        trace = self.ref()
-        return trace if trace is not None else self.reload()
+    def __call__(self):
+        held = self.ref()
+        return held if held is not None else self.reload()
 
 
 ZOOM_HEADS = 4  # heads the zoom shows unless others are picked (each is 128 x 128 cells to send and draw)
-MOVE_MARK_JS = """<style>:has(> .st-key-zoom_mark:only-child) {{display: none}}</style><script>{{
-    const gd = document.querySelector('.st-key-heads_long .js-plotly-plot');
-    if (gd && window.Plotly && gd.layout && Array.isArray(gd.layout.shapes)) {{
-        const update = {{}};
-        gd.layout.shapes.forEach((_, i) => Object.assign(update, {{[`shapes[${{i}}].x0`]: {x0}, [`shapes[${{i}}].x1`]: {x1},
-            [`shapes[${{i}}].y0`]: {y0}, [`shapes[${{i}}].y1`]: {y1}}}));
-        window.Plotly.relayout(gd, update);
-    }}
-}}</script>"""
 
 
 @st.fragment
-def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
-    """The zoom of a long input. A fragment: moving it reruns this part only, not the overview above (12 heads of
-    128 x 128 cells and 4096 labels a side to send and draw again); the overview's red squares move in the browser.
+def _long_view(reload: Callable[[], LongTrace], name: str) -> None:
+    """The overview and the zoom of a long input. A fragment: moving the zoom (its sliders, or a box drawn on the
+    overview) reruns this part only: the overview is drawn again, its red squares on the new zoom, and the zoom.
     Streamlit keeps a fragment's arguments for the session's life: reload reads the trace from the shared cache."""
     trace = reload()
     H, T, S = trace.shape
@@ -379,6 +301,13 @@ def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
     _fit_start("zoom", top_q)  # a link's start past the end
     _fit_start("zoom_k", top_k)
     _clamp_head_selection(H)
+    st.caption(
+        f"{plural(H, 'head')} (numbered from 0) of {T} query × {S} key tokens. Overview: each cell is the largest weight in a "
+        f"block of {trace.block_rows}×{trace.block_cols} positions, so a sharp peak stays visible. The red square is "
+        f"the zoom below: drag a box on any head to move it there, or use the sliders."
+    )
+    chart(long_heads_figure(trace, mark=(field_value("zoom"), field_value("zoom_k")), width=page_width()),
+          "heads_long", f"{name}-overview", on_select=_zoom_to_selection, selection_mode="box")
     a, b, c = st.columns([2, 1, 1]) if not is_narrow() else (st.container(), st.container(), st.container())
     chosen = a.multiselect(f"Heads in the zoom (the first {ZOOM_HEADS} when none is picked)", list(range(H)),
                            key="compare", format_func=_head_format, placeholder=f"Heads 0–{min(H, ZOOM_HEADS) - 1}")
@@ -390,9 +319,6 @@ def _zoom_view(reload: Callable[[], LongTrace], name: str) -> None:
     heads = chosen or list(range(min(H, ZOOM_HEADS)))
     chart(long_heads_figure(trace, heads, zoom=(q0, k0), cols=min(len(heads), 4), width=page_width()),
           "heads_zoom", f"{name}-zoom")
-    with st.container(key="zoom_mark"):  # hidden: moves the overview's red squares to this zoom
-        st.html(MOVE_MARK_JS.format(x0=keys.start - 0.5, x1=keys.stop - 0.5, y0=rows.start - 0.5, y1=rows.stop - 0.5),
-                unsafe_allow_javascript=True)
     write_url(current())  # a fragment rerun skips the app's own URL update
 
 

@@ -33,6 +33,8 @@ def test_the_app_draws_a_long_text_as_overview_and_zoom() -> None:
     assert at.query_params["zoom"] == "2000" and at.query_params["zoom_k"] == "1500"
     first = heatmaps(chart(at, "heads_zoom"))[0]
     assert (first["y0"], first["x0"]) == (2000, 1500)
+    marks = chart(at, "heads_long")["layout"]["shapes"]  # the overview's red squares moved with the zoom
+    assert len(marks) == 12 and all((m["y0"], m["x0"], m["y1"]) == (1999.5, 1499.5, 2127.5) for m in marks)
     rows = z_matrix(first)
     assert rows.shape == (128, 128) and 0 < rows.sum(-1).max() <= 1.0 + 1e-5  # a part of each softmax row
     at.multiselect(key="compare").set_value([7, 11]).run()

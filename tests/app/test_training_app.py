@@ -41,7 +41,8 @@ def test_view_trains_one_and_h_heads_and_returns_the_trained_trace() -> None:
     assert len(charts) == 5  # h = 1: heads, scores; h = 2: heads, scores; curves
     single, heads = chart(at, 0), chart(at, 2)
     assert len(heatmaps(single)) == 1 and len(heatmaps(heads)) == 2
-    assert len(heads["frames"]) == 31 and heads["layout"]["sliders"][0]["steps"][-1]["label"] == "30"
+    assert "frames" not in heads and "sliders" not in heads["layout"]  # the page's step slider replays it
+    assert at.select_slider(key="train_step").value == 30 and at.select_slider(key="train_step").options[0] == "step 0"
     trace = at.session_state["returned"]
     assert isinstance(trace, AttentionTrace) and trace.meta["step"] == 30
     for h, shown in enumerate(heatmaps(heads)):
@@ -51,6 +52,37 @@ def test_view_trains_one_and_h_heads_and_returns_the_trained_trace() -> None:
     assert {t["name"] for t in curves["data"] if t.get("showlegend", True)} == {"h = 1", "h = 2"}
     table = at.table[0].value
     assert list(table.columns) == ["measure", "h = 1", "h = 2"]
+
+
+def test_the_step_slider_replays_training_and_the_report_keeps_every_step() -> None:
+    """Train mode's replay: Streamlit's select slider (the keyboard moves it) picks the snapshot drawn; the report
+    keeps Plotly's replay of every snapshot, whose frames are the steps the slider shows."""
+    at = new_training_app()
+    replay, filename = at.session_state["_figures_shown"]["train_heads"]
+    frames = json.loads(replay.to_json())["frames"]
+    assert filename == "train-h2-heads" and [f["name"] for f in frames] == [str(s) for s in range(31)]
+    single = chart(at, 0)
+    for step in (0, 12):
+        at.select_slider(key="train_step").set_value(step).run()
+        assert not at.exception and at.select_slider(key="train_step").value == step
+        for h, shown in enumerate(heatmaps(chart(at, 2))):
+            np.testing.assert_allclose(z_matrix(shown), z_matrix(frames[step]["data"][h]), atol=1e-6)
+    assert not np.allclose(z_matrix(heatmaps(chart(at, 2))[0]), z_matrix(frames[-1]["data"][0]))
+    assert chart(at, 0) == single  # the other run's replay stays where it was
+
+
+def test_play_at_the_last_step_replays_from_the_first_and_stops_at_the_last() -> None:
+    """Each run of the playing replay (a timer's, in the browser) shows the next snapshot; at the last it stops."""
+    at = new_training_app()
+    at.toggle(key="train_play").set_value(True).run()
+    assert not at.exception and at.select_slider(key="train_step").value == 0 and at.toggle(key="train_play").value
+    at.run()
+    assert at.select_slider(key="train_step").value == 1
+    at.select_slider(key="train_step").set_value(29).run()
+    assert at.select_slider(key="train_step").value == 30
+    at.run()
+    assert at.select_slider(key="train_step").value == 30 and not at.toggle(key="train_play").value
+    assert at.select_slider(key="train_step_single").value == 30 and not at.toggle(key="train_play_single").value
 
 
 def test_view_follows_the_task_and_single_head_choice() -> None:

@@ -85,8 +85,9 @@ CHARTS_LABELLED = """() => {
     return charts.every(c => c.querySelector('.main-svg')) && charts.every(c => {
         const figure = c.closest('[role="figure"]');  // in a closed expander the text is there but not rendered
         const text = figure && (c.closest('details:not([open])') ? figure.textContent : figure.innerText);
-        return figure && figure.getAttribute('aria-label') && text.includes('Chart (')
-            && [...c.querySelectorAll('.main-svg')].every(s => s.getAttribute('aria-hidden') === 'true');
+        return figure && figure.getAttribute('aria-label') && text.includes('Chart (')  // named, with its text
+            && [...c.querySelectorAll('svg text')].every(t => t.closest('[aria-hidden="true"]'))  // no tick label read
+            && [...c.querySelectorAll('button')].every(b => !b.closest('[aria-hidden="true"]'));  // the toolbar is
     });
 }"""
 
@@ -216,20 +217,22 @@ def test_the_keyboard_opens_a_head_from_the_logit_attribution_while_generating(s
         page.close()
 
 
-def test_the_keyboard_focuses_and_moves_the_train_replay_slider(server: str, browser) -> None:
+def test_the_keyboard_moves_the_train_replay_slider_and_the_heads_follow(server: str, browser) -> None:
     page = new_page(browser)
     try:
         page.goto(f"{server}/?mode=Train&h=2&d_model=32&steps=40")
         settle(page)
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 5", timeout=60_000)
-        tab_until(page, "e => e.getAttribute('role') === 'slider' && e.closest('.js-plotly-plot') !== null")
-        chart = page.evaluate_handle("() => document.activeElement.closest('.js-plotly-plot')")
-        painted = "(gd) => [...gd.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href')).join()"
-        before = page.evaluate(painted, chart)
-        assert page.evaluate("() => document.activeElement.getAttribute('aria-valuetext')") == "step 40"
+        tab_until(page, "e => e.matches('input[type=range]') && !!e.closest('.st-key-train_step')")  # role slider
+        painted = ("() => [...document.querySelectorAll('.st-key-figure_train_heads .heatmaplayer image')]"
+                   ".map(e => e.getAttribute('href')).join()")
+        before = page.evaluate(painted)
+        assert before and page.evaluate("() => document.activeElement.getAttribute('aria-valuetext')") == "step 40"
         page.keyboard.press("Home")  # the first snapshot: the heads before training
-        page.wait_for_function("() => document.activeElement.getAttribute('aria-valuetext') === 'step 0'")
-        page.wait_for_function(f"([gd, old]) => ({painted})(gd) !== old", arg=[chart, before])
+        page.wait_for_function("() => document.querySelector('.st-key-train_step input[type=range]')"
+                               ".getAttribute('aria-valuetext') === 'step 0'")
+        page.wait_for_function(f"(old) => {{ const now = ({painted})(); return now && now !== old; }}", arg=before,
+                               timeout=60_000)
     finally:
         assert page.errors == []
         page.close()

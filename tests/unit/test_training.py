@@ -159,6 +159,7 @@ def test_heads_through_training_has_one_frame_per_snapshot(small_run) -> None:
     for frame, trace in zip(fig["frames"], traces):
         for h, data in enumerate(frame["data"]):
             np.testing.assert_allclose(z_matrix(data), trace.weights[h], atol=1e-6)
+    assert (fig["layout"]["coloraxis"]["cmin"], fig["layout"]["coloraxis"]["cmax"]) == (0, 1)  # frames compare
     for h, shown in enumerate(heatmaps(fig)):  # opens at the last step
         np.testing.assert_allclose(z_matrix(shown), traces[-1].weights[h], atol=1e-6)
     with pytest.raises(ValueError):
