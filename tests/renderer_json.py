@@ -48,7 +48,8 @@ def drawn_charts(at: AppTest) -> list[str]:
     """The keys of the charts the page draws: its Plotly charts' and the renderer's components that paint weights
     ("heads": a configurable layer's Heads view; "layer_switch": a pretrained model's layers), not layer buttons
     alone."""
-    painted = [e.key for e in at.get("bidi_component") if renderer_data(at, e.key)[0]["heads"] > 0]
+    painted = [e.key for e in at.get("bidi_component")
+               if e.proto.bytes and renderer_data(at, e.key)[0]["heads"] > 0]  # other components send no payload
     return [c.key for c in at.get("plotly_chart")] + painted
 
 

@@ -68,7 +68,7 @@ def page_text(at: AppTest) -> str:
     for c in at.get("plotly_chart"):
         spec = json.loads(c.proto.spec)
         said += strings(spec.get("layout", {})) + [t for d in spec.get("data", []) for t in strings(d.get("text", []))]
-    for e in at.get("bidi_component"):  # the renderer's words: heads' titles, tokens, subtitle
+    for e in [e for e in at.get("bidi_component") if e.proto.bytes]:  # the renderer's words: titles, tokens, subtitle
         said += strings({k: v for k, v in renderer_data(at, e.key)[0].items() if k in RENDERER_WORDS})
     for frame in at.get("dataframe"):
         said.append(frame.value.to_string())

@@ -47,7 +47,8 @@ def draw_every_view(kind: str) -> None:
         if view == "Shapes & cost" and kind != "mha":
             assert at.table[-1].value.iloc[0, 0].startswith("the page's layer"), kind  # the variants table's first row
         if view == "Heads":
-            assert_draws_trace(at, configurable_trace(DEFAULT_TEXT, CFG, variant=variant))  # the library's own trace
+            causal = VARIANTS[kind].example.get("causal") == "true"  # a page field the example link may set
+            assert_draws_trace(at, configurable_trace(DEFAULT_TEXT, CFG, causal=causal, variant=variant))  # the library's
         elif view in ("Lines", "One head", "Concat → W_O"):
             assert at.get("plotly_chart"), (kind, view)
 
