@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 import mha_viz
 from mha_viz.params import DEFAULTS, PARSERS, ViewState, parse_query
 from tests.app.test_app import APP
+from tests.plotly_json import heatmaps
 from tests.renderer_json import paints_heads, renderer_data, shown_layer
 
 XSS = "<script>alert(1)</script> <img src=x onerror=alert(1)>"
@@ -38,6 +39,18 @@ def run(params: dict[str, str], mode: str | None = None) -> AppTest:
     return at.run()
 
 
+def all_labels(fig: dict) -> str:
+    """Every tick label, title and hover label of a figure, as one string."""
+    parts = []
+    for key, axis in fig["layout"].items():
+        if key.startswith(("xaxis", "yaxis")):
+            parts += axis.get("ticktext", [])
+    parts += [a.get("text", "") for a in fig["layout"].get("annotations", [])]
+    for trace in fig["data"]:
+        parts.append(json.dumps(trace.get("customdata", ""), ensure_ascii=False))
+    return " ".join(parts)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["Configurable", "Pretrained"])
 @pytest.mark.parametrize("name", list(TEXTS))
@@ -52,13 +65,21 @@ def test_hostile_text_is_shown_as_text_with_bounded_work(name: str, mode: str) -
         return
     # the renderer paints the heads (a pretrained model's layer control, the configurable layer's Heads view); it
     # writes labels as text (tests/unit/test_renderer.py)
-    if mode == "Pretrained":
-        meta, maps = shown_layer(at)
+    if mode == "Configurable" and not any(e.key == "heads" for e in at.get("bidi_component")):
+        (overview,) = [c for c in at.get("plotly_chart") if c.key == "heads_long"]  # a long input: Plotly's overview
+        fig = json.loads(overview.proto.spec)
+        assert heatmaps(fig)
+        labels = all_labels(fig)
+        assert "<script" not in labels and "<img" not in labels  # markup arrives escaped, as text
+        T = len(fig["layout"]["yaxis"]["ticktext"])
     else:
-        meta, layers = renderer_data(at, "heads")
-        maps = layers[0]
-    assert len(maps) and len(meta["queries"]) == maps.shape[1]
-    T = len(meta["queries"])
+        if mode == "Pretrained":
+            meta, maps = shown_layer(at)
+        else:
+            meta, layers = renderer_data(at, "heads")
+            maps = layers[0]
+        assert len(maps) and len(meta["queries"]) == maps.shape[1]
+        T = len(meta["queries"])
     assert T <= 512  # bounded: the 100k-character text is cut to the token limit
 
 
