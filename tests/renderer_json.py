@@ -9,6 +9,9 @@ import struct
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
+from mha_viz.figures.heads import head_label, layer_stack
+from mha_viz.trace import AttentionTrace
+
 
 def renderer_data(at: AppTest, key: str = "layer_switch") -> tuple[dict, np.ndarray]:
     """The header and the [L, H, t, s] weights (NaN where masked) of the renderer component with this key."""
@@ -41,9 +44,29 @@ def paints_heads(at: AppTest) -> bool:
                for e in at.get("bidi_component"))
 
 
+def drawn_charts(at: AppTest) -> list[str]:
+    """The keys of the charts the page draws: its Plotly charts' and the renderer's components that paint weights
+    ("heads": a configurable layer's Heads view; "layer_switch": a pretrained model's layers), not layer buttons
+    alone."""
+    painted = [e.key for e in at.get("bidi_component")
+               if e.proto.bytes and renderer_data(at, e.key)[0]["heads"] > 0]  # other components send no payload
+    return [c.key for c in at.get("plotly_chart")] + painted
+
+
 def drawn_heads(at: AppTest) -> tuple[list[str], np.ndarray]:
     """The heads' titles and [H, t, s] weights (NaN where masked) of a configurable or trained layer's Heads view, as
     the renderer paints them (component "heads"; its uint16 codes are within 1.53e-5 of the trace's weights,
     mha_viz/layer_payload.py)."""
     meta, values = renderer_data(at, "heads")
     return meta["labels"], values[0]
+
+
+def assert_draws_trace(at: AppTest, trace: AttentionTrace) -> None:
+    """The Heads view paints every head of the library's own trace: one per head, titled as heads_figure titles it
+    (with its K/V head under grouped-query attention), each cell within 2e-5 of the trace's weight (the payload's
+    codes are within 1.53e-5 of it) and NaN exactly where the trace has none."""
+    labels, weights = drawn_heads(at)
+    assert labels == [head_label(trace, h) for h in range(trace.num_heads)]
+    expected = layer_stack([trace])[0]  # the trace's weights (max-pooled past MAX_CELLS_PER_SIDE tokens a side)
+    assert weights.shape == expected.shape
+    np.testing.assert_allclose(weights, expected, rtol=0, atol=2e-5)  # NaN only where NaN is expected

@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from mha_viz import MHAConfig
+from mha_viz.sources import configurable_trace
+from mha_viz.text import DEFAULT_TEXT
 from tests.plotly_json import heatmaps, z_matrix
+from tests.renderer_json import assert_draws_trace, drawn_heads, paints_heads, renderer_data
 
 APP = str(Path(__file__).resolve().parents[2] / "page.py")  # the script app.py serves
 
@@ -29,13 +33,13 @@ def test_default_page_shows_one_heatmap_per_head() -> None:
     at = new_app().run()
     assert not at.exception
     h = at.select_slider(key="h").value
-    maps = heatmaps(figure(at))
-    assert len(maps) == h == 4
-    for trace in maps:
-        z = z_matrix(trace)
-        assert z.shape[0] == z.shape[1]  # self-attention: T x T
-        np.testing.assert_allclose(z.sum(axis=1), 1.0, atol=1e-5)  # every row is a softmax
-        assert trace["coloraxis"] == "coloraxis"  # one shared colour scale
+    labels, weights = drawn_heads(at)
+    assert len(labels) == len(weights) == h == 4
+    _, T, S = weights.shape
+    assert T == S  # self-attention: T x T
+    # every row is a softmax: a row of S cells, each within 2e-5 of the trace's, sums to 1 within S * 2e-5
+    np.testing.assert_allclose(weights.sum(axis=2), 1.0, atol=S * 2e-5)
+    assert_draws_trace(at, configurable_trace(DEFAULT_TEXT, MHAConfig(64, 4)))  # the library's own trace
 
 
 @pytest.mark.parametrize("d_model", [64, 48, 12, 768])
@@ -48,7 +52,7 @@ def test_every_position_of_the_head_slider_draws_heads(d_model: int) -> None:
     for h in offered:
         at.select_slider(key="h").set_value(h).run()
         assert not at.exception and not at.error, h
-        assert len(heatmaps(figure(at))) == h
+        assert len(drawn_heads(at)[1]) == h
         assert at.query_params.get("h", ["4"]) in ([str(h)], str(h))  # the default h = 4 stays out of the URL
 
 
@@ -58,14 +62,14 @@ def test_changing_d_model_keeps_h_valid_and_says_so() -> None:
     assert not at.exception and not at.error
     assert at.select_slider(key="h").value in (8, 16)
     assert any("does not divide d_model = 64" in c.value for c in at.caption)
-    assert len(heatmaps(figure(at))) == at.select_slider(key="h").value
+    assert len(drawn_heads(at)[1]) == at.select_slider(key="h").value
 
 
 def test_any_h_with_explicit_head_widths() -> None:
     at = new_app(d_k="8", d_v="8").run()
     assert [int(o) for o in at.select_slider(key="h").options] == list(range(1, 17))
     at.select_slider(key="h").set_value(5).run()
-    assert not at.exception and len(heatmaps(figure(at))) == 5
+    assert not at.exception and len(drawn_heads(at)[1]) == 5
 
 
 def test_invalid_head_count_from_a_link_is_explained_with_nearest_choices() -> None:
@@ -73,10 +77,10 @@ def test_invalid_head_count_from_a_link_is_explained_with_nearest_choices() -> N
     assert not at.exception
     message = " ".join(e.value for e in at.error)
     assert "does not divide d_model = 64" in message and "12.8" in message
-    assert not at.get("plotly_chart")
+    assert not paints_heads(at)
     at.button(key="use_h_4").click().run()
     assert at.select_slider(key="h").value == 4
-    assert len(heatmaps(figure(at))) == 4
+    assert len(drawn_heads(at)[1]) == 4
 
 
 def test_query_params_are_reflected_in_the_widgets() -> None:
@@ -87,10 +91,10 @@ def test_query_params_are_reflected_in_the_widgets() -> None:
     assert at.number_input(key="seed").value == 7
     assert at.toggle(key="causal").value is True
     assert at.text_area(key="text").value == "the cat saw the dog"
-    maps = heatmaps(figure(at))
-    assert len(maps) == 2
-    z = z_matrix(maps[0])
-    assert np.all(np.triu(z, 1) == 0)  # causal: nothing above the diagonal
+    labels, weights = drawn_heads(at)
+    assert labels == ["head 0", "head 1"]
+    assert np.all(np.triu(weights[0], 1) == 0)  # causal: nothing above the diagonal (code 0 decodes to lo = 0 exactly)
+    assert_draws_trace(at, configurable_trace("the cat saw the dog", MHAConfig(32, 2), seed=7, causal=True))
 
 
 def test_advanced_section_is_built_only_when_open_and_keeps_its_values() -> None:
@@ -102,7 +106,7 @@ def test_advanced_section_is_built_only_when_open_and_keeps_its_values() -> None
     at.session_state["advanced_open"] = False
     at.run()
     assert not at.toggle and at.query_params["causal"] in ("true", ["true"])  # closed again, still causal
-    z = z_matrix(heatmaps(figure(at))[0])
+    z = drawn_heads(at)[1][0]
     assert np.all(np.triu(z, 1) == 0)
 
 
@@ -128,16 +132,16 @@ def test_charts_are_sent_to_be_drawn_once(view: str) -> None:
 
 def test_repeated_tokens_keep_their_own_tick_labels() -> None:
     at = new_app(text="the cat and the dog and the bird").run()
-    xaxis = figure(at)["layout"]["xaxis"]
-    assert xaxis["ticktext"] == ["the", "cat", "and", "the", "dog", "and", "the", "bird"]
-    assert xaxis["tickvals"] == list(range(8))
+    meta, _ = renderer_data(at, "heads")
+    words = ["the", "cat", "and", "the", "dog", "and", "the", "bird"]
+    assert meta["keys"] == meta["queries"] == [f"{i}: {w}" for i, w in enumerate(words)]  # one label per position
 
 
 def test_cross_attention_uses_the_second_sentence_as_keys() -> None:
     at = new_app(cross="true", text="one two three", context="a b c d e").run()
     assert not at.exception
-    z = z_matrix(heatmaps(figure(at))[0])
-    assert z.shape == (3, 5)
+    _, weights = drawn_heads(at)
+    assert weights.shape[1:] == (3, 5)
 
 
 @pytest.mark.parametrize("view", ["One head", "Concat → W_O", "Shapes & cost", "Formulas"])
@@ -208,7 +212,7 @@ def test_url_task_names_are_the_training_tasks() -> None:
 def test_train_mode_trains_and_opens_the_trained_layer_in_other_views() -> None:
     at = new_app(mode="Train", h="2", d_model="32", steps="60").run()
     assert not at.exception and not at.error
-    assert at.get("plotly_chart")
+    assert paints_heads(at)
     at.button_group(key="view").set_value("Concat → W_O").run()
     assert not at.exception
     fig = figure(at)

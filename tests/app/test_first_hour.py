@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.app.test_app import APP, figure, new_app
 from tests.app.test_export_app import deferred  # noqa: F401 - fixture
-from tests.renderer_json import shown_layer
+from tests.renderer_json import renderer_data, shown_layer
 
 
 def chart(at: AppTest, key: str) -> dict:
@@ -132,21 +132,20 @@ def test_formulas_number_heads_from_zero_and_name_the_inputs_x_and_c() -> None:
 def test_token_labels_are_all_shown_while_there_is_room_else_every_nth_and_the_page_says_so() -> None:
     words = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen " \
             "seventeen eighteen nineteen twenty"
-    at = new_app(text=words, h="2").run()
-    layout = figure(at)["layout"]
-    for axis in ("xaxis", "yaxis"):
-        assert layout[axis]["ticktext"] == words.split()
-    at = new_app(text=words, h="8").run()  # 4 heads a row: no room for 20 labels under each
-    layout = figure(at)["layout"]
-    assert layout["xaxis"]["ticktext"] == layout["yaxis"]["ticktext"] == words.split()[::2]
-    assert any("Every 2nd token is labelled" in c.value for c in at.caption)
+    positioned = [f"{i}: {w}" for i, w in enumerate(words.split())]
+    for h in ("2", "8"):  # the renderer gets every token's label (it writes them where a cell is tall enough)
+        meta, _ = renderer_data(new_app(text=words, h=h).run(), "heads")
+        assert meta["queries"] == meta["keys"] == positioned, h
 
 
 def test_png_downloads_are_named_after_the_view_and_keep_the_figure_size() -> None:
     at = new_app(h="8", d_model="128").run()
-    config = json.loads(at.get("plotly_chart")[0].proto.config)["toImageButtonOptions"]
-    assert config["filename"] == "configurable-h8-d128-heads"
-    assert config["height"] == figure(at)["layout"]["height"] and config["width"] >= 1000
+    at.multiselect(key="compare").set_value([0, 1]).run()  # the heads grid is the renderer's; the comparison is Plotly
+    compare = chart(at, "compare_heads")
+    (element,) = [c for c in at.get("plotly_chart") if c.key == "compare_heads"]
+    config = json.loads(element.proto.config)["toImageButtonOptions"]
+    assert config["filename"] == "configurable-h8-d128-compare"
+    assert config["height"] == compare["layout"]["height"] and config["width"] >= 1000
 
 
 def test_one_head_explains_one_score_and_draws_the_projections() -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.plotly_json import heatmaps
+from tests.renderer_json import drawn_heads, paints_heads, renderer_data
 
 APP = str(Path(__file__).resolve().parents[2] / "page.py")
 
@@ -20,11 +19,8 @@ def new_app(**params: str) -> AppTest:
     return at
 
 
-def heads_chart(at: AppTest) -> dict:
-    return json.loads(at.get("plotly_chart")[0].proto.spec)
-
-
 def titles(fig: dict) -> list[str]:
+    """A Plotly figure's annotation texts (its panels' titles)."""
     return [a["text"] for a in fig["layout"].get("annotations", [])]
 
 
@@ -49,12 +45,14 @@ def test_every_kv_heads_position_draws_heads_labelled_with_their_kv_head(h: int)
     for g in offered:
         at.radio(key="kv_heads").set_value(g).run()
         assert not at.exception and not at.error, g
-        fig = heads_chart(at)
-        assert len(heatmaps(fig)) == h
+        labels, weights = drawn_heads(at)
+        assert len(weights) == h
         group = h // g
         for head in range(h):
             label = f"head {head} (K/V head {head // group})"
-            assert any(label in t for t in titles(fig)) == (g < h), (g, head)
+            assert any(label in t for t in labels) == (g < h), (g, head)
+        # the frames: each head's K/V head, which the renderer frames heads by
+        assert renderer_data(at, "heads")[0]["kv_heads"] == ([head // group for head in range(h)] if g < h else None)
         assert url(at, "variant") == "gqa" and url(at, "kv_heads") == (None if g == 1 else str(g))
 
 
@@ -93,10 +91,10 @@ def test_link_with_kv_heads_not_dividing_h_explains_and_offers_the_nearest() -> 
     at = new_app(h="8", variant="gqa", kv_heads="3").run()
     assert not at.exception
     assert any("kv_heads = 3 does not divide h = 8" in e.value for e in at.error)
-    assert not at.get("plotly_chart")
+    assert not paints_heads(at)
     at.button(key="use_kv_4").click().run()
     assert not at.exception and not at.error
-    assert len(heatmaps(heads_chart(at))) == 8 and url(at, "kv_heads") == "4"
+    assert len(drawn_heads(at)[1]) == 8 and url(at, "kv_heads") == "4"
 
 
 @pytest.mark.parametrize("params, name", [({"variant": "sparse"}, "variant"), ({"variant": "GQA!"}, "variant"),
@@ -106,7 +104,7 @@ def test_invalid_variant_values_fall_back_with_a_notice(params: dict[str, str], 
     at = new_app(**params).run()
     assert not at.exception and not at.error
     assert f"URL parameter {name}=" in texts(at)
-    assert len(heatmaps(heads_chart(at))) == 4  # the default layer is drawn
+    assert len(drawn_heads(at)[1]) == 4  # the default layer is drawn
 
 
 @pytest.mark.parametrize("view", ["Lines", "One head", "Analysis", "Formulas"])

@@ -9,8 +9,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from mha_viz.config import divisors
-from tests.app.test_gqa_app import heads_chart, new_app, texts
-from tests.plotly_json import heatmaps
+from mha_viz.figures.heads import group_style
+from tests.app.test_gqa_app import new_app, texts
+from tests.renderer_json import drawn_heads, paints_heads, renderer_data
 
 VIEWS = ("Heads", "One head", "Concat → W_O", "Lines", "Analysis")
 
@@ -22,15 +23,13 @@ def group_frames(fig: dict) -> list[dict]:
 def test_heads_view_frames_the_kv_groups_and_says_so() -> None:
     at = new_app(h="8", variant="gqa", kv_heads="2").run()
     assert not at.exception and not at.error
-    fig = heads_chart(at)
-    frames = group_frames(fig)
-    assert len(frames) == 8
-    colours = [f["line"]["color"] for f in frames]
-    assert len(set(colours[:4])) == len(set(colours[4:])) == 1 and colours[0] != colours[4]
+    meta, _ = renderer_data(at, "heads")
+    assert meta["kv_heads"] == [0, 0, 0, 0, 1, 1, 1, 1]  # the renderer frames each head in its K/V head's style
     assert "8 query heads read 2 key/value heads" in texts(at) and "same frame (colour and dash)" in texts(at)
     at.multiselect(key="compare").set_value([6, 2]).run()  # the larger comparison keeps the groups' frames
-    compare = json.loads(at.get("plotly_chart")[1].proto.spec)
-    assert [f["line"]["color"] for f in group_frames(compare)] == [colours[6], colours[2]]
+    (compare,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if c.key == "compare_heads"]
+    colours = [f["line"]["color"] for f in group_frames(compare)]
+    assert colours == [group_style(1)["color"], group_style(0)["color"]] and colours[0] != colours[1]
 
 
 def test_one_head_measures_the_shared_k_and_v() -> None:
@@ -53,12 +52,12 @@ def test_concat_says_one_block_per_query_head_and_the_same_w_o() -> None:
 def _draws(at: AppTest, view: str, h: int, g: int) -> None:
     where = (h, g, view)
     assert not at.exception and not at.error, (where, [e.value for e in at.exception])
-    charts = at.get("plotly_chart")
-    assert charts, where
+    assert paints_heads(at) if view == "Heads" else at.get("plotly_chart"), where
     grouped = g < h  # kv_heads = h is MHA: no groups to show
     if view == "Heads":
-        fig = heads_chart(at)
-        assert len(heatmaps(fig)) == h and len(group_frames(fig)) == (h if grouped else 0), where
+        assert len(drawn_heads(at)[1]) == h, where
+        frames = renderer_data(at, "heads")[0]["kv_heads"]  # the K/V head each head's frame shows
+        assert frames == ([q // (h // g) for q in range(h)] if grouped else None), where
     elif view == "One head":
         assert ("reads key/value head 0" in texts(at)) == grouped, where
         if grouped:

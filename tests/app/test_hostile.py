@@ -12,8 +12,9 @@ from streamlit.testing.v1 import AppTest
 
 import mha_viz
 from mha_viz.params import DEFAULTS, PARSERS, ViewState, parse_query
-from tests.app.test_app import APP, figure, heatmaps
-from tests.renderer_json import paints_heads, shown_layer
+from tests.app.test_app import APP
+from tests.plotly_json import heatmaps
+from tests.renderer_json import paints_heads, renderer_data, shown_layer
 
 XSS = "<script>alert(1)</script> <img src=x onerror=alert(1)>"
 TEXTS = {
@@ -62,18 +63,23 @@ def test_hostile_text_is_shown_as_text_with_bounded_work(name: str, mode: str) -
     if not TEXTS[name].strip():
         assert any("no visible characters" in i.value for i in at.info)
         return
-    if mode == "Pretrained":  # the renderer paints the heads; it writes labels as text (tests/unit/test_renderer.py)
-        meta, maps = shown_layer(at)
-        assert len(maps) and len(meta["queries"]) == maps.shape[1]
-        T = len(meta["queries"])
-    else:
-        fig = figure(at)
+    # the renderer paints the heads (a pretrained model's layer control, the configurable layer's Heads view); it
+    # writes labels as text (tests/unit/test_renderer.py)
+    if mode == "Configurable" and not any(e.key == "heads" for e in at.get("bidi_component")):
+        (overview,) = [c for c in at.get("plotly_chart") if c.key == "heads_long"]  # a long input: Plotly's overview
+        fig = json.loads(overview.proto.spec)
         assert heatmaps(fig)
         labels = all_labels(fig)
         assert "<script" not in labels and "<img" not in labels  # markup arrives escaped, as text
-        if name == "HTML and JavaScript":
-            assert "&lt;" in labels
         T = len(fig["layout"]["yaxis"]["ticktext"])
+    else:
+        if mode == "Pretrained":
+            meta, maps = shown_layer(at)
+        else:
+            meta, layers = renderer_data(at, "heads")
+            maps = layers[0]
+        assert len(maps) and len(meta["queries"]) == maps.shape[1]
+        T = len(meta["queries"])
     assert T <= 512  # bounded: the 100k-character text is cut to the token limit
 
 

@@ -17,6 +17,7 @@ from mha_viz.lessons.measures import MEASURES
 from mha_viz.params import EXAMPLES, parse_query
 from mha_viz.text import tokenize
 from tests.plotly_json import heatmaps, z_matrix
+from tests.renderer_json import drawn_heads
 
 APP = str(Path(__file__).resolve().parents[2] / "page.py")
 FILES = ("one_head.toml", "specialise.toml", "concat.toml")
@@ -97,9 +98,7 @@ def measured(file: str, n: int) -> dict:
 
 def test_one_head_step_1_the_row_of_it_sums_to_one_and_is_the_measured_row() -> None:
     at = open_step(step_of("one_head.toml", 1))
-    fig = spec(at, "heads")
-    (heat,) = heatmaps(fig)
-    z = z_matrix(heat)
+    _, (z,) = drawn_heads(at)  # the one head, within 2e-5 a cell of the trace (a row of T: T * 2e-5 < 1e-3)
     m = measured("one_head.toml", 1)
     row = z[tokenize(EXAMPLES["Ambiguous 'it'"]).index("it")]  # rows: query positions
     assert row.sum() == pytest.approx(1.0, abs=1e-3) == m["row_sum"]
@@ -129,7 +128,7 @@ def test_one_head_step_4_dragging_h_to_2_reaches_the_task_and_the_heads_split_th
 
 def test_specialise_steps_1_and_2_two_heads_per_relation_and_accuracy_jumps_then_stays() -> None:
     at = open_step(step_of("specialise.toml", 1))
-    assert len(heatmaps(spec(at, "heads"))) == 4
+    assert len(drawn_heads(at)[1]) == 4
     assert "previous: head 0 (1.00); first: head 1 (1.00)" in texts(at)
     m = measured("specialise.toml", 1)
     assert m["heads_on_previous"] == m["heads_on_first"] == 2

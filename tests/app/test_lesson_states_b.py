@@ -15,8 +15,9 @@ from streamlit.testing.v1 import AppTest
 
 from mha_viz.lessons import LESSON_FILES, Step, lesson
 from mha_viz.params import parse_query
-from tests.app.test_gqa_app import new_app, texts, titles
+from tests.app.test_gqa_app import new_app, texts
 from tests.plotly_json import heatmaps, z_matrix
+from tests.renderer_json import drawn_charts, drawn_heads
 
 FILES = ("heads_matter.toml", "induction.toml", "long_contexts.toml")
 STEPS = [(name, n) for name in FILES for n in range(1, len(lesson(LESSON_FILES.index(name) + 1).steps) + 1)]
@@ -137,7 +138,7 @@ def _k_composition(at: AppTest) -> None:
 
 
 def _kv_groups(at: AppTest) -> None:
-    labels = " ".join(titles(figure(at, "heads")))
+    labels = " ".join(drawn_heads(at)[0])
     group = int(right("long_contexts.toml", 1))
     for head in range(8):
         assert f"head {head} (K/V head {head // group})" in labels
@@ -150,7 +151,7 @@ def _mqa_task(at: AppTest) -> None:
     assert not at.exception and not at.error
     state, notices = parse_query({k: v[-1] if isinstance(v, list) else v for k, v in at.query_params.items()})
     assert not notices and q.reached(state)
-    labels = " ".join(titles(figure(at, "heads")))
+    labels = " ".join(drawn_heads(at)[0])
     assert all(f"head {h} (K/V head 0)" in labels for h in range(8))  # one K/V head read by all eight
 
 
@@ -218,7 +219,7 @@ def test_each_step_opens_its_state_with_its_target_on_screen_and_its_answer_true
     if kind == "control":
         assert target in widget_keys(at), (target, widget_keys(at))
     elif kind == "chart":
-        assert target in [c.key for c in at.get("plotly_chart")]
+        assert target in drawn_charts(at)
     else:
         assert view_value(at) == target
     ON_SCREEN[(name, n)](at)

@@ -15,6 +15,7 @@ from mha_viz.params import parse_query, to_query
 from mha_viz.ui.lessons import COVER, copy_key, explanation, step_params
 from tests.app.test_app import new_app
 from tests.lesson_answers import answer_texts, appears, leaked
+from tests.renderer_json import drawn_charts, renderer_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SHAPES = LESSON_FILES.index("shapes.toml") + 1
@@ -57,6 +58,9 @@ def strings(node) -> list[str]:
     return []
 
 
+RENDERER_WORDS = ("labels", "queries", "keys", "subtitle", "failed")  # the header fields the renderer shows as text
+
+
 def page_text(at: AppTest) -> str:
     """Everything the page says in words: text elements, widget labels and values, charts' titles and labels."""
     said = [str(getattr(e, "value", "")) for kind in TEXT_KINDS for e in at.get(kind)]
@@ -64,6 +68,8 @@ def page_text(at: AppTest) -> str:
     for c in at.get("plotly_chart"):
         spec = json.loads(c.proto.spec)
         said += strings(spec.get("layout", {})) + [t for d in spec.get("data", []) for t in strings(d.get("text", []))]
+    for e in [e for e in at.get("bidi_component") if e.proto.bytes]:  # the renderer's words: titles, tokens, subtitle
+        said += strings({k: v for k, v in renderer_data(at, e.key)[0].items() if k in RENDERER_WORDS})
     for frame in at.get("dataframe"):
         said.append(frame.value.to_string())
     return "\n".join(said)
@@ -101,14 +107,14 @@ def assert_target_shown(at: AppTest, step: Step) -> None:
     """The element a step points at is on its page (a choice question still open: the cover stands for the page)."""
     if step.question is not None and not step.question.is_task and at.get("radio") and any(
             r.key.startswith("lesson_choice_") and r.value is None for r in at.radio) and has_cover(at):
-        assert not [c.key for c in at.get("plotly_chart")], "a chart is drawn while the question is open"
+        assert not drawn_charts(at), "a chart is drawn while the question is open"
         if step.target_kind == "control" and step.target_name in ("h", "kv_heads"):
             widget(at, step.target_name)
         return
     if step.target_kind == "control":  # what the step points at is on its page
         widget(at, step.target_name)
     elif step.target_kind == "chart":
-        assert step.target_name in [c.key for c in at.get("plotly_chart")]
+        assert step.target_name in drawn_charts(at)
     elif step.target_kind == "view":
         assert widget(at, "view").value == step.target_name
 

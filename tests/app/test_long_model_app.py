@@ -21,6 +21,7 @@ from mha_viz.sources import ModelSource
 from mha_viz.ui.long_model import CANCELLED, _digest
 from tests.app.test_app import APP
 from tests.plotly_json import heatmaps, z_matrix
+from tests.renderer_json import drawn_charts
 from tests.tiny_causal import saved_random_models
 
 BASE = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -137,7 +138,7 @@ def test_a_model_without_a_long_trace_says_so_and_shows_the_window(folders):
     at = app_with(folders["bart"])
     assert any("No long trace here" in w.value and "encoder-decoder" in w.value for w in at.warning), \
         [w.value for w in at.warning]
-    keys = [c.key for c in at.get("plotly_chart")]
+    keys = drawn_charts(at)
     assert "heads_long" not in keys and "heads" in keys
 
 

@@ -303,13 +303,13 @@ def test_heavy_pages_are_drawn_one_at_a_time_and_light_pages_at_once() -> None:
         heavy_runtime = Runtime._instance
         light.run(timeout=60)
         Runtime._instance = heavy_runtime
-        assert not light.exception and len(light.get("plotly_chart")) > 0  # drawn beside it
+        assert not light.exception and paints_heads(light)  # drawn beside it
         assert not drawn.wait(2)  # the heavy page waits for its turn
     finally:
         release.set()
         thread.join(10)
     drawing.join(120)
-    assert drawn.is_set() and not heavy.exception and len(heavy.get("plotly_chart")) > 0
+    assert drawn.is_set() and not heavy.exception and paints_heads(heavy)
 
 
 def test_two_models_loading_at_once_both_load() -> None:

@@ -10,7 +10,8 @@ import pytest
 
 from mha_viz.training.variants import precomputed_variant_grid
 from mha_viz.variants import VARIANTS
-from tests.app.test_app import figure, heatmaps, new_app, z_matrix
+from tests.app.test_app import heatmaps, new_app, z_matrix
+from tests.renderer_json import drawn_heads
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -38,8 +39,10 @@ def test_the_shipped_grid_holds_every_variant_and_the_diversity_penalty_over_see
 def test_trained_gqa_layers_draw_their_heads_and_the_accuracy_against_kv_cache(kv_heads: str) -> None:
     at = new_app(weights="trained", h="4", d_model="16", steps="20", variant="gqa", kv_heads=kv_heads).run()
     assert not at.exception and not at.error
-    maps = heatmaps(figure(at, 0))
-    assert len(maps) == 4
+    labels, weights = drawn_heads(at)
+    g = int(kv_heads)
+    assert len(weights) == 4 and labels == [f"head {q}" + (f" (K/V head {q // (4 // g)})" if g < 4 else "")
+                                            for q in range(4)]
     banner = at.success[0].value
     assert "Trained weights" in banner
     label = {"1": "MQA", "2": "GQA kv=2", "4": "MHA"}[kv_heads]
@@ -51,13 +54,13 @@ def test_trained_gqa_layers_draw_their_heads_and_the_accuracy_against_kv_cache(k
 
 def test_a_diversity_penalty_trains_another_layer_and_stays_in_the_url() -> None:
     at = new_app(weights="trained", h="2", d_model="16", steps="20").run()
-    plain = figure(at, 0)
+    plain = drawn_heads(at)[1]
     at.slider(key="diversity").set_value(1.0).run()
     assert not at.exception and not at.error
     assert "head-diversity penalty 1" in at.success[0].value
     assert float(at.query_params["diversity"][-1]) == 1.0  # shareable
-    pushed = figure(at, 0)
-    assert not np.allclose(z_matrix(heatmaps(plain)[0]), z_matrix(heatmaps(pushed)[0]))  # another layer trained
+    pushed = drawn_heads(at)[1]
+    assert not np.allclose(plain[0], pushed[0])  # another layer trained
 
 
 def test_a_variant_that_cannot_train_here_says_why() -> None:

@@ -8,10 +8,12 @@ import json
 import numpy as np
 import pytest
 
+from mha_viz.params import DEFAULTS
 from mha_viz.sources import TrainedSource
 from mha_viz.training import PRECOMPUTED_GRID, train, trained_layer
 from mha_viz.training.precomputed import SHA256, file_name, layer_to_npz, precomputed_layer
-from tests.app.test_app import figure, heatmaps, new_app, z_matrix
+from tests.app.test_app import new_app
+from tests.renderer_json import assert_draws_trace, drawn_heads
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -81,8 +83,11 @@ def test_trained_switch_draws_every_slider_position_with_its_accuracy(h: int) ->
     at = new_app(weights="trained", h=str(h)).run()
     assert not at.exception and not at.error
     assert [int(o) for o in at.select_slider(key="h").options] == [1, 2, 4, 8, 16]
-    maps = heatmaps(figure(at, 0))
-    assert len(maps) == h and all(np.allclose(z_matrix(m).sum(1), 1, atol=1e-5) for m in maps)
+    labels, weights = drawn_heads(at)
+    T = weights.shape[2]
+    assert len(labels) == h and np.allclose(weights.sum(2), 1, atol=T * 2e-5)  # T cells, each within 2e-5 of the trace's
+    d = DEFAULTS
+    assert_draws_trace(at, trained_layer(d.task, h, d.d_model, d.seed, d.steps).trace(None))  # the library's own
     banner = at.success[0].value
     assert "Trained weights" in banner and "Mean accuracy" in banner
     accuracy = [c for c in at.get("plotly_chart") if c.key == "accuracy_by_heads"]
@@ -115,7 +120,7 @@ def test_a_bad_sequence_is_explained_with_the_way_back() -> None:
     assert not at.exception
     assert "not a token of this task" in at.warning[0].value
     at.button(key="use_probe").click().run()
-    assert not at.warning and len(heatmaps(figure(at))) == 4
+    assert not at.warning and len(drawn_heads(at)[1]) == 4
 
 
 def test_every_view_works_on_trained_weights() -> None:

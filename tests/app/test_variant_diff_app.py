@@ -9,8 +9,12 @@ import numpy as np
 import pytest
 from transformers import AutoModel
 
-from tests.app.test_gqa_app import heads_chart, new_app, texts, titles
+from mha_viz import MHAConfig
+from mha_viz.sources import configurable_trace
+from mha_viz.variants import LayerVariant
+from tests.app.test_gqa_app import new_app, texts, titles
 from tests.plotly_json import heatmaps, z_matrix
+from tests.renderer_json import assert_draws_trace, drawn_heads, paints_heads, renderer_data
 
 TEXT = "the cat sat on the mat"
 
@@ -28,10 +32,11 @@ def test_every_even_h_draws_half_as_many_signed_heads() -> None:
     for h in evens:
         at.select_slider(key="h").set_value(h).run()
         assert not at.exception and not at.error, h
-        fig = heads_chart(at)
-        assert len(heatmaps(fig)) == h // 2, h
-        axis = fig["layout"]["coloraxis"]
-        assert axis["cmin"] < 0 and axis["cmin"] == -axis["cmax"], h  # the signed scale, centred at 0
+        weights = drawn_heads(at)[1]
+        assert len(weights) == h // 2, h
+        # signed weights: the renderer paints a signed scale centred at 0 when a weight is below 0
+        assert renderer_data(at, "heads")[0]["lo"] < 0 and np.nanmin(weights) < 0, h
+        assert_draws_trace(at, configurable_trace(TEXT, MHAConfig(64, h), variant=LayerVariant("diff")))
         assert "map₁ − λ·map₂" in texts(at) and f"{h // 2} differential heads" in texts(at)
 
 
@@ -40,7 +45,7 @@ def test_an_odd_h_from_a_link_is_explained(params: dict[str, str]) -> None:
     at = new_app(variant="diff", text=TEXT, **params).run()
     assert not at.exception
     assert any("h must be even" in e.value for e in at.error)
-    assert not at.get("plotly_chart")
+    assert not paints_heads(at)
 
 
 @pytest.mark.parametrize("causal", ["0", "1"])

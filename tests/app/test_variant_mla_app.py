@@ -9,8 +9,9 @@ import re
 import numpy as np
 import pytest
 
-from tests.app.test_gqa_app import heads_chart, new_app, texts, url
+from tests.app.test_gqa_app import new_app, texts, url
 from tests.plotly_json import heatmaps, z_matrix
+from tests.renderer_json import drawn_heads
 
 H, D_K = 4, 16  # the page's default h and d_model = 64
 
@@ -29,7 +30,7 @@ def checked_gaps(at) -> list[float]:
 def test_every_latent_position_draws_heads_and_the_latent_view(kv_latent: int, q_latent: int, rope_dim: int) -> None:
     at = new_app(variant="mla", kv_latent=str(kv_latent), q_latent=str(q_latent), rope_dim=str(rope_dim)).run()
     assert not at.exception and not at.error
-    assert len(heatmaps(heads_chart(at))) == H
+    assert len(drawn_heads(at)[1]) == H
     assert f"{kv_latent} + {rope_dim} = " in texts(at)  # the caption: what the cache holds per token
     at.segmented_control(key="view").set_value("Latent (MLA)").run()
     assert not at.exception and not at.error
@@ -77,7 +78,7 @@ def test_cross_attention_caches_the_second_sentence() -> None:
     assert z_matrix(heatmaps(kv)[0]).shape == (5, 4 + D_K)
     assert max(checked_gaps(at)) < 1e-4
     at.segmented_control(key="view").set_value("Heads").run()
-    assert not at.exception and len(heatmaps(heads_chart(at))) == H
+    assert not at.exception and drawn_heads(at)[1].shape == (H, 3, 5)  # 3 queries, 5 keys
 
 
 def test_a_real_deepseek_model_offers_the_latent_view(tmp_path_factory: pytest.TempPathFactory) -> None:

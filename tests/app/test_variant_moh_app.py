@@ -9,8 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from tests.app.test_gqa_app import heads_chart, new_app, texts, url
+from tests.app.test_gqa_app import new_app, texts, url
 from tests.plotly_json import heatmaps, z_matrix
+from tests.renderer_json import drawn_heads, paints_heads
 
 ROUTER = "Router (MoH)"
 
@@ -70,7 +71,7 @@ def test_larger_layers_draw_the_router_and_the_heads(h: int, k: int, shared: int
     check_router(at, h, k, shared)
     at.segmented_control(key="view").set_value("Heads").run()
     assert not at.exception and not at.error
-    assert len(heatmaps(heads_chart(at))) == h
+    assert len(drawn_heads(at)[1]) == h
 
 
 def test_raising_shared_heads_clamps_k_and_lowering_h_clamps_both() -> None:
@@ -89,11 +90,11 @@ def test_link_with_k_above_the_routed_heads_is_explained() -> None:
     at = new_app(h="4", variant="moh", moh_k="9").run()
     assert not at.exception
     assert any("moh_k = 9 is more than the 4 routed heads" in e.value for e in at.error)
-    assert not at.get("plotly_chart")
+    assert not paints_heads(at)
     at.button(key="fit_moh").click().run()  # the sidebar offers to fit them: k becomes the 4 routed heads
     assert not at.exception and not at.error
     assert at.slider(key="moh_k").value == 4 and url(at, "moh_k") == "4"
-    assert len(heatmaps(heads_chart(at))) == 4
+    assert len(drawn_heads(at)[1]) == 4
 
 
 def test_link_with_shared_heads_not_below_h_is_explained() -> None:
@@ -106,7 +107,7 @@ def test_link_with_shared_heads_not_below_h_is_explained() -> None:
 def test_the_layer_views_draw_a_moh_layer(view: str) -> None:
     at = new_app(h="4", variant="moh", moh_k="2", moh_shared="1", view=view).run()
     assert not at.exception and not at.error
-    assert at.get("plotly_chart")
+    assert paints_heads(at) if view == "Heads" else at.get("plotly_chart")
     assert "picks each token's top 2 of heads 1–3" in texts(at)
     if view == "Concat → W_O":
         assert "equal ✓" in texts(at) or any("equal ✓" in str(m.value) for m in at.markdown)

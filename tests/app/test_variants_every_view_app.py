@@ -11,9 +11,11 @@ import mha_viz.params  # noqa: F401 - registers the views and sections the menus
 from mha_viz.config import MHAConfig
 from mha_viz.formulas import variant_formulas
 from mha_viz.parts import SECTIONS, VIEWS
-from mha_viz.sources import ConfigurableSource
+from mha_viz.sources import ConfigurableSource, configurable_trace
+from mha_viz.text import DEFAULT_TEXT
 from mha_viz.variants import VARIANTS, LayerVariant, describe
 from tests.app.test_gqa_app import new_app, texts
+from tests.renderer_json import assert_draws_trace
 
 CFG = MHAConfig(64, 4)  # the page's default d_model and h
 FLAGS_VIEWS = ("Latent (MLA)", "Window & sinks", "Two maps", "Router (MoH)")  # the built-in variants' own views
@@ -44,7 +46,10 @@ def draw_every_view(kind: str) -> None:
             assert any("layer's parameters" in s.value for s in at.subheader), kind
         if view == "Shapes & cost" and kind != "mha":
             assert at.table[-1].value.iloc[0, 0].startswith("the page's layer"), kind  # the variants table's first row
-        if view in ("Heads", "Lines", "One head", "Concat → W_O"):
+        if view == "Heads":
+            causal = VARIANTS[kind].example.get("causal") == "true"  # a page field the example link may set
+            assert_draws_trace(at, configurable_trace(DEFAULT_TEXT, CFG, causal=causal, variant=variant))  # the library's
+        elif view in ("Lines", "One head", "Concat → W_O"):
             assert at.get("plotly_chart"), (kind, view)
 
 
