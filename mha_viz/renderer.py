@@ -18,8 +18,9 @@ NOTEBOOK_ESM = RENDERER + "\nexport default { render };\n"
 
 # The app's host: the payload's header carries the state (view, active layer, labels, the subtitle around the
 # layer's number, if any); a click repaints here at once, and the server hears of a layer (trigger "layer") once the
-# clicks pause for SETTLE_MS, so that stepping through layers costs one rerun, not one per step. A head picked
-# in the grid is shown picked in the page only.
+# clicks pause for SETTLE_MS, so that stepping through layers costs one rerun, not one per step; a rerun that
+# arrives meanwhile does not take the page back to an earlier layer. A head picked in the grid is shown picked in
+# the page only.
 STREAMLIT_ADAPTER = """
 const SETTLE_MS = 400; // with the weights; without them ("buttons") the server is told at once
 export default function ({ data, parentElement, setTriggerValue }) {
@@ -27,30 +28,42 @@ export default function ({ data, parentElement, setTriggerValue }) {
   const { meta } = header(data); // render() decodes the values once
   const focused = root.contains(root.getRootNode().activeElement); // a keyboard user stepping through layers
   const subtitle = meta.subtitle; // none: no title (one layer, named by the page)
-  const values = { data, view: meta.view || "heads", views: [meta.view || "heads"], layer: meta.active || 0,
+  const active = meta.active || 0;
+  // A layer picked here stays shown through the server's reruns that do not answer it yet (one for an earlier pick,
+  // or another widget's): until the server draws that layer, or moves to a layer of its own. Kept on the root,
+  // which outlives this call; the timer tells the server through the latest call's trigger.
+  const picked = root.mvPicked;
+  const keep = picked !== undefined && picked !== active && (active === root.mvServer || active === root.mvTold);
+  if (!keep) root.mvPicked = undefined;
+  root.mvServer = active;
+  root.mvTell = () => {
+    root.mvTimer = null;
+    if (root.mvPicked === undefined || root.mvPicked === root.mvServer) return;
+    root.mvTold = root.mvPicked;
+    setTriggerValue("layer", root.mvTold);
+  };
+  const values = { data, view: meta.view || "heads", views: [meta.view || "heads"], layer: keep ? picked : active,
                    head: meta.head ?? null, query_labels: meta.queries, key_labels: meta.keys,
                    failed_checks: meta.failed || {} };
-  let told = values.layer;
+  const tellLater = () => {
+    clearTimeout(root.mvTimer);
+    root.mvTimer = setTimeout(() => root.mvTell(), values.view === "buttons" ? 0 : SETTLE_MS);
+  };
+  if (keep && !root.mvTimer) tellLater(); // the earlier tell is answered: tell this one
   const listeners = {};
-  let timer = null;
   const model = {
     get: (k) => (k === "title" ? (subtitle ? subtitle[0] + values.layer + subtitle[1] : "") : values[k]),
     set: (k, v) => { values[k] = v; (listeners["change:" + k] || []).forEach((f) => f()); },
     on: (e, f) => { (listeners[e] = listeners[e] || []).push(f); },
     off: (e, f) => { listeners[e] = (listeners[e] || []).filter((g) => g !== f); },
-    save_changes: () => {
-      clearTimeout(timer);
-      timer = setTimeout(() => {
-        if (values.layer !== told) { told = values.layer; setTriggerValue("layer", told); }
-      }, values.view === "buttons" ? 0 : SETTLE_MS);
-    },
+    save_changes: () => { root.mvPicked = values.layer; tellLater(); },
   };
   const stop = render({ model, el: root });
   if (focused) { // a rerun redraws the buttons: the keyboard's focus goes on from the pressed one
     const again = root.querySelector('.mv-layers button[aria-pressed="true"]');
     if (again) again.focus();
   }
-  return () => { clearTimeout(timer); stop(); };
+  return stop; // a pending tell outlives a rerun's redraw (its timer is the root's)
 }
 """
 
