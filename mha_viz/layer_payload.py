@@ -133,3 +133,8 @@ def payload_of(traces: Sequence[AttentionTrace]) -> tuple[bytes, list[str], list
     data = with_header(pack(stack, [heads.head_label(first, h) for h in range(stack.shape[1])]), paint=paint_style(),
                        kv_heads=kv_heads)
     return data, axis_labels(first.query_tokens, bt), axis_labels(first.key_tokens, bs)
+
+
+def fitting_payload(traces: Sequence[AttentionTrace]) -> tuple[bytes, list[str], list[str]] | None:
+    """payload_of(traces), or None when it would be more than MAX_BYTES (checked before any layer is packed)."""
+    return payload_of(traces) if fits(payload_shape(traces)) else None

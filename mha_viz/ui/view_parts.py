@@ -12,7 +12,7 @@ import streamlit as st
 
 from ..analysis import without_tokens
 from ..config import MHAConfig
-from ..layer_payload import fits, payload_of, payload_shape
+from ..layer_payload import fitting_payload
 from ..long import LongTrace
 from ..params import ViewState
 from ..parts import SECTIONS, VIEWS
@@ -105,10 +105,10 @@ def hide(trace: AttentionTrace, hidden: frozenset[str]) -> AttentionTrace | None
 
 def layer_payload(source: ModelSource, hidden: frozenset[str]) -> tuple[bytes, list[str], list[str]] | None:
     """Every layer of the Heads view (what heads_figure draws: pooled, the hidden tokens removed) for the renderer to
-    switch between (layer_payload.payload_of), or None when that is more than layer_payload.MAX_BYTES."""
+    switch between (layer_payload.fitting_payload: None when that is more than layer_payload.MAX_BYTES)."""
     def pack() -> tuple[bytes, list[str], list[str]] | None:
         traces = [hide(t, hidden) or t for t in (source.trace(i) for i in range(source.num_layers))]
-        return payload_of(traces) if fits(payload_shape(traces)) else None
+        return fitting_payload(traces)
 
     return source.memo(("layer payload", hidden), pack)
 

@@ -34,7 +34,7 @@ from ..figures.output_path import output_path_ranges
 from ..figures.overview import picked_head
 from ..figures.steps import score_parts_figure
 from ..formulas import formulas, variant_formulas
-from ..layer_payload import fits, payload_of, payload_shape
+from ..layer_payload import fitting_payload
 from ..limits import MAX_MODEL_LONG_TOKENS, client_number
 from ..long import LongTrace
 from ..trace import AttentionTrace
@@ -217,9 +217,10 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None, grid_
             f"below to see a {MAX_CELLS_PER_SIDE}-token window at full resolution."
         )
     if not grid_drawn:
-        if fits(payload_shape([trace])):
+        payload = fitting_payload([trace])
+        if payload is not None:
             with st.container(key="figure_heads"):  # as chart() keys a chart's box: a lesson's "Show me" finds it
-                heads_component(payload_of([trace]), view="heads", key="heads")
+                heads_component(payload, view="heads", key="heads")
         else:
             chart(heads_figure(trace, width=width), "heads", f"{name}-heads")
     _clamp_head_selection(H)

@@ -109,3 +109,13 @@ def test_the_stack_refuses_layers_of_different_shapes(minilm_traces) -> None:
 def test_a_stack_past_the_byte_limit_is_not_sent() -> None:
     assert layer_payload.fits((6, 12, 128, 128))
     assert not layer_payload.fits((32, 32, 128, 128))
+
+
+def test_fitting_payload_is_the_payload_within_max_bytes_and_none_past_it(monkeypatch) -> None:
+    from mha_viz.config import MHAConfig
+    from mha_viz.sources import configurable_trace
+
+    trace = configurable_trace("one two three four five", MHAConfig(16, 2))  # 2 heads x 5 x 5 cells: 100 bytes
+    assert layer_payload.fitting_payload([trace]) == layer_payload.payload_of([trace])
+    monkeypatch.setattr(layer_payload, "MAX_BYTES", 99)
+    assert layer_payload.fitting_payload([trace]) is None
