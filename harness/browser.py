@@ -128,9 +128,12 @@ HEATMAPS_JS = """() => {
         }
     };
     walk(document);
-    for (const r of roots) {
-        const canvases = [...r.querySelectorAll('canvas.mv-heatmap')];
-        if (canvases.length) return canvases.map(c => c.toDataURL());
+    for (const r of roots) {  // each canvas's image, encoded once a paint (the root counts its paints): polled every
+        const canvases = [...r.querySelectorAll('canvas.mv-heatmap')];  // frame, it must not take the CPU it measures
+        if (!canvases.length) continue;
+        const paint = r.dataset.painted + ':' + canvases.length;
+        if (r.mvImagesAt !== paint) [r.mvImages, r.mvImagesAt] = [canvases.map(c => c.toDataURL()), paint];
+        return r.mvImages;
     }
     const chart = document.querySelectorAll('[data-testid="stPlotlyChart"]')[0];
     return chart ? [...chart.querySelectorAll('.heatmaplayer image')].map(e => e.getAttribute('href')) : [];

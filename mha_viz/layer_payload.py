@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 from plotly.colors import hex_to_rgb, unlabel_rgb
 
 from .figures import common, heads
+from .long import LongTrace
 from .trace import AttentionTrace
 
 MAX_BYTES = 8 * 2**20  # larger stacks (e.g. 32 layers x 32 heads at 128 tokens) switch through the server
@@ -133,6 +134,14 @@ def payload_of(traces: Sequence[AttentionTrace]) -> tuple[bytes, list[str], list
     data = with_header(pack(stack, [heads.head_label(first, h) for h in range(stack.shape[1])]), paint=paint_style(),
                        kv_heads=kv_heads)
     return data, axis_labels(first.query_tokens, bt), axis_labels(first.key_tokens, bs)
+
+
+def overview_payload(trace: LongTrace) -> tuple[bytes, list[str], list[str]]:
+    """What the renderer paints of a long input's overview (one layer: every head's max-pooled weights, as
+    long_heads_figure draws them): (payload bytes, query labels, key labels), a label per block of positions."""
+    labels = [f"head {h}" for h in range(trace.num_heads)]
+    data = with_header(pack(trace.overview[None], labels), paint=paint_style(), kv_heads=None)
+    return data, axis_labels(trace.query_tokens, trace.block_rows), axis_labels(trace.key_tokens, trace.block_cols)
 
 
 def fitting_payload(traces: Sequence[AttentionTrace]) -> tuple[bytes, list[str], list[str]] | None:

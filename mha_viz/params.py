@@ -262,7 +262,7 @@ def to_query(state: ViewState) -> dict[str, str]:
     return query
 
 
-# Values a browser sends back (a layer button, a click on a heatmap, a box drawn, a picked table row) are
+# Values a browser sends back (a layer button, a click on a heatmap or a long overview, a picked table row) are
 # checked like URL values: a crafted client can send any JSON there (negative, NaN, huge, strings, lists).
 CLICKED_FIELDS = ("layer", "head", "compare", "pick", "zoom", "zoom_k")  # the fields such values write
 

@@ -7,7 +7,9 @@
 //
 // model: data (payload bytes), query_labels, key_labels, view ("heads" | "lines" | "overview"),
 //        layer (int), head (int or null), title, failed_checks ({layer: message} of the layers whose self-check
-//        against the model failed: said in an alert above the view)
+//        against the model failed: said in an alert above the view), mark ([row0, col0, row1, col1] in cells, or
+//        null: a window outlined on every head, e.g. a long input's zoom) and zoomable (a click on a cell moves the
+//        mark there, centred, and sets zoom = {row, col}: the host computes the window)
 const NAN = 65535;
 const SVG = "http://www.w3.org/2000/svg";
 const GROUP_COLOURS = ["#0072b2", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#d55e00", "#000000", "#f0e442"];
@@ -160,6 +162,9 @@ export function render({ model, el: root }) {
 .mha-viz-widget .mv-panel { cursor: pointer; padding: 3px; border: 2px solid transparent; border-radius: 4px; }
 .mha-viz-widget .mv-panel[aria-pressed="true"] { outline: 3px solid #d55e00; }
 .mha-viz-widget canvas { image-rendering: pixelated; display: block; }
+.mha-viz-widget .mv-marked { position: relative; display: inline-block; }
+.mha-viz-widget .mv-marked canvas { cursor: crosshair; }
+.mha-viz-widget .mv-mark { position: absolute; border: 2px solid #d62728; box-sizing: border-box; pointer-events: none; }
 .mha-viz-widget .mv-tip { position: absolute; pointer-events: none; background: #222; color: #fff; padding: 3px 6px;
   border-radius: 4px; white-space: pre; font-size: 12px; z-index: 10; }
 .mha-viz-widget .mv-overview { display: grid; gap: 3px 8px; align-items: center; justify-content: start; }
@@ -275,20 +280,50 @@ export function render({ model, el: root }) {
     for (const v of m) if (v < 0) { signed = true; break; }
     const view = el("div");
     view.append(legend(scaleTop, signed), grid);
+    const mark = model.get("mark");
+    const zoomable = Boolean(model.get("zoomable"));
     for (let h = 0; h < heads; h++) {
-      const panel = el("div", { class: "mv-panel", role: "button", tabindex: 0, "aria-pressed": String(h === head),
-        title: `pick ${d.meta.labels[h]}` });
+      // a panel picks its head; on a zoomable grid a click on a cell moves the zoom instead
+      const panel = zoomable ? el("div", { class: "mv-panel" })
+        : el("div", { class: "mv-panel", role: "button", tabindex: 0, "aria-pressed": String(h === head),
+          title: `pick ${d.meta.labels[h]}` });
       panel.appendChild(el("div", {}, d.meta.labels[h]));
       if (d.meta.kv_heads) { // grouped-query attention: heads that read one K/V head share a frame (colour and dash)
         const g = d.meta.kv_heads[h];
         panel.dataset.kvHead = g;
         panel.style.border = `2px ${g % 2 ? "dashed" : "solid"} ${GROUP_COLOURS[g % GROUP_COLOURS.length]}`;
       }
-      panel.appendChild(labelled(heatmap(d, layer, h, cell, scaleTop, tip, [queries, keys]), cell));
-      operable(panel, () => pick({ head: h }));
+      const canvas = heatmap(d, layer, h, cell, scaleTop, tip, [queries, keys]);
+      panel.appendChild(labelled(mark || zoomable ? marked(canvas, cell, mark, zoomable) : canvas, cell));
+      if (!zoomable) operable(panel, () => pick({ head: h }));
       grid.appendChild(panel);
     }
     return view;
+  }
+
+  function marked(canvas, cell, mark, zoomable) {
+    // the canvas with the mark outlined on it; zoomable: a click centres the mark on the cell and asks for its zoom
+    const box = el("span", { class: "mv-marked" });
+    box.appendChild(canvas);
+    if (mark) {
+      const [r0, c0, r1, c1] = mark;
+      const frame = el("span", { class: "mv-mark", "aria-hidden": "true" });
+      Object.assign(frame.style, { top: `${r0 * cell}px`, left: `${c0 * cell}px`, height: `${(r1 - r0) * cell}px`,
+        width: `${(c1 - c0) * cell}px` });
+      box.appendChild(frame);
+    }
+    if (zoomable) {
+      canvas.addEventListener("click", (e) => {
+        const at = canvas.getBoundingClientRect();
+        const c = Math.min(cols - 1, Math.floor(((e.clientX - at.left) / at.width) * cols));
+        const r = Math.min(rows - 1, Math.floor(((e.clientY - at.top) / at.height) * rows));
+        const [h, w] = mark ? [mark[2] - mark[0], mark[3] - mark[1]] : [0, 0];
+        const centred = (x, size, top) => Math.min(Math.max(x + 0.5 - size / 2, 0), Math.max(top - size, 0));
+        const r0 = centred(r, h, rows), c0 = centred(c, w, cols);
+        pick({ mark: [r0, c0, r0 + h, c0 + w], zoom: { row: r, col: c } }); // shown at once; the host computes it
+      });
+    }
+    return box;
   }
 
   function lines_view(layer, head) {
@@ -404,7 +439,7 @@ export function render({ model, el: root }) {
   }
 
   paint();
-  const watched = ["layer", "head", "view", "title", "failed_checks"];
+  const watched = ["layer", "head", "view", "title", "failed_checks", "mark"];
   for (const name of watched) model.on(`change:${name}`, paint);
   let cell = cellPx();
   const resized = new ResizeObserver(() => { // a narrower or wider page: the heads' cells follow

@@ -20,7 +20,8 @@ NOTEBOOK_ESM = RENDERER + "\nexport default { render };\n"
 # layer's number, if any); a click repaints here at once, and the server hears of a layer (trigger "layer") once the
 # clicks pause for SETTLE_MS, so that stepping through layers costs one rerun, not one per step; a rerun that
 # arrives meanwhile does not take the page back to an earlier layer. A head picked in the grid is shown picked in
-# the page only.
+# the page only. On a zoomable grid (a long input's overview) a cell clicked moves the mark at once and tells the
+# server (trigger "zoom", {row, col}) at once.
 STREAMLIT_ADAPTER = """
 const SETTLE_MS = 400; // with the weights; without them ("buttons") the server is told at once
 export default function ({ data, parentElement, setTriggerValue }) {
@@ -44,7 +45,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
   };
   const values = { data, view: meta.view || "heads", views: [meta.view || "heads"], layer: keep ? picked : active,
                    head: meta.head ?? null, query_labels: meta.queries, key_labels: meta.keys,
-                   failed_checks: meta.failed || {} };
+                   failed_checks: meta.failed || {}, mark: meta.mark || null, zoomable: Boolean(meta.zoomable) };
   const tellLater = () => {
     clearTimeout(root.mvTimer);
     root.mvTimer = setTimeout(() => root.mvTell(), values.view === "buttons" ? 0 : SETTLE_MS);
@@ -56,7 +57,15 @@ export default function ({ data, parentElement, setTriggerValue }) {
     set: (k, v) => { values[k] = v; (listeners["change:" + k] || []).forEach((f) => f()); },
     on: (e, f) => { (listeners[e] = listeners[e] || []).push(f); },
     off: (e, f) => { listeners[e] = (listeners[e] || []).filter((g) => g !== f); },
-    save_changes: () => { root.mvPicked = values.layer; tellLater(); },
+    save_changes: () => {
+      if (values.zoom) { // a cell clicked on a zoomable grid: the server computes that zoom now
+        setTriggerValue("zoom", values.zoom);
+        values.zoom = undefined;
+        return;
+      }
+      root.mvPicked = values.layer;
+      tellLater();
+    },
   };
   const stop = render({ model, el: root });
   if (focused) { // a rerun redraws the buttons: the keyboard's focus goes on from the pressed one

@@ -37,17 +37,17 @@ def tokens(labels: list[str]) -> list[str]:
 
 def paints_heads(at: AppTest) -> bool:
     """Whether the page draws attention heads: a Plotly chart, or the renderer painting a layer's weights (a
-    pretrained model's layer control, or a configurable layer's Heads view)."""
+    pretrained model's layer control, a configurable layer's Heads view, a long input's overview)."""
     if at.get("plotly_chart"):
         return True
-    return any((e.key == "layer_switch" and renderer_data(at)[0]["heads"] > 0) or e.key == "heads"
+    return any((e.key == "layer_switch" and renderer_data(at)[0]["heads"] > 0) or e.key in ("heads", "heads_long")
                for e in at.get("bidi_component"))
 
 
 def drawn_charts(at: AppTest) -> list[str]:
     """The keys of the charts the page draws: its Plotly charts' and the renderer's components that paint weights
-    ("heads": a configurable layer's Heads view; "layer_switch": a pretrained model's layers), not layer buttons
-    alone."""
+    ("heads": a configurable layer's Heads view; "layer_switch": a pretrained model's layers; "heads_long": a long
+    input's overview), not layer buttons alone."""
     painted = [e.key for e in at.get("bidi_component")
                if e.proto.bytes and renderer_data(at, e.key)[0]["heads"] > 0]  # other components send no payload
     return [c.key for c in at.get("plotly_chart")] + painted

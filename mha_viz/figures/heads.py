@@ -295,7 +295,6 @@ def long_heads_figure(
             box = {"type": "rect", "x0": keys.start - 0.5, "x1": keys.stop - 0.5, "y0": rows.start - 0.5,
                    "y1": rows.stop - 0.5, "line": {"color": "#d62728", "width": 1.5}}
             fig.layout.shapes = [{**box, "xref": t.xaxis, "yref": t.yaxis} for t in fig.data]
-        fig.layout.dragmode = "select"  # a drag draws a box (where to zoom), not Plotly's own zoom
         return fig
     rows, keys = zoom_window(trace, *zoom)
     block = trace.weights(rows, keys)[heads]  # (n, r, c)

@@ -7,6 +7,7 @@ import json
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import plotly.graph_objects as go
@@ -34,8 +35,7 @@ from ..figures.output_path import output_path_ranges
 from ..figures.overview import picked_head
 from ..figures.steps import score_parts_figure
 from ..formulas import formulas, variant_formulas
-from ..layer_payload import fitting_payload
-from ..limits import MAX_MODEL_LONG_TOKENS, client_number
+from ..layer_payload import fitting_payload, overview_payload
 from ..long import LongTrace
 from ..trace import AttentionTrace
 from ..variants import NAMES as VARIANT_NAMES
@@ -70,10 +70,16 @@ def figures_shown() -> list[tuple[go.Figure, str]]:
     return list(kept(SHOWN, {}).values())
 
 
+def for_report(key: str, fig: go.Figure, filename: str) -> None:
+    """Put fig in the report of this run's figures (a chart's, or what the renderer paints, drawn by Plotly for the
+    report); a fragment's rerun replaces its own."""
+    keep(SHOWN, dict)[key] = (fig, filename)
+
+
 def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], None] | None = None,
-          selection_mode: str | tuple[str, ...] = "points", report: Callable[[], go.Figure] | None = None) -> None:
-    """Draw fig once in the browser, not twice; on_select: a callback for a click on a point (or a box drawn,
-    with selection_mode ("points", "box")); report: the figure the report shows instead of fig (default: fig).
+          report: Callable[[], go.Figure] | None = None) -> None:
+    """Draw fig once in the browser, not twice; on_select: a callback for a click on a point; report: the figure the
+    report shows instead of fig (default: fig).
 
     Streamlit mounts a new chart for every new figure (the element id hashes the spec), draws it,
     then passes a JSON copy of it to Plotly.react. Plotly redraws everything if the figure has a
@@ -91,13 +97,13 @@ def chart(fig: go.Figure, key: str, filename: str, *, on_select: Callable[[], No
     fig.layout.template = None
     fig.update_layout(datarevision=key, font=APP_FONT)
     with_automargin(fig)
-    keep(SHOWN, dict)[key] = (fig if report is None else report(), filename)  # a fragment's rerun replaces its own
+    for_report(key, fig if report is None else report(), filename)
     with st.container(key=f"figure_{key}", gap=None):  # the chart and its text alternative, no gap between them
         if on_select is None:
             st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None)
         else:
             st.plotly_chart(fig, width="stretch", key=key, config=config, theme=None, on_select=on_select,
-                            selection_mode=selection_mode)
+                            selection_mode="points")
         text_alternative(fig, f"figure_{key}", filename)
 
 
@@ -240,31 +246,12 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None, grid_
         chart(fig, "compare_heads", f"{name}-compare")
 
 
-def _zoom_to_selection() -> None:
-    """A box drawn on the overview centres the zoom window on it (Plotly selects no points of a heatmap)."""
-    event = widget("heads_long")
-    selection = event.selection if event is not None else None
-    if not selection:
-        return
-    boxes = [box_centre(b) for b in selection.get("box", []) or ()] if isinstance(selection, dict) else []
-    boxes = [b for b in boxes if b is not None]
-    if not boxes:
-        return
-    x, y = boxes[-1]
+def _zoom_at(block_rows: int, block_cols: int, row: int, col: int) -> None:
+    """A cell clicked on the overview (its blocks of block_rows x block_cols positions) centres the zoom window on
+    it (a start past the end is clamped by the sliders' own fit)."""
     half = MAX_CELLS_PER_SIDE // 2
-    put_all(zoom=max(0, round(y) - half), zoom_k=max(0, round(x) - half))
-
-
-def box_centre(box: object) -> tuple[float, float] | None:
-    """(x, y) centre of a box drawn on a chart, from Plotly's selection; None for anything else a (crafted) browser
-    sends (values that are not finite numbers within the longest input's positions)."""
-    if not isinstance(box, dict):
-        return None
-    x, y = box.get("x"), box.get("y")
-    if not (isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)) and len(x) == len(y) == 2):
-        return None
-    ends = [client_number(v, -1.0, float(MAX_MODEL_LONG_TOKENS)) for v in (*x, *y)]
-    return None if None in ends else ((ends[0] + ends[1]) / 2, (ends[2] + ends[3]) / 2)
+    put_all(zoom=max(0, row * block_rows + block_rows // 2 - half),
+            zoom_k=max(0, col * block_cols + block_cols // 2 - half))
 
 
 def long_heads_view(trace: LongTrace, name: str, reload: Callable[[], LongTrace]) -> None:
@@ -293,8 +280,9 @@ ZOOM_HEADS = 4  # heads the zoom shows unless others are picked (each is 128 x 1
 
 @st.fragment
 def _long_view(reload: Callable[[], LongTrace], name: str) -> None:
-    """The overview and the zoom of a long input. A fragment: moving the zoom (its sliders, or a box drawn on the
-    overview) reruns this part only: the overview is drawn again, its red squares on the new zoom, and the zoom.
+    """The overview and the zoom of a long input. A fragment: moving the zoom (its sliders, or a click on the
+    overview, whose red squares the renderer moves at once) reruns this part only: the overview's payload is sent
+    again with its squares on the new zoom (the renderer repaints it from its lookup table), and the zoom.
     Streamlit keeps a fragment's arguments for the session's life: reload reads the trace from the shared cache."""
     trace = reload()
     H, T, S = trace.shape
@@ -305,10 +293,16 @@ def _long_view(reload: Callable[[], LongTrace], name: str) -> None:
     st.caption(
         f"{plural(H, 'head')} (numbered from 0) of {T} query × {S} key tokens. Overview: each cell is the largest weight in a "
         f"block of {trace.block_rows}×{trace.block_cols} positions, so a sharp peak stays visible. The red square is "
-        f"the zoom below: drag a box on any head to move it there, or use the sliders."
+        f"the zoom below: click any head where to move it, or use the sliders."
     )
-    chart(long_heads_figure(trace, mark=(field_value("zoom"), field_value("zoom_k")), width=page_width()),
-          "heads_long", f"{name}-overview", on_select=_zoom_to_selection, selection_mode="box")
+    rows, keys = zoom_window(trace, field_value("zoom"), field_value("zoom_k"))
+    with st.container(key="figure_heads_long"):
+        heads_component(overview_payload(trace), view="heads", key="heads_long",
+                        mark=(rows.start / trace.block_rows, keys.start / trace.block_cols,
+                              rows.stop / trace.block_rows, keys.stop / trace.block_cols),
+                        on_zoom=partial(_zoom_at, trace.block_rows, trace.block_cols))
+    for_report("heads_long", long_heads_figure(trace, mark=(rows.start, keys.start), width=page_width()),
+               f"{name}-overview")
     a, b, c = st.columns([2, 1, 1]) if not is_narrow() else (st.container(), st.container(), st.container())
     chosen = a.multiselect(f"Heads in the zoom (the first {ZOOM_HEADS} when none is picked)", list(range(H)),
                            key="compare", format_func=_head_format, placeholder=f"Heads 0–{min(H, ZOOM_HEADS) - 1}")

@@ -10,7 +10,7 @@ from mha_viz.serve.training_budget import UNCALIBRATED, Calibration, set_calibra
 from mha_viz.ui import fair
 from tests.app.test_app import new_app
 from tests.app.test_public import hold_turn
-from tests.renderer_json import paints_heads
+from tests.renderer_json import drawn_charts, paints_heads
 
 HEAVY_LINK = {"weights": "trained", "variant": "mla", "kv_latent": "256", "q_latent": "256", "rope_dim": "32",
               "h": "16", "d_model": "768", "steps": "5000"}  # issue 35's link: estimated 10 s, used 80-92 CPU s
@@ -230,8 +230,7 @@ def test_a_long_trace_stops_at_the_time_budget_says_how_far_it_got_and_the_page_
     (stopped,) = [w.value for w in at.warning if "stopped at this demo's time budget" in w.value]
     reached, layers = (int(n) for n in stopped.split("It had traced ")[1].split(" layers")[0].split(" of "))
     assert 1 <= reached < layers == 6 and "read the text's first 256 tokens" in stopped
-    keys = [c.key for c in at.get("plotly_chart")]
-    assert "heads_long" not in keys and paints_heads(at)  # the window's views, drawn
+    assert "heads_long" not in drawn_charts(at) and paints_heads(at)  # the window's views, drawn
     at.run()  # a rerun does not trace again: it says why, with a button to try again
     assert [w.value for w in at.warning if "stopped at this demo's time budget" in w.value] == [stopped]
     assert at.button(key="long_again")

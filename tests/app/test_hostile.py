@@ -13,7 +13,6 @@ from streamlit.testing.v1 import AppTest
 import mha_viz
 from mha_viz.params import DEFAULTS, PARSERS, ViewState, parse_query
 from tests.app.test_app import APP
-from tests.plotly_json import heatmaps
 from tests.renderer_json import paints_heads, renderer_data, shown_layer
 
 XSS = "<script>alert(1)</script> <img src=x onerror=alert(1)>"
@@ -39,18 +38,6 @@ def run(params: dict[str, str], mode: str | None = None) -> AppTest:
     return at.run()
 
 
-def all_labels(fig: dict) -> str:
-    """Every tick label, title and hover label of a figure, as one string."""
-    parts = []
-    for key, axis in fig["layout"].items():
-        if key.startswith(("xaxis", "yaxis")):
-            parts += axis.get("ticktext", [])
-    parts += [a.get("text", "") for a in fig["layout"].get("annotations", [])]
-    for trace in fig["data"]:
-        parts.append(json.dumps(trace.get("customdata", ""), ensure_ascii=False))
-    return " ".join(parts)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["Configurable", "Pretrained"])
 @pytest.mark.parametrize("name", list(TEXTS))
@@ -63,23 +50,16 @@ def test_hostile_text_is_shown_as_text_with_bounded_work(name: str, mode: str) -
     if not TEXTS[name].strip():
         assert any("no visible characters" in i.value for i in at.info)
         return
-    # the renderer paints the heads (a pretrained model's layer control, the configurable layer's Heads view); it
-    # writes labels as text (tests/unit/test_renderer.py)
-    if mode == "Configurable" and not any(e.key == "heads" for e in at.get("bidi_component")):
-        (overview,) = [c for c in at.get("plotly_chart") if c.key == "heads_long"]  # a long input: Plotly's overview
-        fig = json.loads(overview.proto.spec)
-        assert heatmaps(fig)
-        labels = all_labels(fig)
-        assert "<script" not in labels and "<img" not in labels  # markup arrives escaped, as text
-        T = len(fig["layout"]["yaxis"]["ticktext"])
+    # the renderer paints the heads (a pretrained model's layer control, the configurable layer's Heads view or a
+    # long input's overview); it writes labels as text (tests/unit/test_renderer.py)
+    if mode == "Pretrained":
+        meta, maps = shown_layer(at)
     else:
-        if mode == "Pretrained":
-            meta, maps = shown_layer(at)
-        else:
-            meta, layers = renderer_data(at, "heads")
-            maps = layers[0]
-        assert len(maps) and len(meta["queries"]) == maps.shape[1]
-        T = len(meta["queries"])
+        (key,) = [e.key for e in at.get("bidi_component") if e.key in ("heads", "heads_long")]
+        meta, layers = renderer_data(at, key)
+        maps = layers[0]
+    assert len(maps) and len(meta["queries"]) == maps.shape[1]
+    T = len(meta["queries"])  # a long input's overview: a label per block of positions
     assert T <= 512  # bounded: the 100k-character text is cut to the token limit
 
 
@@ -169,30 +149,31 @@ CRAFTED = [-1, -(10**12), 10**12, NAN, INF, -INF, 2.5, True, None, "3", "x", [1]
 
 
 def test_values_a_crafted_browser_sends_back_are_checked_like_url_values() -> None:
-    """The layer control's value, a heatmap click's customdata, a box drawn and a picked row: anything but a
-    whole number in range is refused (None), as the URL's own values are."""
+    """The layer control's value, a heatmap click's customdata, a long overview's clicked cell and a picked row:
+    anything but a whole number in range is refused (None), as the URL's own values are."""
     from mha_viz.figures.lines import picked_token
     from mha_viz.figures.overview import picked_head
     from mha_viz.limits import MAX_LAYERS, client_int
-    from mha_viz.ui.heads_component import picked
-    from mha_viz.ui.views import box_centre
+    from mha_viz.ui.heads_component import picked, zoom_cell
 
     for bad in CRAFTED:
         assert client_int(bad, 0, 15) is None
         assert picked({"layer": bad}, "layer", MAX_LAYERS) is None
         assert picked_head([{"customdata": [bad, 0]}]) is None and picked_head([{"customdata": [0, bad]}]) is None
         assert picked_token([{"customdata": ["query", bad]}]) is None
-        if bad not in (-1, 2.5):  # a box's corners are any positions, fractions and -1 (half a cell out) included
-            assert box_centre({"x": [0, bad], "y": [0, 4]}) is None and box_centre({"x": [0, 4], "y": [bad, 4]}) is None
+        assert zoom_cell({"zoom": {"row": bad, "col": 0}}, 16, 16) is None
+        assert zoom_cell({"zoom": {"row": 0, "col": bad}}, 16, 16) is None
     for bad_shape in (None, "x", 3, [], [3], [1, 2, 3]):
-        assert picked(bad_shape, "layer", MAX_LAYERS) is None and picked_head(bad_shape) is None and box_centre(bad_shape) is None
+        assert picked(bad_shape, "layer", MAX_LAYERS) is None and picked_head(bad_shape) is None
+        assert zoom_cell(bad_shape, 16, 16) is None and zoom_cell({"zoom": bad_shape}, 16, 16) is None
     assert picked_token("points") is None and picked_head([None, "x", {"customdata": "ab"}]) is None
     # what a real browser sends still works (JSON numbers may come as floats)
     assert picked({"layer": 3}, "layer", MAX_LAYERS) == 3 and picked({"layer": 3.0}, "layer", MAX_LAYERS) == 3
     assert picked({"layer": MAX_LAYERS}, "layer", MAX_LAYERS) is None
     assert picked_head([{"customdata": [2, 5]}]) == (2, 5) and picked_token([{"customdata": ["key", 7]}]) == ("key", 7)
     assert picked_head([{"customdata": [1, 40]}]) == (1, 40)  # a pretrained model may have more heads than a link names
-    assert box_centre({"x": [0.5, 9.5], "y": [-0.5, 3.5]}) == (5.0, 1.5)
+    assert zoom_cell({"zoom": {"row": 15, "col": 0.0}}, 16, 16) == (15, 0)
+    assert zoom_cell({"zoom": {"row": 16, "col": 0}}, 16, 16) is None  # past the grid's last cell
 
 
 INJECT = '''

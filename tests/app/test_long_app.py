@@ -11,6 +11,7 @@ from mha_viz.text import tokenize
 from mha_viz.ui.views import ZOOM_HEADS
 from tests.app.test_app import new_app
 from tests.plotly_json import heatmaps, z_matrix
+from tests.renderer_json import renderer_data
 
 
 def chart(at, key: str) -> dict:
@@ -25,16 +26,18 @@ def test_the_app_draws_a_long_text_as_overview_and_zoom() -> None:
     assert not at.exception
     assert len(tokenize(at.text_area(key="text").value)) == MAX_LONG_TOKENS
     assert any("4096 tokens" in e.value for e in at.info)
-    overview, zoom = chart(at, "heads_long"), chart(at, "heads_zoom")
-    assert len(heatmaps(overview)) == 12 and len(heatmaps(zoom)) == ZOOM_HEADS == 4  # the zoom: the first 4 heads
-    assert z_matrix(heatmaps(overview)[0]).shape == (128, 128) and heatmaps(overview)[0]["dx"] == 32
+    meta, overview = renderer_data(at, "heads_long")  # the overview, painted by the renderer
+    zoom = chart(at, "heads_zoom")
+    assert overview.shape == (1, 12, 128, 128) and len(heatmaps(zoom)) == ZOOM_HEADS == 4  # the zoom: the first 4
+    assert meta["labels"] == [f"head {h}" for h in range(12)] and meta["zoomable"]
+    assert meta["queries"][0].startswith("0-31: ") and meta["keys"][-1].startswith("4064-4095: ")  # blocks of 32
     at.slider(key="zoom").set_value(2000).run()
     at.slider(key="zoom_k").set_value(1500).run()
     assert at.query_params["zoom"] == "2000" and at.query_params["zoom_k"] == "1500"
     first = heatmaps(chart(at, "heads_zoom"))[0]
     assert (first["y0"], first["x0"]) == (2000, 1500)
-    marks = chart(at, "heads_long")["layout"]["shapes"]  # the overview's red squares moved with the zoom
-    assert len(marks) == 12 and all((m["y0"], m["x0"], m["y1"]) == (1999.5, 1499.5, 2127.5) for m in marks)
+    # the overview's red squares moved with the zoom, in its cells of 32 x 32 positions
+    assert renderer_data(at, "heads_long")[0]["mark"] == [2000 / 32, 1500 / 32, 2128 / 32, 1628 / 32]
     rows = z_matrix(first)
     assert rows.shape == (128, 128) and 0 < rows.sum(-1).max() <= 1.0 + 1e-5  # a part of each softmax row
     at.multiselect(key="compare").set_value([7, 11]).run()

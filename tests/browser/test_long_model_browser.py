@@ -6,6 +6,7 @@ picture (assets/long-model.png): a gpt-oss-style model at 16,384 tokens, its sin
 from __future__ import annotations
 
 import os
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import torch
 import transformers as tf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from harness.browser import CHROMIUM, wait_for_query
+from harness.browser import CHROMIUM, slider_value, wait_for_query
 from mha_viz.pretrained import bundled_model_dir
 from tests.app.test_long_model_app import CONFIGS, TEXT
 from tests.axe import axe_path, axe_violations, summary
@@ -25,9 +26,7 @@ if not Path(CHROMIUM).exists():
         raise RuntimeError(f"{CHROMIUM} is missing: .ci/run must install Debian's chromium")
     pytest.skip(f"{CHROMIUM} not installed (apt-get install -y --no-install-recommends chromium)", allow_module_level=True)
 
-PAINTED_JS = """() => ['heads_long', 'heads_zoom', 'long_stats'].map(k => {
-    const chart = document.querySelector(`.st-key-${k} .js-plotly-plot`);
-    return chart ? chart.querySelectorAll('.heatmaplayer image').length : 0; })"""
+OVERVIEW = ".st-key-figure_heads_long"  # the overview's box; the renderer inside it paints one canvas a head
 SINK_HEADS = (1, 5)  # the screenshot model's heads whose learned sink logit is set high, in every layer
 SCREENSHOT_TOKENS = 16_384
 
@@ -35,6 +34,13 @@ SCREENSHOT_TOKENS = 16_384
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> str:
     return saved_random_models({"llama": CONFIGS["llama"]}, AutoModelForCausalLM, tmp_path_factory)["llama"]
+
+
+def painted(page) -> tuple[int, int, int]:
+    """Heads painted: the overview's (the renderer's canvases), the zoom's and the statistics' (Plotly's images)."""
+    return (page.locator(f"{OVERVIEW} canvas.mv-heatmap").count(),
+            page.locator(".st-key-heads_zoom .heatmaplayer image").count(),
+            page.locator(".st-key-long_stats .heatmaplayer image").count())
 
 
 def open_long(browser, server: str, folder: str, width: int, text: str = TEXT, query: str = "", timeout: float = 240,
@@ -56,7 +62,10 @@ def open_long(browser, server: str, folder: str, width: int, text: str = TEXT, q
         area.press("Control+Enter")
     if page.viewport_size["width"] < 600:
         page.locator('[data-testid="stSidebarCollapseButton"] button').click()
-    page.wait_for_function(f"() => ({PAINTED_JS})().every(n => n > 0)", timeout=timeout * 1000)
+    deadline = time.monotonic() + timeout
+    while not all(painted(page)):
+        assert time.monotonic() < deadline, f"the long view did not paint in {timeout} s: {painted(page)}"
+        time.sleep(0.2)
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout * 1000)
     return page
 
@@ -65,13 +74,14 @@ def open_long(browser, server: str, folder: str, width: int, text: str = TEXT, q
 def test_the_long_view_paints_fits_and_works_by_keyboard(server: str, browser, folder: str, width: int) -> None:
     page = open_long(browser, server, folder, width)
     try:
-        overview, zoom, stats = page.evaluate(PAINTED_JS)
-        assert (overview, zoom, stats) == (4, 4, 1)  # 4 heads, the first 4 in the zoom, one layers x heads map
+        assert painted(page) == (4, 4, 1)  # 4 heads, the first 4 in the zoom, one layers x heads map
         assert page.evaluate("() => document.documentElement.scrollWidth") <= width
-        for key in ("heads_long", "heads_zoom", "long_stats"):
-            right = page.evaluate(f"() => document.querySelector('.st-key-{key} .js-plotly-plot')"
-                                  ".getBoundingClientRect().right")
-            assert 0 < right <= width, key
+        for box in (f"{OVERVIEW} .mha-viz-widget", ".st-key-heads_zoom .js-plotly-plot", ".st-key-long_stats .js-plotly-plot"):
+            for drawn in page.locator(box).all():
+                right = drawn.evaluate("e => e.getBoundingClientRect().right")
+                assert 0 < right <= width, box
+        for canvas in page.locator(f"{OVERVIEW} canvas.mv-heatmap").all():  # whole heads, not cut by the page
+            assert 0 < canvas.evaluate("e => e.getBoundingClientRect().right") <= width
         if axe_path() is not None:
             violations = axe_violations(page)
             assert violations == [], summary(violations)
@@ -79,6 +89,32 @@ def test_the_long_view_paints_fits_and_works_by_keyboard(server: str, browser, f
         choice.focus()
         page.keyboard.press("Enter")
         wait_for_query(page, "long_stat=entropy")
+    finally:
+        assert page.errors == []
+        page.close()
+
+
+def test_a_click_on_the_overview_moves_the_zoom_there(server: str, browser, folder: str) -> None:
+    """The red square moves in the page at once, then the server draws the exact block centred on the clicked cell:
+    TEXT's 1562 tokens in blocks of 13, a click on cell (60, 20) of a head opens queries 722-849 x keys 202-329."""
+    page = open_long(browser, server, folder, 1400)
+    try:
+        canvas = page.locator(f"{OVERVIEW} canvas.mv-heatmap").nth(2)
+        box = canvas.bounding_box()
+        cells = int(canvas.get_attribute("width"))
+        assert cells == 121
+        old = page.locator(f"{OVERVIEW} .mv-mark").nth(2).bounding_box()
+        canvas.click(position={"x": (20.5 / cells) * box["width"], "y": (60.5 / cells) * box["height"]})
+        wait_for_query(page, "zoom=722")
+        wait_for_query(page, "zoom_k=202")
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')")
+        mark = page.locator(f"{OVERVIEW} .mv-mark").nth(2).bounding_box()
+        assert mark != old
+        box = canvas.bounding_box()  # where the redrawn canvas is now
+        cell = box["height"] / cells  # the square covers the window: 128 positions from 722, 202
+        assert abs(mark["y"] - (box["y"] + 722 / 13 * cell)) <= 2 and abs(mark["x"] - (box["x"] + 202 / 13 * cell)) <= 2
+        assert abs(mark["height"] - 128 / 13 * cell) <= 2
+        assert slider_value(page, "Zoom: first query") == "722" and slider_value(page, "Zoom: first key") == "202"
     finally:
         assert page.errors == []
         page.close()
