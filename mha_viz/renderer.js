@@ -2,8 +2,9 @@
 // from every layer's weights sent once (mha_viz/layer_payload.py), so that a layer or head click repaints at once
 // and the host (a notebook's kernel, the app's server) is only told the new `layer` / `head` (model.save_changes()).
 // Plain DOM + canvas + SVG, no other script, and it owns everything it draws. Hosts (mha_viz/renderer.py): the
-// notebook widget (anywidget: its model), its static HTML copy (widget.py: static_html) and the app's Heads and
-// Overview views (a Streamlit component, mha_viz/ui/heads_component.py), which drive it with a small model of their own.
+// notebook widget (anywidget: its model), its static HTML copy (widget.py: static_html) and the app's Heads views and
+// layer buttons (a Streamlit component, mha_viz/ui/heads_component.py: a pretrained model's every layer, a configurable
+// layer, a long input's overview), which drive it with a small model of their own.
 //
 // model: data (payload bytes), query_labels, key_labels, view ("heads" | "lines" | "overview"),
 //        layer (int), head (int or null), title, failed_checks ({layer: message} of the layers whose self-check

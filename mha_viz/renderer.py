@@ -4,8 +4,9 @@ renderer.js paints the heads grid, the lines view and the layers x heads overvie
 weights (mha_viz/layer_payload.py) and exports `render({model, el})`, where model is anywidget's model or a host's
 small stand-in (get, set, on, off, save_changes). Each host is that module plus a few lines that adapt it:
 - the notebook widget (mha_viz/widget.py): NOTEBOOK_ESM, anywidget's module;
-- the app's Heads and Overview views (mha_viz/ui/heads_component.py): module(STREAMLIT_ADAPTER), a Streamlit
-  component whose data is the payload with the view's state in its header.
+- the app's Heads views and layer buttons (mha_viz/ui/heads_component.py): module(STREAMLIT_ADAPTER), a Streamlit
+  component whose data is the payload with the view's state in its header (a pretrained model's every layer, a
+  configurable layer, a long input's overview with its zoom's square).
 Pure text: no Streamlit, no anywidget.
 """
 

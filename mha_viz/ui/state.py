@@ -64,8 +64,11 @@ def current() -> ViewState:
 
 
 def value(name: str) -> object:
-    """The session's value of a registered field (its widget key), else the field's default (mha_viz.parts)."""
-    return st.session_state.get(name, all_fields()[name].default)
+    """The session's value of a registered field (its widget key), else the field's default (mha_viz.parts); a
+    multiselect's list as the tuple its field holds (a fragment's rerun does not pass through seed_from_url)."""
+    field = all_fields()[name]
+    held = st.session_state.get(name, field.default)
+    return tuple(held or ()) if isinstance(field.default, tuple) else held
 
 
 def share_query(state: ViewState) -> dict[str, str]:
