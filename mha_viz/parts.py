@@ -55,6 +55,8 @@ class Part:
     source must have for the part to be offered (e.g. "causal_lm"; see capable). arrays: the trace arrays it draws
     (a trace that lacks one gets a message instead). help: one sentence on what it shows. order: its place in the
     menu (lower first; the built-in parts use 10, 20, ...). does: what the page does differently for it (DOES).
+    texts: the free-text fields it reads besides the page's own text (a page that shows it is heavy work when one is
+    long: mha_viz.serve.hosting.heavy_request).
     """
 
     name: str
@@ -66,6 +68,7 @@ class Part:
     help: str = ""
     order: float = 1000.0
     does: tuple[str, ...] = ()
+    texts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.does) - set(DOES)
@@ -195,6 +198,17 @@ class Registry(Sequence[str]):
 VIEWS = Registry("view")
 SECTIONS = Registry("section")
 _REGISTRIES = (VIEWS, SECTIONS)
+
+
+def shown(view: str, section: str) -> tuple[Part, ...]:
+    """The registered parts a page of this view shows: the view, and the section it names when the view declares the
+    field "section" (the Analysis view); none for a view that is not registered."""
+    if view not in VIEWS:
+        return ()
+    part = VIEWS.part(view)
+    if any(f.name == "section" for f in part.fields) and section in SECTIONS:
+        return part, SECTIONS.part(section)
+    return (part,)
 
 
 def all_fields() -> dict[str, StateField]:

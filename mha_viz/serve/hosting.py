@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
 from ..params import ViewState
+from ..parts import shown
 from .training_budget import UNCALIBRATED, Calibration, page_training_seconds, steps_within
 
 BUNDLED = "bundled"
@@ -178,14 +179,14 @@ LIGHT_NEW_TOKENS = 8  # a generation of at most this many tokens (of a text up t
 
 
 def heavy_request(state: ViewState) -> bool:
-    """Whether a whole page is heavy work: a text past LIGHT_CHARS (the cross-attention context and a comparison's
-    second sentence count too), whose passes and figures are all large. Such pages are drawn one at a time
+    """Whether a whole page is heavy work: a text past LIGHT_CHARS (the cross-attention context, and the texts the
+    shown view or section reads, Part.texts: a comparison's second sentence), whose passes and figures are all large. Such pages are drawn one at a time
     (mha_viz/ui/fair.py), so that light pages stay quick beside them. Other pages take the turn only for the part
     that is heavy, and only when it has to be computed: a training run, a generation of more than LIGHT_NEW_TOKENS,
     knockout and patching passes through a model, a model's detectors (not a view of a model or trace already
     cached: Circuits, Patching's small prompts or Generate's few tokens on a cached model stay light)."""
     texts = (state.text, state.context if state.cross or state.mode == "Pretrained" else "",
-             state.other_text if state.view == "Analysis" else "")
+             *(getattr(state, name) for part in shown(state.view, state.section) for name in part.texts))
     return any(long_text(t) for t in texts)
 
 

@@ -15,7 +15,7 @@ from ..config import MHAConfig
 from ..layer_payload import fitting_payload
 from ..long import LongTrace
 from ..params import ViewState
-from ..parts import SECTIONS, VIEWS
+from ..parts import VIEWS, shown
 from ..serve.hosting import Budget
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
@@ -83,14 +83,8 @@ def render_view(view: str, context: ViewContext) -> AttentionTrace | None:
 
 def shown_parts() -> dict[str, str]:
     """The report's notes naming the view shown (and its analysis section) with their help, from the registry."""
-    view, section = field_value("view"), field_value("section")
-    if view not in VIEWS:
-        return {}
-    part = VIEWS.part(view)
-    notes = {"view": f"{view}: {part.help}"}
-    if any(f.name == "section" for f in part.fields) and section in SECTIONS:
-        notes["analysis section"] = f"{section}: {SECTIONS.part(section).help}"
-    return notes
+    parts = shown(field_value("view"), field_value("section"))
+    return dict(zip(("view", "analysis section"), (f"{p.name}: {p.help}" for p in parts), strict=False))
 
 
 def hide(trace: AttentionTrace, hidden: frozenset[str]) -> AttentionTrace | None:

@@ -271,6 +271,7 @@ LONG = " ".join(["many words"] * 40)  # 439 characters
     (ViewState(text=LONG), True),
     (ViewState(cross=True, context=LONG), True),
     (ViewState(view="Analysis", section="Compare", other_text=LONG), True),
+    (ViewState(view="Analysis", section="Knockout", other_text=LONG), False),  # a section that reads no second text
     (ViewState(mode="Pretrained", view="Generate", text=LONG), True),
     # training, writing and passes through a model take the turn themselves, only for the work they must compute
     (ViewState(mode="Train"), False),

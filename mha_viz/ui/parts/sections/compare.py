@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 COMPARE_WITH = ("Another sentence", "Another layer", "Another model")
 
-PART = Part("Compare", EVERY_MODE, f"{__name__}:render", order=60,
+PART = Part("Compare", EVERY_MODE, f"{__name__}:render", order=60, texts=("other_text",),
             help="This layer against another sentence, layer or model.",
             fields=(choice("compare_with", COMPARE_WITH[0], COMPARE_WITH),
                     StateField("other_text", "", short_text(MAX_TEXT_CHARS), f"at most {MAX_TEXT_CHARS} characters",
