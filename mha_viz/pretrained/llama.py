@@ -1,7 +1,8 @@
-"""Rotary decoders: LLaMA, Mistral, Qwen2, Qwen3, Gemma, Gemma2, Gemma 3, Phi, Phi-3.
+"""Rotary decoders: LLaMA, Mistral, Qwen2, Qwen3, SmolLM3, Gemma, Gemma2, Gemma 3, Phi, Phi-3.
 
     Q = x W_Q (H heads), K = x W_K, V = x W_V (KV heads; KV < H shares each K/V head among H/KV)
     Qwen3, Phi (qk_layernorm): q, k = norm(q), norm(k) per head, before the rotation
+    SmolLM3: no rotation at all on its NoPE layers (config.no_rope_layers[i] == 0)
     RoPE: x' = x * cos + rotate_half(x) * sin on the first r dims of Q and K (Phi: r < d_k, partial)
     scores = scale * Q' K'^T + mask     causal; a sliding window on Mistral's, Qwen's and Gemma2's local layers
     Gemma2: scale = query_pre_attn_scalar^-1/2, scores soft-capped: c * tanh(scores / c) before the mask
@@ -63,6 +64,19 @@ class Qwen3Adapter(LlamaAdapter):
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         a = site.attention
         return replace(super().variations(part, site, rec, q, k), q_norm=a.q_norm, k_norm=a.k_norm)
+
+
+@register
+class SmolLM3Adapter(LlamaAdapter):
+    """SmolLM3: LLaMA's layout; a layer whose config.no_rope_layers entry is 0 (every fourth, by default) uses no
+    positions at all (NoPE): its queries and keys are not rotated (self_attn.use_rope); sliding windows on the layers
+    config.layer_types calls sliding, when config.use_sliding_window."""
+
+    architectures = ("smollm3",)
+
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        variations = super().variations(part, site, rec, q, k)
+        return variations if site.attention.use_rope else replace(variations, rotary=None)
 
 
 @register

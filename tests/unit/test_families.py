@@ -91,6 +91,9 @@ FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
                                                     **TOKENS)),
     "qwen2": ("Qwen2", lambda: tf.Qwen2Config(vocab_size=V, num_key_value_heads=2, **SMALL, **TOKENS)),
     "qwen3": ("Qwen3", lambda: tf.Qwen3Config(vocab_size=V, num_key_value_heads=2, head_dim=8, **SMALL, **TOKENS)),
+    "smollm3": ("SmolLM3", lambda: tf.SmolLM3Config(  # layer 1 a NoPE layer (no rotation), layer 0 a sliding window
+        vocab_size=V, num_key_value_heads=2, no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS)),
     "gemma": ("Gemma", lambda: tf.GemmaConfig(vocab_size=V, num_key_value_heads=1, head_dim=8, **SMALL, **TOKENS)),
     "gemma2": ("Gemma2", lambda: tf.Gemma2Config(
         vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4, attn_logit_softcapping=2.0,
@@ -621,6 +624,8 @@ NEGATIVE = {
                     {"rope_order": lambda self, site: list(range(site.attention.qk_rope_head_dim))}),
     "deepseek_v2": ("DeepSeek-V2's interleaved rotary pairs read as rotate-half pairs",
                     {"rope_order": lambda self, site: list(range(site.attention.qk_rope_head_dim))}),
+    "smollm3": ("SmolLM3's NoPE layer given rotary positions",
+                {"variations": lambda self, *a: ADAPTERS["llama"].variations(self, *a)}),
     "albert": ("ALBERT always reading the first call", {"site": lambda self, part, layer: replace(
         ADAPTERS["albert"].site(self, part, layer), call=0)}),
 }
