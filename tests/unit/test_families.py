@@ -94,6 +94,9 @@ FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
     "smollm3": ("SmolLM3", lambda: tf.SmolLM3Config(  # layer 1 a NoPE layer (no rotation), layer 0 a sliding window
         vocab_size=V, num_key_value_heads=2, no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=4,
         layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS)),
+    "olmo2": ("OLMo 2", lambda: tf.Olmo2Config(vocab_size=V, num_key_value_heads=2, **SMALL, **TOKENS)),
+    "olmo3": ("OLMo 3", lambda: tf.Olmo3Config(vocab_size=V, num_key_value_heads=2, sliding_window=4,
+                                             layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS)),
     "gemma": ("Gemma", lambda: tf.GemmaConfig(vocab_size=V, num_key_value_heads=1, head_dim=8, **SMALL, **TOKENS)),
     "gemma2": ("Gemma2", lambda: tf.Gemma2Config(
         vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4, attn_logit_softcapping=2.0,
@@ -601,6 +604,11 @@ def test_mla_has_no_head_weights_and_says_why(models, name):
 # ------------------------------------------------------------------------------ negative controls
 
 
+def rms_per_head(x: torch.Tensor) -> torch.Tensor:
+    """An RMS norm over each head's own dims (..., H, T, d): not OLMo 2's, which normalises all heads at once."""
+    return x * (x.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt()
+
+
 def wrong(name: str, **overrides) -> Callable:
     """The family's adapter with one method replaced by a wrong one."""
     return type(f"Wrong{name}", (ADAPTERS[name],), overrides)
@@ -626,6 +634,8 @@ NEGATIVE = {
                     {"rope_order": lambda self, site: list(range(site.attention.qk_rope_head_dim))}),
     "smollm3": ("SmolLM3's NoPE layer given rotary positions",
                 {"variations": lambda self, *a: ADAPTERS["llama"].variations(self, *a)}),
+    "olmo2": ("OLMo 2's q/k norms taken per head instead of across all heads", {"variations": lambda self, *a: replace(
+        ADAPTERS["olmo2"].variations(self, *a), q_norm=rms_per_head, k_norm=rms_per_head)}),
     "albert": ("ALBERT always reading the first call", {"site": lambda self, part, layer: replace(
         ADAPTERS["albert"].site(self, part, layer), call=0)}),
 }
