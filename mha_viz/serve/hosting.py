@@ -180,8 +180,8 @@ LIGHT_NEW_TOKENS = 8  # a generation of at most this many tokens (of a text up t
 
 def heavy_request(state: ViewState) -> bool:
     """Whether a whole page is heavy work: a text past LIGHT_CHARS (the cross-attention context, and the texts the
-    shown view or section reads, Part.texts: a comparison's second sentence), whose passes and figures are all large. Such pages are drawn one at a time
-    (mha_viz/ui/fair.py), so that light pages stay quick beside them. Other pages take the turn only for the part
+    shown view or section reads, Part.texts: a comparison's second sentence), whose passes and figures are all large.
+    Such pages are drawn one at a time (mha_viz/ui/fair.py), so that light pages stay quick beside them. Other pages take the turn only for the part
     that is heavy, and only when it has to be computed: a training run, a generation of more than LIGHT_NEW_TOKENS,
     knockout and patching passes through a model, a model's detectors (not a view of a model or trace already
     cached: Circuits, Patching's small prompts or Generate's few tokens on a cached model stay light)."""

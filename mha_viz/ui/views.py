@@ -308,7 +308,6 @@ def _long_view(reload: Callable[[], LongTrace], name: str) -> None:
                            key="compare", format_func=_head_format, placeholder=f"Heads 0–{min(H, ZOOM_HEADS) - 1}")
     q0 = b.slider("Zoom: first query", 0, top_q, key="zoom", disabled=top_q == 0)
     k0 = c.slider("Zoom: first key", 0, top_k, key="zoom_k", disabled=top_k == 0)
-    rows, keys = zoom_window(trace, q0, k0)
     st.caption(f"Zoom: queries {rows.start}–{rows.stop - 1} × keys {keys.start}–{keys.stop - 1}, one token pair a "
                "cell; the exact softmax weights (each row normalised over all keys, so a row here sums to at most 1).")
     heads = chosen or list(range(min(H, ZOOM_HEADS)))
