@@ -26,8 +26,8 @@ def head_divergence(weights: np.ndarray) -> np.ndarray:
     """[H, H]: D[a, b] = mean over queries of JSD(weights[a, i], weights[b, i]); symmetric, zero diagonal."""
     w = np.asarray(weights, dtype=np.float64)  # (H, T, S)
     if (w < 0).any():
-        raise ValueError("these weights are signed (differential attention: one map minus another), and the "
-                         "Jensen-Shannon divergence compares distributions")
+        raise ValueError("these weights are signed (a differential head's one map minus another, or a linear or "
+                         "state-space layer's mixing matrix), and the Jensen-Shannon divergence compares distributions")
     D = np.stack([js_divergence(w[a][None], w).mean(-1) for a in range(len(w))])  # (H, H)
     D = (D + D.T) / 2
     np.fill_diagonal(D, 0.0)

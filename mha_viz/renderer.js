@@ -207,12 +207,14 @@ export function render({ model, el: root }) {
 
   let focusAfterPaint = null; // the button the keyboard moved to, focused again once the view is repainted
 
-  function buttons(label, count, active, name, onClick) {
+  function buttons(label, count, active, name, onClick, marks = null) {
+    // marks: a short word after each number (a hybrid model's layer kinds: "lin", "ssm", "attn"), or null
     const group = el("span", { role: "group", "aria-label": label, class: `mv-${name}s` });
     group.appendChild(el("span", { class: "mv-muted" }, label));
     for (let i = 0; i < count; i++) {
+      const text = marks ? `${i} ${marks[i]}` : String(i);
       const b = el("button", { type: "button", "aria-pressed": String(i === active), "data-index": i,
-        title: `Show ${label.toLowerCase()} ${i}`, tabindex: i === active ? 0 : -1 }, String(i)); // one tab stop: arrows step
+        title: `Show ${label.toLowerCase()} ${text}`, tabindex: i === active ? 0 : -1 }, text); // one tab stop: arrows step
       b.addEventListener("click", () => onClick(i));
       b.addEventListener("keydown", (e) => { // the arrows step from the pressed button, as a slider would
         const to = e.key === "ArrowRight" ? i + 1 : e.key === "ArrowLeft" ? i - 1 : null;
@@ -422,7 +424,8 @@ export function render({ model, el: root }) {
       }
       bar.appendChild(views);
     }
-    if (view !== "overview" && layers > 1) bar.appendChild(buttons("Layer", layers, layer, "layer", (i) => pick({ layer: i })));
+    if (view !== "overview" && layers > 1) bar.appendChild(buttons("Layer", layers, layer, "layer", (i) => pick({ layer: i }),
+      d.meta.layer_marks || null));
     tipBox.hidden = true;
     // "buttons": the layer control alone (a host whose view is drawn elsewhere, without the weights)
     const drawn = view === "buttons" ? [] : [view === "lines" ? lines_view(layer, head)

@@ -52,6 +52,9 @@ class Source(Protocol):
     def num_layers(self) -> int: ...
 
     @property
+    def layer_kinds(self) -> tuple[str, ...]: ...  # what mixes the tokens in each layer (mha_viz.mixers.KINDS)
+
+    @property
     def causal_lm(self) -> bool: ...
 
     @property
@@ -158,6 +161,7 @@ class ConfigurableSource:
     long_tokens: int = MAX_LONG_TOKENS  # the longest input long_trace() reads (mha and gqa only)
     variant: LayerVariant | None = None  # an attention variant (mha_viz.variants); None: cfg as it is (mha or gqa)
     num_layers: int = field(default=1, init=False)
+    layer_kinds: ClassVar[tuple[str, ...]] = ("softmax",)
     model: None = field(default=None, init=False)
     causal_lm: ClassVar[bool] = False
     trainable: ClassVar[bool] = True
@@ -216,6 +220,7 @@ class TrainedSource:
     layer: TrainedLayer
     sequence: str  # task tokens separated by spaces; "" is the task's probe sequence
     num_layers: int = field(default=1, init=False)
+    layer_kinds: ClassVar[tuple[str, ...]] = ("softmax",)
     model: None = field(default=None, init=False)
     causal_lm: ClassVar[bool] = False  # causal attention over task tokens, but no language model head
     trainable: ClassVar[bool] = True
@@ -262,6 +267,12 @@ class ModelSource:
     @property
     def num_layers(self) -> int:
         return self.model.num_layers[self.part]
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """What mixes the tokens in each layer (mha_viz.mixers.KINDS): softmax attention, or a hybrid model's
+        linear-attention and state-space layers."""
+        return self.model.layer_kinds(self.part)
 
     @property
     def causal_lm(self) -> bool:

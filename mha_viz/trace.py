@@ -24,6 +24,12 @@ Layout: attention is [head, query, key]; per-head tensors are [head, position, d
     gates        [H, T] or None: mixture-of-heads (MoH) head gates, head h's output at query t scaled by
                  gates[h, t] before the concat (0: the token does not use the head); head_outputs are the
                  gated ones, so concat @ W_O^T + b_O is still the output
+    kind         what mixes the tokens (mha_viz.mixers.KINDS): "softmax" (attention), or a hybrid model's
+                 "linear" (gated delta rule) or "ssm" (Mamba-2): then weights [H, T, T] is the layer's exact mixing
+                 matrix (signed, rows not normalised), head_outputs the values it mixes after the layer's gated
+                 norm, and queries, keys and scores are None (meta["unavailable"] says why)
+    head_arrays  {name: [H, T]}: the per-head quantities a mixing matrix is made of (a decay, a step size, a write
+                 strength); empty for softmax attention
 T counts query tokens, S key tokens (S = T for self-attention). Heads are numbered from 0.
 """
 
@@ -70,6 +76,8 @@ class AttentionTrace:
     maps: np.ndarray | None = None
     map_scores: np.ndarray | None = None
     gates: np.ndarray | None = None
+    kind: str = "softmax"
+    head_arrays: dict[str, np.ndarray] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -105,6 +113,9 @@ class AttentionTrace:
         for name, array in self.score_bias.items():
             if array.shape != (H, T, S):
                 raise ValueError(f"score_bias[{name!r}] has shape {array.shape}, expected {(H, T, S)}")
+        for name, array in self.head_arrays.items():
+            if array.shape != (H, T):
+                raise ValueError(f"head_arrays[{name!r}] has shape {array.shape}, expected {(H, T)}")
         if len(self.query_tokens) != T or len(self.key_tokens) != S:
             raise ValueError(
                 f"{len(self.query_tokens)} query / {len(self.key_tokens)} key tokens "
@@ -149,9 +160,15 @@ class AttentionTrace:
         """The factor on Q K^T in the scores: trace.scale, or 1/sqrt(d_k) when the trace does not say."""
         return float(self.scale) if self.scale is not None else self.d_k**-0.5
 
+    @property
+    def signed(self) -> bool:
+        """weights can be negative (a mixing matrix, a differential head): drawn on a diverging scale."""
+        return self.kind != "softmax" or self.lambdas is not None
+
     def read_only(self) -> AttentionTrace:
         """This trace with every array made read-only (safe to share between threads and sessions)."""
-        for value in [getattr(self, f.name) for f in fields(self)] + list(self.score_bias.values()):
+        for value in ([getattr(self, f.name) for f in fields(self)] + list(self.score_bias.values())
+                      + list(self.head_arrays.values())):
             if isinstance(value, np.ndarray):
                 value.flags.writeable = False
         return self

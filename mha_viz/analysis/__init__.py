@@ -30,6 +30,7 @@ from .knockout import (
     next_token_knockout,
     relative_change,
 )
+from .mixer_stats import MixerStats, mixer_stats
 from .patching import (
     PAIRS,
     PatchingPair,
@@ -60,6 +61,7 @@ __all__ = [
     "DirectLogits",
     "HeadSingularValues",
     "HeadStats",
+    "MixerStats",
     "ModelKnockout",
     "PatchingPair",
     "PatchingResult",
@@ -90,6 +92,7 @@ __all__ = [
     "knocked_output",
     "knockout_effect",
     "knockout_ranking",
+    "mixer_stats",
     "model_knockout",
     "model_knockout_ranking",
     "model_readout",

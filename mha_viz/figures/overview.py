@@ -24,18 +24,23 @@ def overview_figure(
     selected: tuple[int, int] | None = None,
     kv_heads: Sequence[int] | None = None,
     windows: Sequence[int | None] | None = None,
+    marks: Sequence[str] | None = None,
 ) -> go.Figure:
     """attentions [L, H, T, S] as an L x H grid of thumbnails on one colour scale.
 
     kv_heads[h]: the key/value head query head h reads (grouped-query attention): each column is labelled with it and
-    a line separates the groups. windows[layer]: that layer's sliding window (None: full attention), in its row label.
+    a line separates the groups. windows[layer]: that layer's sliding window (None: full attention), in its row label;
+    marks[layer]: its kind in a hybrid model (mha_viz.mixers.layer_marks: "lin", "ssm", "attn"), likewise.
     """
     L, H = attentions.shape[:2]
     if kv_heads is not None and len(kv_heads) != H:
         raise ValueError(f"{len(kv_heads)} K/V head numbers for {H} query heads")
     if windows is not None and len(windows) != L:
         raise ValueError(f"{len(windows)} windows for {L} layers")
-    row_labels = [f"L{layer}" + (f" (window {windows[layer]})" if windows and windows[layer] else "") for layer in range(L)]
+    if marks is not None and len(marks) != L:
+        raise ValueError(f"{len(marks)} marks for {L} layers")
+    row_labels = [f"L{layer}" + (f" {marks[layer]}" if marks else "")
+                  + (f" (window {windows[layer]})" if windows and windows[layer] else "") for layer in range(L)]
     small, _, _ = max_pool(f32(attentions), MAX_CELLS_PER_SIDE)  # (L, H, t, s)
     layout, refs = subplot_grid(L, H, h_gap=0.004, v_gap=0.01)
     bare = {"showticklabels": False, "showgrid": False, "zeroline": False, "ticks": "", "fixedrange": True}

@@ -48,6 +48,7 @@ class Site:
     num_kv_heads: int  # KV key/value heads; KV < H is grouped-query attention
     head_dim: int
     call: int = 0  # which call of `attention` in one forward pass is this layer (ALBERT runs one layer L times)
+    core: nn.Module | None = None  # a mixer's gated norm: its first input is the kernel's output (mha_viz.pretrained.mixing)
 
     @property
     def fused(self) -> bool:
@@ -94,6 +95,7 @@ class Recorder:
         self.projected: dict[nn.Module, list[Tensor]] = {}  # projection module -> its outputs in the call, batch dropped
         self.concat: Tensor | None = None  # (T, H*d_v), after head_mask: what W_O really received
         self.output: Tensor | None = None  # (T, d_out)
+        self.core: Tensor | None = None  # what site.core received first in the call: a mixer's kernel output
         self._calls = 0
         self._active = False  # from the recorded call's start to the end of the output projection after it
         self._in_call = False  # from the recorded call's start to its return
@@ -107,6 +109,7 @@ class Recorder:
             s.attention.register_forward_hook(self._on_result),
             *(m.register_forward_hook(self._on_projection) for m in projections),
             s.out.register_forward_pre_hook(self._on_concat),
+            *([s.core.register_forward_pre_hook(self._on_core)] if s.core is not None else []),
             s.out.register_forward_hook(self._on_output),
         ]
         return self
@@ -146,6 +149,10 @@ class Recorder:
     def _on_projection(self, module: nn.Module, args: tuple, output: Tensor) -> None:
         if self._active:
             self.projected.setdefault(module, []).append(output.detach()[0])
+
+    def _on_core(self, module: nn.Module, args: tuple) -> None:
+        if self._active and self.core is None:
+            self.core = args[0].detach()
 
     def _on_concat(self, module: nn.Module, args: tuple) -> tuple | None:
         if not self._active:
@@ -291,6 +298,7 @@ class Adapter:
     mask_argument = "attention_mask"  # name of the attention module's mask parameter
     attribution_unavailable: str | None = None  # why direct logit attribution cannot split this model's logits
     norm_weight_offset = 0.0  # the RMSNorms multiply by (offset + weight): 1 for Gemma and Gemma2
+    steps_from_cache = True  # generation feeds one token a step with the KV cache (False: the whole sequence again)
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -332,6 +340,11 @@ class Adapter:
         )
 
     weights_unavailable: str | None = None  # why there is no W_Q, W_K, W_V per head (HeadWeights refuses), else None
+
+    def layer_kind(self, part: str, layer: int) -> str:
+        """What mixes tokens in this layer (a key of mha_viz.mixers.KINDS): softmax attention, unless a hybrid
+        model's adapter (mha_viz.pretrained.mixing) says otherwise."""
+        return "softmax"
 
     def head_attentions(self, attentions: Sequence[Tensor], part: str) -> tuple[Tensor, ...]:
         """The weights of each trace head from the model's own output_attentions (one (B, maps, T, S) per layer of

@@ -9,7 +9,22 @@ from __future__ import annotations
 from torch import nn
 
 # Importing a module registers its adapters (@register): a new architecture's module is one more name here.
-from . import bart, bert, bloom, deberta, deepseek, gpt2, gpt_bigcode, llama, modernbert, neox, olmo, t5  # noqa: F401
+from . import (  # noqa: F401
+    bart,
+    bert,
+    bloom,
+    deberta,
+    deepseek,
+    gpt2,
+    gpt_bigcode,
+    llama,
+    mamba2,
+    modernbert,
+    neox,
+    olmo,
+    qwen3_next,
+    t5,
+)
 from .adapter import ADAPTERS, Adapter
 from .fallback import FallbackAdapter
 from .generic import GenericAdapter

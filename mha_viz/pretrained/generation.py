@@ -218,13 +218,14 @@ def generate(
         if stop_asked(should_stop, t):
             stop_reason = "stopped"
             break
+        cached = model.adapter.steps_from_cache  # else (mixer layers) the whole sequence again, no cache
         outputs = lm(
             input_ids=torch.tensor([feed], device=device),  # the cache holds the rest
-            **{cache_argument: cache},
-            use_cache=True,
+            **({cache_argument: cache} if cached else {}),
+            use_cache=cached,
             output_attentions=True,
         )
-        cache = outputs[cache_argument]
+        cache = outputs[cache_argument] if cached else None
         logits = outputs.logits[0, -1].float()  # (V,)
         probs = sampling_distribution(logits, sampling)  # (V,)
         if sampling.greedy:
@@ -238,7 +239,7 @@ def generate(
         if token_id in eos:
             stop_reason = "eos"
             break
-        feed = [token_id]
+        feed = [token_id] if cached else [*feed, token_id]
     generated = [s.token_id for s in steps]
     return Generation(
         prompt_ids=prompt_ids,

@@ -139,6 +139,10 @@ class HookedModel:
 
     # Tokens
 
+    def layer_kinds(self, part: str | None = None) -> tuple[str, ...]:
+        """Every layer of a HookedTransformer is softmax attention (PretrainedModel.layer_kinds)."""
+        return ("softmax",) * self.num_layers[self.kind]
+
     def encode(self, text: str, *, decoder: bool = False) -> Encoded:
         """text as the model reads it: [BOS] (with prepend_bos) + the tokenizer's tokens (no other special tokens),
         cut to max_tokens; the ids of model.to_tokens(text) when prepend_bos is cfg.default_prepend_bos."""

@@ -37,6 +37,11 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
                          "(an encoder or a decoder-only model)")
     if model.unavailable is not None:
         raise ValueError(f"{model.name} cannot be traced layer by layer: {model.unavailable}")
+    mixers = [i for i, kind in enumerate(model.layer_kinds(part)) if kind != "softmax"]
+    if mixers:
+        raise ValueError(f"{model.name} has layers that are not softmax attention ({', '.join(map(str, mixers))}: "
+                         "linear attention or a state space), and long traces of those are not built yet; "
+                         f"trace(text, layer) gives their exact mixing matrices up to {model.max_tokens} tokens")
     ids = _long_ids(model, text, ids)
     n_layers = model.num_layers[part]
     chosen = tuple(range(n_layers)) if layers is None else tuple(sorted({model._layer(part, i) for i in layers}))

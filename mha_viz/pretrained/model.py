@@ -80,6 +80,12 @@ class PretrainedModel:
     def __repr__(self) -> str:
         return f"PretrainedModel({self.name!r}, {self.architecture}, {self.kind}, layers={self.num_layers})"
 
+    def layer_kinds(self, part: str | None = None) -> tuple[str, ...]:
+        """What mixes the tokens in each layer of part (mha_viz.mixers.KINDS): "softmax" everywhere but in hybrid
+        models, whose linear-attention and state-space layers are traced as mixing matrices."""
+        part = self._part(part)
+        return tuple(self.adapter.layer_kind(part, layer) for layer in range(self.num_layers[part]))
+
     @property
     def vocab_size(self) -> int:
         """How many token ids the input embeddings have."""

@@ -93,8 +93,10 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
     if model.next_token_unavailable is not None:
         st.info(f"Generation needs a causal language model: {model.next_token_unavailable}.")
         return
+    hybrid = any(kind != "softmax" for kind in source.layer_kinds)
     st.caption("The model writes after your sentence one token at a time, reading its own output through the "
-               "key/value cache. Each step shows the distribution the token was drawn from, which heads wrote "
+               + ("whole sequence again at every step (a linear or state-space layer's mixing matrix needs it)"
+                  if hybrid else "key/value cache") + ". Each step shows the distribution the token was drawn from, which heads wrote "
                "that token's logit, and where the query that predicted it looked in every layer and head.")
     sampling = generate_controls(MAX_NEW_TOKENS if limits is None else limits.max_new_tokens)
     try:
@@ -161,7 +163,11 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
                                 title=f"Where the query that wrote {chosen.token!r} looked: {len(keys)} keys, one more "
                                 "each step (the KV cache)", width=page_width()),
           "gen_attention", f"{name}-step{step}-attention")
-    if (chosen.attentions < 0).any():
+    if any(kind != "softmax" for kind in source.layer_kinds):
+        st.caption("The rows of linear and state-space layers (lin, ssm) are the last row of each head's exact mixing "
+                   "matrix: signed (red below 0) and not a share of 1; one colour scale centred at 0, as in the Heads "
+                   "view.")
+    elif (chosen.attentions < 0).any():
         st.caption("Differential attention: each head's weight is map₁ − λ·map₂, two softmax maps subtracted, so it "
                    "can be negative (red); one colour scale centred at 0, as in the Heads view.")
     outside = _outside_window(gen, step)

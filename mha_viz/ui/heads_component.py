@@ -41,11 +41,13 @@ def heads_component(payload: tuple[bytes, list[str], list[str]], *, view: str, k
                     subtitle: tuple[str, str] | None = None, failed: dict[str, str] | None = None,
                     on_layer: Callable[[int], None] | None = None,
                     mark: tuple[float, float, float, float] | None = None,
-                    on_zoom: Callable[[int, int], None] | None = None) -> None:
+                    on_zoom: Callable[[int, int], None] | None = None,
+                    marks: list[str] | None = None) -> None:
     """Draw the renderer's view of the payload (layer_payload.payload_of; no_weights for "buttons") at this layer
     under its layer buttons (more than one layer) and subtitle (before + layer + after; None: no title); on_layer(layer)
     runs on the server when the browser picks one. mark: (row0, col0, row1, col1) in cells, outlined on every head;
-    on_zoom: the grid is zoomable, on_zoom(row, col) runs when a cell is clicked."""
+    on_zoom: the grid is zoomable, on_zoom(row, col) runs when a cell is clicked. marks: a word after each layer
+    button's number (a hybrid model's layer kinds, mha_viz.mixers.layer_marks)."""
     data, queries, keys = payload
 
     def changed() -> None:
@@ -60,5 +62,5 @@ def heads_component(payload: tuple[bytes, list[str], list[str]], *, view: str, k
 
     _component(data=with_header(data, view=view, active=layer, queries=queries, keys=keys,
                                 subtitle=None if subtitle is None else list(subtitle), failed=failed or {},
-                                mark=None if mark is None else list(mark), zoomable=on_zoom is not None),
+                                mark=None if mark is None else list(mark), zoomable=on_zoom is not None, layer_marks=marks),
                key=key, on_layer_change=changed, on_zoom_change=zoomed)

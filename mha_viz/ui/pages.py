@@ -17,6 +17,7 @@ from ..figures.common import plural
 from ..layer_payload import no_weights
 from ..limits import MAX_LONG_TOKENS, MAX_MODEL_LONG_TOKENS, MAX_TOKENS
 from ..long import LongTrace
+from ..mixers import layer_marks
 from ..params import ViewState
 from ..parts import VIEWS, capable
 from ..pretrained import PretrainedModel, bundled_model_installed
@@ -260,7 +261,8 @@ def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], vi
     failed = {} if payload is None else {  # said above a layer's heads in the browser, as st.error says it here
         str(i): message for i in range(source.num_layers) if (message := failure_message(source.trace(i)))}
     heads_component(payload or no_weights(source.num_layers), view="heads" if payload else "buttons", layer=s.layer,
-                    subtitle=subtitle, failed=failed, key="layer_switch", on_layer=_set_layer)
+                    subtitle=subtitle, failed=failed, key="layer_switch", on_layer=_set_layer,
+                    marks=layer_marks(source.layer_kinds))
     if switches and payload is None:
         st.caption("Every layer of this model at once is more than this page should hold: a layer button asks the "
                    "server for that layer.")
@@ -294,7 +296,11 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     if failed:  # the rebuilt numbers are not the model's own: said before any of them is shown
         st.error(plain(failed), icon=":material/error:")
     _coverage_warning(model, s.text)
-    if trace.missing:
+    if trace.kind != "softmax":
+        st.info(f"Layer {s.layer} is a {trace.meta['mixer']} layer, not softmax attention. Its weights are the exact "
+                f"mixing matrix of each head: {trace.meta['matrix']}. Views that need queries, keys or scores say so: "
+                f"{trace.meta['unavailable']}.")
+    elif trace.missing:
         held = "only the attention weights" if trace.concat is None else "the attention weights, head outputs, concat, W_O and output"
         st.info(f"For this model mha-viz holds {held}: {trace.meta.get('unavailable')}")
     shown = hide(trace, hidden)

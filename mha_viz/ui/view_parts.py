@@ -14,6 +14,7 @@ from ..analysis import without_tokens
 from ..config import MHAConfig
 from ..layer_payload import fitting_payload
 from ..long import LongTrace
+from ..mixers import layer_marks
 from ..params import ViewState
 from ..parts import VIEWS, shown
 from ..serve.hosting import Budget
@@ -124,6 +125,11 @@ def heads(c: ViewContext) -> None:
 
 
 def lines(c: ViewContext) -> None:
+    if c.trace.kind != "softmax":
+        st.info(f"Lines draw softmax weights as opacities, each a share of its row. A {c.trace.meta['mixer']} layer's "
+                "mixing matrix is signed and its rows do not sum to 1, so it has no lines here: Heads and Overview "
+                "draw it on a scale centred at 0.")
+        return
     views.lines_view(c.drawn, c.name)
 
 
@@ -142,7 +148,7 @@ def overview_attentions(source: ModelSource, trace: AttentionTrace) -> np.ndarra
 
 def overview(c: ViewContext) -> None:
     views.overview_view(overview_attentions(c.source, c.trace), c.drawn, c.layer, c.name,
-                        windows=layer_windows(c.source))
+                        windows=layer_windows(c.source), marks=layer_marks(c.source.layer_kinds))
 
 
 def shapes(c: ViewContext) -> None:

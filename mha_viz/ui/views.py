@@ -201,6 +201,13 @@ def signed_weights_caption(trace: AttentionTrace) -> str:
             "weight can be negative (red) and each row sums to 1 − λ. One colour scale for all heads, centred at 0.")
 
 
+def mixing_caption(trace: AttentionTrace) -> str:
+    """What a mixer layer's colours mean (a linear-attention or state-space layer, mha_viz.mixers)."""
+    return (f"colour = the {trace.meta.get('mixer', trace.kind)} layer's exact mixing matrix, not a softmax: each "
+            "head's output is this matrix times its values, so an entry can be negative (red) and a row does not sum "
+            "to 1. One colour scale for all heads, centred at 0.")
+
+
 def heads_view(trace: AttentionTrace, name: str, width: int | None = None, grid_drawn: bool = False) -> None:
     """Every head of the trace, painted by the one renderer (mha_viz/renderer.js; a Plotly chart when the weights are
     more than layer_payload.MAX_BYTES), then the heads picked to compare, larger. width: the px of the column it is
@@ -208,9 +215,10 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None, grid_
     H, T, S = trace.weights.shape
     width = width or page_width()
     st.caption(
-        f"{plural(H, 'head')} (numbered from 0), each a {T}×{S} attention matrix: row = query token, column = key token, "
-        + (signed_weights_caption(trace) if trace.lambdas is not None else
-           "colour = softmax weight (each row sums to 1). One colour scale for all heads.")
+        f"{plural(H, 'head')} (numbered from 0), each a {T}×{S} {'attention' if trace.kind == 'softmax' else 'mixing'} "
+        "matrix: row = query token, column = key token, "
+        + (signed_weights_caption(trace) if trace.lambdas is not None else mixing_caption(trace)
+           if trace.kind != "softmax" else "colour = softmax weight (each row sums to 1). One colour scale for all heads.")
         + " Hover a cell for its tokens and weight."
         + (f" Grouped-query attention: {H} query heads read {len(set(trace.kv_heads))} key/value heads; each title "
            "names the K/V head a head reads, and heads that share one have the same frame (colour and dash)."
@@ -547,9 +555,9 @@ def _on_thumbnail_click() -> None:
 
 
 def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, name: str,
-                  windows: Sequence[int | None] | None = None) -> None:
+                  windows: Sequence[int | None] | None = None, marks: Sequence[str] | None = None) -> None:
     """Layers x heads thumbnails; clicking one (or picking heads) opens it below, at full size. windows: each layer's
-    sliding window (None: full attention)."""
+    sliding window (None: full attention); marks: each layer's kind in a hybrid model (mixers.layer_marks)."""
     L, H = attentions.shape[:2]
     kv = trace.kv_heads
     st.caption(
@@ -560,13 +568,16 @@ def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, nam
         + (" A row labelled (window w) is a sliding-window layer: each token sees only the last w tokens."
            if windows and any(windows) else "")
         + (" " + signed_weights_caption(trace) if trace.lambdas is not None else "")
+        + (" Rows marked lin (linear attention) or ssm (a state space) show each head's exact mixing matrix, which "
+           "can be negative (red) and whose rows do not sum to 1; attn rows are softmax attention." if marks else "")
     )
     _clamp_head_selection(H)
     chosen = st.multiselect(
         "Open heads of the current layer", list(range(H)), key="compare", format_func=_head_format,
         placeholder="Pick heads to open…",
     )
-    chart(overview_figure(attentions, selected=(layer, chosen[0]) if chosen else None, kv_heads=kv, windows=windows),
+    chart(overview_figure(attentions, selected=(layer, chosen[0]) if chosen else None, kv_heads=kv, windows=windows,
+                          marks=marks),
           "overview",
           f"{name}-overview", on_select=_on_thumbnail_click)
     if chosen:

@@ -69,7 +69,7 @@ def offending(path: Path, forbidden: tuple[str, ...]) -> list[str]:
 
 
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (  # bottom first; a name covers its submodules
-    ("math", ("mha_viz.names", "mha_viz.limits", "mha_viz.config", "mha_viz.trace", "mha_viz.checks",
+    ("math", ("mha_viz.names", "mha_viz.limits", "mha_viz.config", "mha_viz.trace", "mha_viz.checks", "mha_viz.mixers",
               "mha_viz.attention", "mha_viz.long", "mha_viz.weights", "mha_viz.variants", "mha_viz.variants_cost",
               "mha_viz.cost", "mha_viz.formulas", "mha_viz.divergence", "mha_viz.text", "mha_viz.token_labels",
               "mha_viz.sampling", "mha_viz.export", "mha_viz.cache", "mha_viz.parts", "mha_viz.fields")),

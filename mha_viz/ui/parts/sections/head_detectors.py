@@ -49,7 +49,9 @@ def render(c: SectionContext) -> None:
     st.caption(f"Each score is the mean attention a head puts where that kind of head looks, on {scores.sequences} "
                "sequences [BOS] + A + A (A: 32 distinct random tokens of the model's vocabulary, seed 0): previous = "
                "on the token just before; duplicate = on the earlier copy of the same token; induction = on the token "
-               "after that earlier copy (Olsson et al. 2022). 1 = always exactly there.")
+               "after that earlier copy (Olsson et al. 2022). 1 = always exactly there."
+               + (" On a linear or state-space layer (lin, ssm) a score is the mean entry of its mixing matrix there: "
+                  "signed, and not a share of 1." if any(k != "softmax" for k in c.source.layer_kinds) else ""))
     kind = st.radio("Kind of head", DETECTOR_KINDS, key="detector", horizontal=True)
     left, right = st.columns([3, 2])
     with left:

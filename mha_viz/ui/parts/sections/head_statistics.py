@@ -28,6 +28,14 @@ STAT_HELP = {
     "(gpt-oss), which joins the softmax and is then dropped, so the head can attend to nothing instead of the "
     "first token.",
 }
+MIXER_HELP = {
+    "reach": "How far back the head reads, in tokens: Σ_s |M_ts| (t − s) / Σ_s |M_ts|, averaged over the rows.",
+    "half_life": "Tokens until the head's state has halved: ln(1/2) / mean ln(decay).",
+    "decay": "Mean per-token factor on the head's state (1 = it never forgets).",
+    "diagonal": "Share of the matrix's size |M| on the token itself.",
+    "negative": "Share of the matrix's size that is negative: what the head subtracts (softmax: 0).",
+    "row_sum": "Mean row sum Σ_s M_ts: what a constant value comes out as (softmax: 1).",
+}
 
 
 def render(c: SectionContext) -> None:
@@ -44,8 +52,11 @@ def render(c: SectionContext) -> None:
     from ...views import chart
 
     trace = c.trace
-    stats = trace_head_stats(trace, c.special)
     clamp_heads(trace.num_heads)
+    if trace.kind != "softmax":
+        _mixer_table(c)
+        return
+    stats = trace_head_stats(trace, c.special)
     st.caption(
         "One row per head; click a column header to sort, a row to open that head. Shares are mean weights "
         "over the query rows." + (" This model learns a sink logit per head: the sink column is the share of "
@@ -73,3 +84,27 @@ def render(c: SectionContext) -> None:
     with right:
         chart(head_stats_figure(stats, width=page_width() if narrow else column_width(0.6)), "analysis_stats_chart",
               f"{c.name}-head-stats")
+
+
+def _mixer_table(c: SectionContext) -> None:
+    """A mixer layer's statistics (mha_viz.analysis.mixer_stats), one row a head, and the picked head's matrix."""
+    import streamlit as st
+
+    from ....analysis import mixer_stats
+    from ....figures import heads_figure
+    from ...state import value as field_value
+    from ...style import page_width
+    from ...views import chart
+
+    trace = c.trace
+    st.caption(f"A {trace.meta.get('mixer', trace.kind)} layer: each head's matrix is signed and its rows are not "
+               "distributions, so entropy and shares of attention do not apply. One row per head: how far back it "
+               "reads, how fast it forgets, and how much of its matrix subtracts.")
+    config = {column: st.column_config.NumberColumn(column, help=text, format="%.3f")
+              for column, text in MIXER_HELP.items()}
+    config["head"] = st.column_config.NumberColumn("head", width=48)
+    st.dataframe(mixer_stats(trace).columns(), key="analysis_mixer_stats", hide_index=True, column_config=config,
+                 width="stretch")
+    head = field_value("head")
+    chart(heads_figure(trace, [head], cols=1, cell_px=22, title=f"head {head}", width=page_width()),
+          "analysis_stats_head", f"{c.name}-head{head}")

@@ -31,6 +31,12 @@ def render(c: SectionContext) -> None:
         st.info("Rollout chains self-attention maps layer after layer; cross-attention maps (decoder tokens × "
                 "encoder tokens) do not chain. Pick the encoder or decoder self-attention.")
         return
+    if any(kind != "softmax" for kind in c.source.layer_kinds):
+        st.info("Rollout multiplies the layers' attention maps as shares of the input. This model's linear or "
+                "state-space layers mix tokens with signed matrices whose rows do not sum to 1, so their product is "
+                "not a share of anything: rollout is left out here. Knockout and Patching measure what a token or "
+                "head changes in the model itself.")
+        return
     attentions = c.source.attentions()  # (L, H, T, T) or None
     if attentions is None:
         st.info("Rollout chains the attention of several layers; this model has a single attention layer, "

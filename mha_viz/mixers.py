@@ -1,0 +1,74 @@
+"""Token mixers that are not softmax attention, written as exact mixing matrices.
+
+For one fixed input every such layer is linear in its values: head h's output before its gate and norm is
+
+    mixed_h = M_h @ values_h        M_h [T, T] causal (M_h[t, s] = 0 for s > t), signed, rows not normalised
+
+so a linear-attention or state-space head can be drawn, compared and knocked out like an attention head. The
+matrices here are materialised from the quantities the layer computes (queries, keys, decays, step sizes); they equal
+the layer's own chunked or recurrent kernel up to float rounding (tests/unit/test_mixers.py checks them against
+transformers' kernels). What each kind's matrix means:
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+KINDS = {
+    "softmax": "softmax attention: each row is a probability distribution over the keys a query may see",
+    "linear": "linear attention (a gated delta rule): M[t, s] is how much value s still adds to output t after the "
+              "decays and the delta rule's corrections between s and t; signed, rows do not sum to 1",
+    "ssm": "a selective state space (Mamba-2): M[t, s] = (C_t . B_s) exp(sum of A dt from s+1 to t) dt_s, plus D on "
+           "the diagonal; signed, rows do not sum to 1",
+}
+MARKS = {"softmax": "attn", "linear": "lin", "ssm": "ssm"}  # a layer button's mark in a model with other kinds
+__doc__ += "".join(f"\n    {kind:<8} {text}" for kind, text in KINDS.items()) + "\n"
+
+
+def decay_matrix(log_decay: Tensor) -> Tensor:
+    """exp(G_t - G_s) for s <= t, else 0, with G the running sum of log_decay (..., T): the decay a state carries
+    from step s to step t, (..., T, T). Differences of running sums, so a long sequence neither overflows nor
+    underflows where the decay itself does not."""
+    G = log_decay.cumsum(-1)  # (..., T)
+    T = G.shape[-1]
+    above = torch.ones(T, T, dtype=torch.bool, device=G.device).triu(1)
+    return (G[..., :, None] - G[..., None, :]).masked_fill(above, float("-inf")).exp()  # (..., T, T)
+
+
+def gated_delta_matrix(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor) -> Tensor:
+    """The mixing matrix of a gated delta rule (Gated DeltaNet: Qwen3-Next, Qwen3.5), M (..., H, T, T).
+
+    q, k (..., H, T, d_k) as the rule reads them (Qwen3-Next: L2-normalised, q times d_k^-1/2), log_decay and beta
+    (..., H, T). The recurrence S_t = a_t S_(t-1) (I - b_t k_t k_t^T) + b_t k_t v_t^T, out_t = S_t^T q_t, unrolled
+    (Yang et al. 2024, the WY / UT form over the whole sequence as one chunk):
+        Gamma[t, s] = exp(G_t - G_s) (s <= t)                 G the running sum of log_decay
+        A = strictly_lower(diag(b) (K K^T * Gamma))           what each write already predicts of the later ones
+        M = lower(Q K^T * Gamma) (I + A)^-1 diag(b)           out = M @ V
+    """
+    gamma = decay_matrix(log_decay)  # (..., H, T, T)
+    T = q.shape[-2]
+    eye = torch.eye(T, dtype=q.dtype, device=q.device)
+    A = ((beta[..., :, None] * (k @ k.transpose(-1, -2))) * gamma).tril(-1)  # (..., H, T, T)
+    writes = torch.linalg.solve_triangular(eye + A, torch.diag_embed(beta), upper=False, unitriangular=True)
+    return ((q @ k.transpose(-1, -2)) * gamma) @ writes  # (..., H, T, T); gamma is 0 above the diagonal
+
+
+def ssd_matrix(C: Tensor, B: Tensor, dt: Tensor, A: Tensor, D: Tensor | None = None) -> Tensor:
+    """The mixing matrix of Mamba-2's state space duality (SSD) layer, M (..., H, T, T), on the head's x.
+
+    C, B (..., H, T, n) (a group's C and B repeated for its heads), dt (..., H, T) after softplus and clamping,
+    A (H,) negative, D (H,) or None:
+        M[t, s] = (C_t . B_s) exp(sum_{r = s+1..t} A dt_r) dt_s  (s <= t)   + D on the diagonal
+    """
+    M = (C @ B.transpose(-1, -2)) * decay_matrix(A[:, None] * dt) * dt[..., None, :]  # (..., H, T, T)
+    if D is not None:
+        M = M + torch.diag_embed(D[:, None].expand_as(dt))
+    return M
+
+
+def layer_marks(kinds: Sequence[str]) -> list[str] | None:
+    """Each layer's short mark (MARKS) where a model's layers are not all softmax attention, else None."""
+    return None if all(k == "softmax" for k in kinds) else [MARKS[k] for k in kinds]

@@ -1,0 +1,78 @@
+"""Mamba-2: every layer a selective state space (SSD) mixer, traced as exact mixing matrices.
+
+Per layer (layers[i].mixer), head h of H reading group h // (H / n_groups):
+    [z | xBC | dt] = x W_in,  [x_h | B | C] = SiLU(causal_conv1d(xBC))
+    dt = clamp(softplus(dt + dt_bias), time_step_limit),  A = -exp(A_log)
+    mixed_h = M_h @ x_h    M_h = mha_viz.mixers.ssd_matrix(C, B, dt, A, D)   (D x_h on the diagonal)
+    head outputs = RMSNorm_groups(mixed * SiLU(z))     one norm over each group's heads; then out_proj
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..mixers import ssd_matrix
+from .adapter import Site, per_head, register
+from .mixing import MixerAdapter, Mixing
+from .qwen3_next import causal_conv
+
+
+@register
+class Mamba2Adapter(MixerAdapter):
+    """layers[i].mixer (Mamba2Mixer) in every layer; the final norm is norm_f."""
+
+    architectures = ("mamba2",)
+    kind = "decoder"
+    weights_unavailable = ("a Mamba-2 head has no W_Q K^T: its mixing matrix depends on the whole sequence (step "
+                           "sizes, decays and C . B), and its output passes a gated norm over its group before W_O")
+
+    def mixer(self, layer: int) -> nn.Module | None:
+        return self.base.layers[layer].mixer
+
+    def kind_of(self, module: nn.Module) -> str:
+        return "ssm"
+
+    def mixer_site(self, layer: int, module: nn.Module) -> Site:
+        m = module
+        return Site(m, m.in_proj, None, None, m.out_proj, m.num_heads, m.num_heads, m.head_dim, core=m.norm)
+
+    def pre_norm(self, part: str, layer: int) -> nn.Module:
+        return self.base.layers[layer].norm
+
+    def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
+        return self.base.layers, self.base.norm_f
+
+    def scale(self, site: Site) -> float:
+        return 1.0
+
+    def mixing(self, module: nn.Module, x: Tensor) -> Mixing:
+        m = module
+        H, n = m.num_heads, m.n_groups * m.ssm_state_size
+        z, xBC, dt = m.in_proj(x).split([m.intermediate_size, m.conv_dim, H], dim=-1)  # (T, .)
+        xs, B, C = causal_conv(m.conv1d, xBC, m.activation).split([m.intermediate_size, n, n], dim=-1)
+        group = H // m.n_groups
+        B, C = (per_head(t.float(), m.n_groups).repeat_interleave(group, 0) for t in (B, C))  # (H, T, N)
+        dt = torch.clamp(F.softplus(dt.float() + m.dt_bias), *m.time_step_limit).T  # (H, T)
+        A = -m.A_log.float().exp()  # (H,)
+        return Mixing(
+            name="Mamba-2",
+            kind="ssm",
+            matrix=ssd_matrix(C, B, dt, A, m.D.float()),  # (H, T, T)
+            values=per_head(xs.float(), H),  # (H, T, d_head)
+            finish=partial(_gated_group_norm, m.norm, z),
+            finish_formula="RMSNorm over each group(M @ x * SiLU(z)), z = x W_z",
+            arrays={"decay": (A[:, None] * dt).exp(), "dt": dt},
+            no_scores=("a Mamba-2 head has no softmax scores: its weights are the exact mixing matrix of its state "
+                       "space, (C_t . B_s) times the decay from s to t times dt_s, plus D on the diagonal (signed)"),
+        )
+
+
+def _gated_group_norm(norm: nn.Module, z: Tensor, mixed: Tensor) -> Tensor:
+    """Mamba-2's gated norm over all heads at once: mixed (H, T, d), z (T, H*d) -> (H, T, d)."""
+    H = mixed.shape[0]
+    return per_head(norm(mixed.transpose(0, 1).flatten(1), z).float(), H)

@@ -1,0 +1,151 @@
+"""Hybrid models: layers that mix tokens without softmax attention (linear attention, state spaces), traced as
+exact mixing matrices beside the softmax layers.
+
+A mixer adapter names, per layer, the module that mixes tokens where it is not softmax attention, and how that module
+turns its input x (T, d_model) into a Mixing: its kind, the matrix M (H, T, T) of each head, the values it mixes and
+what happens between M @ values and the output projection (a gated norm). Then, as for attention:
+
+    weights      = M                               mha_viz.mixers (signed, rows not normalised; trace.kind says so)
+    mixed        = M @ values                      checked against the module's own kernel output (its norm's input)
+    head_outputs = finish(mixed)                   the layer's own gated norm: the concat's H blocks
+    concat, output                                 hooked on the output projection, as for attention
+
+The model reports no attention weights for these layers; model_attentions() fills them with the matrices, computed
+from each mixer's input as the module received it in that forward pass (persistent pre-hooks), so every reader of
+"the model's own weights" (traces(), attentions(), patching) sees one map per layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor, nn
+
+from ..mixers import KINDS
+from ..trace import AttentionTrace
+from .adapter import Adapter, Recorder, Site, TraceRequest, loaded, max_abs_diff, per_head, to_numpy
+
+
+@dataclass(frozen=True)
+class Mixing:
+    """One mixer layer on one input, per head: matrix (H, T, T) and values (H, T, d_v) such that matrix @ values is
+    the module's kernel output; finish maps it to what the output projection receives (H, T, d_v -> H, T, d_v);
+    arrays: the per-head quantities the matrix is made of, each (H, T) (decays, step sizes, write strengths)."""
+
+    kind: str
+    name: str  # what the layer is called (Gated DeltaNet, Mamba-2)
+    matrix: Tensor
+    values: Tensor
+    finish: Callable[[Tensor], Tensor]
+    finish_formula: str
+    arrays: dict[str, Tensor]
+    no_scores: str  # why the trace has no queries, keys or scores
+
+
+class MixerAdapter(Adapter):
+    """An adapter whose model has layers that are not softmax attention; subclasses implement mixer(), mixing() and
+    mixer_site(), and site() for the softmax layers."""
+
+    # A mixer's matrix needs the whole sequence (a cached step holds only its recurrent state): generation feeds the
+    # whole sequence each step, so every step's row is exact.
+    steps_from_cache = False
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        self._inputs: dict[nn.Module, tuple[Tensor, bool]] = {}  # mixer -> (its last input (1, T, d), with a cache)
+        for module in self.mixer_modules():
+            module.register_forward_pre_hook(self._keep_input, with_kwargs=True)
+
+    def mixer_modules(self) -> list[nn.Module]:
+        return [m for layer in range(len(self.base.layers)) if (m := self.mixer(layer)) is not None]
+
+    def mixer(self, layer: int) -> nn.Module | None:
+        """The module that mixes tokens in this layer when it is not softmax attention, else None."""
+        raise NotImplementedError
+
+    def mixing(self, module: nn.Module, x: Tensor) -> Mixing:
+        """The mixer module's Mixing for its input x (T, d_model), computed with its own parameters and submodules."""
+        raise NotImplementedError
+
+    def mixer_site(self, layer: int, module: nn.Module) -> Site:
+        raise NotImplementedError
+
+    def layer_kind(self, part: str, layer: int) -> str:
+        module = self.mixer(layer)
+        return "softmax" if module is None else self.kind_of(module)
+
+    def kind_of(self, module: nn.Module) -> str:
+        raise NotImplementedError
+
+    def site(self, part: str, layer: int) -> Site:
+        module = self.mixer(layer)
+        return self.attention_site(layer) if module is None else self.mixer_site(layer, module)
+
+    def attention_site(self, layer: int) -> Site:
+        raise NotImplementedError
+
+    def _keep_input(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        x = args[0] if args else kwargs["hidden_states"]
+        cache = kwargs.get("cache", kwargs.get("cache_params", kwargs.get("past_key_values")))
+        self._inputs[module] = (x.detach(), cache is not None)
+
+    def model_attentions(self, outputs: Any, part: str) -> tuple[Tensor, ...]:
+        """One map (1, H, T, T) per layer: the model's own weights on softmax layers, the exact mixing matrix on the
+        others (from each mixer's input in the forward pass that made outputs)."""
+        own = iter(getattr(outputs, "attentions", None) or ())
+        maps = []
+        for layer in range(len(self.base.layers)):
+            module = self.mixer(layer)
+            if module is None:
+                maps.append(next(own))
+                continue
+            x, cached = self._inputs[module]
+            if cached:
+                raise ValueError(f"layer {layer} of {self.model.config.model_type} is not softmax attention "
+                                 f"({self.kind_of(module)}): its mixing matrix is traced on a whole sequence, not "
+                                 "step by step from a cache")
+            maps.append(self.mixing(module, x[0].float()).matrix[None])  # (1, H, T, T)
+        return tuple(maps)
+
+    def _rebuild(self, request: TraceRequest, layer: int, rec: Recorder, reference: Tensor) -> AttentionTrace:
+        module = self.mixer(layer)
+        if module is None:
+            return super()._rebuild(request, layer, rec, reference)
+        if rec.concat is None or rec.output is None or rec.core is None:
+            raise RuntimeError(f"the mixer of layer {layer} did not run")
+        site = rec.site
+        x = rec.arguments["hidden_states"][0].float()  # (T, d_model)
+        mix = self.mixing(module, x)
+        mixed = mix.matrix @ mix.values  # (H, T, d_v)
+        head_outputs = mix.finish(mixed)  # (H, T, d_v)
+        if request.head_mask is not None:
+            head_outputs = head_outputs * request.head_mask.to(head_outputs)[:, None, None]  # as the concat's blocks
+        own = per_head(rec.core.float().reshape(x.shape[0], -1), site.num_heads)  # (H, T, d_v): the kernel's output
+        concat, output = rec.concat.float(), rec.output.float()  # (T, H*d_v), (T, d_out)
+        with loaded(site.out):
+            W_O, b_O = (None if w is None else w.float() for w in self.out_weights(site))  # (d_out, H*d_v), (d_out,)
+            check = {
+                "mixing matrix @ values vs the mixer's own output": max_abs_diff(mixed, own),
+                "head outputs vs concat": max_abs_diff(head_outputs.transpose(0, 1).flatten(1), concat),
+                "concat @ W_O^T + b vs output": max_abs_diff(concat @ W_O.T + (0.0 if b_O is None else b_O), output),
+            }
+            W_O_np, b_O_np = to_numpy(W_O), None if b_O is None else to_numpy(b_O)
+        return AttentionTrace(
+            query_tokens=request.query_tokens,
+            key_tokens=request.key_tokens,
+            weights=to_numpy(mix.matrix),
+            values=to_numpy(mix.values),
+            head_outputs=to_numpy(head_outputs),
+            concat=to_numpy(concat),
+            output=to_numpy(output),
+            W_O=W_O_np,
+            b_O=b_O_np,
+            causal=True,
+            kind=mix.kind,
+            head_arrays={name: to_numpy(a) for name, a in mix.arrays.items()},
+            meta={**request.layer_meta(layer), "unavailable": mix.no_scores, "head_norm": mix.finish_formula, "mixer": mix.name,
+                  "matrix": KINDS[mix.kind], "model_dtype": str(rec.output.dtype).removeprefix("torch."),
+                  "check": check},
+        )

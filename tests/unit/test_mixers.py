@@ -1,0 +1,318 @@
+"""Linear-attention and state-space layers as exact mixing matrices (mha_viz.mixers, mha_viz.pretrained.mixing).
+
+The matrices are checked against transformers' own kernels (chunked and recurrent) on random inputs, then on tiny
+random hybrid models (Qwen3-Next: Gated DeltaNet beside gated softmax attention; Mamba-2) against the unmodified
+modules, hooked: M @ values equals the mixer's kernel output, the head outputs the input of out_proj, the trace's
+output the output of out_proj, and tracing leaves the logits alone. Negative controls (the decay dropped, D dropped,
+the output gate dropped) must fail those checks."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers as tf
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
+from transformers.models.qwen3_next import modeling_qwen3_next as qwen3_next
+
+from mha_viz import TraceCheckWarning
+from mha_viz.analysis import mixer_stats
+from mha_viz.checks import failures
+from mha_viz.mixers import KINDS, decay_matrix, gated_delta_matrix, ssd_matrix
+from mha_viz.pretrained import PretrainedModel, bundled_model_dir
+from mha_viz.pretrained.adapter import ADAPTERS
+from mha_viz.pretrained.architectures import adapter_for
+from mha_viz.trace import AttentionTrace
+from tests.tiny_causal import random_model
+
+V = 30522
+TEXT = "The cat sat on the mat because it was tired, and then the dog sat on the mat too."
+# family -> (README name, config): the hybrid and mixer-only families (tests/unit/test_families.py: the softmax ones)
+HYBRID: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
+    "qwen3_next": ("Qwen3-Next", lambda: tf.Qwen3NextConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
+        linear_value_head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+        shared_expert_intermediate_size=16, max_position_embeddings=128)),
+    "mamba2": ("Mamba-2", lambda: tf.Mamba2Config(
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_heads=8, head_dim=8, expand=2, n_groups=2,
+        state_size=8, chunk_size=8)),
+}  # fmt: skip
+
+
+def slow_decays(model: torch.nn.Module) -> None:
+    """Decays between 0.6 and 0.99 per token (A_log), so a mixer reaches far back and its matrix has structure."""
+    with torch.no_grad():
+        for module in model.modules():
+            if hasattr(module, "A_log"):
+                module.A_log.copy_(torch.empty_like(module.A_log).uniform_(-4.0, -1.0))
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, PretrainedModel]:
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    out = {}
+    for name, (_, config) in HYBRID.items():
+        model = random_model(AutoModelForCausalLM, config())
+        slow_decays(model)
+        out[name] = PretrainedModel(model, tokenizer, name=f"tiny-{name}", strict=True)
+    return out
+
+
+# ------------------------------------------------------------------------------ the matrices against the kernels
+
+
+def test_a_gated_delta_matrix_times_the_values_is_the_kernels_output():
+    torch.manual_seed(0)
+    T, H_k, H_v, d_k, d_v = 150, 2, 4, 8, 5  # two value heads per query/key head; 150 = 2 chunks of 64 + a part
+    q, k, v = torch.randn(1, T, H_k, d_k), torch.randn(1, T, H_k, d_k), torch.randn(1, T, H_v, d_v)
+    g, beta = -F.softplus(torch.randn(1, T, H_v)) * 0.3, torch.rand(1, T, H_v)
+    chunked, _ = qwen3_next.torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True)
+    recurrent, _ = qwen3_next.torch_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True)
+    qh, kh = (qwen3_next.l2norm(x.transpose(1, 2)).repeat_interleave(2, 1) for x in (q, k))  # (1, H_v, T, d_k)
+    M = gated_delta_matrix(qh * d_k**-0.5, kh, g.transpose(1, 2), beta.transpose(1, 2))  # (1, H_v, T, T)
+    mixed = (M @ v.transpose(1, 2)).transpose(1, 2)  # (1, T, H_v, d_v)
+    for reference in (chunked, recurrent):
+        assert (mixed - reference).abs().max() <= 1e-5 * reference.abs().max()
+    assert torch.equal(M.triu(1), torch.zeros_like(M))  # causal
+    assert (M < 0).any() and not torch.allclose(M.sum(-1), torch.ones(T))  # signed, not a probability
+    undecayed = gated_delta_matrix(qh * d_k**-0.5, kh, torch.zeros_like(g.transpose(1, 2)), beta.transpose(1, 2))
+    assert ((undecayed @ v.transpose(1, 2)).transpose(1, 2) - chunked).abs().max() > 0.1 * chunked.abs().max()
+
+
+def test_an_ssd_matrix_times_x_is_mamba2s_chunked_scan():
+    torch.manual_seed(0)
+    T, H, G, n, p = 45, 4, 2, 6, 5  # chunks of 16: the matrix knows nothing of chunks
+    x, dt = torch.randn(1, T, H, p), torch.randn(1, T, H)
+    dt_bias, A, D = torch.randn(H), -torch.rand(H) * 2, torch.randn(H)
+    B, C = torch.randn(1, T, G, n), torch.randn(1, T, G, n)
+    reference = mamba2_chunk_scan(x, dt, A, B, C, chunk_size=16, D=D, dt_bias=dt_bias, dt_softplus=True)
+    step = F.softplus(dt + dt_bias).transpose(1, 2)  # (1, H, T)
+    Bh, Ch = (y.repeat_interleave(H // G, dim=2).transpose(1, 2) for y in (B, C))  # (1, H, T, n)
+    mixed = (ssd_matrix(Ch, Bh, step, A, D) @ x.transpose(1, 2)).transpose(1, 2)
+    assert (mixed - reference).abs().max() <= 1e-5 * reference.abs().max()
+    for wrong in (ssd_matrix(Ch, Bh, step, A, None), ssd_matrix(Ch, Bh, step, torch.zeros_like(A), D)):
+        assert ((wrong @ x.transpose(1, 2)).transpose(1, 2) - reference).abs().max() > 0.1 * reference.abs().max()
+
+
+def test_the_decay_matrix_is_a_product_of_decays_and_survives_long_sequences():
+    log_decay = torch.full((2, 4000), -0.5)
+    M = decay_matrix(log_decay)
+    assert torch.isfinite(M).all() and M[0, 3999, 3998] == pytest.approx(np.exp(-0.5), rel=1e-5)
+    assert M[0, 2, 0] == pytest.approx(np.exp(-1.0), rel=1e-5) and M[0, 0, 1] == 0
+
+
+def mixer_trace(M: np.ndarray, decay: np.ndarray) -> AttentionTrace:
+    T = M.shape[-1]
+    tokens = tuple(f"t{i}" for i in range(T))
+    return AttentionTrace(tokens, tokens, M.astype(np.float32), kind="ssm", causal=True,
+                          head_arrays={"decay": decay.astype(np.float32)})
+
+
+def test_mixer_statistics_measure_reach_forgetting_and_sign():
+    T = 6
+    ages = np.arange(T)[:, None] - np.arange(T)[None, :]  # t - s
+    halving = np.where(ages >= 0, 0.5 ** np.maximum(ages, 0), 0.0)  # a state that halves every token
+    M = np.stack([np.eye(T), halving, -halving])  # (3, T, T): itself only; halving; the same, subtracted
+    stats = mixer_stats(mixer_trace(M, np.stack([np.full(T, 0.9), np.full(T, 0.5), np.full(T, 0.5)])))
+    assert stats.reach[0] == 0 and stats.diagonal[0] == 1 and stats.row_sum[0] == 1 and stats.negative[0] == 0
+    assert stats.half_life[1] == pytest.approx(1.0) and stats.half_life[0] == pytest.approx(np.log(0.5) / np.log(0.9))
+    assert stats.reach[1] > 0 and stats.reach[1] == stats.reach[2]
+    assert stats.row_sum[2] == pytest.approx(-stats.row_sum[1]) and stats.negative[2] == 1 and stats.negative[1] == 0
+    assert stats.diagonal[1] == pytest.approx(T / halving.sum())
+    with pytest.raises(ValueError, match="softmax attention"):
+        mixer_stats(replace(mixer_trace(M, M[:, 0]), kind="softmax"))
+
+
+# ------------------------------------------------------------------------------ tiny hybrid models
+
+
+def own_mixer_outputs(m: PretrainedModel, text: str) -> tuple[dict[int, torch.Tensor], dict[int, tuple]]:
+    """The unmodified model's own numbers, hooked: each mixer's kernel output (its norm's first input) and each
+    layer's out_proj (input, output), from one forward pass."""
+    kernel, projection = {}, {}
+
+    def keep(store: dict, layer: int, value: object) -> None:
+        store.setdefault(layer, value)
+
+    handles = []
+    for layer, block in enumerate(m.adapter.base.layers):
+        module = m.adapter.mixer(layer)
+        out = m.adapter.site("decoder", layer).out
+        if module is not None:
+            handles.append(module.norm.register_forward_pre_hook(
+                lambda mod, args, layer=layer: keep(kernel, layer, args[0].detach())))
+        handles.append(out.register_forward_hook(
+            lambda mod, args, output, layer=layer: keep(projection, layer, (args[0][0], output[0]))))
+    try:
+        with torch.no_grad():
+            m.model(input_ids=torch.tensor([list(m.encode(text).ids)]), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return kernel, projection
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_every_layer_is_traced_and_equals_the_unmodified_modules(models, name):
+    m = models[name]
+    assert type(m.adapter) is ADAPTERS[name] and m.unavailable is None
+    kernel, projection = own_mixer_outputs(m, TEXT)
+    traces = m.traces(TEXT)
+    kinds = [t.kind for t in traces]
+    expected = {"qwen3_next": ["linear", "linear", "linear", "softmax"], "mamba2": ["ssm", "ssm"]}[name]
+    assert kinds == expected
+    for layer, t in enumerate(traces):
+        T = t.weights.shape[1]
+        assert np.abs(t.concat - projection[layer][0].numpy()).max() <= 1e-6
+        assert np.abs(t.output - projection[layer][1].numpy()).max() <= 1e-6
+        assert np.abs(t.concat @ t.W_O.T - t.output).max() <= 1e-5
+        if t.kind == "softmax":
+            continue
+        own = kernel[layer].reshape(T, t.num_heads, -1).transpose(1, 0).numpy()  # (H, T, d_v)
+        mixed = t.weights @ t.values
+        assert np.abs(mixed - own).max() <= 1e-4 * np.abs(own).max()
+        assert np.abs(t.head_outputs.transpose(1, 0, 2).reshape(T, -1) - t.concat).max() <= 1e-5
+        assert np.all(np.triu(t.weights, 1) == 0) and (t.weights < 0).any()  # causal, signed
+        assert t.signed and t.queries is None and "no softmax scores" in t.meta["unavailable"]
+        assert t.meta["matrix"] == KINDS[t.kind] and set(t.head_arrays) >= {"decay"}
+        assert all(a.shape == (t.num_heads, T) for a in t.head_arrays.values())
+        assert np.all((t.head_arrays["decay"] > 0) & (t.head_arrays["decay"] < 1))
+        reach = np.abs(t.weights[:, -1, : T // 2]).sum() / np.abs(t.weights[:, -1]).sum()
+        assert reach > 0.01  # the last token still reads the first half: slow decays, a matrix worth drawing
+        with pytest.raises(ValueError, match="not available: a .* has no softmax scores"):
+            t.require("queries")
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_tracing_leaves_the_logits_alone_and_attentions_hold_every_layer(models, name):
+    m = models[name]
+    ids = torch.tensor([list(m.encode(TEXT).ids)])
+    with torch.no_grad():
+        before = m.model(input_ids=ids, use_cache=False).logits
+        m.traces(TEXT)
+        after = m.model(input_ids=ids, use_cache=False).logits
+    assert torch.equal(before, after)
+    maps = m.attentions(TEXT)
+    traces = m.traces(TEXT)
+    assert maps.shape == (len(traces), traces[0].num_heads, ids.shape[1], ids.shape[1])
+    for layer, t in enumerate(traces):
+        assert np.abs(maps[layer] - t.weights).max() <= 1e-6
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_knocking_out_a_mixer_head_zeroes_its_block(models, name):
+    m = models[name]
+    layer = 0  # a mixer layer in both families
+    mask = np.ones(m.num_heads["decoder"], dtype=np.float32)
+    mask[1] = 0.0
+    t = m.trace(TEXT, layer, head_mask=mask)
+    assert np.all(t.head_outputs[1] == 0) and np.abs(t.head_outputs[0]).max() > 0
+    full = m.final_hidden(TEXT)
+    assert np.abs(m.final_hidden(TEXT, head_masks={layer: mask}) - full).max() > 1e-4
+
+
+def test_qwen3_next_softmax_heads_are_gated_per_dim_and_read_their_own_projections(models):
+    m = models["qwen3_next"]
+    t = m.trace(TEXT, 3)
+    assert t.kind == "softmax" and not t.missing and t.meta["head_norm"].startswith("sigmoid")
+    np.testing.assert_allclose(t.weights.sum(-1), 1.0, atol=1e-5)
+    a = m.adapter.base.layers[3].self_attn
+    x = torch.randn(5, 32)
+    q = a.q_proj(x).view(5, 4, 16)[..., :8].transpose(0, 1)  # (H, 5, d): the query half of each head's columns
+    W_Q = torch.as_tensor(m.adapter.projection_weights(m.adapter.site("decoder", 3))["W_Q"])
+    assert torch.allclose(x @ W_Q, q, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------ negative controls
+
+
+def _qwen_without_decay(self, module, x):
+    """Qwen3-Next's mixing with the decay dropped: the delta rule alone (log decay 0)."""
+    saved = module.A_log.data.clone()
+    module.A_log.data.fill_(-30.0)  # exp(A_log) = 1e-13: no decay
+    try:
+        return ADAPTERS["qwen3_next"].mixing(self, module, x)
+    finally:
+        module.A_log.data.copy_(saved)
+
+
+def _mamba_without_D(self, module, x):
+    mix = ADAPTERS["mamba2"].mixing(self, module, x)
+    D = module.D.float()
+    return replace(mix, matrix=mix.matrix - torch.diag_embed(D[:, None].expand(-1, x.shape[0])))
+
+
+NEGATIVE = {
+    "qwen3_next": [("Gated DeltaNet without its decay", 0, {"mixing": _qwen_without_decay}),
+                   ("gated attention without its output gate", 3, {"variations": lambda self, *a: replace(
+                       ADAPTERS["qwen3_next"].variations(self, *a), head_norm=None)})],
+    "mamba2": [("Mamba-2 without D", 0, {"mixing": _mamba_without_D})],
+}
+CASES = [(name, *case) for name, cases in NEGATIVE.items() for case in cases]
+
+
+@pytest.mark.parametrize(("name", "what", "layer", "overrides"), CASES, ids=[c[1] for c in CASES])
+def test_a_wrong_mixer_adapter_is_caught(models, name, what, layer, overrides):
+    m = models[name]
+    m.adapter = type(f"Wrong{name}", (ADAPTERS[name],), overrides)(m.model)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", TraceCheckWarning)
+            t = m.trace(TEXT, layer, strict=False)
+        assert failures(t) and caught and f"layer {layer}" in str(caught[0].message), what
+    finally:
+        m.adapter = adapter_for(m.model)
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_generation_steps_through_mixers_with_exact_rows(models, name):
+    """Step by step, the whole sequence again (a mixer's row needs it): the greedy tokens are transformers' own, and
+    each step's row of every layer is the last row of that layer's trace of the sequence so far."""
+    m = models[name]
+    g = m.generate("the cat sat", 3)
+    ids = torch.tensor([list(g.prompt_ids)])
+    with torch.no_grad():
+        own = m.model.generate(ids, max_new_tokens=3, do_sample=False, min_new_tokens=3)[0, ids.shape[1]:]
+    assert [s.token_id for s in g.steps] == own.tolist()
+    for t, step in enumerate(g.steps):
+        maps = m.attentions_for_ids([*g.prompt_ids, *(s.token_id for s in g.steps[:t])])
+        assert np.abs(step.attentions - maps[:, :, -1]).max() <= 1e-5
+    with pytest.raises(ValueError, match=r"not softmax attention \((linear|ssm)\): its mixing matrix is traced on a"):
+        cache_step(m)
+
+
+def cache_step(m: PretrainedModel) -> None:
+    """The model's own cached decoding step read as attentions: refused, the cache holds no sequence to trace."""
+    ids = torch.tensor([list(m.encode("the cat").ids)])
+    with torch.no_grad():
+        out = m.model(input_ids=ids, use_cache=True)
+        step = m.model(input_ids=ids[:, -1:], **{_cache_argument(m): out[_cache_argument(m)]}, use_cache=True,
+                       output_attentions=True)
+    m.adapter.model_attentions(step, "decoder")
+
+
+def _cache_argument(m: PretrainedModel) -> str:
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(m.model.forward).parameters else "past_key_values"
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_a_long_trace_of_a_mixer_model_says_why_not(models, name):
+    with pytest.raises(ValueError, match="not softmax attention .* long traces of those are not built yet"):
+        models[name].long_trace(TEXT * 4)
+
+
+def test_the_readme_lists_the_hybrid_families():
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"Hybrid and mixer-only architectures \(tested\): (.*?)\.\n", readme, re.DOTALL).group(1)
+    assert set(re.split(r",\s*", listed.replace("\n", " "))) == {name for name, _ in HYBRID.values()}
