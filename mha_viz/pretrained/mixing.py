@@ -17,7 +17,8 @@ from each mixer's input as the module received it in that forward pass (persiste
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,7 @@ class MixerAdapter(Adapter):
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
         self._inputs: dict[nn.Module, tuple[Tensor, bool]] = {}  # mixer -> (its last input (1, T, d), with a cache)
+        self._mixed: dict[int, Mixing] = {}  # layer -> its Mixing, from recorded() to _rebuild() of one traces() call
         for module in self.mixer_modules():
             module.register_forward_pre_hook(self._keep_input, with_kwargs=True)
 
@@ -94,20 +96,40 @@ class MixerAdapter(Adapter):
     def model_attentions(self, outputs: Any, part: str) -> tuple[Tensor, ...]:
         """One map (1, H, T, T) per layer: the model's own weights on softmax layers, the exact mixing matrix on the
         others (from each mixer's input in the forward pass that made outputs)."""
+        return tuple(self._maps(outputs, range(len(self.base.layers))).values())
+
+    def _maps(self, outputs: Any, layers: Iterable[int], keep: bool = False) -> dict[int, Tensor]:
+        """{layer: its map (1, H, T, T)} for these layers, from the forward pass that made outputs: the model's own
+        weights on a softmax layer, the exact mixing matrix on a mixer layer (keep: its Mixing kept for _rebuild)."""
         own = iter(getattr(outputs, "attentions", None) or ())
-        maps = []
+        wanted, maps = set(layers), {}
         for layer in range(len(self.base.layers)):
             module = self.mixer(layer)
             if module is None:
-                maps.append(next(own))
-                continue
-            x, cached = self._inputs[module]
-            if cached:
-                raise ValueError(f"layer {layer} of {self.model.config.model_type} is not softmax attention "
-                                 f"({self.kind_of(module)}): its mixing matrix is traced on a whole sequence, not "
-                                 "step by step from a cache")
-            maps.append(self.mixing(module, x[0].float()).matrix[None])  # (1, H, T, T)
-        return tuple(maps)
+                weights = next(own)
+                if layer in wanted:
+                    maps[layer] = weights
+            elif layer in wanted:
+                x, cached = self._inputs[module]
+                if cached:
+                    raise ValueError(f"layer {layer} of {self.model.config.model_type} is not softmax attention "
+                                     f"({self.kind_of(module)}): its mixing matrix is traced on a whole sequence, "
+                                     "not step by step from a cache")
+                mix = self.mixing(module, x[0].float())
+                maps[layer] = mix.matrix[None]  # (1, H, T, T)
+                if keep:
+                    self._mixed[layer] = mix
+        return maps
+
+    def recorded(self, request: TraceRequest, recorders: Sequence[Recorder]) -> dict[int, Tensor]:
+        """Run the request's forward pass with the recorders' hooks on: the requested layers' maps, by layer (the
+        Mixing of a requested mixer layer is kept for _rebuild, computed once)."""
+        with contextlib.ExitStack() as hooks:
+            for rec in recorders:
+                hooks.enter_context(rec)
+            outputs = self.forward(request.ids, request.decoder_ids)
+        self._mixed.clear()
+        return self._maps(outputs, request.layers, keep=True)
 
     def _rebuild(self, request: TraceRequest, layer: int, rec: Recorder, reference: Tensor) -> AttentionTrace:
         module = self.mixer(layer)
@@ -117,7 +139,7 @@ class MixerAdapter(Adapter):
             raise RuntimeError(f"the mixer of layer {layer} did not run")
         site = rec.site
         x = rec.arguments["hidden_states"][0].float()  # (T, d_model)
-        mix = self.mixing(module, x)
+        mix = self._mixed.pop(layer, None) or self.mixing(module, x)  # computed by recorded() in the same pass
         mixed = mix.matrix @ mix.values  # (H, T, d_v)
         head_outputs = mix.finish(mixed)  # (H, T, d_v)
         if request.head_mask is not None:

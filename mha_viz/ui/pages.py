@@ -298,8 +298,8 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     _coverage_warning(model, s.text)
     if trace.kind != "softmax":
         st.info(f"Layer {s.layer} is a {trace.meta['mixer']} layer, not softmax attention. Its weights are the exact "
-                f"mixing matrix of each head: {trace.meta['matrix']}. Views that need queries, keys or scores say so: "
-                f"{trace.meta['unavailable']}.")
+                f"mixing matrix of each head, {trace.meta['matrix']}. It has no queries, keys or scores of its own "
+                "for One head to show.")
     elif trace.missing:
         held = "only the attention weights" if trace.concat is None else "the attention weights, head outputs, concat, W_O and output"
         st.info(f"For this model mha-viz holds {held}: {trace.meta.get('unavailable')}")

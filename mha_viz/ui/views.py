@@ -569,8 +569,13 @@ def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, nam
            if windows and any(windows) else "")
         + (" " + signed_weights_caption(trace) if trace.lambdas is not None else "")
         + (" Rows marked lin (linear attention) or ssm (a state space) show each head's exact mixing matrix, which "
-           "can be negative (red) and whose rows do not sum to 1; attn rows are softmax attention." if marks else "")
+           "can be negative (red) and whose rows do not sum to 1; attn rows are softmax attention. Each row is scaled "
+           "to its own largest |value|, since a mixing matrix's entries are much smaller than softmax weights."
+           if marks else "")
     )
+    if marks:
+        tops = np.nanmax(np.abs(attentions), axis=(1, 2, 3), keepdims=True)  # (L, 1, 1, 1)
+        attentions = attentions / np.where(tops > 0, tops, 1.0)
     _clamp_head_selection(H)
     chosen = st.multiselect(
         "Open heads of the current layer", list(range(H)), key="compare", format_func=_head_format,

@@ -1,0 +1,94 @@
+"""Tracing hybrid and mixer-only models (issue 33): every layer at 512 tokens against the model's own forward pass,
+side by side in one run. Prints a table; asserts nothing.
+
+    python bench/bench_mixers.py                    both families at 512 tokens, best of 3
+    python bench/bench_mixers.py --tokens 256 --n 5
+
+Models: tests/unit/test_mixers.py's HYBRID configs (d_model 32) with 1024 positions, and a wider Mamba-2 (d_model 256,
+16 heads of 32, state 64: where the forward, not the [H, T, T] matrices, is most of the work), random weights (seed 0),
+slow decays; random token ids (seed 0) of the bundled MiniLM tokenizer's vocabulary.
+  own      the base model's forward (use_cache=False; no LM head, as traces run it) with its own kernels (transformers' torch fallbacks here: no
+           flash-linear-attention, causal-conv1d or mamba-ssm on this machine), best of n
+  traces   PretrainedModel.traces on the same ids: one hooked forward pass, then every layer rebuilt (softmax layers
+           by attend(), mixer layers by their exact mixing matrices), checked; best of n; ratio = traces / own
+  matrix   one mixer layer's Mixing (its matrix, values and decays) from its input, best of n
+The two are interleaved so both see the same load; the load average is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TARGET = 3.0  # issue 33: tracing all layers at 512 tokens <= 3x the model's own forward
+
+
+def best(f, n: int) -> float:
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--n", type=int, default=3)
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Mamba2Config
+
+    from mha_viz.pretrained import PretrainedModel, bundled_model_dir
+    from tests.tiny_causal import random_model
+    from tests.unit.test_mixers import HYBRID, slow_decays
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    print(f"{args.tokens} tokens, best of {args.n}; load average {os.getloadavg()[0]:.2f}; "
+          f"torch threads {torch.get_num_threads()}")
+    print(f"{'model':<12} {'layers':>6} {'own s':>8} {'traces s':>9} {'ratio':>6} {'target':>7} {'matrix s':>9}")
+    models = {**HYBRID, "mamba2-wide": ("Mamba-2 (256)", lambda: Mamba2Config(
+        vocab_size=tokenizer.vocab_size, hidden_size=256, num_hidden_layers=2, num_heads=16, head_dim=32, expand=2,
+        n_groups=2, state_size=64, chunk_size=64))}
+    for label, config in models.values():
+        cfg = config()
+        if hasattr(cfg, "max_position_embeddings"):
+            cfg.max_position_embeddings = 1024
+        model = random_model(AutoModelForCausalLM, cfg)
+        slow_decays(model)
+        m = PretrainedModel(model, tokenizer, name=label, max_tokens=args.tokens)
+        ids = torch.randint(1000, tokenizer.vocab_size, (args.tokens - 2,), generator=torch.Generator().manual_seed(0))
+        text = tokenizer.decode(ids)
+        enc = m.encode(text)
+        x = torch.tensor([list(enc.ids)])
+
+        def own(model: torch.nn.Module = model, x: torch.Tensor = x) -> None:
+            with torch.no_grad():
+                model.base_model(input_ids=x, use_cache=False)
+
+        own()
+        m.traces(text)  # warm both up
+        own_s, traces_s = [], []
+        for _ in range(args.n):  # interleaved
+            own_s.append(best(own, 1))
+            traces_s.append(best(lambda m=m, text=text: m.traces(text), 1))
+        layer = next(i for i, kind in enumerate(m.layer_kinds()) if kind != "softmax")
+        module = m.adapter.mixer(layer)
+        hidden = torch.randn(len(enc.ids), model.config.hidden_size)
+        with torch.no_grad():
+            matrix_s = best(lambda m=m, module=module, hidden=hidden: m.adapter.mixing(module, hidden), args.n)
+        ratio = min(traces_s) / min(own_s)
+        print(f"{label:<12} {m.num_layers['decoder']:>6} {min(own_s):>8.3f} {min(traces_s):>9.3f} {ratio:>6.2f} "
+              f"{'<= ' + str(TARGET):>7} {matrix_s:>9.3f}   ({len(enc.ids)} tokens)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""A hybrid model in Chromium: a tiny random Qwen3-Next (three Gated DeltaNet layers, then gated softmax attention)
+saved to a folder. At 390, 1024, 1400 and 2560 px the layer buttons name each layer's kind, every head of the mixer
+layer is painted, nothing runs past the page, axe finds no serious or critical violation, and the arrow keys step to
+the next layer. With --update-assets, the README's picture (assets/hybrid-layers.png): its Overview, mixing matrices
+of the linear layers beside the softmax layer's heads."""
+
+from __future__ import annotations
+
+import urllib.parse
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from harness.browser import renderers, wait_for_heads, wait_for_query
+from mha_viz.pretrained import bundled_model_dir
+from tests.axe import axe_path, axe_violations, summary
+from tests.tiny_causal import random_causal_lm
+from tests.unit.test_mixers import HYBRID, slow_decays
+
+TEXT = "The cat sat on the mat. The dog sat on the rug. The cat saw the dog and the dog saw the cat."
+LAYERS = '[data-mha-viz="renderer"] .mv-layers button'
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> str:
+    model = random_causal_lm(HYBRID["qwen3_next"][1]())
+    slow_decays(model)
+    with torch.no_grad():  # weights as trained models keep them (the tests' N(0, 0.2) saturates the gates at 32 wide)
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(0.5)
+    path = tmp_path_factory.mktemp("hybrid") / "qwen3-next-tiny"
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(bundled_model_dir()).save_pretrained(path)
+    return str(path)
+
+
+def open_model(browser, server: str, folder: str, width: int, view: str = "Heads", height: int = 1200):
+    page = browser.new_page(viewport={"width": width, "height": height}, is_mobile=width == 390)
+    page.errors = []
+    page.on("pageerror", lambda err: page.errors.append(str(err)))
+    page.goto(f"{server}/?mode=Pretrained&view={view}&layer=0&text={urllib.parse.quote(TEXT)}")
+    if width < 600:  # the sidebar starts closed on a phone
+        page.locator('[data-testid="stExpandSidebarButton"]').click()
+    model = page.get_by_label("Model (Hugging Face id or local folder)", exact=True)
+    model.fill(folder)
+    model.press("Enter")
+    if width < 600:
+        page.locator('[data-testid="stSidebarCollapseButton"] button').click()
+    return page
+
+
+@pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
+def test_a_hybrid_models_layers_say_their_kind_fit_and_work_by_keyboard(server: str, browser, folder: str,
+                                                                         width: int) -> None:
+    page = open_model(browser, server, folder, width)
+    try:
+        wait_for_heads(page, 4)
+        page.get_by_text("Layer 0 is a Gated DeltaNet layer").wait_for()
+        assert page.locator(LAYERS).all_inner_texts() == ["0 lin", "1 lin", "2 lin", "3 attn"]
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+        for root in renderers(page):
+            assert root["right"] <= root["left"] + root["width"] + 1, root
+        if axe_path() is not None:
+            violations = axe_violations(page)
+            assert violations == [], summary(violations)
+        page.locator(f'{LAYERS}[aria-pressed="true"]').focus()
+        page.keyboard.press("ArrowRight")
+        wait_for_query(page, "layer=1")
+        page.get_by_text("Layer 1 is a Gated DeltaNet layer").wait_for()
+    finally:
+        assert page.errors == []
+        page.close()
+
+
+def test_the_readme_picture_of_a_hybrid_model(server: str, browser, folder: str, request: pytest.FixtureRequest,
+                                              assets: Path) -> None:
+    if not request.config.getoption("--update-assets"):
+        pytest.skip("only with --update-assets, which writes assets/hybrid-layers.png")
+    page = open_model(browser, server, folder, 1400, view="Overview", height=1100)
+    try:
+        page.locator('[data-testid="stPlotlyChart"] .heatmaplayer image').nth(15).wait_for(timeout=120_000)
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
+        page.screenshot(path=str(assets / "hybrid-layers.png"))
+    finally:
+        assert page.errors == []
+        page.close()
