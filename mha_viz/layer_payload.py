@@ -120,7 +120,8 @@ def axis_labels(tokens: Sequence[str], block: int) -> list[str]:
 def payload_shape(traces: Sequence[AttentionTrace]) -> tuple[int, int, int, int]:
     """(L, H, t, s) at most of payload_of(traces): max-pooling leaves at most MAX_CELLS_PER_SIDE a side. Known
     before any layer is packed, for fits()."""
-    H, T, S = traces[0].weights.shape
+    T, S = traces[0].weights.shape[1:]
+    H = max(t.num_heads for t in traces)  # a hybrid's layers can differ in heads
     return len(traces), H, min(T, heads.MAX_CELLS_PER_SIDE), min(S, heads.MAX_CELLS_PER_SIDE)
 
 
@@ -130,9 +131,12 @@ def payload_of(traces: Sequence[AttentionTrace]) -> tuple[bytes, list[str], list
     stack = heads.layer_stack(traces)  # (L, H, t, s) float32
     first = traces[0]
     _, bt, bs = common.max_pool(np.zeros((1, *first.weights.shape[1:]), np.float32), heads.MAX_CELLS_PER_SIDE)
-    kv_heads = list(first.kv_heads) if first.kv_heads else None  # grouped-query attention: each head's K/V head
-    data = with_header(pack(stack, [heads.head_label(first, h) for h in range(stack.shape[1])]), paint=paint_style(),
-                       kv_heads=kv_heads)
+    counts = [t.num_heads for t in traces]
+    most = traces[counts.index(max(counts))]  # a hybrid's layers can differ in heads: the layer with the most
+    same = all(t.kv_heads == first.kv_heads for t in traces)  # grouped-query attention: each head's K/V head, when
+    kv_heads = list(first.kv_heads) if first.kv_heads and same else None  # every layer shares it
+    data = with_header(pack(stack, [heads.head_label(most, h) if same else f"head {h}" for h in range(stack.shape[1])]),
+                       paint=paint_style(), kv_heads=kv_heads, layer_heads=counts if len(set(counts)) > 1 else None)
     return data, axis_labels(first.query_tokens, bt), axis_labels(first.key_tokens, bs)
 
 

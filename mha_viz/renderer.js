@@ -147,6 +147,8 @@ function heatmap(d, layer, head, cell, scaleTop, tip, names) {
 export function render({ model, el: root }) {
   const d = decode(model.get("data"));
   const { layers, heads, rows, cols } = d.meta;
+  // a hybrid model's layers can differ in heads (header layer_heads); the payload holds `heads`, NaN beyond a layer's
+  const headsOf = (l) => (d.meta.layer_heads ? d.meta.layer_heads[l] : heads);
   const queries = model.get("query_labels");
   const keys = model.get("key_labels");
   root.classList.add("mha-viz-widget");
@@ -285,7 +287,7 @@ export function render({ model, el: root }) {
     view.append(legend(scaleTop, signed), grid);
     const mark = model.get("mark");
     const zoomable = Boolean(model.get("zoomable"));
-    for (let h = 0; h < heads; h++) {
+    for (let h = 0; h < headsOf(layer); h++) {
       // a panel picks its head; on a zoomable grid a click on a cell moves the zoom instead
       const panel = zoomable ? el("div", { class: "mv-panel" })
         : el("div", { class: "mv-panel", role: "button", tabindex: 0, "aria-pressed": String(h === head),
@@ -376,7 +378,7 @@ export function render({ model, el: root }) {
     for (let c = 0; c < cols; c++) text(290, 24 + c * rowPx + rowPx / 2, keys[c], "start");
     const box = el("div");
     const bar = el("div", { class: "mv-bar" });
-    bar.appendChild(buttons("Head", heads, h, "head", (i) => pick({ head: i })));
+    bar.appendChild(buttons("Head", headsOf(layer), h, "head", (i) => pick({ head: i })));
     box.append(bar, svg);
     return box;
   }
@@ -391,6 +393,7 @@ export function render({ model, el: root }) {
     for (let l = 0; l < layers; l++) {
       grid.appendChild(el("span", { class: "mv-muted" }, `layer ${l}`));
       for (let h = 0; h < heads; h++) {
+        if (h >= headsOf(l)) { grid.appendChild(el("span")); continue; } // not a head of this layer
         const panel = el("div", { class: "mv-panel", role: "button", tabindex: 0,
           "aria-pressed": String(l === layer && h === head),
           title: `layer ${l}, ${d.meta.labels[h]}` });

@@ -52,9 +52,6 @@ class Source(Protocol):
     def num_layers(self) -> int: ...
 
     @property
-    def layer_kinds(self) -> tuple[str, ...]: ...  # what mixes the tokens in each layer (mha_viz.mixers.KINDS)
-
-    @property
     def causal_lm(self) -> bool: ...
 
     @property
@@ -161,7 +158,6 @@ class ConfigurableSource:
     long_tokens: int = MAX_LONG_TOKENS  # the longest input long_trace() reads (mha and gqa only)
     variant: LayerVariant | None = None  # an attention variant (mha_viz.variants); None: cfg as it is (mha or gqa)
     num_layers: int = field(default=1, init=False)
-    layer_kinds: ClassVar[tuple[str, ...]] = ("softmax",)
     model: None = field(default=None, init=False)
     causal_lm: ClassVar[bool] = False
     trainable: ClassVar[bool] = True
@@ -220,7 +216,6 @@ class TrainedSource:
     layer: TrainedLayer
     sequence: str  # task tokens separated by spaces; "" is the task's probe sequence
     num_layers: int = field(default=1, init=False)
-    layer_kinds: ClassVar[tuple[str, ...]] = ("softmax",)
     model: None = field(default=None, init=False)
     causal_lm: ClassVar[bool] = False  # causal attention over task tokens, but no language model head
     trainable: ClassVar[bool] = True
@@ -273,6 +268,12 @@ class ModelSource:
         """What mixes the tokens in each layer (mha_viz.mixers.KINDS): softmax attention, or a hybrid model's
         linear-attention and state-space layers."""
         return self.model.layer_kinds(self.part)
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether some layer is not softmax attention (a linear-attention or state-space layer, traced as a mixing
+        matrix): the capability flag views read (mha_viz.parts.capable)."""
+        return any(kind != "softmax" for kind in self.layer_kinds)
 
     @property
     def causal_lm(self) -> bool:

@@ -117,7 +117,7 @@ def ablation_values(
         [reference] if isinstance(reference, str) else list(reference or []))
     if not references or (ablation == "resample" and len(references) != 1):
         raise ValueError(f"{ablation} ablation needs {'one reference text' if ablation == 'resample' else 'reference texts'}")
-    H = model.num_heads[part]
+    H = model.layer_heads[part][layer]
     blocks = []
     for ref in references:
         ref_decoder = None if model.kind != "encoder-decoder" or part == "encoder" else ref
@@ -136,7 +136,7 @@ def _knocked_hidden(model: PretrainedModel, text: str, layer: int, off: Collecti
                     part: str, decoder_text: str | None) -> np.ndarray:
     if values is None:
         return model.final_hidden(text, part=part, decoder_text=decoder_text,
-                                  head_masks={layer: head_mask(model.num_heads[part], off)})
+                                  head_masks={layer: head_mask(model.layer_heads[part][layer], off)})
     return model.final_hidden(text, part=part, decoder_text=decoder_text,
                               head_values={layer: {h: values[h] for h in off}})
 
@@ -181,7 +181,7 @@ def model_knockout_ranking(
     One forward pass per head, plus one without knockout; on_pass(done, total) after each.
     """
     part = part or model.parts[0]
-    H = model.num_heads[part]
+    H = model.layer_heads[part][layer]
     values = ablation_values(model, text, layer, ablation, reference, part=part, decoder_text=decoder_text)
     hidden = model.final_hidden(text, part=part, decoder_text=decoder_text)
     changes = []
@@ -207,7 +207,7 @@ def next_token_knockout(
     head (see PretrainedModel.next_token_unavailable)."""
     values = ablation_values(model, text, layer, ablation, reference, part="decoder")
     if values is None:
-        knocked = model.next_token_probs(text, head_masks={layer: head_mask(model.num_heads["decoder"], off)})
+        knocked = model.next_token_probs(text, head_masks={layer: head_mask(model.layer_heads["decoder"][layer], off)})
     else:
         knocked = model.next_token_probs(text, head_values={layer: {h: values[h] for h in off}})
     return model.next_token_probs(text), knocked

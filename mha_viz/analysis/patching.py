@@ -166,6 +166,9 @@ def patching_unavailable(model: PretrainedModel) -> str | None:
                   "model, transformer_lens.patching patches it through its own hook points)")
     elif reason is None and not adapter.knockout:
         reason = f"its attention layers are not opened up: {model.unavailable}"
+    elif reason is None and len(set(getattr(model, "layer_heads", {}).get("decoder", ()))) > 1:
+        reason = ("its layers differ in heads (a hybrid's mixer and attention layers): patching's tables are layers x "
+                  "heads, one head count for every layer")
     elif reason is None and adapter.site("decoder", 0).num_heads != model.num_heads["decoder"]:
         reason = ("its heads are differential (two softmax maps and a norm per head): patching sets one query head's "
                   "block of the concat at a time, which is not one of its heads")

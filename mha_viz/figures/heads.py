@@ -92,11 +92,14 @@ def group_frames(fig: go.Figure, kv_heads: Sequence[int]) -> None:
 
 def layer_stack(traces: Sequence[AttentionTrace]) -> np.ndarray:
     """[L, H, t, s] float32: what heads_figure(trace) draws of each layer's trace (every head, max-pooled
-    to at most MAX_CELLS_PER_SIDE a side, non-finite values as NaN), so a browser can switch between layers."""
-    shapes = {t.weights.shape for t in traces}
+    to at most MAX_CELLS_PER_SIDE a side, non-finite values as NaN), so a browser can switch between layers. H is the
+    most heads of any layer: a layer with fewer (a hybrid's) is NaN in the others."""
+    shapes = {t.weights.shape[1:] for t in traces}
     if len(shapes) != 1:
         raise ValueError(f"the layers' attention shapes differ: {sorted(shapes)}")
-    return np.stack([max_pool(f32(t.weights), MAX_CELLS_PER_SIDE)[0] for t in traces])  # (L, H, t, s)
+    H = max(t.num_heads for t in traces)  # a hybrid's layers can differ in heads: NaN in the heads a layer lacks
+    pooled = [max_pool(f32(t.weights), MAX_CELLS_PER_SIDE)[0] for t in traces]  # (H_l, t, s) each
+    return np.stack([np.concatenate([p, np.full((H - len(p), *p.shape[1:]), np.nan, np.float32)]) for p in pooled])
 
 
 def heads_figure(

@@ -42,7 +42,8 @@ class LogitAttribution:
     position: int  # the position whose next-token logit is explained, 0-based
     token_id: int  # the token whose logit is explained
     token: str
-    heads: np.ndarray  # (layers, heads) float64: each head's direct contribution to the logit
+    heads: np.ndarray  # (layers, heads) float64: each head's direct contribution to the logit (NaN: a head the layer
+    # does not have, in a hybrid whose layers differ in heads)
     terms: dict[str, float]  # everything else, by name, in the order it enters the residual stream
     logit: float  # the model's own logit for token at position
     probability: float  # the model's softmax probability of token at position
@@ -53,7 +54,7 @@ class LogitAttribution:
     @property
     def total(self) -> float:
         """The sum of every head and every term: the logit again, up to float32 rounding in the model."""
-        return float(self.heads.sum() + sum(self.terms.values()))
+        return float(np.nansum(self.heads) + sum(self.terms.values()))
 
     @property
     def check(self) -> dict[str, float]:
@@ -246,5 +247,10 @@ def logit_attribution(
             raise ValueError(f"logit attribution does not know the final norm {type(norm).__name__}") from None
         u = unembedding.weight[token_id].detach().double().cpu()  # (d,) W_U[token]
         b_U = None if getattr(unembedding, "bias", None) is None else float(unembedding.bias[token_id])
-        return split_logit(enc, position, token_id, id_label(model.tokenizer, token_id), logits, parts,
-                           torch.stack(head_parts), capture.final, affine, u, b_U)  # heads (L, H, d)
+        H = max(len(p) for p in head_parts)  # a hybrid's layers can differ in heads: 0 in the heads a layer lacks
+        heads = torch.stack([torch.cat([p, p.new_zeros(H - len(p), p.shape[-1])]) for p in head_parts])  # (L, H, d)
+        dla = split_logit(enc, position, token_id, id_label(model.tokenizer, token_id), logits, parts, heads,
+                          capture.final, affine, u, b_U)
+        for layer, p in enumerate(head_parts):
+            dla.heads[layer, len(p):] = np.nan  # not heads of that layer
+        return dla

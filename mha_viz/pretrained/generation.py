@@ -137,7 +137,8 @@ def sliding_windows(config: object, num_layers: int) -> tuple[int | None, ...]:
 
 
 def placed_rows(attentions: Sequence[Tensor], keys: int, windows: Sequence[int | None]) -> Tensor:
-    """The last query's row of each layer's weights (1, H, T, S_l), placed at its keys' positions: (L, H, keys).
+    """The last query's row of each layer's weights (1, H_l, T, S_l), placed at its keys' positions: (L, H, keys),
+    H the most heads of any layer (NaN in the heads a layer does not have).
 
     A windowed layer's cache holds only the newest S_l < keys keys, in order: its row fills the last S_l
     positions and the earlier ones, outside the window, are 0."""
@@ -155,7 +156,8 @@ def placed_rows(attentions: Sequence[Tensor], keys: int, windows: Sequence[int |
                 )
             row = torch.cat([row.new_zeros(row.shape[0], keys - held), row], dim=-1)  # (H, keys)
         rows.append(row)
-    return torch.stack(rows)  # (L, H, keys)
+    H = max(row.shape[0] for row in rows)  # a hybrid's layers can differ in heads: NaN in the heads a layer lacks
+    return torch.stack([torch.cat([row, row.new_full((H - row.shape[0], keys), float("nan"))]) for row in rows])
 
 
 def eos_token_ids(lm: torch.nn.Module) -> set[int]:

@@ -131,6 +131,7 @@ class HookedModel:
         self.max_tokens: int = min(n for n in (max_tokens, cfg.n_ctx) if n)
         self.num_layers: dict[str, int] = {self.kind: cfg.n_layers}
         self.num_heads: dict[str, int] = {self.kind: cfg.n_heads}
+        self.layer_heads: dict[str, tuple[int, ...]] = {self.kind: (cfg.n_heads,) * cfg.n_layers}
         self.vocab_size: int = cfg.d_vocab
         self._lock = threading.Lock()  # hooks live on the model: one traced forward pass at a time
 

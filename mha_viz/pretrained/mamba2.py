@@ -1,15 +1,19 @@
-"""Mamba-2: every layer a selective state space (SSD) mixer, traced as exact mixing matrices.
+"""Mamba-2, and hybrids of its mixer with softmax attention (Bamba, Granite 4): state space (SSD) layers traced as
+exact mixing matrices.
 
 Per layer (layers[i].mixer), head h of H reading group h // (H / n_groups):
     [z | xBC | dt] = x W_in,  [x_h | B | C] = SiLU(causal_conv1d(xBC))
     dt = clamp(softplus(dt + dt_bias), time_step_limit),  A = -exp(A_log)
     mixed_h = M_h @ x_h    M_h = mha_viz.mixers.ssd_matrix(C, B, dt, A, D)   (D x_h on the diagonal)
     head outputs = RMSNorm_groups(mixed * SiLU(z))     one norm over each group's heads; then out_proj
+Bamba and Granite 4 (granitemoehybrid): layers[i].mamba (the same mixer) or layers[i].self_attn (LLaMA's attention,
+Granite's scaled by its attention_multiplier, rotary or none), by config.layer_types.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -17,7 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..mixers import ssd_matrix
-from .adapter import Site, per_head, register
+from .adapter import Adapter, Recorder, Site, Variations, per_head, register
+from .llama import LlamaAdapter
 from .mixing import MixerAdapter, Mixing
 from .qwen3_next import causal_conv
 
@@ -47,9 +52,6 @@ class Mamba2Adapter(MixerAdapter):
     def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
         return self.base.layers, self.base.norm_f
 
-    def scale(self, site: Site) -> float:
-        return 1.0
-
     def mixing(self, module: nn.Module, x: Tensor) -> Mixing:
         m = module
         H, n = m.num_heads, m.n_groups * m.ssm_state_size
@@ -70,6 +72,31 @@ class Mamba2Adapter(MixerAdapter):
             no_scores=("a Mamba-2 head has no softmax scores: its weights are the exact mixing matrix of its state "
                        "space, (C_t . B_s) times the decay from s to t times dt_s, plus D on the diagonal (signed)"),
         )
+
+
+@register
+class MambaHybridAdapter(Mamba2Adapter, LlamaAdapter):
+    """Bamba and Granite 4: Mamba-2 mixers (layers[i].mamba) between LLaMA-style attention layers (layers[i].self_attn);
+    input_layernorm before either."""
+
+    architectures = ("bamba", "granitemoehybrid")
+
+    def mixer(self, layer: int) -> nn.Module | None:
+        return getattr(self.base.layers[layer], "mamba", None)
+
+    def attention_site(self, layer: int) -> Site:
+        return LlamaAdapter.site(self, "decoder", layer)
+
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        if rec.arguments.get("position_embeddings") is None:  # Granite 4 without positions (position_embedding_type)
+            return replace(Adapter.variations(self, part, site, rec, q, k), window=self.window(site))
+        return super().variations(part, site, rec, q, k)
+
+    def pre_norm(self, part: str, layer: int) -> nn.Module:
+        return self.base.layers[layer].input_layernorm
+
+    def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
+        return self.base.layers, getattr(self.base, "final_layernorm", None) or self.base.norm
 
 
 def _gated_group_norm(norm: nn.Module, z: Tensor, mixed: Tensor) -> Tensor:

@@ -33,6 +33,14 @@ from .modality import refuse_non_text
 _NO_LIMIT = 1_000_000  # tokenizers without a length limit report a huge model_max_length
 
 
+def heads_padded(layers: Sequence[np.ndarray]) -> np.ndarray:
+    """Each layer's [H_l, ...] stacked as [L, max H_l, ...]: a layer with fewer heads (a hybrid's) gets NaN in the
+    others."""
+    H = max(a.shape[0] for a in layers)
+    return np.stack([a if a.shape[0] == H else np.concatenate([a, np.full((H - a.shape[0], *a.shape[1:]), np.nan,
+                                                                          dtype=a.dtype)]) for a in layers])
+
+
 class PretrainedModel:
     """A pretrained transformer opened up for attention tracing.
 
@@ -75,7 +83,10 @@ class PretrainedModel:
         outputs = self._forward(*self._inputs("attention", None))  # a probe: how many layers and heads
         attentions = {part: self.adapter.model_attentions(outputs, part) for part in self.parts}
         self.num_layers: dict[str, int] = {part: len(a) for part, a in attentions.items()}
-        self.num_heads: dict[str, int] = {part: self.adapter.trace_heads(a[0].shape[1]) for part, a in attentions.items()}
+        # Heads of each layer: equal in most models; a hybrid's mixer layers can have more or fewer than its softmax ones
+        self.layer_heads: dict[str, tuple[int, ...]] = {
+            part: tuple(self.adapter.trace_heads(x.shape[1]) for x in a) for part, a in attentions.items()}
+        self.num_heads: dict[str, int] = {part: max(heads) for part, heads in self.layer_heads.items()}  # the most
 
     def __repr__(self) -> str:
         return f"PretrainedModel({self.name!r}, {self.architecture}, {self.kind}, layers={self.num_layers})"
@@ -151,8 +162,10 @@ class PretrainedModel:
         mask = None
         if head_mask is not None:
             mask = torch.as_tensor(np.asarray(head_mask, dtype=np.float32))  # (H,)
-            if mask.shape != (self.num_heads[part],) or not torch.isfinite(mask).all():
-                raise ValueError(f"head_mask needs {self.num_heads[part]} finite values, one per head")
+            H = {self.layer_heads[part][layer] for layer in layers}
+            if len(H) != 1 or mask.shape != (*H,) or not torch.isfinite(mask).all():
+                raise ValueError(f"head_mask needs {' or '.join(map(str, sorted(H)))} finite values, one per head of "
+                                 "the layer")
         meta = {
             "model": self.name,
             "architecture": self.architecture,
@@ -188,12 +201,13 @@ class PretrainedModel:
             return long_pass.trace_model(self, text, ids=ids, layers=layers, progress=progress, max_bytes=max_bytes)
 
     def attentions(self, text: str, *, part: str | None = None, decoder_text: str | None = None) -> np.ndarray:
-        """The model's own attention weights for every layer of part: [layers, heads, T, S]."""
+        """The model's own attention weights for every layer of part: [layers, heads, T, S] (a hybrid's mixing matrices
+        on its mixer layers; NaN in the heads a layer does not have, where layers differ in heads: layer_heads)."""
         part = self._part(part)
         enc, dec = self._inputs(text, decoder_text)
         with self._lock:
             outputs = self._forward(enc, dec)
-        return np.stack([to_numpy(a[0]) for a in self.adapter.model_attentions(outputs, part)])
+        return heads_padded([to_numpy(a[0]) for a in self.adapter.model_attentions(outputs, part)])
 
     def attentions_for_ids(self, ids: Sequence[int]) -> np.ndarray:
         """The model's own attention weights [layers, heads, T, T] for token ids exactly as given (no special
@@ -211,7 +225,7 @@ class PretrainedModel:
         with self._lock:
             outputs = self.adapter.forward([int(i) for i in ids])
             own = self.adapter.model_attentions(outputs, self.parts[0])
-            return np.stack([to_numpy(a[0]) for a in self.adapter.head_attentions(own, self.parts[0])])
+            return heads_padded([to_numpy(a[0]) for a in self.adapter.head_attentions(own, self.parts[0])])
 
     def final_hidden(
         self,
@@ -304,8 +318,9 @@ class PretrainedModel:
         sites = []
         for layer, values in (head_masks or {}).items():
             mask = torch.as_tensor(np.asarray(values, dtype=np.float32))  # (H,)
-            if mask.shape != (self.num_heads[part],) or not torch.isfinite(mask).all():
-                raise ValueError(f"head_masks[{layer}] needs {self.num_heads[part]} finite values, one per head")
+            H = self.layer_heads[part][self._layer(part, layer)]
+            if mask.shape != (H,) or not torch.isfinite(mask).all():
+                raise ValueError(f"head_masks[{layer}] needs {H} finite values, one per head of that layer")
             sites.append((self.adapter.site(part, self._layer(part, layer)), mask))
         return HeadMasks(sites)
 
@@ -315,7 +330,7 @@ class PretrainedModel:
             raise ValueError(f"heads cannot be set: {self.unavailable}")
         sites = []
         for layer, heads in (head_values or {}).items():
-            site, H = self.adapter.site(part, self._layer(part, layer)), self.num_heads[part]
+            site, H = self.adapter.site(part, self._layer(part, layer)), self.layer_heads[part][self._layer(part, layer)]
             if not all(isinstance(h, (int, np.integer)) and 0 <= h < H for h in heads):
                 raise ValueError(f"head_values[{layer}] names heads outside 0 ... {H - 1}")
             sites.append((site, (H, {int(h): torch.as_tensor(np.asarray(v, dtype=np.float32)) for h, v in heads.items()})))

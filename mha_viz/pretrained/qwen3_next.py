@@ -1,4 +1,4 @@
-"""Qwen3-Next: three Gated DeltaNet (linear attention) layers for each gated softmax attention layer.
+"""Qwen3-Next and Qwen3.5 (text): three Gated DeltaNet (linear attention) layers for each gated softmax attention layer.
 
 Softmax layers (self_attn), LLaMA's layout with two changes:
     [q | gate] = x W_Q'    per head: d_k query dims, then d_k gate dims          q_proj is 2 H d_k wide
@@ -9,6 +9,8 @@ Gated DeltaNet layers (linear_attn), per value head h reading query/key head h /
     b = sigmoid(x W_b),  log decay g = -exp(A_log) softplus(x W_a + dt_bias)
     mixed_h = M_h @ v_h    M_h = mha_viz.mixers.gated_delta_matrix(q, k, g, b)
     head_h = RMSNorm(mixed_h) * SiLU(z_h)      z from in_proj_qkvz; then out_proj
+Qwen3.5 computes the same from four plain projections: in_proj_qkv ([q | k | v] side by side), in_proj_z, in_proj_b
+and in_proj_a.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class Qwen3NextAdapter(MixerAdapter, LlamaAdapter):
 
     def mixer_site(self, layer: int, module: nn.Module) -> Site:
         m = module
-        return Site(m, m.in_proj_qkvz, None, None, m.out_proj, m.num_v_heads, m.num_v_heads, m.head_v_dim, core=m.norm)
+        return Site(m, None, None, None, m.out_proj, m.num_v_heads, m.num_v_heads, m.head_v_dim, core=m.norm)
 
     def heads(self, site: Site, rec: Recorder) -> tuple[Tensor, Tensor, Tensor]:
         q, k, v = super().heads(site, rec)  # q (H, T, 2 d): each head's query dims, then its gate dims
@@ -97,12 +99,20 @@ class Qwen3NextAdapter(MixerAdapter, LlamaAdapter):
         out["b_Q"] = None if b is None else per_head(b, site.num_heads)[..., :d]
         return out
 
+    def projected(self, module: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """A Gated DeltaNet's projections of x (T, d_model): [q | k | v] (T, 2 H_k d_k + H_v d_v) before the
+        convolution, z (T, H_v, d_v), b and a (T, H_v). Qwen3-Next: two fused projections, split per key head
+        (the module's own fix_query_key_value_ordering)."""
+        m = module
+        query, key, value, z, b, a = (t[0] for t in m.fix_query_key_value_ordering(m.in_proj_qkvz(x[None]),
+                                                                                   m.in_proj_ba(x[None])))
+        T = x.shape[0]
+        return torch.cat([t.reshape(T, -1) for t in (query, key, value)], -1), z.reshape(T, m.num_v_heads, -1), b, a
+
     def mixing(self, module: nn.Module, x: Tensor) -> Mixing:
         m = module
-        qkvz, ba = m.in_proj_qkvz(x[None]), m.in_proj_ba(x[None])  # (1, T, .)
-        query, key, value, z, b, a = (t[0] for t in m.fix_query_key_value_ordering(qkvz, ba))  # the module's split
-        T = x.shape[0]
-        mixed = causal_conv(m.conv1d, torch.cat([t.reshape(T, -1) for t in (query, key, value)], -1), m.activation)
+        qkv, z, b, a = self.projected(m, x)
+        mixed = causal_conv(m.conv1d, qkv, m.activation)
         q, k, v = mixed.split([m.key_dim, m.key_dim, m.value_dim], dim=-1)  # (T, H_k d_k), (T, H_k d_k), (T, H_v d_v)
         group = m.num_v_heads // m.num_k_heads
         q, k = (l2norm(per_head(t.float(), m.num_k_heads)).repeat_interleave(group, 0) for t in (q, k))  # (H_v, T, d_k)
@@ -125,3 +135,15 @@ class Qwen3NextAdapter(MixerAdapter, LlamaAdapter):
 def _gated_norm(norm: nn.Module, z: Tensor, mixed: Tensor) -> Tensor:
     """The gated RMSNorm a Gated DeltaNet applies to each head's output: mixed (H, T, d), z (T, H, d) -> (H, T, d)."""
     return norm(mixed.transpose(0, 1), z).transpose(0, 1).float()
+
+
+@register
+class Qwen3_5Adapter(Qwen3NextAdapter):
+    """Qwen3.5's text model: Qwen3-Next's layers, its Gated DeltaNet projected by in_proj_qkv, in_proj_z, in_proj_b and
+    in_proj_a."""
+
+    architectures = ("qwen3_5_text",)
+
+    def projected(self, module: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        m = module
+        return m.in_proj_qkv(x), m.in_proj_z(x).unflatten(-1, (m.num_v_heads, -1)), m.in_proj_b(x), m.in_proj_a(x)

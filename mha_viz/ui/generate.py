@@ -13,7 +13,7 @@ from ..figures import heads_figure
 from ..figures.generation import logit_attribution_figure, next_token_figure, step_attention_figure
 from ..figures.overview import picked_head
 from ..limits import MAX_NEW_TOKENS
-from ..parts import bounds
+from ..parts import bounds, capable
 from ..pretrained.generation import Generation
 from ..sampling import Sampling
 from ..serve.hosting import FULL_SIZE, Budget, heavy_generation
@@ -93,7 +93,7 @@ def generate_view(source: ModelSource, name: str, limits: Budget | None = None) 
     if model.next_token_unavailable is not None:
         st.info(f"Generation needs a causal language model: {model.next_token_unavailable}.")
         return
-    hybrid = any(kind != "softmax" for kind in source.layer_kinds)
+    hybrid = capable(source, "hybrid")
     st.caption("The model writes after your sentence one token at a time, reading its own output through the "
                + ("whole sequence again at every step (a linear or state-space layer's mixing matrix needs it)"
                   if hybrid else "key/value cache") + ". Each step shows the distribution the token was drawn from, which heads wrote "
@@ -163,7 +163,7 @@ def _draw_step(source: ModelSource, gen: Generation, name: str) -> None:
                                 title=f"Where the query that wrote {chosen.token!r} looked: {len(keys)} keys, one more "
                                 "each step (the KV cache)", width=page_width()),
           "gen_attention", f"{name}-step{step}-attention")
-    if any(kind != "softmax" for kind in source.layer_kinds):
+    if capable(source, "hybrid"):
         st.caption("The rows of linear and state-space layers (lin, ssm) are the last row of each head's exact mixing "
                    "matrix: signed (red below 0) and not a share of 1; one colour scale centred at 0, as in the Heads "
                    "view.")
@@ -206,7 +206,7 @@ def _attribution(source: ModelSource, gen: Generation, step: int, name: str, wid
     open_head_picker("_open_head_gen", *dla.heads.shape, on_pick=_rerun_app)
     error = abs(dla.total - dla.logit)
     verdict = "✓ equal" if error <= DLA_TOLERANCE else "✗ differs"
-    st.caption(f"Heads {dla.heads.sum():+.3f} + other terms {sum(dla.terms.values()):+.3f} = **{dla.total:.4f}**; "
+    st.caption(f"Heads {np.nansum(dla.heads):+.3f} + other terms {sum(dla.terms.values()):+.3f} = **{dla.total:.4f}**; "
                f"the model's own logit for {plain(repr(dla.token))}: **{dla.logit:.4f}** ({verdict}, |difference| "
                f"{error:.1e} ≤ {DLA_TOLERANCE:g}). The final {dla.norm} is frozen at its measured scale "
                f"{dla.norm_scale:.4g}, which makes each head's share exact. Click a head (or pick it above) to open it.")

@@ -262,7 +262,7 @@ def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], vi
         str(i): message for i in range(source.num_layers) if (message := failure_message(source.trace(i)))}
     heads_component(payload or no_weights(source.num_layers), view="heads" if payload else "buttons", layer=s.layer,
                     subtitle=subtitle, failed=failed, key="layer_switch", on_layer=_set_layer,
-                    marks=layer_marks(source.layer_kinds))
+                    marks=layer_marks(source.layer_kinds) if capable(source, "hybrid") else None)
     if switches and payload is None:
         st.caption("Every layer of this model at once is more than this page should hold: a layer button asks the "
                    "server for that layer.")

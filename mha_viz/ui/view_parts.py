@@ -16,7 +16,7 @@ from ..layer_payload import fitting_payload
 from ..long import LongTrace
 from ..mixers import layer_marks
 from ..params import ViewState
-from ..parts import VIEWS, shown
+from ..parts import VIEWS, capable, shown
 from ..serve.hosting import Budget
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
@@ -148,7 +148,7 @@ def overview_attentions(source: ModelSource, trace: AttentionTrace) -> np.ndarra
 
 def overview(c: ViewContext) -> None:
     views.overview_view(overview_attentions(c.source, c.trace), c.drawn, c.layer, c.name,
-                        windows=layer_windows(c.source), marks=layer_marks(c.source.layer_kinds))
+                        windows=layer_windows(c.source), marks=layer_marks(c.source.layer_kinds) if capable(c.source, "hybrid") else None)
 
 
 def shapes(c: ViewContext) -> None:

@@ -6,6 +6,7 @@ of the linear layers beside the softmax layer's heads."""
 
 from __future__ import annotations
 
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from transformers import AutoTokenizer
 from harness.browser import renderers, wait_for_heads, wait_for_query
 from mha_viz.pretrained import bundled_model_dir
 from tests.axe import axe_path, axe_violations, summary
-from tests.tiny_causal import random_causal_lm
+from tests.tiny_causal import random_causal_lm, saved_random_models
 from tests.unit.test_mixers import HYBRID, slow_decays
 
 TEXT = "The cat sat on the mat. The dog sat on the rug. The cat saw the dog and the dog saw the cat."
@@ -70,6 +71,30 @@ def test_a_hybrid_models_layers_say_their_kind_fit_and_work_by_keyboard(server: 
         page.keyboard.press("ArrowRight")
         wait_for_query(page, "layer=1")
         page.get_by_text("Layer 1 is a Gated DeltaNet layer").wait_for()
+    finally:
+        assert page.errors == []
+        page.close()
+
+
+def test_layers_with_more_mixer_heads_than_attention_heads_paint_their_own_heads(server: str, browser,
+                                                                                tmp_path_factory) -> None:
+    """Bamba with 8 Mamba-2 heads a layer beside 4 attention heads: each layer paints its own heads, no more."""
+    from transformers import AutoModelForCausalLM
+
+    config = {"ragged": HYBRID["bamba (more mixer heads)"][1]}
+    folder = saved_random_models(config, AutoModelForCausalLM, tmp_path_factory)["ragged"]
+    page = open_model(browser, server, folder, 1400)
+    try:
+        page.get_by_text("Layer 0 is a Mamba-2 layer").wait_for(timeout=120_000)
+        wait_for_heads(page, 8)
+        assert page.locator(LAYERS).all_inner_texts() == ["0 ssm", "1 attn", "2 ssm"]
+        page.locator(LAYERS).nth(1).click()
+        wait_for_query(page, "layer=1")
+        deadline = time.monotonic() + 60
+        while [r["heads"] for r in renderers(page)] != [4]:  # the attention layer's own 4, not 8 with 4 empty
+            assert time.monotonic() < deadline, renderers(page)
+            time.sleep(0.1)
+        page.get_by_text("4 heads (numbered from 0)").wait_for()
     finally:
         assert page.errors == []
         page.close()

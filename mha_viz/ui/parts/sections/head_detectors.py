@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ....fields import choice
 from ....names import DETECTOR_KINDS
-from ....parts import EVERY_MODE, Part
+from ....parts import EVERY_MODE, Part, capable
 
 if TYPE_CHECKING:
     from ...analysis import SectionContext
@@ -51,7 +51,7 @@ def render(c: SectionContext) -> None:
                "on the token just before; duplicate = on the earlier copy of the same token; induction = on the token "
                "after that earlier copy (Olsson et al. 2022). 1 = always exactly there."
                + (" On a linear or state-space layer (lin, ssm) a score is the mean entry of its mixing matrix there: "
-                  "signed, and not a share of 1." if any(k != "softmax" for k in c.source.layer_kinds) else ""))
+                  "signed, and not a share of 1." if capable(c.source, "hybrid") else ""))
     kind = st.radio("Kind of head", DETECTOR_KINDS, key="detector", horizontal=True)
     left, right = st.columns([3, 2])
     with left:

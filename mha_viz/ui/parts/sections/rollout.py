@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ....fields import optional_int
 from ....limits import MAX_LAYERS
-from ....parts import EVERY_MODE, Part, StateField
+from ....parts import EVERY_MODE, Part, StateField, capable
 
 if TYPE_CHECKING:
     from ...analysis import SectionContext
@@ -31,7 +31,7 @@ def render(c: SectionContext) -> None:
         st.info("Rollout chains self-attention maps layer after layer; cross-attention maps (decoder tokens × "
                 "encoder tokens) do not chain. Pick the encoder or decoder self-attention.")
         return
-    if any(kind != "softmax" for kind in c.source.layer_kinds):
+    if capable(c.source, "hybrid"):
         st.info("Rollout multiplies the layers' attention maps as shares of the input. This model's linear or "
                 "state-space layers mix tokens with signed matrices whose rows do not sum to 1, so their product is "
                 "not a share of anything: rollout is left out here. Knockout and Patching measure what a token or "
