@@ -54,11 +54,11 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
     print(f"{args.tokens} tokens, best of {args.n}; load average {os.getloadavg()[0]:.2f}; "
           f"torch threads {torch.get_num_threads()}")
-    print(f"{'model':<12} {'layers':>6} {'own s':>8} {'traces s':>9} {'ratio':>6} {'target':>7} {'matrix s':>9}")
-    models = {**HYBRID, "mamba2-wide": ("Mamba-2 (256)", lambda: Mamba2Config(
+    print(f"{'model':<26} {'layers':>6} {'own s':>8} {'traces s':>9} {'ratio':>6} {'target':>7} {'matrix s':>9}")
+    models = {**HYBRID, "mamba2 (d_model 256)": ("Mamba-2", lambda: Mamba2Config(
         vocab_size=tokenizer.vocab_size, hidden_size=256, num_hidden_layers=2, num_heads=16, head_dim=32, expand=2,
         n_groups=2, state_size=64, chunk_size=64))}
-    for label, config in models.values():
+    for label, (_, config) in models.items():
         cfg = config()
         if hasattr(cfg, "max_position_embeddings"):
             cfg.max_position_embeddings = 1024
@@ -86,7 +86,7 @@ def main() -> None:
         with torch.no_grad():
             matrix_s = best(lambda m=m, module=module, hidden=hidden: m.adapter.mixing(module, hidden), args.n)
         ratio = min(traces_s) / min(own_s)
-        print(f"{label:<12} {m.num_layers['decoder']:>6} {min(own_s):>8.3f} {min(traces_s):>9.3f} {ratio:>6.2f} "
+        print(f"{label:<26} {m.num_layers['decoder']:>6} {min(own_s):>8.3f} {min(traces_s):>9.3f} {ratio:>6.2f} "
               f"{'<= ' + str(TARGET):>7} {matrix_s:>9.3f}   ({len(enc.ids)} tokens)")
 
 
