@@ -10,7 +10,8 @@
     ('fox', 'blue', 'sky')
 
 Adapted (full traces): BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, ALBERT, DeBERTa-v2, ModernBERT, GPT-2,
-GPTBigCode, GPT-Neo, GPT-NeoX, OPT, Bloom, Falcon, LLaMA, Mistral, Qwen2, Qwen3, Gemma, Gemma2, Phi, Phi-3, T5, BART
+GPTBigCode, GPT-Neo, GPT-NeoX, OPT, Bloom, Falcon, LLaMA, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, OLMo 3, Cohere,
+Cohere 2, Gemma, Gemma2, Phi, Phi-3, T5, BART
 (mha_viz.pretrained.architectures.ADAPTERS); hybrids of attention with linear-attention or state-space layers, traced
 as exact mixing matrices (mha_viz.pretrained.mixing): Qwen3-Next, Qwen3.5, Bamba, Granite 4, Mamba-2. Any other text
 architecture gives the model's weights plus

@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     bart,
     bert,
     bloom,
+    cohere,
     deberta,
     deepseek,
     gpt2,

@@ -2,7 +2,8 @@
 
     LayerNorm  centre(x) = x - mean(x)   s = sqrt(var(x) + eps)     gamma = weight, beta = bias
     RMSNorm    centre(x) = x             s = sqrt(mean(x^2) + eps)  gamma = offset + weight (Gemma: 1 + weight)
-RMSNorm here means LlamaRMSNorm and its copies (Mistral, Qwen, Phi-3, Gemma) and T5's LayerNorm, which is one too.
+RMSNorm here means LlamaRMSNorm and its copies (Mistral, Qwen, Phi-3, Gemma) and T5's LayerNorm, which is one too;
+Cohere's LayerNorm (Cohere, Cohere 2) is a LayerNorm without bias.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def norm_affine(norm: nn.Module, d: int, offset: float = 0.0) -> NormAffine:
         beta = None if norm.bias is None else norm.bias.detach().double().cpu()  # (d,)
         return NormAffine("LayerNorm", gamma, beta, norm.eps)
     name = type(norm).__name__
+    if name in ("CohereLayerNorm", "Cohere2LayerNorm"):
+        return NormAffine("LayerNorm", gamma, None, norm.variance_epsilon)
     if name.endswith("RMSNorm") or name == "T5LayerNorm":
         return NormAffine("RMSNorm", gamma, None, getattr(norm, "variance_epsilon", None) or norm.eps)
     raise ValueError(f"{name} is not a norm mha-viz knows (LayerNorm or RMSNorm)")

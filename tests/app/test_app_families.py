@@ -38,6 +38,8 @@ CONFIGS = {  # family -> (config, what "Why one score" names besides q·k)
     "diffllama": (lambda: tf.DiffLlamaConfig(vocab_size=V, num_key_value_heads=2, lambda_std_dev=0.3, **SMALL,
                                              **TOKENS), []),
     "deepseek_v3": (lambda: tf.DeepseekV3Config(vocab_size=V, **MLA, **SMALL, **TOKENS), []),
+    "cohere2": (lambda: tf.Cohere2Config(vocab_size=V, num_key_value_heads=2, sliding_window=4,
+                                         layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS), []),
     "gemma3": (lambda: tf.Gemma3TextConfig(vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4,
                                            query_pre_attn_scalar=8, layer_types=["sliding_attention", "full_attention"],
                                            **SMALL, **TOKENS), []),

@@ -90,6 +90,11 @@ FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
     "mistral": ("Mistral", lambda: tf.MistralConfig(vocab_size=V, num_key_value_heads=1, sliding_window=4, **SMALL,
                                                     **TOKENS)),
     "qwen2": ("Qwen2", lambda: tf.Qwen2Config(vocab_size=V, num_key_value_heads=2, **SMALL, **TOKENS)),
+    "cohere": ("Cohere", lambda: tf.CohereConfig(vocab_size=V, num_key_value_heads=2, use_qk_norm=True, **SMALL,
+                                                 **TOKENS)),
+    "cohere2": ("Cohere 2", lambda: tf.Cohere2Config(vocab_size=V, num_key_value_heads=2, sliding_window=4,
+                                                     layer_types=["sliding_attention", "full_attention"], **SMALL,
+                                                     **TOKENS)),
     "qwen3": ("Qwen3", lambda: tf.Qwen3Config(vocab_size=V, num_key_value_heads=2, head_dim=8, **SMALL, **TOKENS)),
     "smollm3": ("SmolLM3", lambda: tf.SmolLM3Config(  # layer 1 a NoPE layer (no rotation), layer 0 a sliding window
         vocab_size=V, num_key_value_heads=2, no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=4,
@@ -273,6 +278,15 @@ def real_qkv(name: str, site, x: torch.Tensor) -> list[np.ndarray]:
     return [z.transpose(0, 1).numpy() for z in (q, k, v)]
 
 
+INTERLEAVED = ("cohere", "cohere2")  # rotary on interleaved pairs, restated from their modeling code (rotate_half)
+
+
+def trace_order(name: str, x: np.ndarray) -> np.ndarray:
+    """Queries or keys (..., d) in the trace's dim order: [evens | odds] where the family rotates pairs
+    (x_2i, x_2i+1), so that they become rotate_half's pairs (x_i, x_(i + d/2)); else as they are."""
+    return np.concatenate((x[..., ::2], x[..., 1::2]), axis=-1) if name in INTERLEAVED else x
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_projection_weights_are_the_models_own(models, traced, name):
     """x W[h] + b[h] equals the real projection module's head-h output on the same input, fused layouts too."""
@@ -291,6 +305,7 @@ def test_projection_weights_are_the_models_own(models, traced, name):
                 real = real[list(site.kv_heads)] if i else real  # (2H, T, d)
                 first, second = np.split(real, 2)
                 real = np.concatenate((first, second), axis=-1) if i == 2 else first
+            real = trace_order(name, real) if i < 2 else real
             ours = np.einsum("td,hdk->htk", x.numpy(), W) + (0.0 if b is None else b[:, None])
             np.testing.assert_allclose(ours, real, atol=1e-5, err_msg=f"{name} {part} {'QKV'[i]}")
 
@@ -330,7 +345,7 @@ def test_head_weights_fold_the_norm_each_attention_reads_through(models, name):
             s = (x.var(-1, unbiased=False, keepdim=True) if kind == "LayerNorm" else x.pow(2).mean(-1, keepdim=True))
             s = torch.sqrt(s + eps).numpy()  # (T, 1)
             folded = np.einsum("td,hdk->htk", x.numpy(), w.W_Q[layer]) / s + (0.0 if w.b_Q is None else w.b_Q[layer][:, None])
-            np.testing.assert_allclose(folded, real_qkv(name, site, normed.float())[0], atol=2e-4,
+            np.testing.assert_allclose(folded, trace_order(name, real_qkv(name, site, normed.float())[0]), atol=2e-4,
                                        err_msg=f"{name} {part} layer {layer}")
 
 
@@ -638,6 +653,8 @@ NEGATIVE = {
                 {"variations": lambda self, *a: ADAPTERS["llama"].variations(self, *a)}),
     "olmo2": ("OLMo 2's q/k norms taken per head instead of across all heads", {"variations": lambda self, *a: replace(
         ADAPTERS["olmo2"].variations(self, *a), q_norm=rms_per_head, k_norm=rms_per_head)}),
+    "cohere2": ("Cohere 2's interleaved rotary pairs read as rotate-half pairs", {
+        "heads": lambda self, site, rec: ADAPTERS["llama"].heads(self, site, rec)}),
     "albert": ("ALBERT always reading the first call", {"site": lambda self, part, layer: replace(
         ADAPTERS["albert"].site(self, part, layer), call=0)}),
 }
