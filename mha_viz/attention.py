@@ -72,6 +72,14 @@ def window_mask(T: int, S: int, window: int, device: torch.device | None = None)
     return (i - j).abs() >= window  # (T, S)
 
 
+def chunk_mask(T: int, S: int, chunk: int, device: torch.device | None = None) -> Tensor:
+    """True where query i and key j lie in different chunks of `chunk` positions: i // chunk != j // chunk. With
+    causal_mask this is chunked attention (Llama 4's chunked layers: a query sees the keys from its chunk's start)."""
+    i = torch.arange(T, device=device)[:, None] // chunk  # (T, 1)
+    j = torch.arange(S, device=device)[None, :] // chunk  # (1, S)
+    return i != j  # (T, S)
+
+
 def rotate_half(x: Tensor) -> Tensor:
     """[x1, x2] -> [-x2, x1] on the last dim: the 90-degree turn of each (x_i, x_{i+d/2}) pair."""
     x1, x2 = x.chunk(2, dim=-1)  # (..., d/2) each
@@ -123,6 +131,7 @@ class Variations:
     mask: Tensor | None = None  # the model's own mask: True (or -inf) where a key is hidden
     causal: bool = False
     window: int | None = None  # keys |i - j| >= window are hidden (with causal: the window - 1 keys before i)
+    chunk: int | None = None  # keys in another chunk of `chunk` positions are hidden (Llama 4's chunked layers)
     sinks: Tensor | None = None  # (H,) one learned logit per head in each softmax, then dropped (gpt-oss)
     differential: Tensor | float | None = None  # lambda, scalar or (H,): weights = map_i - lambda map_(i+H) (DiffLlama)
     head_norm: Callable[[Tensor], Tensor] | None = None  # on each head's output before the concat (DiffLlama)
@@ -139,7 +148,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: T
         scores  = scale * q k^T + sum(bias)             bias terms (..., H, T, S): ALiBi, relative positions
         scores  = softcap * tanh(scores / softcap)      logit soft-capping (Gemma2)
         scores  = scores + mask                         mask: True (or -inf) where a key is hidden
-        scores  = -inf where j > i (causal) or |i - j| >= window
+        scores  = -inf where j > i (causal), |i - j| >= window or i // chunk != j // chunk
         weights = softmax(scores)                       over keys
         weights = softmax([scores | sink_h])[:, :S]     with sinks (H,): one more logit per row, its column
                                                         dropped, so a row sums to 1 - sink mass (gpt-oss)
@@ -170,6 +179,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: T
         scores = scores.masked_fill(causal_mask(T, S, scores.device), float("-inf"))  # (..., H, T, S)
     if var.window is not None:
         scores = scores.masked_fill(window_mask(T, S, var.window, scores.device), float("-inf"))  # (..., H, T, S)
+    if var.chunk is not None:
+        scores = scores.masked_fill(chunk_mask(T, S, var.chunk, scores.device), float("-inf"))  # (..., H, T, S)
     if var.sinks is None:
         maps = scores.softmax(dim=-1)  # (..., H, T, S)
     else:  # as transformers' gpt-oss: [scores | sink], minus the row max, softmax, the sink column dropped

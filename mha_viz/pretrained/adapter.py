@@ -299,6 +299,7 @@ class Adapter:
     attribution_unavailable: str | None = None  # why direct logit attribution cannot split this model's logits
     norm_weight_offset = 0.0  # the RMSNorms multiply by (offset + weight): 1 for Gemma and Gemma2
     steps_from_cache = True  # generation feeds one token a step with the KV cache (False: the whole sequence again)
+    long_unavailable: str | None = None  # why model.long_trace() cannot run this family yet, else None
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -489,7 +490,7 @@ class Adapter:
                 "concat @ W_O^T + b vs output": max_abs_diff(concat @ W_O.T + (0.0 if b_O is None else b_O), output),
             }
             W_O_np, b_O_np = to_numpy(W_O), None if b_O is None else to_numpy(b_O)
-        extra = {"window": var.window} if var.window is not None else {}
+        extra = {name: value for name, value in (("window", var.window), ("chunk", var.chunk)) if value is not None}
         diff = var.differential is not None
         n = a.weights.shape[0]  # heads of the trace: H, or H / 2 differential pairs
         if var.head_norm is not None:

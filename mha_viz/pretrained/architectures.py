@@ -19,6 +19,7 @@ from . import (  # noqa: F401
     gpt2,
     gpt_bigcode,
     llama,
+    llama4,
     mamba2,
     modernbert,
     neox,

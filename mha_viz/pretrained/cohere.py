@@ -42,16 +42,9 @@ class HeadLayerNorm:
         return weight[:, None, :] * (x - mean) * torch.rsqrt(var + self.norm.variance_epsilon)
 
 
-@register
-class CohereAdapter(LlamaAdapter):
-    """layers[i].self_attn.{q_proj,k_proj,v_proj,o_proj}; rotary cos/sin come in as position_embeddings, repeated
-    per pair ([f0, f0, f1, f1, ...])."""
-
-    architectures = ("cohere", "cohere2")
-    attribution_unavailable = (
-        "Cohere multiplies its logits by logit_scale after the unembedding, and its final LayerNorm has no bias: "
-        "mha-viz's logit attribution does not yet fold that scale into each head's term"
-    )
+class InterleavedPairs(LlamaAdapter):
+    """LLaMA's layout for a model that rotates pairs (x_2i, x_2i+1): queries, keys, W_Q and W_K held as [evens | odds],
+    where rotate_half's pairs (x_i, x_(i + d/2)) are the model's."""
 
     def heads(self, site: Site, rec: Recorder) -> tuple[Tensor, Tensor, Tensor]:
         q, k, v = super().heads(site, rec)
@@ -65,6 +58,18 @@ class CohereAdapter(LlamaAdapter):
             if out[name] is not None:
                 out[name] = out[name][..., order]
         return out
+
+
+@register
+class CohereAdapter(InterleavedPairs):
+    """layers[i].self_attn.{q_proj,k_proj,v_proj,o_proj}; rotary cos/sin come in as position_embeddings, repeated
+    per pair ([f0, f0, f1, f1, ...])."""
+
+    architectures = ("cohere", "cohere2")
+    attribution_unavailable = (
+        "Cohere multiplies its logits by logit_scale after the unembedding, and its final LayerNorm has no bias: "
+        "mha-viz's logit attribution does not yet fold that scale into each head's term"
+    )
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         variations = super().variations(part, site, rec, q, k)

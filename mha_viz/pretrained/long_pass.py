@@ -37,6 +37,8 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
                          "(an encoder or a decoder-only model)")
     if model.unavailable is not None:
         raise ValueError(f"{model.name} cannot be traced layer by layer: {model.unavailable}")
+    if getattr(adapter, "long_unavailable", None):
+        raise ValueError(f"{model.name} has no long trace yet: {adapter.long_unavailable}")
     mixers = [i for i, kind in enumerate(model.layer_kinds(part)) if kind != "softmax"]
     if mixers:
         raise ValueError(f"{model.name} has layers that are not softmax attention ({', '.join(map(str, mixers))}: "

@@ -95,6 +95,11 @@ FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
     "cohere2": ("Cohere 2", lambda: tf.Cohere2Config(vocab_size=V, num_key_value_heads=2, sliding_window=4,
                                                      layer_types=["sliding_attention", "full_attention"], **SMALL,
                                                      **TOKENS)),
+    "llama4_text": ("Llama 4", lambda: tf.Llama4TextConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, intermediate_size_mlp=64, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
+        attention_chunk_size=4, no_rope_layer_interval=2, use_qk_norm=True, attn_temperature_tuning=True,
+        floor_scale=2, attn_scale=0.5, max_position_embeddings=64, **TOKENS)),
     "qwen3": ("Qwen3", lambda: tf.Qwen3Config(vocab_size=V, num_key_value_heads=2, head_dim=8, **SMALL, **TOKENS)),
     "smollm3": ("SmolLM3", lambda: tf.SmolLM3Config(  # layer 1 a NoPE layer (no rotation), layer 0 a sliding window
         vocab_size=V, num_key_value_heads=2, no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=4,
@@ -278,7 +283,7 @@ def real_qkv(name: str, site, x: torch.Tensor) -> list[np.ndarray]:
     return [z.transpose(0, 1).numpy() for z in (q, k, v)]
 
 
-INTERLEAVED = ("cohere", "cohere2")  # rotary on interleaved pairs, restated from their modeling code (rotate_half)
+INTERLEAVED = ("cohere", "cohere2", "llama4_text")  # rotary on interleaved pairs, restated from their modeling code (rotate_half)
 
 
 def trace_order(name: str, x: np.ndarray) -> np.ndarray:
@@ -534,6 +539,23 @@ def test_diffllama_lambda_and_both_maps_are_the_modules_own(models, traced):
         m.adapter = adapter_for(m.model)
 
 
+def test_llama4_chunks_rotary_layers_and_tempers_nope_layers(models, traced):
+    """Its rotary layers see keys only in the query's chunk of 4 (restated: i // 4 == j // 4, causal); its NoPE layers
+    see every earlier key, each query scaled by its temperature 1 + 0.5 log(1 + floor((t + 1) / 2))."""
+    for text, _, layer, t, _ in traced("llama4_text"):
+        T = t.weights.shape[-1]
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        seen = (j <= i) & ((i // 4 == j // 4) if layer % 2 == 0 else True)
+        assert np.array_equal(np.isfinite(t.scores[0]), seen), (text, layer)
+        assert t.meta.get("chunk") == (4 if layer % 2 == 0 else None)
+    a = models["llama4_text"].adapter.site("decoder", 1).attention
+    from mha_viz.pretrained.llama4 import temperatures
+
+    np.testing.assert_allclose(temperatures(a, 6).numpy(), 1 + 0.5 * np.log1p(np.floor((np.arange(6) + 1) / 2)))
+    with pytest.raises(ValueError, match="long kernel does not yet apply Llama 4's chunks"):
+        models["llama4_text"].long_trace(TEXTS[0])
+
+
 def test_gpt_neo_does_not_scale_and_gemma2_soft_caps(traced):
     assert all(t.scale == 1.0 for *_, t, _ in traced("gpt_neo"))
     for _, _, _, t, _ in traced("gemma2"):
@@ -626,6 +648,12 @@ def rms_per_head(x: torch.Tensor) -> torch.Tensor:
     return x * (x.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt()
 
 
+def shifted_chunks(self, *args):
+    """Llama 4's variations with each chunk one position longer: the boundaries shifted."""
+    v = ADAPTERS["llama4_text"].variations(self, *args)
+    return replace(v, chunk=v.chunk + 1) if v.chunk else v
+
+
 def wrong(name: str, **overrides) -> Callable:
     """The family's adapter with one method replaced by a wrong one."""
     return type(f"Wrong{name}", (ADAPTERS[name],), overrides)
@@ -655,6 +683,7 @@ NEGATIVE = {
         ADAPTERS["olmo2"].variations(self, *a), q_norm=rms_per_head, k_norm=rms_per_head)}),
     "cohere2": ("Cohere 2's interleaved rotary pairs read as rotate-half pairs", {
         "heads": lambda self, site, rec: ADAPTERS["llama"].heads(self, site, rec)}),
+    "llama4_text": ("Llama 4's chunk boundaries shifted by one position", {"variations": shifted_chunks}),
     "albert": ("ALBERT always reading the first call", {"site": lambda self, part, layer: replace(
         ADAPTERS["albert"].site(self, part, layer), call=0)}),
 }
