@@ -42,6 +42,8 @@ class Llama4Adapter(InterleavedPairs):
     which layers rotate (self_attn.use_rope) and which are chunked (config.layer_types) as the model says."""
 
     architectures = ("llama4_text",)
+    # its chunked layers' cache holds only the current chunk's keys: generation reads each step from the whole sequence
+    steps_from_cache = False
     long_unavailable = ("mha-viz's long kernel does not yet apply Llama 4's chunks (its chunked layers) or its "
                         "temperatures (its NoPE layers); trace(text, layer) traces every layer exactly")
 

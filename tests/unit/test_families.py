@@ -556,6 +556,22 @@ def test_llama4_chunks_rotary_layers_and_tempers_nope_layers(models, traced):
         models["llama4_text"].long_trace(TEXTS[0])
 
 
+def test_llama4_writes_with_rows_from_the_whole_sequence(tokenizer):
+    """Its chunked layers' cache holds only the current chunk: each step's row comes from the whole sequence again,
+    equal to the model's own last row at every layer, and the greedy tokens are transformers' own."""
+    from tests.tiny_causal import random_causal_lm
+
+    m = PretrainedModel(random_causal_lm(FAMILIES["llama4_text"][1]()), tokenizer)
+    g = m.generate("the cat sat on the mat and the dog", 6)
+    ids = list(g.prompt_ids)
+    with torch.no_grad():
+        own = m.model.generate(torch.tensor([ids]), max_new_tokens=6, min_new_tokens=6, do_sample=False)[0, len(ids):]
+    assert [s.token_id for s in g.steps] == own.tolist()
+    for t, step in enumerate(g.steps):
+        rows = m.attentions_for_ids(ids + [s.token_id for s in g.steps[:t]])[:, :, -1]  # (L, H, keys)
+        np.testing.assert_allclose(step.attentions, rows, rtol=0, atol=1e-6)
+
+
 def test_gpt_neo_does_not_scale_and_gemma2_soft_caps(traced):
     assert all(t.scale == 1.0 for *_, t, _ in traced("gpt_neo"))
     for _, _, _, t, _ in traced("gemma2"):
