@@ -23,8 +23,9 @@ KINDS = {
               "decays and the delta rule's corrections between s and t; signed, rows do not sum to 1",
     "ssm": "a selective state space (Mamba-2): M[t, s] = (C_t . B_s) exp(sum of A dt from s+1 to t) dt_s, plus D on "
            "the diagonal; signed, rows do not sum to 1",
+    "sparse": "softmax attention over the keys an indexer kept for each query (DeepSeek-V3.2's top-k); the others 0",
 }
-MARKS = {"softmax": "attn", "linear": "lin", "ssm": "ssm"}  # a layer button's mark in a model with other kinds
+MARKS = {"softmax": "attn", "linear": "lin", "ssm": "ssm", "sparse": "sparse"}  # a layer button's mark in a model with other kinds
 __doc__ += "".join(f"\n    {kind:<8} {text}" for kind, text in KINDS.items()) + "\n"
 
 

@@ -31,7 +31,7 @@ from .limits import MAX_LONG_TOKENS, MAX_TOKENS
 from .long import LongTrace, long_trace
 from .sampling import GREEDY, Sampling
 from .text import embed_tokens, tokenize
-from .trace import AttentionTrace
+from .trace import MIXING_KINDS, AttentionTrace
 from .variants import VARIANTS, LayerVariant, variant_layer
 
 if TYPE_CHECKING:
@@ -273,7 +273,7 @@ class ModelSource:
     def hybrid(self) -> bool:
         """Whether some layer is not softmax attention (a linear-attention or state-space layer, traced as a mixing
         matrix): the capability flag views read (mha_viz.parts.capable)."""
-        return any(kind != "softmax" for kind in self.layer_kinds)
+        return any(kind in MIXING_KINDS for kind in self.layer_kinds)
 
     @property
     def causal_lm(self) -> bool:

@@ -24,12 +24,14 @@ Layout: attention is [head, query, key]; per-head tensors are [head, position, d
     gates        [H, T] or None: mixture-of-heads (MoH) head gates, head h's output at query t scaled by
                  gates[h, t] before the concat (0: the token does not use the head); head_outputs are the
                  gated ones, so concat @ W_O^T + b_O is still the output
-    kind         what mixes the tokens (mha_viz.mixers.KINDS): "softmax" (attention), or a hybrid model's
+    kind         what mixes the tokens (mha_viz.mixers.KINDS): "softmax" (attention); "sparse" (softmax over the
+                 keys an indexer kept, DeepSeek-V3.2: meta["kept"] [T, S]); or, in MIXING_KINDS, a hybrid model's
                  "linear" (gated delta rule) or "ssm" (Mamba-2): then weights [H, T, T] is the layer's exact mixing
-                 matrix (signed, rows not normalised), head_outputs the values it mixes after the layer's gated
-                 norm, and queries, keys and scores are None (meta["unavailable"] says why)
-    head_arrays  {name: [H, T]}: the per-head quantities a mixing matrix is made of (a decay, a step size, a write
-                 strength); empty for softmax attention
+                 matrix (signed, rows not normalised), head_outputs what it mixes after the layer's gated norm, and
+                 queries, keys and scores are None (meta["unavailable"] says why)
+    head_arrays  {name: [H, T]}: per-head, per-token quantities: what a mixing matrix is made of (a decay, a step
+                 size, a write strength), or a sparse layer's "dropped mass" (what dense attention would have given
+                 the keys it dropped); empty for softmax attention
 T counts query tokens, S key tokens (S = T for self-attention). Heads are numbered from 0.
 """
 
@@ -39,6 +41,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
+
+MIXING_KINDS = ("linear", "ssm")  # kinds whose weights are a mixing matrix, not softmax rows (mha_viz.mixers)
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,9 +165,14 @@ class AttentionTrace:
         return float(self.scale) if self.scale is not None else self.d_k**-0.5
 
     @property
+    def mixes(self) -> bool:
+        """weights are a mixing matrix (a linear-attention or state-space layer), not softmax rows."""
+        return self.kind in MIXING_KINDS
+
+    @property
     def signed(self) -> bool:
         """weights can be negative (a mixing matrix, a differential head): drawn on a diverging scale."""
-        return self.kind != "softmax" or self.lambdas is not None
+        return self.mixes or self.lambdas is not None
 
     def read_only(self) -> AttentionTrace:
         """This trace with every array made read-only (safe to share between threads and sessions)."""

@@ -10,6 +10,8 @@
     distance    mean_i sum_j w_ij |i-j| mean attended distance, in tokens
     sink        mean_i (1 - sum_j w_ij) share of the softmax a learned sink logit took (gpt-oss; trace_head_stats of
                                         a trace with sinks), else None
+    dropped     mean_i of the mass dense attention would have given the keys a sparse layer's indexer dropped
+                                        (DeepSeek-V3.2: trace.head_arrays["dropped mass"]), else None
 previous, same, next and distance compare query and key positions: NaN for cross-attention.
 """
 
@@ -36,6 +38,7 @@ class HeadStats:
     next: np.ndarray
     distance: np.ndarray
     sink: np.ndarray | None = None
+    dropped: np.ndarray | None = None
 
     @property
     def num_heads(self) -> int:
@@ -111,11 +114,15 @@ def visible_keys(trace: AttentionTrace) -> np.ndarray:
 
 def trace_head_stats(trace: AttentionTrace, special: Collection[str | int] = ()) -> HeadStats:
     """head_stats of a trace: visibility from its scores or mask, special tokens by string or position; with sinks,
-    the mean sink mass per head."""
+    the mean sink mass per head; for a sparse layer, the mean dropped mass per head."""
     stats = head_stats(
         trace.weights,
         visible=visible_keys(trace),
         special=special_positions(trace.key_tokens, special),
         positional=not trace.cross,
     )
-    return stats if trace.sink_mass is None else replace(stats, sink=trace.sink_mass.mean(-1).astype(np.float64))
+    if trace.sink_mass is not None:
+        stats = replace(stats, sink=trace.sink_mass.mean(-1).astype(np.float64))
+    if "dropped mass" in trace.head_arrays:
+        stats = replace(stats, dropped=trace.head_arrays["dropped mass"].mean(-1).astype(np.float64))
+    return stats

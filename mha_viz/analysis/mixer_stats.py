@@ -42,7 +42,7 @@ class MixerStats:
 def mixer_stats(trace: AttentionTrace) -> MixerStats:
     """The statistics of a mixer layer's trace (trace.kind "linear" or "ssm"); ValueError for softmax attention,
     whose rows are distributions (mha_viz.analysis.trace_head_stats)."""
-    if trace.kind == "softmax" or "decay" not in trace.head_arrays:
+    if not trace.mixes or "decay" not in trace.head_arrays:
         raise ValueError("mixer_stats reads a mixer layer's matrix and decays; this layer is softmax attention "
                          "(use trace_head_stats)")
     M = trace.weights.astype(np.float64)  # (H, T, T)

@@ -36,8 +36,9 @@ def head_stats_figure(stats: HeadStats, *, width: int | None = None) -> go.Figur
     """Heads x statistics in [0, 1] as one heatmap (values written in), mean attended distance beside it
     (width: the px the figure is drawn at; titles wrap and labels turn to fit it)."""
     H = stats.num_heads
-    shares = SHARES + (("sink",) if stats.sink is not None else ())  # the sink's share where the model has sinks
-    z = np.stack([getattr(stats, name) for name in shares], axis=1)  # (H, 7 or 8)
+    shares = SHARES + tuple(name for name in ("sink", "dropped")  # a sink's share, a sparse layer's dropped mass,
+                            if getattr(stats, name) is not None)  # where the model has them
+    z = np.stack([getattr(stats, name) for name in shares], axis=1)  # (H, 7 to 9)
     room = (width or WIDE_PX) - 70  # the head labels
     titles = [wrap("share / normalised value (0 … 1)", room * 0.74, PANEL_TITLE_PX),
               wrap("mean distance (tokens)", room * 0.22, PANEL_TITLE_PX)]

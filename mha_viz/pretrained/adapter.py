@@ -49,6 +49,7 @@ class Site:
     head_dim: int
     call: int = 0  # which call of `attention` in one forward pass is this layer (ALBERT runs one layer L times)
     core: nn.Module | None = None  # a mixer's gated norm: its first input is the kernel's output (mha_viz.pretrained.mixing)
+    watch: nn.Module | None = None  # a module whose output the layer uses too (DeepSeek-V3.2's indexer: its top-k keys)
 
     @property
     def fused(self) -> bool:
@@ -96,6 +97,7 @@ class Recorder:
         self.concat: Tensor | None = None  # (T, H*d_v), after head_mask: what W_O really received
         self.output: Tensor | None = None  # (T, d_out)
         self.core: Tensor | None = None  # what site.core received first in the call: a mixer's kernel output
+        self.watched: Any = None  # what site.watch returned first in the call
         self._calls = 0
         self._active = False  # from the recorded call's start to the end of the output projection after it
         self._in_call = False  # from the recorded call's start to its return
@@ -110,6 +112,7 @@ class Recorder:
             *(m.register_forward_hook(self._on_projection) for m in projections),
             s.out.register_forward_pre_hook(self._on_concat),
             *([s.core.register_forward_pre_hook(self._on_core)] if s.core is not None else []),
+            *([s.watch.register_forward_hook(self._on_watch)] if s.watch is not None else []),
             s.out.register_forward_hook(self._on_output),
         ]
         return self
@@ -153,6 +156,10 @@ class Recorder:
     def _on_core(self, module: nn.Module, args: tuple) -> None:
         if self._active and self.core is None:
             self.core = args[0].detach()
+
+    def _on_watch(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if self._in_call and self.watched is None:
+            self.watched = output
 
     def _on_concat(self, module: nn.Module, args: tuple) -> tuple | None:
         if not self._active:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -132,3 +133,44 @@ class DeepseekAdapter(Adapter):
         meta = {**trace.meta, "check": check, "mla": MLA_LAYOUT, "rope_dim": r, "kv_latent": to_numpy(latent),
                 "k_rope": trace.keys[0, :, :r].copy()}
         return replace(trace, meta=meta)
+
+
+@register
+class DeepseekV32Adapter(DeepseekAdapter):
+    """DeepSeek-V3.2: V3's latent attention where each query sees only the keys its indexer (self_attn.indexer, a
+    small attention of its own) ranks in the top index_topk; the trace's mask holds the kept keys (meta "kept" [T, S]),
+    and head_arrays["dropped mass"] [H, T] the share the dropped keys would have had under dense attention."""
+
+    architectures = ("deepseek_v32",)
+    long_unavailable = "mha-viz's long kernel does not yet apply DeepSeek-V3.2's indexer (each query's top-k keys)"
+
+    def site(self, part: str, layer: int) -> Site:
+        return replace(super().site(part, layer), watch=self.base.layers[layer].self_attn.indexer)
+
+    def interleaved(self, site: Site) -> bool:
+        return True  # apply_rotary_pos_emb_interleave, always
+
+    def kept(self, rec: Recorder, T: int, S: int) -> Tensor:
+        """True where the indexer kept key j for query i, (T, S), from its top-k indices as the model used them."""
+        top = rec.watched[0].long()  # (T, topk)
+        return torch.zeros(T, S, dtype=torch.bool, device=top.device).scatter(-1, top, True)
+
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        variations = super().variations(part, site, rec, q, k)
+        dropped = ~self.kept(rec, q.shape[-2], k.shape[-2])  # (T, S)
+        mask = dropped if variations.mask is None else variations.mask | dropped
+        return replace(variations, mask=mask)
+
+    def _rebuild(self, request: TraceRequest, layer: int, rec: Recorder, reference: Tensor) -> AttentionTrace:
+        trace = super()._rebuild(request, layer, rec, reference)
+        T, S = trace.weights.shape[1:]
+        kept = self.kept(rec, T, S).cpu().numpy()  # (T, S)
+        dense = torch.as_tensor(trace.queries) @ torch.as_tensor(trace.keys).transpose(-1, -2) * trace.score_scale
+        causal = torch.ones(T, S, dtype=torch.bool).tril()
+        dense = dense.masked_fill(~causal, float("-inf")).softmax(-1).numpy()  # (H, T, S): dense attention's weights
+        dropped = np.where(kept, 0.0, dense).sum(-1)  # (H, T): what the keys the indexer dropped would have had
+        meta = {**trace.meta, "kept": kept, "index_topk": int(rec.site.attention.indexer.index_topk)}
+        return replace(trace, kind="sparse", head_arrays={"dropped mass": dropped.astype(np.float32)}, meta=meta)
+
+    def layer_kind(self, part: str, layer: int) -> str:
+        return "sparse"

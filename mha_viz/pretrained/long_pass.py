@@ -13,6 +13,7 @@ from torch import nn
 
 from ..checks import verify
 from ..token_labels import token_labels
+from ..trace import MIXING_KINDS
 from .encoded import CHARS_PER_TOKEN
 from .long import OVERVIEW_SIDE, ModelLongTrace, _Capture, kept_bytes_per_token, long_kernel
 from .long_hooked import trace_hooked
@@ -39,7 +40,7 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
         raise ValueError(f"{model.name} cannot be traced layer by layer: {model.unavailable}")
     if getattr(adapter, "long_unavailable", None):
         raise ValueError(f"{model.name} has no long trace yet: {adapter.long_unavailable}")
-    mixers = [i for i, kind in enumerate(model.layer_kinds(part)) if kind != "softmax"]
+    mixers = [i for i, kind in enumerate(model.layer_kinds(part)) if kind in MIXING_KINDS]
     if mixers:
         raise ValueError(f"{model.name} has layers that are not softmax attention ({', '.join(map(str, mixers))}: "
                          "linear attention or a state space), and long traces of those are not built yet; "

@@ -296,10 +296,14 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     if failed:  # the rebuilt numbers are not the model's own: said before any of them is shown
         st.error(plain(failed), icon=":material/error:")
     _coverage_warning(model, s.text)
-    if trace.kind != "softmax":
+    if trace.mixes:
         st.info(f"Layer {s.layer} is a {trace.meta['mixer']} layer, not softmax attention. Its weights are the exact "
                 f"mixing matrix of each head, {trace.meta['matrix']}. It has no queries, keys or scores of its own "
                 "for One head to show.")
+    elif trace.kind == "sparse":
+        st.info(f"Layer {s.layer} is sparse attention: each query reads only the {trace.meta['index_topk']} keys its "
+                "indexer ranked highest, and the others get 0. Head statistics list, per head, the dropped mass: what "
+                "dense attention would have given the keys it dropped.")
     elif trace.missing:
         held = "only the attention weights" if trace.concat is None else "the attention weights, head outputs, concat, W_O and output"
         st.info(f"For this model mha-viz holds {held}: {trace.meta.get('unavailable')}")

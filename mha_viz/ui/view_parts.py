@@ -125,7 +125,7 @@ def heads(c: ViewContext) -> None:
 
 
 def lines(c: ViewContext) -> None:
-    if c.trace.kind != "softmax":
+    if c.trace.mixes:
         st.info(f"Lines draw softmax weights as opacities, each a share of its row. A {c.trace.meta['mixer']} layer's "
                 "mixing matrix is signed and its rows do not sum to 1, so it has no lines here: Heads and Overview "
                 "draw it on a scale centred at 0.")

@@ -218,7 +218,7 @@ def heads_view(trace: AttentionTrace, name: str, width: int | None = None, grid_
         f"{plural(H, 'head')} (numbered from 0), each a {T}×{S} {'attention' if trace.kind == 'softmax' else 'mixing'} "
         "matrix: row = query token, column = key token, "
         + (signed_weights_caption(trace) if trace.lambdas is not None else mixing_caption(trace)
-           if trace.kind != "softmax" else "colour = softmax weight (each row sums to 1). One colour scale for all heads.")
+           if trace.mixes else "colour = softmax weight (each row sums to 1). One colour scale for all heads.")
         + " Hover a cell for its tokens and weight."
         + (f" Grouped-query attention: {H} query heads read {len(set(trace.kv_heads))} key/value heads; each title "
            "names the K/V head a head reads, and heads that share one have the same frame (colour and dash)."

@@ -40,6 +40,13 @@ CONFIGS = {  # family -> (config, what "Why one score" names besides q·k)
     "deepseek_v3": (lambda: tf.DeepseekV3Config(vocab_size=V, **MLA, **SMALL, **TOKENS), []),
     "cohere2": (lambda: tf.Cohere2Config(vocab_size=V, num_key_value_heads=2, sliding_window=4,
                                          layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS), []),
+    "deepseek_v32": (lambda: tf.DeepseekV32Config(vocab_size=V, **MLA, **SMALL, **TOKENS, index_topk=3,
+                                                  index_head_dim=8, index_n_heads=2), []),
+    "llama4_text": (lambda: tf.Llama4TextConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, intermediate_size_mlp=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
+        attention_chunk_size=4, no_rope_layer_interval=2, use_qk_norm=True, attn_temperature_tuning=True,
+        floor_scale=2, attn_scale=0.5, max_position_embeddings=64, **TOKENS), []),
     "gemma3": (lambda: tf.Gemma3TextConfig(vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4,
                                            query_pre_attn_scalar=8, layer_types=["sliding_attention", "full_attention"],
                                            **SMALL, **TOKENS), []),
@@ -91,7 +98,7 @@ def test_why_one_score_names_what_the_model_adds(folders, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt_oss", "diffllama", "deepseek_v3", "gemma3"])
+@pytest.mark.parametrize("name", ["gpt_oss", "diffllama", "deepseek_v3", "gemma3", "deepseek_v32", "llama4_text"])
 def test_every_analysis_section_draws_or_says_why(folders, name):
     """Sinks (rows that sum to less than 1), differential heads (signed weights, no W_QK per head) and latent attention
     (no W_Q, W_K, W_V per head) reach every analysis section: each draws, or says why it cannot, never an exception."""
@@ -101,6 +108,8 @@ def test_every_analysis_section_draws_or_says_why(folders, name):
     for section in SECTIONS.menu("Pretrained"):
         at.button_group(key="section").set_value(section).run()
         assert not at.exception and not at.error, section
+        if name == "deepseek_v32" and section == "Head statistics":  # what dense attention would have given the rest
+            assert "dropped" in at.dataframe[0].value.columns
     if name == "diffllama":  # signed weights: the divergence of distributions does not apply, and the page says so
         at.button_group(key="section").set_value("Redundancy").run()
         assert any("signed" in w.value for w in at.warning)

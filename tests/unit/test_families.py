@@ -115,6 +115,8 @@ FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
         vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4, query_pre_attn_scalar=8,
         layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS)),
     "deepseek_v3": ("DeepSeek-V3", lambda: tf.DeepseekV3Config(vocab_size=V, **MLA, **SMALL, **TOKENS)),
+    "deepseek_v32": ("DeepSeek-V3.2", lambda: tf.DeepseekV32Config(
+        vocab_size=V, **MLA, **SMALL, **TOKENS, index_topk=3, index_head_dim=8, index_n_heads=2)),
     "deepseek_v3 (rotary not interleaved, YaRN)": ("DeepSeek-V3", lambda: tf.DeepseekV3Config(
         vocab_size=V, **MLA, **SMALL, **TOKENS, rope_interleave=False, rope_parameters=YARN)),
     "deepseek_v2": ("DeepSeek-V2", lambda: tf.DeepseekV2Config(
@@ -554,6 +556,31 @@ def test_llama4_chunks_rotary_layers_and_tempers_nope_layers(models, traced):
     np.testing.assert_allclose(temperatures(a, 6).numpy(), 1 + 0.5 * np.log1p(np.floor((np.arange(6) + 1) / 2)))
     with pytest.raises(ValueError, match="long kernel does not yet apply Llama 4's chunks"):
         models["llama4_text"].long_trace(TEXTS[0])
+
+
+def test_deepseek_v32_keeps_the_indexers_top_k_and_says_what_dense_attention_would_have_given(models):
+    """The kept keys are the ones the unmodified indexer returned (hooked), the weights are 0 elsewhere, and the
+    dropped mass is what the same layer gives those keys when its indexer keeps every key (the model's own weights)."""
+    m, text = models["deepseek_v32"], TEXTS[0]
+    indexer = m.adapter.site("decoder", 0).attention.indexer
+    seen = []
+    hook = indexer.register_forward_hook(lambda mod, args, out: seen.append(out[0].clone()) and None)
+    try:
+        t = m.trace(text, 0)
+    finally:
+        hook.remove()
+    T = t.weights.shape[-1]
+    kept = np.zeros((T, T), dtype=bool)
+    np.put_along_axis(kept, seen[0].long().numpy(), True, axis=-1)
+    assert t.kind == "sparse" and np.array_equal(t.meta["kept"], kept) and t.meta["index_topk"] == 3
+    assert np.all(t.weights[:, ~kept] == 0) and kept[-1].sum() == 3 < T
+    indexer.index_topk = 10_000  # dense attention: every key kept
+    try:
+        dense = m.attentions(text)[0]  # (H, T, T) the model's own
+    finally:
+        indexer.index_topk = 3
+    np.testing.assert_allclose(t.head_arrays["dropped mass"], np.where(kept, 0.0, dense).sum(-1), atol=1e-5)
+    assert t.head_arrays["dropped mass"].max() > 0.05
 
 
 def test_llama4_writes_with_rows_from_the_whole_sequence(tokenizer):

@@ -35,7 +35,7 @@ def render(c: SectionContext) -> None:
         chart(heads_figure(trace, matrices=norm_attention(trace), value_name="‖w·f(x)‖"), "analysis_norm_heads",
               f"{name}-norm-attention")
     else:
-        st.caption(("Raw softmax weights" if trace.kind == "softmax" else "The layer's mixing matrices (signed)")
+        st.caption(("The layer's mixing matrices (signed)" if trace.mixes else "Raw softmax weights")
                    + "; switch on the norm-based view to weigh them by what they carry.")
         chart(heads_figure(trace), "analysis_weight_heads", f"{name}-heads")
     chart(contributions_figure(trace, width=page_width()), "analysis_contributions", f"{name}-contributions")

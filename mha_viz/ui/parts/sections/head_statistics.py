@@ -27,6 +27,8 @@ STAT_HELP = {
     "sink": "Mean sink mass 1 − Σ_j w_ij: the share of each row's softmax taken by the head's learned sink logit "
     "(gpt-oss), which joins the softmax and is then dropped, so the head can attend to nothing instead of the "
     "first token.",
+    "dropped": "Mean mass dense attention would have given the keys this sparse layer's indexer dropped (DeepSeek-V3.2: "
+    "each query reads only its top-k keys): 0 = the indexer kept all that mattered to this head.",
 }
 MIXER_HELP = {
     "reach": "How far back the head reads, in tokens: Σ_s |M_ts| (t − s) / Σ_s |M_ts|, averaged over the rows.",
@@ -53,7 +55,7 @@ def render(c: SectionContext) -> None:
 
     trace = c.trace
     clamp_heads(trace.num_heads)
-    if trace.kind != "softmax":
+    if trace.mixes:
         _mixer_table(c)
         return
     stats = trace_head_stats(trace, c.special)
