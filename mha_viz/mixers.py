@@ -19,13 +19,15 @@ from torch import Tensor
 
 KINDS = {
     "softmax": "softmax attention: each row is a probability distribution over the keys a query may see",
-    "linear": "linear attention (a gated delta rule): M[t, s] is how much value s still adds to output t after the "
-              "decays and the delta rule's corrections between s and t; signed, rows do not sum to 1",
+    "linear": "linear attention (a gated delta rule, or lightning attention's decayed q . k): M[t, s] is how much "
+              "value s still adds to output t after the decays (and the delta rule's corrections) between s and t; "
+              "signed, rows do not sum to 1",
     "ssm": "a selective state space (Mamba-2): M[t, s] = (C_t . B_s) exp(sum of A dt from s+1 to t) dt_s, plus D on "
            "the diagonal; signed, rows do not sum to 1",
     "sparse": "softmax attention over the keys an indexer kept for each query (DeepSeek-V3.2's top-k); the others 0",
 }
-MARKS = {"softmax": "attn", "linear": "lin", "ssm": "ssm", "sparse": "sparse"}  # a layer button's mark in a model with other kinds
+# a layer button's mark in a model whose layers are not all softmax attention
+MARKS = {"softmax": "attn", "linear": "lin", "ssm": "ssm", "sparse": "sparse"}
 __doc__ += "".join(f"\n    {kind:<8} {text}" for kind, text in KINDS.items()) + "\n"
 
 
@@ -77,6 +79,13 @@ def gated_delta_matrix(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, ch
         M[..., here, :] = q_from_start[..., i, :, :] @ state + scores[..., i, :, :] @ new  # (..., C, T)
         state = state * G[..., i, -1:].exp()[..., None] + k_to_end[..., i, :, :].transpose(-1, -2) @ new
     return M[..., :T, :T]  # (..., T, T)
+
+
+def decayed_linear_matrix(q: Tensor, k: Tensor, log_decay: Tensor) -> Tensor:
+    """The mixing matrix of decayed linear attention (MiniMax's lightning attention, RetNet-like), M (..., H, T, T):
+        M[t, s] = (q_t . k_s) exp(G_t - G_s)  (s <= t)       G the running sum of log_decay (..., H, T)
+    q, k (..., H, T, d) as the layer reads them (lightning attention: after its activation, not scaled)."""
+    return (q @ k.transpose(-1, -2)).mul_(decay_matrix(log_decay))  # (..., H, T, T)
 
 
 def ssd_matrix(C: Tensor, B: Tensor, dt: Tensor, A: Tensor, D: Tensor | None = None) -> Tensor:

@@ -21,6 +21,7 @@ from . import (  # noqa: F401
     llama,
     llama4,
     mamba2,
+    minimax,
     modernbert,
     neox,
     olmo,

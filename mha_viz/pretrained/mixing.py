@@ -101,9 +101,12 @@ class MixerAdapter(Adapter):
     def _maps(self, outputs: Any, layers: Iterable[int], keep: bool = False) -> dict[int, Tensor]:
         """{layer: its map (1, H, T, T)} for these layers, from the forward pass that made outputs: the model's own
         weights on a softmax layer, the exact mixing matrix on a mixer layer (keep: its Mixing kept for _rebuild)."""
-        own = iter(getattr(outputs, "attentions", None) or ())
+        L = len(self.base.layers)
+        recorded = list(getattr(outputs, "attentions", None) or ())  # the softmax layers' weights, or (MiniMax) an
+        own = iter(recorded[layer] for layer in range(L) if self.mixer(layer) is None) if len(recorded) == L else (
+            iter(recorded))  # entry for every layer, the mixers' being their states
         wanted, maps = set(layers), {}
-        for layer in range(len(self.base.layers)):
+        for layer in range(L):
             module = self.mixer(layer)
             if module is None:
                 weights = next(own)

@@ -59,6 +59,10 @@ HYBRID: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
         num_key_value_heads=2, layer_types=["mamba", "attention", "mamba"], mamba_n_heads=4, mamba_d_head=16,
         mamba_n_groups=2, mamba_d_state=8, mamba_chunk_size=8, num_local_experts=0, shared_intermediate_size=32,
         attention_multiplier=0.2, position_embedding_type="rope", max_position_embeddings=128)),
+    "minimax": ("MiniMax", lambda: tf.MiniMaxConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, layer_types=["linear_attention", "full_attention", "linear_attention"],
+        block_size=4, num_local_experts=2, num_experts_per_tok=1, max_position_embeddings=128)),
     "mamba2": ("Mamba-2", lambda: tf.Mamba2Config(
         vocab_size=V, hidden_size=32, num_hidden_layers=2, num_heads=8, head_dim=8, expand=2, n_groups=2,
         state_size=8, chunk_size=8)),
@@ -187,7 +191,7 @@ def test_every_layer_is_traced_and_equals_the_unmodified_modules(models, name):
     kinds = [t.kind for t in traces]
     hybrid = ["linear", "linear", "linear", "softmax"]
     expected = {"qwen3_next": hybrid, "qwen3_5_text": hybrid, "bamba": ["ssm", "softmax", "ssm"],
-                "bamba (more mixer heads)": ["ssm", "softmax", "ssm"],
+                "bamba (more mixer heads)": ["ssm", "softmax", "ssm"], "minimax": ["linear", "softmax", "linear"],
                 "granitemoehybrid": ["ssm", "softmax", "ssm"], "mamba2": ["ssm", "ssm"]}[name]
     assert kinds == expected
     for layer, t in enumerate(traces):
@@ -267,6 +271,16 @@ def _qwen_without_decay(self, module, x):
         module.A_log.data.copy_(saved)
 
 
+def _minimax_without_decay(self, module, x):
+    """MiniMax's lightning attention with its decay rates set to 0: plain causal linear attention."""
+    saved = module.slope_rate.clone()
+    module.slope_rate.zero_()
+    try:
+        return ADAPTERS["minimax"].mixing(self, module, x)
+    finally:
+        module.slope_rate.copy_(saved)
+
+
 def _mamba_without_D(self, module, x):
     mix = ADAPTERS["mamba2"].mixing(self, module, x)
     D = module.D.float()
@@ -277,6 +291,7 @@ NEGATIVE = {
     "qwen3_next": [("Gated DeltaNet without its decay", 0, {"mixing": _qwen_without_decay}),
                    ("gated attention without its output gate", 3, {"variations": lambda self, *a: replace(
                        ADAPTERS["qwen3_next"].variations(self, *a), head_norm=None)})],
+    "minimax": [("lightning attention without its decay", 0, {"mixing": _minimax_without_decay})],
     "mamba2": [("Mamba-2 without D", 0, {"mixing": _mamba_without_D})],
 }
 CASES = [(name, *case) for name, cases in NEGATIVE.items() for case in cases]
