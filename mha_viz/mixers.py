@@ -41,35 +41,48 @@ def decay_matrix(log_decay: Tensor) -> Tensor:
 
 
 def gated_delta_matrix(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, chunk: int = 64) -> Tensor:
-    """The mixing matrix of a gated delta rule (Gated DeltaNet: Qwen3-Next, Qwen3.5), M (..., H, T, T).
+    """The mixing matrix of a gated delta rule, M (..., H, T, T): Gated DeltaNet (Qwen3-Next, Qwen3.5: one decay per
+    head and token, log_decay (..., H, T)) and Kimi Delta Attention (Kimi Linear: one per key dim, (..., H, T, d_k)).
 
-    q, k (..., H, T, d_k) as the rule reads them (Qwen3-Next: L2-normalised, q times d_k^-1/2), log_decay and beta
-    (..., H, T). The recurrence S_t = a_t S_(t-1) (I - b_t k_t k_t^T) + b_t k_t v_t^T, out_t = S_t^T q_t, is linear
-    in the values, and unrolled over the whole sequence (Yang et al. 2024, the WY / UT form) it is
+    q, k (..., H, T, d_k) as the rule reads them (L2-normalised, q times d_k^-1/2), beta (..., H, T). The recurrence
+    S_t = (I - b_t k_t k_t^T) diag(a_t) S_(t-1) + b_t k_t v_t^T, out_t = S_t^T q_t, is linear in the values, and
+    unrolled over the whole sequence (Yang et al. 2024, the WY / UT form) with one decay per head it is
         Gamma[t, s] = exp(G_t - G_s) (s <= t)                 G the running sum of log_decay
         A = strictly_lower(diag(b) (K K^T * Gamma))           what each write already predicts of the later ones
         M = lower(Q K^T * Gamma) (I + A)^-1 diag(b)           out = M @ V
-    Computed chunk by chunk (`chunk` positions at a time, the state carried between chunks as a [d_k, T] matrix whose
-    column s is what value s has written so far): O(T^2 (3 d_k + chunk)) instead of the O(T^3) of the inverse.
+    (with a decay per key dim, Gamma weighs each dim of q_t . k_s and k_t . k_s on its own). Computed chunk by chunk
+    (`chunk` positions at a time, the state carried between chunks as a [d_k, T] matrix whose column s is what value s
+    has written so far): O(T^2 (3 d_k + chunk)) instead of the O(T^3) of the inverse.
     """
     *lead, T, d = q.shape
+    per_dim = log_decay.dim() == q.dim()  # a decay per key dim (KDA), else per head and token
     C = min(chunk, T)
     pad = -T % C
     if pad:  # padded positions write nothing (b = 0) and are cut from the rows at the end
         q, k = (torch.nn.functional.pad(x, (0, 0, 0, pad)) for x in (q, k))
-        log_decay, beta = (torch.nn.functional.pad(x, (0, pad)) for x in (log_decay, beta))
+        beta = torch.nn.functional.pad(beta, (0, pad))
+        log_decay = torch.nn.functional.pad(log_decay, (0, 0, 0, pad) if per_dim else (0, pad))
     n = (T + pad) // C
     q, k = (x.unflatten(-2, (n, C)) for x in (q, k))  # (..., n, C, d)
-    log_decay, beta = (x.unflatten(-1, (n, C)) for x in (log_decay, beta))  # (..., n, C)
-    G = log_decay.cumsum(-1)  # (..., n, C) the decay from each chunk's start
-    inside = decay_matrix(log_decay)  # (..., n, C, C) Gamma within each chunk
+    beta = beta.unflatten(-1, (n, C))  # (..., n, C)
+    if per_dim:
+        G = log_decay.unflatten(-2, (n, C)).cumsum(-2)  # (..., n, C, d) the decay from each chunk's start
+        above = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)[..., None]
+        inside = (G[..., :, None, :] - G[..., None, :, :]).masked_fill(above, float("-inf")).exp()  # (.., C, C, d)
+        kk = torch.einsum("...id,...jd,...ijd->...ij", k, k, inside)  # (..., n, C, C)
+        scores = torch.einsum("...id,...jd,...ijd->...ij", q, k, inside)  # (..., n, C, C)
+    else:
+        log_decay = log_decay.unflatten(-1, (n, C))  # (..., n, C)
+        inside = decay_matrix(log_decay)  # (..., n, C, C) Gamma within each chunk
+        kk = (k @ k.transpose(-1, -2)) * inside
+        scores = (q @ k.transpose(-1, -2)) * inside  # (..., n, C, C)
+        G = log_decay.cumsum(-1)[..., None]  # (..., n, C, 1)
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
-    A = ((beta[..., :, None] * (k @ k.transpose(-1, -2))) * inside).tril(-1)  # (..., n, C, C)
+    A = (beta[..., :, None] * kk).tril(-1)  # (..., n, C, C)
     writes = torch.linalg.solve_triangular(eye + A, torch.diag_embed(beta), upper=False, unitriangular=True)
-    reads_state = writes @ (k * G.exp()[..., None])  # (..., n, C, d) (I + A)^-1 diag(b) (K * exp G): the old state's
-    scores = (q @ k.transpose(-1, -2)) * inside  # (..., n, C, C)                             share of each prediction
-    q_from_start = q * G.exp()[..., None]  # (..., n, C, d)
-    k_to_end = k * (G[..., -1:] - G).exp()[..., None]  # (..., n, C, d)
+    reads_state = writes @ (k * G.exp())  # (..., n, C, d): (I + A)^-1 diag(b) (K * exp G), the old state's share
+    q_from_start = q * G.exp()  # (..., n, C, d)
+    k_to_end = k * (G[..., -1:, :] - G).exp()  # (..., n, C, d)
     state = q.new_zeros(*lead, d, T + pad)  # (..., d, T): column s is what value s has written so far
     M = q.new_empty(*lead, T + pad, T + pad)
     for i in range(n):
@@ -77,7 +90,7 @@ def gated_delta_matrix(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, ch
         new = -reads_state[..., i, :, :] @ state  # (..., C, T): each write's correction by what the state predicts
         new[..., here] += writes[..., i, :, :]  # plus its own value, b_t v_t, through (I + A)^-1
         M[..., here, :] = q_from_start[..., i, :, :] @ state + scores[..., i, :, :] @ new  # (..., C, T)
-        state = state * G[..., i, -1:].exp()[..., None] + k_to_end[..., i, :, :].transpose(-1, -2) @ new
+        state = state * G[..., i, -1, :].exp()[..., :, None] + k_to_end[..., i, :, :].transpose(-1, -2) @ new
     return M[..., :T, :T]  # (..., T, T)
 
 

@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     deepseek,
     gpt2,
     gpt_bigcode,
+    kimi_linear,
     llama,
     llama4,
     mamba2,

@@ -17,8 +17,9 @@ from tests.tiny_causal import saved_random_models
 from tests.unit.test_mixers import HYBRID
 
 MARKS = {"qwen3_next": ["lin", "lin", "lin", "attn"], "qwen3_5_text": ["lin", "lin", "lin", "attn"],
-         "minimax": ["lin", "attn", "lin"], "bamba": ["ssm", "attn", "ssm"], "bamba (more mixer heads)": ["ssm", "attn", "ssm"], "granitemoehybrid": ["ssm", "attn", "ssm"], "mamba2": ["ssm", "ssm"]}
+         "minimax": ["lin", "attn", "lin"], "kimi_linear": ["lin", "attn", "lin"], "bamba": ["ssm", "attn", "ssm"], "bamba (more mixer heads)": ["ssm", "attn", "ssm"], "granitemoehybrid": ["ssm", "attn", "ssm"], "mamba2": ["ssm", "ssm"]}
 NAMES = {"qwen3_next": "Gated DeltaNet", "qwen3_5_text": "Gated DeltaNet", "minimax": "lightning attention",
+         "kimi_linear": "Kimi Delta Attention",
          "bamba": "Mamba-2",
          "bamba (more mixer heads)": "Mamba-2",
          "granitemoehybrid": "Mamba-2", "mamba2": "Mamba-2"}

@@ -59,6 +59,12 @@ HYBRID: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
         num_key_value_heads=2, layer_types=["mamba", "attention", "mamba"], mamba_n_heads=4, mamba_d_head=16,
         mamba_n_groups=2, mamba_d_state=8, mamba_chunk_size=8, num_local_experts=0, shared_intermediate_size=32,
         attention_multiplier=0.2, position_embedding_type="rope", max_position_embeddings=128)),
+    "kimi_linear": ("Kimi Linear", lambda: tf.KimiLinearConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=32, moe_intermediate_size=16, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=6,
+        v_head_dim=5, num_local_experts=2, num_experts_per_tok=1, linear_num_heads=4, linear_head_dim=8,
+        layer_types=["linear_attention", "full_attention", "linear_attention"], max_position_embeddings=128,
+        pad_token_id=0, bos_token_id=101, eos_token_id=102)),
     "minimax": ("MiniMax", lambda: tf.MiniMaxConfig(
         vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, head_dim=8, layer_types=["linear_attention", "full_attention", "linear_attention"],
@@ -107,6 +113,28 @@ def test_a_gated_delta_matrix_times_the_values_is_the_kernels_output():
     assert (M < 0).any() and not torch.allclose(M.sum(-1), torch.ones(T))  # signed, not a probability
     undecayed = gated_delta_matrix(qh * d_k**-0.5, kh, torch.zeros_like(g.transpose(1, 2)), beta.transpose(1, 2))
     assert ((undecayed @ v.transpose(1, 2)).transpose(1, 2) - chunked).abs().max() > 0.1 * chunked.abs().max()
+
+
+def test_a_kimi_delta_matrix_with_a_decay_per_key_dim_is_the_kernels_output():
+    """Kimi Delta Attention decays each key dim on its own: the same matrix, Gamma per dim, equals transformers'
+    chunked and recurrent KDA; with the decays averaged over the dims (a decay per head) it does not."""
+    from transformers.models.kimi_linear import modeling_kimi_linear as kimi
+
+    torch.manual_seed(0)
+    T, H, d_k, d_v = 150, 3, 8, 5
+    q, k, v = torch.randn(1, T, H, d_k), torch.randn(1, T, H, d_k), torch.randn(1, T, H, d_v)
+    g, beta = -F.softplus(torch.randn(1, T, H, d_k)) * 0.3, torch.rand(1, T, H)
+    chunked, _ = kimi.chunk_kimi_delta_attention(q, k, v, g, beta, initial_state=None, output_final_state=False,
+                                                 use_qk_l2norm_in_kernel=True)
+    recurrent, _ = kimi.recurrent_kimi_delta_attention(q, k, v, g, beta, initial_state=None, output_final_state=False,
+                                                       use_qk_l2norm_in_kernel=True)
+    qh, kh = kimi.l2norm(q.transpose(1, 2)) * d_k**-0.5, kimi.l2norm(k.transpose(1, 2))
+    M = gated_delta_matrix(qh, kh, g.transpose(1, 2), beta.transpose(1, 2))  # (1, H, T, T)
+    mixed = (M @ v.transpose(1, 2)).transpose(1, 2)
+    for reference in (chunked, recurrent):
+        assert (mixed - reference).abs().max() <= 1e-5 * reference.abs().max()
+    per_head = gated_delta_matrix(qh, kh, g.transpose(1, 2).mean(-1), beta.transpose(1, 2))
+    assert ((per_head @ v.transpose(1, 2)).transpose(1, 2) - chunked).abs().max() > 0.01 * chunked.abs().max()
 
 
 def test_an_ssd_matrix_times_x_is_mamba2s_chunked_scan():
@@ -168,8 +196,8 @@ def own_mixer_outputs(m: PretrainedModel, text: str) -> tuple[dict[int, torch.Te
     for layer, block in enumerate(m.adapter.base.layers):
         module = m.adapter.mixer(layer)
         out = m.adapter.site("decoder", layer).out
-        if module is not None:
-            handles.append(module.norm.register_forward_pre_hook(
+        if module is not None:  # the mixer's gated norm (Site.core): its first input is the kernel's output
+            handles.append(m.adapter.site("decoder", layer).core.register_forward_pre_hook(
                 lambda mod, args, layer=layer: keep(kernel, layer, args[0].detach())))
         handles.append(out.register_forward_hook(
             lambda mod, args, output, layer=layer: keep(projection, layer, (args[0][0], output[0]))))
@@ -192,6 +220,7 @@ def test_every_layer_is_traced_and_equals_the_unmodified_modules(models, name):
     hybrid = ["linear", "linear", "linear", "softmax"]
     expected = {"qwen3_next": hybrid, "qwen3_5_text": hybrid, "bamba": ["ssm", "softmax", "ssm"],
                 "bamba (more mixer heads)": ["ssm", "softmax", "ssm"], "minimax": ["linear", "softmax", "linear"],
+                "kimi_linear": ["linear", "softmax", "linear"],
                 "granitemoehybrid": ["ssm", "softmax", "ssm"], "mamba2": ["ssm", "ssm"]}[name]
     assert kinds == expected
     for layer, t in enumerate(traces):
@@ -271,6 +300,18 @@ def _qwen_without_decay(self, module, x):
         module.A_log.data.copy_(saved)
 
 
+def _kimi_decay_per_head(self, module, x):
+    """Kimi Linear's mixing with one decay per head (its key dims' mean) instead of one per key dim."""
+    gate = module.forget_gate
+    original = type(gate).forward
+    gate.forward = lambda h: original(gate, h).mean(-1, keepdim=True).expand(*h.shape[:2], module.num_heads,
+                                                                               module.head_dim)
+    try:
+        return ADAPTERS["kimi_linear"].mixing(self, module, x)
+    finally:
+        del gate.forward
+
+
 def _minimax_without_decay(self, module, x):
     """MiniMax's lightning attention with its decay rates set to 0: plain causal linear attention."""
     saved = module.slope_rate.clone()
@@ -291,6 +332,8 @@ NEGATIVE = {
     "qwen3_next": [("Gated DeltaNet without its decay", 0, {"mixing": _qwen_without_decay}),
                    ("gated attention without its output gate", 3, {"variations": lambda self, *a: replace(
                        ADAPTERS["qwen3_next"].variations(self, *a), head_norm=None)})],
+    "kimi_linear": [("Kimi Delta Attention with one decay per head, not per key dim", 0,
+                     {"mixing": _kimi_decay_per_head})],
     "minimax": [("lightning attention without its decay", 0, {"mixing": _minimax_without_decay})],
     "mamba2": [("Mamba-2 without D", 0, {"mixing": _mamba_without_D})],
 }
