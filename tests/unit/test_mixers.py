@@ -396,3 +396,39 @@ def test_the_readme_lists_the_hybrid_families():
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     listed = re.search(r"Hybrid and mixer-only architectures \(tested\): (.*?)\.\n", readme, re.DOTALL).group(1)
     assert set(re.split(r",\s*", listed.replace("\n", " "))) == {name for name, _ in HYBRID.values()}
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_logit_attribution_splits_the_logit_through_mixer_heads(name):
+    """Each mixer head's term is its traced contribution (its concat block through out_proj) through the frozen final
+    norm, and the terms add up to the model's own logit; where the model's blocks do not simply add (MiniMax's
+    alpha and beta), it says why."""
+    from tests.unit.test_attribution_families import final_norm_input, own_logits
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    model = random_model(AutoModelForCausalLM, HYBRID[name][1]())
+    slow_decays(model)
+    m = PretrainedModel(model, tokenizer)
+    if m.adapter.attribution_unavailable:
+        with pytest.raises(ValueError, match="logit attribution is unavailable"):
+            m.logit_attribution(TEXT)
+        return
+    if name == "granitemoehybrid":  # a real Granite 4 scales its residual stream: said, not split wrongly
+        scaled = random_model(AutoModelForCausalLM, replace(HYBRID[name][1](), residual_multiplier=0.22))
+        with pytest.raises(ValueError, match="Granite 4 scales its residual stream and logits .residual_multiplier"):
+            PretrainedModel(scaled, tokenizer).logit_attribution(TEXT)
+    ids = list(m.encode(TEXT).ids)
+    position = 5
+    a = m.logit_attribution(TEXT, position=position)
+    assert a.logit == pytest.approx(float(own_logits(m, ids)[position, a.token_id]), abs=1e-5)
+    assert abs(a.total - a.logit) <= 1e-3 and a.residual_error <= 1e-4
+    norm, x = final_norm_input(m, ids)
+    x = x[position].double()
+    s = (x.pow(2).mean() + getattr(norm, "variance_epsilon", getattr(norm, "eps", None))).sqrt()  # RMSNorms, all
+    gamma = norm.weight.detach().double() + m.adapter.norm_weight_offset
+    u = m.model.get_output_embeddings().weight[a.token_id].detach().double()
+    for layer, trace in enumerate(m.traces(TEXT)):
+        expected = (torch.as_tensor(trace.head_contributions()[:, position]).double() * gamma / s) @ u  # (H_l,)
+        np.testing.assert_allclose(a.heads[layer, : trace.num_heads], expected.numpy(), atol=1e-5,
+                                   err_msg=f"{name} layer {layer}")
+        assert np.isnan(a.heads[layer, trace.num_heads :]).all()
