@@ -89,7 +89,7 @@ class MixerAdapter(Adapter):
         raise NotImplementedError
 
     def _keep_input(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        x = args[0] if args else kwargs["hidden_states"]
+        x = args[0] if args else kwargs.get("hidden_states", next(iter(kwargs.values())))  # its first argument
         cache = kwargs.get("cache", kwargs.get("cache_params", kwargs.get("past_key_values")))
         self._inputs[module] = (x.detach(), cache is not None)
 
@@ -141,7 +141,7 @@ class MixerAdapter(Adapter):
         if rec.concat is None or rec.output is None or rec.core is None:
             raise RuntimeError(f"the mixer of layer {layer} did not run")
         site = rec.site
-        x = rec.arguments["hidden_states"][0].float()  # (T, d_model)
+        x = self._inputs[module][0][0].float()  # (T, d_model): its input in this forward pass (_keep_input)
         mix = self._mixed.pop(layer, None) or self.mixing(module, x)  # computed by recorded() in the same pass
         mixed = mix.matrix @ mix.values  # (H, T, d_v)
         head_outputs = mix.finish(mixed)  # (H, T, d_v)
