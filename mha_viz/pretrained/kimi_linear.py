@@ -19,7 +19,7 @@ from ..mixers import gated_delta_matrix
 from .adapter import Recorder, Site, per_head, register
 from .deepseek import DeepseekAdapter
 from .mixing import MixerAdapter, Mixing
-from .qwen3_next import causal_conv, l2norm
+from .qwen3_next import causal_conv, gated_head_norm, l2norm
 
 
 @register
@@ -61,14 +61,10 @@ class KimiLinearAdapter(MixerAdapter, DeepseekAdapter):
             name="Kimi Delta Attention",
             matrix=gated_delta_matrix(l2norm(q) * d**-0.5, l2norm(k), log_decay, beta),  # (H, T, T)
             values=v,
-            finish=partial(_gated_norm, m.o_norm, gate),
+            finish=partial(gated_head_norm, m.o_norm, gate),
             finish_formula="o_norm(M @ values, x W_ga W_gb): RMSNorm times its gate",
             arrays={"decay": log_decay.mean(-1).exp(), "beta": beta},  # decay: the geometric mean over key dims
             no_scores=("a Kimi Delta Attention layer has no softmax scores: its weights are the exact mixing matrix of "
                        "the delta rule with a decay per key dim (signed, not a probability)"),
         )
 
-
-def _gated_norm(norm: nn.Module, gate: Tensor, mixed: Tensor) -> Tensor:
-    """KDA's gated norm on each head's output: mixed (H, T, d), gate (T, H, d) -> (H, T, d)."""
-    return norm(mixed.transpose(0, 1), gate).transpose(0, 1).float()

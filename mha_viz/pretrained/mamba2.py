@@ -44,7 +44,7 @@ class Mamba2Adapter(MixerAdapter):
 
     def mixer_site(self, layer: int, module: nn.Module) -> Site:
         m = module
-        return Site(m, m.in_proj, None, None, m.out_proj, m.num_heads, m.num_heads, m.head_dim, core=m.norm)
+        return Site(m, None, None, None, m.out_proj, m.num_heads, m.num_heads, m.head_dim, core=m.norm)
 
     def pre_norm(self, part: str, layer: int) -> nn.Module:
         return self.base.layers[layer].norm

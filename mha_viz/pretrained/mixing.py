@@ -170,7 +170,7 @@ class MixerAdapter(Adapter):
             causal=True,
             kind=mix.kind,
             head_arrays={name: to_numpy(a) for name, a in mix.arrays.items()},
-            meta={**request.layer_meta(layer), "unavailable": mix.no_scores, "head_norm": mix.finish_formula, "mixer": mix.name,
-                  "matrix": KINDS[mix.kind], "model_dtype": str(rec.output.dtype).removeprefix("torch."),
-                  "check": check},
+            meta={**request.layer_meta(layer), "unavailable": mix.no_scores, "head_norm": mix.finish_formula,
+                  "mixer": mix.name, "matrix": KINDS[mix.kind],
+                  "model_dtype": str(rec.output.dtype).removeprefix("torch."), "check": check},
         )

@@ -72,10 +72,7 @@ class Qwen3NextAdapter(MixerAdapter, LlamaAdapter):
         return "linear"
 
     def attention_site(self, layer: int) -> Site:
-        a = self.base.layers[layer].self_attn
-        cfg = self.model.config
-        return Site(a, a.q_proj, a.k_proj, a.v_proj, a.o_proj, cfg.num_attention_heads, cfg.num_key_value_heads,
-                    a.head_dim)
+        return LlamaAdapter.site(self, "decoder", layer)
 
     def mixer_site(self, layer: int, module: nn.Module) -> Site:
         m = module
@@ -124,7 +121,7 @@ class Qwen3NextAdapter(MixerAdapter, LlamaAdapter):
             kind="linear",
             matrix=matrix,
             values=per_head(v.float(), m.num_v_heads),  # (H_v, T, d_v)
-            finish=partial(_gated_norm, m.norm, z),
+            finish=partial(gated_head_norm, m.norm, z),
             finish_formula="RMSNorm(M @ values) * SiLU(z), z = x W_z",
             arrays={"decay": log_decay.exp(), "beta": beta},
             no_scores=("a Gated DeltaNet layer has no softmax scores: its weights are the exact mixing matrix of the "
@@ -132,8 +129,9 @@ class Qwen3NextAdapter(MixerAdapter, LlamaAdapter):
         )
 
 
-def _gated_norm(norm: nn.Module, z: Tensor, mixed: Tensor) -> Tensor:
-    """The gated RMSNorm a Gated DeltaNet applies to each head's output: mixed (H, T, d), z (T, H, d) -> (H, T, d)."""
+def gated_head_norm(norm: nn.Module, z: Tensor, mixed: Tensor) -> Tensor:
+    """A gated RMSNorm on each head's output (Gated DeltaNet's norm(mixed, z), KDA's o_norm(mixed, gate)):
+    mixed (H, T, d), z (T, H, d) -> (H, T, d)."""
     return norm(mixed.transpose(0, 1), z).transpose(0, 1).float()
 
 

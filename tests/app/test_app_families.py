@@ -58,12 +58,12 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return saved_random_models({name: config for name, (config, _) in CONFIGS.items()}, AutoModel, tmp_path_factory)
 
 
-def app_with(folder: str, view: str) -> AppTest:
+def app_with(folder: str, view: str, layer: int = 1) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=180)
     at.query_params["mode"] = "Pretrained"
     at.query_params["text"] = "the cat sat on the mat"
     at.query_params["view"] = view
-    at.query_params["layer"] = "1"
+    at.query_params["layer"] = str(layer)
     at.run()
     at.text_input(key="model").set_value(folder).run()
     return at

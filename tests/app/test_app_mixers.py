@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 from transformers import AutoModel
 
 from mha_viz.parts import SECTIONS, VIEWS
 from mha_viz.pretrained import load_model
-from tests.app.test_app import APP
+from tests.app.test_app_families import app_with  # layer=0: a mixer layer in every family
 from tests.renderer_json import shown_layer
 from tests.tiny_causal import saved_random_models
 from tests.unit.test_mixers import HYBRID
@@ -30,21 +29,10 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return saved_random_models({name: config for name, (_, config) in HYBRID.items()}, AutoModel, tmp_path_factory)
 
 
-def app_with(folder: str, view: str, layer: int = 0) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=180)
-    at.query_params["mode"] = "Pretrained"
-    at.query_params["text"] = "the cat sat on the mat"
-    at.query_params["view"] = view
-    at.query_params["layer"] = str(layer)
-    at.run()
-    at.text_input(key="model").set_value(folder).run()
-    return at
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", HYBRID)
 def test_every_view_draws_a_mixer_layer_or_says_why(folders, name):
-    at = app_with(folders[name], "Heads")
+    at = app_with(folders[name], "Heads", layer=0)
     assert not at.exception and not at.error
     meta, drawn = shown_layer(at)  # the renderer paints the layer's exact mixing matrices, its buttons say each kind
     assert meta["layer_marks"] == MARKS[name]
@@ -63,7 +51,7 @@ def test_every_view_draws_a_mixer_layer_or_says_why(folders, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", HYBRID)
 def test_every_analysis_section_draws_a_mixer_layer_or_says_why(folders, name):
-    at = app_with(folders[name], "Analysis")
+    at = app_with(folders[name], "Analysis", layer=0)
     for section in SECTIONS.menu("Pretrained"):
         at.button_group(key="section").set_value(section).run()
         assert not at.exception and not at.error, section
