@@ -354,6 +354,11 @@ class Adapter:
         model's adapter (mha_viz.pretrained.mixing) says otherwise."""
         return "softmax"
 
+    def block_meta(self, layer: int) -> dict[str, Any]:
+        """What a trace's meta says about where its layer sits in the model, where a traced layer is not one block
+        (Falcon-H1's attention and Mamba-2 halves): nothing by default."""
+        return {}
+
     def head_attentions(self, attentions: Sequence[Tensor], part: str) -> tuple[Tensor, ...]:
         """The weights of each trace head from the model's own output_attentions (one (B, maps, T, S) per layer of
         part): the same, except where two maps make one head (differential attention: map_i - lambda map_(i+H))."""
@@ -526,7 +531,8 @@ class Adapter:
             lambdas=to_numpy(torch.as_tensor(var.differential).float().expand(n)) if diff else None,
             maps=to_numpy(a.maps.unflatten(0, (2, n))) if diff else None,
             map_scores=to_numpy(a.scores.unflatten(0, (2, n))) if diff else None,
-            meta={**request.layer_meta(layer), **extra, "model_dtype": str(reference.dtype).removeprefix("torch."), "check": check},
+            meta={**request.layer_meta(layer), **self.block_meta(layer), **extra,
+                  "model_dtype": str(reference.dtype).removeprefix("torch."), "check": check},
         )
 
 

@@ -16,6 +16,7 @@ from . import (  # noqa: F401
     cohere,
     deberta,
     deepseek,
+    falcon_h1,
     gpt2,
     gpt_bigcode,
     kimi_linear,
@@ -26,6 +27,7 @@ from . import (  # noqa: F401
     modernbert,
     neox,
     olmo,
+    olmo_hybrid,
     qwen3_next,
     t5,
 )

@@ -8,11 +8,13 @@ Per layer (layers[i].mixer), head h of H reading group h // (H / n_groups):
     head outputs = RMSNorm_groups(mixed * SiLU(z))     one norm over each group's heads; then out_proj
 Bamba and Granite 4 (granitemoehybrid): layers[i].mamba (the same mixer) or layers[i].self_attn (LLaMA's attention,
 Granite's scaled by its attention_multiplier, rotary or none), by config.layer_types.
+Nemotron-H: one block per mixer, attention (no positions) or MLP (config.layer_types); its layers are the blocks
+that mix tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -52,10 +54,21 @@ class Mamba2Adapter(MixerAdapter):
     def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
         return self.base.layers, self.base.norm_f
 
+    def projected(self, module: nn.Module, x: Tensor) -> Tensor:
+        """[z | xBC | dt] (T, .) from the mixer's input x (T, d_model): its in_proj."""
+        return module.in_proj(x)
+
+    def finish(self, module: nn.Module, z: Tensor) -> Callable[[Tensor], Tensor]:
+        """What the mixer does between its kernel and out_proj, given its gate z (T, H*d): the gated group norm."""
+        return partial(_gated_group_norm, module.norm, z)
+
+    def finish_formula(self, module: nn.Module) -> str:
+        return "RMSNorm over each group(M @ x * SiLU(z)), z = x W_z"
+
     def mixing(self, module: nn.Module, x: Tensor) -> Mixing:
         m = module
         H, n = m.num_heads, m.n_groups * m.ssm_state_size
-        z, xBC, dt = m.in_proj(x).split([m.intermediate_size, m.conv_dim, H], dim=-1)  # (T, .)
+        z, xBC, dt = self.projected(m, x).split([m.intermediate_size, m.conv_dim, H], dim=-1)  # (T, .)
         xs, B, C = causal_conv(m.conv1d, xBC, m.activation).split([m.intermediate_size, n, n], dim=-1)
         group = H // m.n_groups
         B, C = (per_head(t.float(), m.n_groups).repeat_interleave(group, 0) for t in (B, C))  # (H, T, N)
@@ -66,8 +79,8 @@ class Mamba2Adapter(MixerAdapter):
             kind="ssm",
             matrix=ssd_matrix(C, B, dt, A, m.D.float()),  # (H, T, T)
             values=per_head(xs.float(), H),  # (H, T, d_head)
-            finish=partial(_gated_group_norm, m.norm, z),
-            finish_formula="RMSNorm over each group(M @ x * SiLU(z)), z = x W_z",
+            finish=self.finish(m, z),
+            finish_formula=self.finish_formula(m),
             arrays={"decay": (A[:, None] * dt).exp(), "dt": dt},
             no_scores=("a Mamba-2 head has no softmax scores: its weights are the exact mixing matrix of its state "
                        "space, (C_t . B_s) times the decay from s to t times dt_s, plus D on the diagonal (signed)"),
@@ -107,6 +120,43 @@ class MambaHybridAdapter(Mamba2Adapter, LlamaAdapter):
 
     def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
         return self.base.layers, getattr(self.base, "final_layernorm", None) or self.base.norm
+
+
+@register
+class NemotronHAdapter(Mamba2Adapter):
+    """Nemotron-H: blocks of one kind each (config.layer_types): Mamba-2 mixers, softmax attention without positions,
+    MLPs, mixtures of experts; each reads the residual stream through its own norm. mha-viz's layers are the blocks that
+    mix tokens (the MLP and MoE blocks between them are not layers of their own here)."""
+
+    architectures = ("nemotron_h",)
+    mixes = ("linear_attention", "full_attention")  # the block types that mix tokens: Mamba-2, attention
+
+    @property
+    def blocks(self) -> Sequence[nn.Module]:
+        return [b for b in self.base.layers if b.block_type in self.mixes]
+
+    @property
+    def attribution_unavailable(self) -> str | None:  # type: ignore[override]
+        if len(self.blocks) == len(self.base.layers):
+            return None
+        return ("Nemotron-H's MLP and expert blocks sit between its mixer blocks as blocks of their own, which "
+                "mha-viz's logit attribution does not group with the layers yet")
+
+    def mixer(self, layer: int) -> nn.Module | None:
+        block = self.blocks[layer]
+        return block.mixer if block.block_type == "linear_attention" else None
+
+    def attention_site(self, layer: int) -> Site:
+        a = self.blocks[layer].mixer
+        cfg = self.model.config
+        return Site(a, a.q_proj, a.k_proj, a.v_proj, a.o_proj, cfg.num_attention_heads, cfg.num_key_value_heads,
+                    a.head_dim)
+
+    def pre_norm(self, part: str, layer: int) -> nn.Module:
+        return self.blocks[layer].norm
+
+    def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module] | None:
+        return None if self.attribution_unavailable else (self.blocks, self.base.norm_f)
 
 
 def _gated_group_norm(norm: nn.Module, z: Tensor, mixed: Tensor) -> Tensor:

@@ -6,7 +6,8 @@ turns its input x (T, d_model) into a Mixing: its kind, the matrix M (H, T, T) o
 what happens between M @ values and the output projection (a gated norm). Then, as for attention:
 
     weights      = M                               mha_viz.mixers (signed, rows not normalised; trace.kind says so)
-    mixed        = M @ values                      checked against the module's own kernel output (its norm's input)
+    mixed        = M @ values                      checked against the module's own kernel output (its norm's input,
+                                                   where a norm follows the kernel)
     head_outputs = finish(mixed)                   the layer's own gated norm: the concat's H blocks
     concat, output                                 hooked on the output projection, as for attention
 
@@ -60,8 +61,14 @@ class MixerAdapter(Adapter):
         for module in self.mixer_modules():
             module.register_forward_pre_hook(self._keep_input, with_kwargs=True)
 
+    @property
+    def blocks(self) -> Sequence[nn.Module]:
+        """The blocks that mix tokens, one per traced layer, in order: every block of base.layers, except in models
+        whose MLPs are blocks of their own (Nemotron-H)."""
+        return self.base.layers
+
     def mixer_modules(self) -> list[nn.Module]:
-        return [m for layer in range(len(self.base.layers)) if (m := self.mixer(layer)) is not None]
+        return [m for layer in range(len(self.blocks)) if (m := self.mixer(layer)) is not None]
 
     def mixer(self, layer: int) -> nn.Module | None:
         """The module that mixes tokens in this layer when it is not softmax attention, else None."""
@@ -96,12 +103,12 @@ class MixerAdapter(Adapter):
     def model_attentions(self, outputs: Any, part: str) -> tuple[Tensor, ...]:
         """One map (1, H, T, T) per layer: the model's own weights on softmax layers, the exact mixing matrix on the
         others (from each mixer's input in the forward pass that made outputs)."""
-        return tuple(self._maps(outputs, range(len(self.base.layers))).values())
+        return tuple(self._maps(outputs, range(len(self.blocks))).values())
 
     def _maps(self, outputs: Any, layers: Iterable[int], keep: bool = False) -> dict[int, Tensor]:
         """{layer: its map (1, H, T, T)} for these layers, from the forward pass that made outputs: the model's own
         weights on a softmax layer, the exact mixing matrix on a mixer layer (keep: its Mixing kept for _rebuild)."""
-        L = len(self.base.layers)
+        L = len(self.blocks)
         recorded = list(getattr(outputs, "attentions", None) or ())  # the softmax layers' weights, or (MiniMax) an
         own = iter(recorded[layer] for layer in range(L) if self.mixer(layer) is None) if len(recorded) == L else (
             iter(recorded))  # entry for every layer, the mixers' being their states
@@ -138,7 +145,7 @@ class MixerAdapter(Adapter):
         module = self.mixer(layer)
         if module is None:
             return super()._rebuild(request, layer, rec, reference)
-        if rec.concat is None or rec.output is None or rec.core is None:
+        if rec.concat is None or rec.output is None or (rec.site.core is not None and rec.core is None):
             raise RuntimeError(f"the mixer of layer {layer} did not run")
         site = rec.site
         x = self._inputs[module][0][0].float()  # (T, d_model): its input in this forward pass (_keep_input)
@@ -147,12 +154,14 @@ class MixerAdapter(Adapter):
         head_outputs = mix.finish(mixed)  # (H, T, d_v)
         if request.head_mask is not None:
             head_outputs = head_outputs * request.head_mask.to(head_outputs)[:, None, None]  # as the concat's blocks
-        own = per_head(rec.core.float().reshape(x.shape[0], -1), site.num_heads)  # (H, T, d_v): the kernel's output
         concat, output = rec.concat.float(), rec.output.float()  # (T, H*d_v), (T, d_out)
+        check = {}
+        if rec.core is not None:  # the kernel's output, where a norm between it and the projection shows it
+            own = per_head(rec.core.float().reshape(x.shape[0], -1), site.num_heads)  # (H, T, d_v)
+            check["mixing matrix @ values vs the mixer's own output"] = max_abs_diff(mixed, own)
         with loaded(site.out):
             W_O, b_O = (None if w is None else w.float() for w in self.out_weights(site))  # (d_out, H*d_v), (d_out,)
-            check = {
-                "mixing matrix @ values vs the mixer's own output": max_abs_diff(mixed, own),
+            check |= {
                 "head outputs vs concat": max_abs_diff(head_outputs.transpose(0, 1).flatten(1), concat),
                 "concat @ W_O^T + b vs output": max_abs_diff(concat @ W_O.T + (0.0 if b_O is None else b_O), output),
             }
@@ -170,7 +179,7 @@ class MixerAdapter(Adapter):
             causal=True,
             kind=mix.kind,
             head_arrays={name: to_numpy(a) for name, a in mix.arrays.items()},
-            meta={**request.layer_meta(layer), "unavailable": mix.no_scores, "head_norm": mix.finish_formula,
+            meta={**request.layer_meta(layer), **self.block_meta(layer), "unavailable": mix.no_scores, "head_norm": mix.finish_formula,
                   "mixer": mix.name, "matrix": KINDS[mix.kind],
                   "model_dtype": str(rec.output.dtype).removeprefix("torch."), "check": check},
         )

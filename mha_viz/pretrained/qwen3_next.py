@@ -53,8 +53,57 @@ def l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
+class GatedDeltaNetMixer(MixerAdapter):
+    """Gated DeltaNet layers at layers[i].linear_attn; subclasses say how the module projects (projected()), where its
+    gated norm and output projection are (norm_name, out_name) and the softmax layers' site."""
+
+    norm_name, out_name = "norm", "out_proj"
+
+    def mixer(self, layer: int) -> nn.Module | None:
+        return getattr(self.base.layers[layer], "linear_attn", None)
+
+    def kind_of(self, module: nn.Module) -> str:
+        return "linear"
+
+    def mixer_site(self, layer: int, module: nn.Module) -> Site:
+        m = module
+        out, norm = getattr(m, self.out_name), getattr(m, self.norm_name)
+        return Site(m, None, None, None, out, m.num_v_heads, m.num_v_heads, m.head_v_dim, core=norm)
+
+    def projected(self, module: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """A Gated DeltaNet's projections of x (T, d_model): [q | k | v] (T, 2 H_k d_k + H_v d_v) before the
+        convolution, z (T, H_v, d_v), b and a (T, H_v)."""
+        raise NotImplementedError
+
+    def beta(self, module: nn.Module, b: Tensor) -> Tensor:
+        """The write strength of each head and token from b (T, H_v): sigmoid(b)."""
+        return b.float().sigmoid()
+
+    def mixing(self, module: nn.Module, x: Tensor) -> Mixing:
+        m = module
+        qkv, z, b, a = self.projected(m, x)
+        mixed = causal_conv(m.conv1d, qkv, m.activation)
+        q, k, v = mixed.split([m.key_dim, m.key_dim, m.value_dim], dim=-1)  # (T, H_k d_k), (T, H_k d_k), (T, H_v d_v)
+        group = m.num_v_heads // m.num_k_heads
+        q, k = (l2norm(per_head(t.float(), m.num_k_heads)).repeat_interleave(group, 0) for t in (q, k))  # (H_v, T, d_k)
+        log_decay = (-m.A_log.float().exp() * F.softplus(a.float() + m.dt_bias)).T  # (H_v, T)
+        beta = self.beta(m, b).T  # (H_v, T)
+        matrix = gated_delta_matrix(q * m.head_k_dim**-0.5, k, log_decay, beta)  # (H_v, T, T)
+        return Mixing(
+            name="Gated DeltaNet",
+            kind="linear",
+            matrix=matrix,
+            values=per_head(v.float(), m.num_v_heads),  # (H_v, T, d_v)
+            finish=partial(gated_head_norm, getattr(m, self.norm_name), z),
+            finish_formula="RMSNorm(M @ values) * SiLU(z), z = x W_z",
+            arrays={"decay": log_decay.exp(), "beta": beta},
+            no_scores=("a Gated DeltaNet layer has no softmax scores: its weights are the exact mixing matrix of the "
+                       "delta rule (signed, not a probability), drawn from its queries, keys, decays and betas"),
+        )
+
+
 @register
-class Qwen3NextAdapter(MixerAdapter, LlamaAdapter):
+class Qwen3NextAdapter(GatedDeltaNetMixer, LlamaAdapter):
     """layers[i].linear_attn (Gated DeltaNet) or layers[i].self_attn (gated softmax attention), by
     config.layer_types."""
 
@@ -65,18 +114,8 @@ class Qwen3NextAdapter(MixerAdapter, LlamaAdapter):
         "the delta rule), and its softmax heads gate their outputs by the input before W_O"
     )
 
-    def mixer(self, layer: int) -> nn.Module | None:
-        return getattr(self.base.layers[layer], "linear_attn", None)
-
-    def kind_of(self, module: nn.Module) -> str:
-        return "linear"
-
     def attention_site(self, layer: int) -> Site:
         return LlamaAdapter.site(self, "decoder", layer)
-
-    def mixer_site(self, layer: int, module: nn.Module) -> Site:
-        m = module
-        return Site(m, None, None, None, m.out_proj, m.num_v_heads, m.num_v_heads, m.head_v_dim, core=m.norm)
 
     def heads(self, site: Site, rec: Recorder) -> tuple[Tensor, Tensor, Tensor]:
         q, k, v = super().heads(site, rec)  # q (H, T, 2 d): each head's query dims, then its gate dims
@@ -97,36 +136,12 @@ class Qwen3NextAdapter(MixerAdapter, LlamaAdapter):
         return out
 
     def projected(self, module: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """A Gated DeltaNet's projections of x (T, d_model): [q | k | v] (T, 2 H_k d_k + H_v d_v) before the
-        convolution, z (T, H_v, d_v), b and a (T, H_v). Qwen3-Next: two fused projections, split per key head
-        (the module's own fix_query_key_value_ordering)."""
+        """Qwen3-Next: two fused projections, split per key head (the module's own fix_query_key_value_ordering)."""
         m = module
         query, key, value, z, b, a = (t[0] for t in m.fix_query_key_value_ordering(m.in_proj_qkvz(x[None]),
                                                                                    m.in_proj_ba(x[None])))
         T = x.shape[0]
         return torch.cat([t.reshape(T, -1) for t in (query, key, value)], -1), z.reshape(T, m.num_v_heads, -1), b, a
-
-    def mixing(self, module: nn.Module, x: Tensor) -> Mixing:
-        m = module
-        qkv, z, b, a = self.projected(m, x)
-        mixed = causal_conv(m.conv1d, qkv, m.activation)
-        q, k, v = mixed.split([m.key_dim, m.key_dim, m.value_dim], dim=-1)  # (T, H_k d_k), (T, H_k d_k), (T, H_v d_v)
-        group = m.num_v_heads // m.num_k_heads
-        q, k = (l2norm(per_head(t.float(), m.num_k_heads)).repeat_interleave(group, 0) for t in (q, k))  # (H_v, T, d_k)
-        log_decay = (-m.A_log.float().exp() * F.softplus(a.float() + m.dt_bias)).T  # (H_v, T)
-        beta = b.float().sigmoid().T  # (H_v, T)
-        matrix = gated_delta_matrix(q * m.head_k_dim**-0.5, k, log_decay, beta)  # (H_v, T, T)
-        return Mixing(
-            name="Gated DeltaNet",
-            kind="linear",
-            matrix=matrix,
-            values=per_head(v.float(), m.num_v_heads),  # (H_v, T, d_v)
-            finish=partial(gated_head_norm, m.norm, z),
-            finish_formula="RMSNorm(M @ values) * SiLU(z), z = x W_z",
-            arrays={"decay": log_decay.exp(), "beta": beta},
-            no_scores=("a Gated DeltaNet layer has no softmax scores: its weights are the exact mixing matrix of the "
-                       "delta rule (signed, not a probability), drawn from its queries, keys, decays and betas"),
-        )
 
 
 def gated_head_norm(norm: nn.Module, z: Tensor, mixed: Tensor) -> Tensor:

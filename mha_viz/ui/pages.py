@@ -296,6 +296,11 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
     if failed:  # the rebuilt numbers are not the model's own: said before any of them is shown
         st.error(plain(failed), icon=":material/error:")
     _coverage_warning(model, s.text)
+    if "half" in trace.meta:  # one of the two halves of a block that runs attention and a mixer side by side
+        other = s.layer + (1 if trace.kind == "softmax" else -1)
+        st.caption(f"Layer {s.layer} is the {trace.meta['half']} half of block {trace.meta['block']}: it runs beside "
+                   f"layer {other} on the same input, and the block adds their outputs, this one times "
+                   f"{trace.meta['multiplier']:g}.")
     if trace.mixes:
         st.info(f"Layer {s.layer} is a {trace.meta['mixer']} layer, not softmax attention. Its weights are the exact "
                 f"mixing matrix of each head, {trace.meta['matrix']}. It has no queries, keys or scores of its own "

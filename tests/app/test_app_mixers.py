@@ -10,18 +10,26 @@ from transformers import AutoModel
 
 from mha_viz.parts import SECTIONS, VIEWS
 from mha_viz.pretrained import load_model
-from tests.app.test_app_families import app_with  # layer=0: a mixer layer in every family
+from tests.app.test_app_families import app_with
 from tests.renderer_json import shown_layer
 from tests.tiny_causal import saved_random_models
 from tests.unit.test_mixers import HYBRID
 
 MARKS = {"qwen3_next": ["lin", "lin", "lin", "attn"], "qwen3_5_text": ["lin", "lin", "lin", "attn"],
-         "minimax": ["lin", "attn", "lin"], "kimi_linear": ["lin", "attn", "lin"], "bamba": ["ssm", "attn", "ssm"], "bamba (more mixer heads)": ["ssm", "attn", "ssm"], "granitemoehybrid": ["ssm", "attn", "ssm"], "mamba2": ["ssm", "ssm"]}
+         "minimax": ["lin", "attn", "lin"], "kimi_linear": ["lin", "attn", "lin"], "bamba": ["ssm", "attn", "ssm"],
+         "bamba (more mixer heads)": ["ssm", "attn", "ssm"], "granitemoehybrid": ["ssm", "attn", "ssm"],
+         "mamba2": ["ssm", "ssm"], "olmo_hybrid": ["lin", "attn", "lin", "attn"],
+         "olmo_hybrid (no positions)": ["lin", "attn"], "nemotron_h": ["ssm", "attn", "ssm"],
+         "nemotron_h (mixers only)": ["ssm", "attn", "ssm"], "falcon_h1": ["attn", "ssm", "attn", "ssm"],
+         "falcon_h1 (gated norm)": ["attn", "ssm", "attn", "ssm"]}
 NAMES = {"qwen3_next": "Gated DeltaNet", "qwen3_5_text": "Gated DeltaNet", "minimax": "lightning attention",
-         "kimi_linear": "Kimi Delta Attention",
-         "bamba": "Mamba-2",
-         "bamba (more mixer heads)": "Mamba-2",
-         "granitemoehybrid": "Mamba-2", "mamba2": "Mamba-2"}
+         "kimi_linear": "Kimi Delta Attention", "olmo_hybrid": "Gated DeltaNet",
+         "olmo_hybrid (no positions)": "Gated DeltaNet"}  # the others: Mamba-2
+
+
+def mixer_layer(name: str) -> int:
+    """The first mixer layer of the family's tiny model (Falcon-H1's layer 0 is block 0's attention half)."""
+    return MARKS[name].index("lin" if "lin" in MARKS[name] else "ssm")
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +40,19 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", HYBRID)
 def test_every_view_draws_a_mixer_layer_or_says_why(folders, name):
-    at = app_with(folders[name], "Heads", layer=0)
+    layer = mixer_layer(name)
+    at = app_with(folders[name], "Heads", layer=layer)
     assert not at.exception and not at.error
     meta, drawn = shown_layer(at)  # the renderer paints the layer's exact mixing matrices, its buttons say each kind
     assert meta["layer_marks"] == MARKS[name]
-    trace = load_model(folders[name]).trace("the cat sat on the mat", 0)
+    trace = load_model(folders[name]).trace("the cat sat on the mat", layer)
     step = (meta["hi"] - meta["lo"]) / 65534  # one uint16 code: the payload's resolution (mha_viz/layer_payload.py)
     np.testing.assert_allclose(drawn, trace.weights, rtol=0, atol=step + 1e-6)
-    assert any(f"Layer 0 is a {NAMES[name]} layer, not softmax attention" in i.value for i in at.info)
+    assert any(f"Layer {layer} is a {NAMES.get(name, 'Mamba-2')} layer, not softmax attention" in i.value
+               for i in at.info)
+    if name.startswith("falcon_h1"):  # two layers per block: said
+        assert any(f"Layer {layer} is the Mamba-2 half of block 0: it runs beside layer 0" in c.value
+                   for c in at.caption)
     assert any("mixing matrix" in c.value and "centred at 0" in c.value for c in at.caption)
     for view in VIEWS.menu("Pretrained"):
         if view == "Generate" or view not in at.button_group(key="view").options:
@@ -51,7 +64,7 @@ def test_every_view_draws_a_mixer_layer_or_says_why(folders, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", HYBRID)
 def test_every_analysis_section_draws_a_mixer_layer_or_says_why(folders, name):
-    at = app_with(folders[name], "Analysis", layer=0)
+    at = app_with(folders[name], "Analysis", layer=mixer_layer(name))
     for section in SECTIONS.menu("Pretrained"):
         at.button_group(key="section").set_value(section).run()
         assert not at.exception and not at.error, section

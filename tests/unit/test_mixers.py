@@ -8,11 +8,14 @@ the output gate dropped) must fail those checks."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -69,6 +72,36 @@ HYBRID: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
         vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, head_dim=8, layer_types=["linear_attention", "full_attention", "linear_attention"],
         block_size=4, num_local_experts=2, num_experts_per_tok=1, max_position_embeddings=128)),
+    "olmo_hybrid": ("OLMo hybrid", lambda: tf.OlmoHybridConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
+        linear_value_head_dim=8, max_position_embeddings=128, pad_token_id=0, eos_token_id=102,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"])),
+    "olmo_hybrid (no positions)": ("OLMo hybrid", lambda: tf.OlmoHybridConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, linear_num_value_heads=4, linear_num_key_heads=4, linear_key_head_dim=8,
+        linear_value_head_dim=8, max_position_embeddings=128, pad_token_id=0, eos_token_id=102,
+        linear_allow_neg_eigval=False, rope_parameters={"rope_type": "default"},
+        layer_types=["linear_attention", "full_attention"])),
+    "nemotron_h": ("Nemotron-H", lambda: tf.NemotronHConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        layers_block_type=["linear_attention", "mlp", "full_attention", "moe", "linear_attention"], mamba_num_heads=4,
+        mamba_head_dim=16, n_groups=2, ssm_state_size=8, chunk_size=8, n_routed_experts=2, num_experts_per_tok=1,
+        moe_intermediate_size=16, moe_shared_expert_intermediate_size=16, max_position_embeddings=128)),
+    "nemotron_h (mixers only)": ("Nemotron-H", lambda: tf.NemotronHConfig(
+        vocab_size=V, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        layers_block_type=["linear_attention", "full_attention", "linear_attention"], mamba_num_heads=8,
+        mamba_head_dim=8, n_groups=2, ssm_state_size=8, chunk_size=8, max_position_embeddings=128)),
+    "falcon_h1": ("Falcon-H1", lambda: tf.FalconH1Config(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=8,
+        mamba_chunk_size=8, max_position_embeddings=128, key_multiplier=0.7, attention_in_multiplier=1.3,
+        attention_out_multiplier=0.8, ssm_in_multiplier=1.2, ssm_out_multiplier=0.9,
+        ssm_multipliers=[0.5, 1.5, 0.8, 1.1, 0.6])),
+    "falcon_h1 (gated norm)": ("Falcon-H1", lambda: tf.FalconH1Config(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, mamba_d_ssm=64, mamba_n_heads=8, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=8,
+        mamba_chunk_size=8, max_position_embeddings=128, mamba_rms_norm=True, mamba_norm_before_gate=False)),
     "mamba2": ("Mamba-2", lambda: tf.Mamba2Config(
         vocab_size=V, hidden_size=32, num_hidden_layers=2, num_heads=8, head_dim=8, expand=2, n_groups=2,
         state_size=8, chunk_size=8)),
@@ -208,28 +241,36 @@ def test_mixer_statistics_measure_reach_forgetting_and_sign():
 
 
 def own_mixer_outputs(m: PretrainedModel, text: str) -> tuple[dict[int, torch.Tensor], dict[int, tuple]]:
-    """The unmodified model's own numbers, hooked: each mixer's kernel output (its norm's first input) and each
+    """The unmodified model's own numbers, hooked: each mixer's kernel output (its norm's first input; where no norm
+    follows the kernel, as in Falcon-H1 without mamba_rms_norm, what its module's mamba2_chunk_scan returned) and each
     layer's out_proj (input, output), from one forward pass."""
-    kernel, projection = {}, {}
+    kernel, projection, scans = {}, {}, []
 
     def keep(store: dict, layer: int, value: object) -> None:
         store.setdefault(layer, value)
 
-    handles = []
-    for layer, block in enumerate(m.adapter.base.layers):
-        module = m.adapter.mixer(layer)
-        out = m.adapter.site("decoder", layer).out
-        if module is not None:  # the mixer's gated norm (Site.core): its first input is the kernel's output
-            handles.append(m.adapter.site("decoder", layer).core.register_forward_pre_hook(
+    handles, unnormed = [], []
+    for layer in range(len(m.adapter.blocks)):
+        module, site = m.adapter.mixer(layer), m.adapter.site("decoder", layer)
+        if module is not None and site.core is not None:  # the gated norm (Site.core): its input is the kernel's
+            handles.append(site.core.register_forward_pre_hook(
                 lambda mod, args, layer=layer: keep(kernel, layer, args[0].detach())))
-        handles.append(out.register_forward_hook(
+        elif module is not None:
+            unnormed.append((layer, sys.modules[type(module).__module__]))
+        handles.append(site.out.register_forward_hook(
             lambda mod, args, output, layer=layer: keep(projection, layer, (args[0][0], output[0]))))
-    try:
-        with torch.no_grad():
-            m.model(input_ids=torch.tensor([list(m.encode(text).ids)]), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
+    with contextlib.ExitStack() as patches:
+        for kernel_module in {id(k): k for _, k in unnormed}.values():
+            scan = kernel_module.mamba2_chunk_scan
+            patches.enter_context(mock.patch.object(kernel_module, "mamba2_chunk_scan", lambda *a, scan=scan, **k: (
+                scans.append(out := scan(*a, **k)) or out)))
+        try:
+            with torch.no_grad():
+                m.model(input_ids=torch.tensor([list(m.encode(text).ids)]), use_cache=False)
+        finally:
+            for h in handles:
+                h.remove()
+    kernel |= {layer: scan[0].flatten(-2) for (layer, _), scan in zip(unnormed, scans, strict=True)}  # (T, H*d)
     return kernel, projection
 
 
@@ -244,7 +285,11 @@ def test_every_layer_is_traced_and_equals_the_unmodified_modules(models, name):
     expected = {"qwen3_next": hybrid, "qwen3_5_text": hybrid, "bamba": ["ssm", "softmax", "ssm"],
                 "bamba (more mixer heads)": ["ssm", "softmax", "ssm"], "minimax": ["linear", "softmax", "linear"],
                 "kimi_linear": ["linear", "softmax", "linear"],
-                "granitemoehybrid": ["ssm", "softmax", "ssm"], "mamba2": ["ssm", "ssm"]}[name]
+                "granitemoehybrid": ["ssm", "softmax", "ssm"], "mamba2": ["ssm", "ssm"],
+                "olmo_hybrid": ["linear", "softmax", "linear", "softmax"],
+                "olmo_hybrid (no positions)": ["linear", "softmax"], "nemotron_h": ["ssm", "softmax", "ssm"],
+                "nemotron_h (mixers only)": ["ssm", "softmax", "ssm"], "falcon_h1": ["softmax", "ssm"] * 2,
+                "falcon_h1 (gated norm)": ["softmax", "ssm"] * 2}[name]
     assert kinds == expected
     for layer, t in enumerate(traces):
         T = t.weights.shape[1]
@@ -359,6 +404,13 @@ NEGATIVE = {
                      {"mixing": _kimi_decay_per_head})],
     "minimax": [("lightning attention without its decay", 0, {"mixing": _minimax_without_decay})],
     "mamba2": [("Mamba-2 without D", 0, {"mixing": _mamba_without_D})],
+    "falcon_h1": [("Falcon-H1's keys without their multiplier", 0, {"scale": lambda self, site: site.attention.scaling}),
+                  ("Falcon-H1's Mamba-2 projections without their muP multipliers", 1,
+                   {"projected": lambda self, m, x: m.in_proj(x * m.ssm_in_multiplier)})],
+    "olmo_hybrid": [("OLMo hybrid's write strengths not doubled (allow_neg_eigval)", 0,
+                     {"beta": lambda self, module, b: b.float().sigmoid()}),
+                    ("OLMo hybrid's attention given no positions", 1, {"variations": lambda self, *a: replace(
+                        ADAPTERS["olmo_hybrid"].variations(self, *a), rotary=None)})],
 }
 CASES = [(name, *case) for name, cases in NEGATIVE.items() for case in cases]
 
