@@ -5,8 +5,9 @@ itself computed: meta["check"] = {what was compared: max |difference|}. Rounding
 
     tolerance = max(1e-4, 16 eps(model dtype)) * max(1, magnitude)
 
-magnitude: 1 for attention weights (probabilities), else the largest |value| among the trace's vectors (queries, keys,
-values, head outputs, concat, output). A larger difference (or NaN) means the trace is not what the model computed,
+magnitude: 1 for attention weights (probabilities); for a check that compares a quantity the trace does not keep, the
+largest |value| of that quantity where meta["check_scale"][label] gives it (a mixer's M @ values, before its norm);
+else the largest |value| among the trace's vectors (queries, keys, values, head outputs, concat, output). A larger difference (or NaN) means the trace is not what the model computed,
 e.g. an adapter that departs from the model's code: that check fails. failures() lists the failed ones;
 verify() warns (TraceCheckWarning) or, strict, raises TraceCheckError; every surface that shows a trace (the app, the
 notebook widget, the HTML report, the command line) says so with failure_message().
@@ -69,6 +70,9 @@ def tolerance(trace: AttentionTrace, label: str) -> float:
     relative = max(FLOOR, ROUNDINGS * epsilon(str(trace.meta.get("model_dtype", "float32"))))
     if label.startswith(_WEIGHTS):
         return relative
+    scale = (trace.meta.get("check_scale") or {}).get(label)
+    if scale is not None:
+        return relative * max(1.0, float(scale))
     arrays = (np.asarray(a) for name in _VECTORS if (a := getattr(trace, name, None)) is not None)  # a long layer:
     tops = [float(np.abs(a[np.isfinite(a)]).max(initial=0.0)) for a in arrays]  # its q, k, v (tensors) bound its outputs
     return relative * max([1.0, *tops])

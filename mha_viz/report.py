@@ -253,7 +253,7 @@ def html_report(
             + _table(checks, ["identity", "max error", "tolerance", "result"])
         )
 
-    meta = {k: v for k, v in trace.meta.items() if k not in ("check", "unavailable")}
+    meta = {k: v for k, v in trace.meta.items() if k not in ("check", "check_scale", "unavailable")}
     if meta:
         parts.append("<h2>Trace metadata</h2>" + _table([[f"<th>{_esc(k)}</th>", f"<td>{_text(v)}</td>"]
                                                         for k, v in meta.items()]))

@@ -403,6 +403,16 @@ class Adapter:
         (what direct logit attribution needs); None where this adapter does not know them."""
         return None
 
+    def residual_scale(self) -> float:
+        """The factor on each block's attention (or mixer) and MLP output as the block adds it to the residual stream
+        (Granite 4's residual_multiplier): 1 by default. Logit attribution folds it into each head's term."""
+        return 1.0
+
+    def logit_scale(self) -> float:
+        """The factor on the logits after the unembedding (Cohere's logit_scale, Granite 4's 1 / logits_scaling): 1 by
+        default. Logit attribution and the unembedding of the weight views fold it in."""
+        return 1.0
+
     def max_positions(self) -> int | None:
         """How many positions the model has embeddings for (None: no limit from positions). Where position ids
         start after the padding index (RoBERTa's layout: the embeddings module's padding_idx is its position

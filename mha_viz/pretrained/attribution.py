@@ -226,6 +226,7 @@ def logit_attribution(
 
     logits = logits.double().cpu()  # (V,)
     unembedding = model.model.get_output_embeddings()
+    r, scale = model.adapter.residual_scale(), model.adapter.logit_scale()  # 1 and 1 but in Granite 4 and Cohere
     with loaded(*(site.out for site in sites), norm, unembedding):  # real weights even where accelerate offloads
         # the parts of the residual stream x at position (each (d,)), in the order they are added
         parts: dict[str, Tensor] = {"embeddings": capture.embeddings}
@@ -236,17 +237,17 @@ def logit_attribution(
             H = site.num_heads
             concat_blocks = capture.concat[layer].view(H, -1)  # (H, d_v): c_lh
             W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d): W_O^(l,h)T
-            head_parts.append(torch.einsum("hv,hvd->hd", concat_blocks, W_h))  # (H, d): c_lh W_O^(l,h)T
+            head_parts.append(r * torch.einsum("hv,hvd->hd", concat_blocks, W_h))  # (H, d): r c_lh W_O^(l,h)T
             if b_O is not None:
-                parts[f"layer {layer} attention bias"] = b_O.detach().double().cpu()  # (d,)
-            parts[f"layer {layer} MLP"] = capture.block_out[layer] - previous - capture.attention[layer]  # (d,)
+                parts[f"layer {layer} attention bias"] = r * b_O.detach().double().cpu()  # (d,)
+            parts[f"layer {layer} MLP"] = capture.block_out[layer] - previous - r * capture.attention[layer]  # (d,)
             previous = capture.block_out[layer]
         try:
             affine = norm_affine(norm, capture.final.shape[-1], model.adapter.norm_weight_offset)
         except ValueError:
             raise ValueError(f"logit attribution does not know the final norm {type(norm).__name__}") from None
-        u = unembedding.weight[token_id].detach().double().cpu()  # (d,) W_U[token]
-        b_U = None if getattr(unembedding, "bias", None) is None else float(unembedding.bias[token_id])
+        u = scale * unembedding.weight[token_id].detach().double().cpu()  # (d,) W_U[token], times the logit scale
+        b_U = None if getattr(unembedding, "bias", None) is None else scale * float(unembedding.bias[token_id])
         H = max(len(p) for p in head_parts)  # a hybrid's layers can differ in heads: 0 in the heads a layer lacks
         heads = torch.stack([torch.cat([p, p.new_zeros(H - len(p), p.shape[-1])]) for p in head_parts])  # (L, H, d)
         dla = split_logit(enc, position, token_id, id_label(model.tokenizer, token_id), logits, parts, heads,

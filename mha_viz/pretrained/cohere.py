@@ -66,10 +66,9 @@ class CohereAdapter(InterleavedPairs):
     per pair ([f0, f0, f1, f1, ...])."""
 
     architectures = ("cohere", "cohere2")
-    attribution_unavailable = (
-        "Cohere multiplies its logits by logit_scale after the unembedding, and its final LayerNorm has no bias: "
-        "mha-viz's logit attribution does not yet fold that scale into each head's term"
-    )
+
+    def logit_scale(self) -> float:
+        return float(self.model.config.logit_scale)
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         variations = super().variations(part, site, rec, q, k)

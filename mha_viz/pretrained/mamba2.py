@@ -94,15 +94,11 @@ class MambaHybridAdapter(Mamba2Adapter, LlamaAdapter):
 
     architectures = ("bamba", "granitemoehybrid")
 
-    @property
-    def attribution_unavailable(self) -> str | None:  # type: ignore[override]
-        cfg = self.model.config
-        scales = {name: getattr(cfg, name, 1.0) for name in ("residual_multiplier", "logits_scaling",
-                                                             "embedding_multiplier")}
-        scaled = {name: value for name, value in scales.items() if value not in (None, 1, 1.0)}
-        return None if not scaled else (
-            f"Granite 4 scales its residual stream and logits ({', '.join(f'{k} {v}' for k, v in scaled.items())}), "
-            "which mha-viz's logit attribution does not fold into each head's term yet")
+    def residual_scale(self) -> float:
+        return float(getattr(self.model.config, "residual_multiplier", 1.0) or 1.0)  # Granite 4's; Bamba has none
+
+    def logit_scale(self) -> float:
+        return 1.0 / float(getattr(self.model.config, "logits_scaling", 1.0) or 1.0)
 
     def mixer(self, layer: int) -> nn.Module | None:
         return getattr(self.base.layers[layer], "mamba", None)

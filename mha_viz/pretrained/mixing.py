@@ -155,10 +155,12 @@ class MixerAdapter(Adapter):
         if request.head_mask is not None:
             head_outputs = head_outputs * request.head_mask.to(head_outputs)[:, None, None]  # as the concat's blocks
         concat, output = rec.concat.float(), rec.output.float()  # (T, H*d_v), (T, d_out)
-        check = {}
+        check, scale = {}, {}
         if rec.core is not None:  # the kernel's output, where a norm between it and the projection shows it
             own = per_head(rec.core.float().reshape(x.shape[0], -1), site.num_heads)  # (H, T, d_v)
-            check["mixing matrix @ values vs the mixer's own output"] = max_abs_diff(mixed, own)
+            label = "mixing matrix @ values vs the mixer's own output"
+            check[label] = max_abs_diff(mixed, own)
+            scale[label] = float(own.abs().max())  # kept in no array of the trace: the norm after it rescales
         with loaded(site.out):
             W_O, b_O = (None if w is None else w.float() for w in self.out_weights(site))  # (d_out, H*d_v), (d_out,)
             check |= {
@@ -181,5 +183,5 @@ class MixerAdapter(Adapter):
             head_arrays={name: to_numpy(a) for name, a in mix.arrays.items()},
             meta={**request.layer_meta(layer), **self.block_meta(layer), "unavailable": mix.no_scores, "head_norm": mix.finish_formula,
                   "mixer": mix.name, "matrix": KINDS[mix.kind],
-                  "model_dtype": str(rec.output.dtype).removeprefix("torch."), "check": check},
+                  "model_dtype": str(rec.output.dtype).removeprefix("torch."), "check": check, "check_scale": scale},
         )

@@ -118,8 +118,10 @@ def _unembedding(model: TextModel) -> tuple[np.ndarray | None, np.ndarray | None
     if model.next_token_unavailable is not None:
         return None, None
     head = model.model.get_output_embeddings()
+    scale = model.adapter.logit_scale()  # Cohere's, Granite 4's: the logits are the unembedding's times it
     W_U = to_numpy(head.weight).T  # (d_model, V), float32 (a view where the model is float32 on the CPU)
-    b_U = None if getattr(head, "bias", None) is None else head.bias.detach().double().cpu().numpy()
+    W_U = W_U if scale == 1.0 else W_U * np.float32(scale)
+    b_U = None if getattr(head, "bias", None) is None else scale * head.bias.detach().double().cpu().numpy()
     layout = model.adapter.residual_stream()
     if layout is None:
         return W_U, None if b_U is None else b_U.astype(np.float32)

@@ -1,6 +1,6 @@
 """Direct logit attribution on tiny random causal LMs of the decoder families beyond GPT-2 and LLaMA: parallel
 attention and MLP (GPT-NeoX, Phi, Falcon), ALiBi (Bloom), local layers (GPT-Neo), fused qkv (Phi-3; multi-query GPTBigCode), q/k norms
-(Qwen3), Gemma's scaled embeddings and (1 + weight) RMSNorm. The terms must add up to the model's own logit and
+(Qwen3), Gemma's scaled embeddings and (1 + weight) RMSNorm, Cohere's logit scale. The terms must add up to the model's own logit and
 each head's term must be its traced contribution through the frozen final norm, recomputed here from the model's
 own modules, also for DeepSeek's multi-head latent attention with a mixture-of-experts MLP; Gemma2, Gemma 3 and
 post-norm OPT are refused with the reason."""
@@ -43,6 +43,8 @@ CONFIGS = {
     "gemma": lambda: tf.GemmaConfig(vocab_size=V, num_key_value_heads=1, head_dim=8, **SMALL),
     "deepseek_v3": lambda: tf.DeepseekV3Config(vocab_size=V, **MLA, **SMALL),  # layer 1 a mixture of experts
     "deepseek_v2": lambda: tf.DeepseekV2Config(vocab_size=V, **{**MLA, "q_lora_rank": None}, **SMALL),
+    "cohere": lambda: tf.CohereConfig(vocab_size=V, num_key_value_heads=2, use_qk_norm=True, logit_scale=0.6,
+                                      **SMALL),  # parallel attention and MLP; logits times logit_scale
 }  # fmt: skip
 TEXT = "the quick brown fox jumps over the lazy dog"
 
@@ -78,16 +80,17 @@ def final_norm_input(m: PretrainedModel, ids: list[int]) -> tuple[torch.nn.Modul
 
 def through_frozen_norm(m: PretrainedModel, norm: torch.nn.Module, part: torch.Tensor, x: torch.Tensor,
                         token: int) -> torch.Tensor:
-    """u . (gamma * centre(part) / s), s measured on x: one residual-stream part's share of the logit."""
+    """u . (gamma * centre(part) / s), s measured on x, times the logit scale (Cohere's): one residual-stream part's
+    share of the logit."""
     gamma = norm.weight.detach().double()
-    if isinstance(norm, torch.nn.LayerNorm):
-        s = (x.var(unbiased=False) + norm.eps).sqrt()
+    if isinstance(norm, torch.nn.LayerNorm) or type(norm).__name__ == "CohereLayerNorm":  # Cohere's: no bias
+        s = (x.var(unbiased=False) + getattr(norm, "eps", getattr(norm, "variance_epsilon", None))).sqrt()
         part = part - part.mean(-1, keepdim=True)
     else:  # an RMSNorm; Gemma's multiplies by (1 + weight)
         s = (x.pow(2).mean() + getattr(norm, "variance_epsilon", getattr(norm, "eps", None))).sqrt()
         gamma = gamma + 1 if m.architecture == "gemma" else gamma
     u = m.model.get_output_embeddings().weight[token].detach().double()
-    return (part * gamma / s) @ u
+    return (part * gamma / s) @ u * getattr(m.model.config, "logit_scale", 1.0)
 
 
 @pytest.mark.parametrize("name", CONFIGS)

@@ -116,6 +116,19 @@ def test_the_tolerance_scales_with_the_dtype_and_the_numbers():
     assert len(failures(exported)) == 1
 
 
+def test_a_check_of_a_quantity_the_trace_does_not_keep_scales_with_that_quantity():
+    """A mixer's M @ values can be far larger than anything the trace keeps (MiniMax's reaches 1e3 where its normed
+    head outputs stay near 1): meta["check_scale"] gives that check its own magnitude, and nothing else moves."""
+    weights = np.full((1, 2, 2), 0.5, np.float32)
+    label = "mixing matrix @ values vs the mixer's own output"
+    check = {label: 8e-4, "head outputs vs concat": 1e-6}
+    trace = AttentionTrace(("a", "b"), ("a", "b"), weights, output=np.ones((2, 2), np.float32), meta={"check": check})
+    assert [f.label for f in failures(trace)] == [label]  # 8e-4 > 1e-4 x 1: the trace's own vectors are ~1
+    scaled = replace(trace, meta={**trace.meta, "check_scale": {label: 1030.5}})
+    assert tolerance(scaled, label) == pytest.approx(FLOOR * 1030.5) and failures(scaled) == []
+    assert tolerance(scaled, "head outputs vs concat") == FLOOR
+
+
 def test_the_report_says_failed_not_rounding(wrong):
     good, bad = quiet_traces(wrong)
     page = without_scripts(html_report(bad, title="wrong"))

@@ -61,7 +61,8 @@ HYBRID: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
         vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, layer_types=["mamba", "attention", "mamba"], mamba_n_heads=4, mamba_d_head=16,
         mamba_n_groups=2, mamba_d_state=8, mamba_chunk_size=8, num_local_experts=0, shared_intermediate_size=32,
-        attention_multiplier=0.2, position_embedding_type="rope", max_position_embeddings=128)),
+        attention_multiplier=0.2, position_embedding_type="rope", max_position_embeddings=128, residual_multiplier=0.22,
+        logits_scaling=4.0, embedding_multiplier=3.0)),
     "kimi_linear": ("Kimi Linear", lambda: tf.KimiLinearConfig(
         vocab_size=V, hidden_size=32, intermediate_size=32, moe_intermediate_size=16, num_hidden_layers=3,
         num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=6,
@@ -473,9 +474,9 @@ def test_the_readme_lists_the_hybrid_families():
 
 @pytest.mark.parametrize("name", HYBRID)
 def test_logit_attribution_splits_the_logit_through_mixer_heads(name):
-    """Each mixer head's term is its traced contribution (its concat block through out_proj) through the frozen final
-    norm, and the terms add up to the model's own logit; where the model's blocks do not simply add (MiniMax's
-    alpha and beta), it says why."""
+    """Each mixer head's term is its traced contribution (its concat block through out_proj, times Granite 4's
+    residual multiplier) through the frozen final norm (times its logit scale), and the terms add up to the model's
+    own logit; where the model's blocks do not simply add (MiniMax's alpha and beta), it says why."""
     from tests.unit.test_attribution_families import final_norm_input, own_logits
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
@@ -486,10 +487,6 @@ def test_logit_attribution_splits_the_logit_through_mixer_heads(name):
         with pytest.raises(ValueError, match="logit attribution is unavailable"):
             m.logit_attribution(TEXT)
         return
-    if name == "granitemoehybrid":  # a real Granite 4 scales its residual stream: said, not split wrongly
-        scaled = random_model(AutoModelForCausalLM, replace(HYBRID[name][1](), residual_multiplier=0.22))
-        with pytest.raises(ValueError, match="Granite 4 scales its residual stream and logits .residual_multiplier"):
-            PretrainedModel(scaled, tokenizer).logit_attribution(TEXT)
     ids = list(m.encode(TEXT).ids)
     position = 5
     a = m.logit_attribution(TEXT, position=position)
@@ -500,8 +497,11 @@ def test_logit_attribution_splits_the_logit_through_mixer_heads(name):
     s = (x.pow(2).mean() + getattr(norm, "variance_epsilon", getattr(norm, "eps", None))).sqrt()  # RMSNorms, all
     gamma = norm.weight.detach().double() + m.adapter.norm_weight_offset
     u = m.model.get_output_embeddings().weight[a.token_id].detach().double()
+    cfg = m.model.config  # Granite 4 scales each block's output and the logits (the tiny one here does too)
+    r, logit_scale = getattr(cfg, "residual_multiplier", 1.0), 1 / getattr(cfg, "logits_scaling", 1.0)
     for layer, trace in enumerate(m.traces(TEXT)):
-        expected = (torch.as_tensor(trace.head_contributions()[:, position]).double() * gamma / s) @ u  # (H_l,)
+        contributions = torch.as_tensor(trace.head_contributions()[:, position]).double()  # (H_l, d)
+        expected = (r * contributions * gamma / s) @ u * logit_scale  # (H_l,)
         np.testing.assert_allclose(a.heads[layer, : trace.num_heads], expected.numpy(), atol=1e-5,
                                    err_msg=f"{name} layer {layer}")
         assert np.isnan(a.heads[layer, trace.num_heads :]).all()
