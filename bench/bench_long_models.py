@@ -11,7 +11,8 @@ Models (random weights, seed 0, the bundled MiniLM tokenizer's vocabulary; rando
   gpt-oss  gpt-oss-style: the same sizes, learned sinks on every head, a 128-token window on alternate layers
            (gpt-oss's), 4 experts (2 per token); transformers has no SDPA kernel for it and refuses flex attention
            with sinks on CPU, so its only kernel here is eager, which makes [H, T, T]: timed only where that fits
-  bundled  all-MiniLM-L6-v2 and mha-viz/induction-2l at their longest input (their positions allow no 4096)
+  bundled  all-MiniLM-L6-v2 and mha-viz/induction-2l at their longest input (their positions allow no 4096), and
+           mha-viz/recall-16k (issue 33: <= 2x its forward, <= 1 GB) at 16,384
 
 Each (model, tokens) runs in a fresh subprocess: build the model, warm both kernels up on 64 tokens, then
   own      the model's base forward (use_cache=False) with its fast kernel (sdpa; eager for gpt-oss), best of n
@@ -46,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SIZES = (1024, 2048, 4096, 8192, 16384)
 MODELS = ("llama", "mistral", "gpt-oss")
-BUNDLED = ("minilm", "induction-2l")
+BUNDLED = ("minilm", "induction-2l", "recall-16k")
 TARGETS = {"ratio": 2.0, "peak_mb": 1000.0, "figure_s": 1.5, "json_mb": 5.0, "zoom_s": 0.5}  # issue 26
 EAGER_LIMIT = 4 << 30  # gpt-oss's eager forward is timed only while 3 x [H, T, T] float32 stays below this
 ZOOM_HEADS = 4  # the app's zoom shows 4 heads unless others are picked
@@ -104,9 +105,9 @@ def random_model(kind: str):
 
 def bundled_model(kind: str):
     from mha_viz.pretrained import load_model
-    from mha_viz.pretrained.loading import INDUCTION_MODEL
+    from mha_viz.pretrained.loading import INDUCTION_MODEL, RECALL_MODEL
 
-    model = load_model(None if kind == "minilm" else INDUCTION_MODEL)
+    model = load_model({"minilm": None, "induction-2l": INDUCTION_MODEL, "recall-16k": RECALL_MODEL}[kind])
     return model, "sdpa"
 
 

@@ -39,10 +39,13 @@ from .loading import (
     BUNDLED_SHA256,
     INDUCTION_MODEL,
     INDUCTION_SHA256,
+    RECALL_MODEL,
+    RECALL_SHA256,
     bundled_model_dir,
     bundled_model_installed,
     induction_model_dir,
     load_model,
+    recall_model_dir,
 )
 from .model import PretrainedModel
 
@@ -52,6 +55,8 @@ __all__ = [
     "BUNDLED_SHA256",
     "INDUCTION_MODEL",
     "INDUCTION_SHA256",
+    "RECALL_MODEL",
+    "RECALL_SHA256",
     "Generation",
     "GenerationStep",
     "HookedModel",
@@ -70,4 +75,5 @@ __all__ = [
     "hooked_weights",
     "induction_model_dir",
     "load_model",
+    "recall_model_dir",
 ]

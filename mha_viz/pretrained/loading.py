@@ -39,6 +39,12 @@ BUNDLED_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9
 WEIGHTS_FILE = "model.safetensors"
 INDUCTION_MODEL = "mha-viz/induction-2l"  # trained by this project, shipped in mha_viz/models/
 INDUCTION_SHA256 = "a78d4bf1164d72046330889600bd720d1ee7108f143651f0cfb55caa9f1b5913"
+RECALL_MODEL = "mha-viz/recall-16k"  # trained by this project (scripts/train_recall_model.py), shipped beside it
+RECALL_SHA256 = "99fc4063f555c960d22e43d47d1895840b4c89327d7eee865a3a8b2447141954"
+# the models trained by this project and shipped in mha_viz/models/: name -> (weights' sha256, the script that
+# retrains them)
+SHIPPED_MODELS = {INDUCTION_MODEL: (INDUCTION_SHA256, "scripts/train_induction_model.py"),
+                  RECALL_MODEL: (RECALL_SHA256, "scripts/train_recall_model.py")}
 HUB_TIMEOUT = 5.0  # seconds to wait for the hub's answer before giving up
 _LOADING = threading.Lock()  # one model load at a time in this process
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]  # config, weights, tokenizer
@@ -98,7 +104,8 @@ def load_model(
     """Load a model to trace.
 
     None: the bundled all-MiniLM-L6-v2, refused unless its weights have the known sha256.
-    INDUCTION_MODEL ("mha-viz/induction-2l"): the causal model shipped in the package, checked the same way.
+    INDUCTION_MODEL ("mha-viz/induction-2l"), RECALL_MODEL ("mha-viz/recall-16k"): the causal models shipped in the
+    package, checked the same way.
     A folder with config.json: that model (with sha256: refused unless model.safetensors matches).
     A hub id ("gpt2", "org/name"): from the local Hugging Face cache, else downloaded from the hub.
     folders=False: a name is only ever a hub id, never a folder on this machine (for names that come
@@ -134,14 +141,14 @@ def _load(
     if name_or_path is None:
         folder = bundled_model_dir()
         return _load_folder(folder, BUNDLED_MODEL, sha256 or BUNDLED_SHA256, max_tokens, placement)
-    if str(name_or_path) == INDUCTION_MODEL:  # before folders and the hub: the name always means the shipped model
-        folder = induction_model_dir()
+    if str(name_or_path) in SHIPPED_MODELS:  # before folders and the hub: the name always means the shipped model
+        name = str(name_or_path)
+        folder, (known, script) = shipped_model_dir(name), SHIPPED_MODELS[name]
         if not (folder / "config.json").is_file():
             raise ModelNotInstalledError(
-                f"The bundled model {INDUCTION_MODEL} is missing from {folder}: reinstall mha-viz, "
-                "or retrain it with scripts/train_induction_model.py"
+                f"The bundled model {name} is missing from {folder}: reinstall mha-viz, or retrain it with {script}"
             )
-        return _load_folder(folder, INDUCTION_MODEL, sha256 or INDUCTION_SHA256, max_tokens, placement)
+        return _load_folder(folder, name, sha256 or known, max_tokens, placement)
     if folders and str(name_or_path) and Path(name_or_path).is_dir():
         return _load_folder(Path(name_or_path), str(name_or_path), sha256, max_tokens, placement)
     repo_id = validate_hub_id(str(name_or_path))
@@ -172,9 +179,19 @@ def bundled_model_dir() -> Path:
     return folder
 
 
+def shipped_model_dir(name: str) -> Path:
+    """mha_viz/models/<name after the slash>: the folder of a model this project trained (SHIPPED_MODELS)."""
+    return Path(__file__).resolve().parent.parent / "models" / name.split("/")[1]
+
+
 def induction_model_dir() -> Path:
     """mha_viz/models/induction-2l: the folder of the causal model trained by scripts/train_induction_model.py."""
-    return Path(__file__).resolve().parent.parent / "models" / INDUCTION_MODEL.split("/")[1]
+    return shipped_model_dir(INDUCTION_MODEL)
+
+
+def recall_model_dir() -> Path:
+    """mha_viz/models/recall-16k: the folder of the long-context model trained by scripts/train_recall_model.py."""
+    return shipped_model_dir(RECALL_MODEL)
 
 
 def file_sha256(path: Path) -> str:

@@ -6,24 +6,37 @@ import streamlit as st
 
 from ..limits import MAX_LONG_TEXT_CHARS, MAX_MODEL_CHARS, MAX_TEXT_CHARS
 from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, PARTS, value_notice
-from ..pretrained import BUNDLED_INSTALL, BUNDLED_MODEL, INDUCTION_MODEL, PretrainedModel, bundled_model_installed
+from ..pretrained import (
+    BUNDLED_INSTALL,
+    BUNDLED_MODEL,
+    INDUCTION_MODEL,
+    RECALL_MODEL,
+    PretrainedModel,
+    bundled_model_installed,
+)
+from ..training.recall import example_text
 from .state import confine, mark_typed, put
 from .state import value as field_value
 from .text import plain
 
-BUNDLED = {"": "all-MiniLM-L6-v2 (encoder)", INDUCTION_MODEL: "induction-2l (causal)"}  # both work offline
-LISTED = {"": f"{BUNDLED_MODEL} (bundled)", INDUCTION_MODEL: f"{INDUCTION_MODEL} (bundled, causal)"}
+BUNDLED = {"": "all-MiniLM-L6-v2 (encoder)", INDUCTION_MODEL: "induction-2l (causal)",
+           RECALL_MODEL: "recall-16k (causal, 16k positions)"}  # all work offline
+LISTED = {"": f"{BUNDLED_MODEL} (bundled)", INDUCTION_MODEL: f"{INDUCTION_MODEL} (bundled, causal)",
+          RECALL_MODEL: f"{RECALL_MODEL} (bundled, causal, 16k positions)"}
+RECALL_EXAMPLE = example_text(2048)  # a haystack of 2,048 tokens, four needles, the queries at the end
+EXAMPLES = {INDUCTION_MODEL: CAUSAL_EXAMPLE, RECALL_MODEL: RECALL_EXAMPLE}  # what a bundled causal model opens on
 
 
 def _pick(name: str) -> None:
-    """Open a bundled model; the causal one starts on a repeated sequence of its own words, in Generate."""
+    """Open a bundled model; the causal ones start on an input of their own words (induction-2l in Generate on a
+    repeat; recall-16k in Heads on a long haystack, its needles asked for at the end)."""
     put("model", name)
+    if field_value("text") in (DEFAULT_TEXT, *EXAMPLES.values()):
+        put("text", EXAMPLES.get(name, DEFAULT_TEXT))
     if name == INDUCTION_MODEL:
-        if field_value("text") == DEFAULT_TEXT:
-            put("text", CAUSAL_EXAMPLE)
         put("view", "Generate")
-    elif field_value("text") == CAUSAL_EXAMPLE:
-        put("text", DEFAULT_TEXT)
+    elif name == RECALL_MODEL:
+        put("view", "Heads")
 
 
 MINILM_MISSING = (f"The bundled all-MiniLM-L6-v2 is not installed: it comes from the optional package "

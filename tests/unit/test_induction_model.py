@@ -92,10 +92,10 @@ def test_changed_or_missing_weights_are_refused(tmp_path, monkeypatch):
     weights = bytearray((copy / "model.safetensors").read_bytes())
     weights[-1] ^= 1  # one bit of the last weight
     (copy / "model.safetensors").write_bytes(bytes(weights))
-    monkeypatch.setattr(loading, "induction_model_dir", lambda: copy)
+    monkeypatch.setattr(loading, "shipped_model_dir", lambda name: copy)
     with pytest.raises(ModelIntegrityError, match=f"expected {INDUCTION_SHA256}"):
         load_model(INDUCTION_MODEL)
-    monkeypatch.setattr(loading, "induction_model_dir", lambda: tmp_path / "nowhere")
+    monkeypatch.setattr(loading, "shipped_model_dir", lambda name: tmp_path / "nowhere")
     with pytest.raises(ModelNotInstalledError, match="train_induction_model.py"):
         load_model(INDUCTION_MODEL)
 

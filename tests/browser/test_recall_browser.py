@@ -1,0 +1,76 @@
+"""The bundled long-context model mha-viz/recall-16k in Chromium: its sidebar button opens Heads on a 2,048-token
+haystack whose long view paints and fits at 390, 1024, 1400 and 2560 px, with no serious or critical axe violation.
+With --update-assets, the README's picture (assets/recall-16k.png): the model at 16,384 tokens, layer 1's retrieval
+heads, the zoom on the queries at the end and the keys around one needle."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.browser import CHROMIUM, wait_for_query
+from mha_viz.training.recall import example_text, sample
+from tests.axe import axe_path, axe_violations, summary
+from tests.browser.test_long_model_browser import OVERVIEW, open_long, painted
+
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI"):
+        raise RuntimeError(f"{CHROMIUM} is missing: .ci/run must install Debian's chromium")
+    pytest.skip(f"{CHROMIUM} not installed (apt-get install -y --no-install-recommends chromium)", allow_module_level=True)
+
+BUTTON = "recall-16k (causal, 16k positions)"
+
+
+@pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
+def test_its_button_opens_a_long_haystack_in_heads(server: str, browser, width: int) -> None:
+    page = browser.new_page(viewport={"width": width, "height": 1400}, is_mobile=width == 390)
+    page.errors = []
+    page.on("pageerror", lambda err: page.errors.append(str(err)))
+    try:
+        page.goto(f"{server}/?mode=Pretrained")
+        if width < 600:  # the sidebar starts closed on a phone
+            page.locator('[data-testid="stExpandSidebarButton"]').click()
+        button = page.get_by_role("button", name=BUTTON)
+        button.focus()
+        page.keyboard.press("Enter")  # the keyboard opens it, as a click does
+        wait_for_query(page, r"model=mha-viz(/|%2F)recall-16k")  # in Heads, the default view
+        if width < 600:
+            page.locator('[data-testid="stSidebarCollapseButton"] button').click()
+        deadline = time.monotonic() + 240
+        while not all(painted(page)):
+            assert time.monotonic() < deadline, f"the long view did not paint: {painted(page)}"
+            time.sleep(0.2)
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=240_000)
+        assert page.get_by_text("A long text: 2048 tokens").count() == 1
+        assert painted(page)[0] == 4  # the layer's four heads
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+        for canvas in page.locator(f"{OVERVIEW} canvas.mv-heatmap").all():
+            assert 0 < canvas.evaluate("e => e.getBoundingClientRect().right") <= width
+        if axe_path() is not None:
+            violations = axe_violations(page)
+            assert violations == [], summary(violations)
+    finally:
+        assert page.errors == []
+        page.close()
+
+
+def test_the_readme_picture_at_16k_tokens(server: str, browser, request: pytest.FixtureRequest, assets: Path) -> None:
+    if not request.config.getoption("--update-assets"):
+        pytest.skip("draws 16,384 tokens: only with --update-assets, which writes assets/recall-16k.png")
+    import torch
+
+    text = example_text(16384, 4, seed=3)  # "goat" written at 4,695 and asked for at 16,376 (the model card's input)
+    tokens, _ = sample(16384, 4, torch.Generator().manual_seed(3))
+    needle = int(np.nonzero(tokens[1:-8].numpy() == int(tokens[-8]))[0][0]) + 1
+    page = open_long(browser, server, "mha-viz/recall-16k", 1400, text=text,
+                     query=f"&layer=1&zoom={16384 - 128}&zoom_k={needle - 64}", timeout=600, height=2350)
+    try:
+        assert page.get_by_text("A long text: 16384 tokens").count() == 1
+        page.screenshot(path=str(assets / "recall-16k.png"))
+    finally:
+        assert page.errors == []
+        page.close()
