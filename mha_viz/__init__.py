@@ -18,6 +18,7 @@ from .trace import AttentionTrace
 
 __all__ = [
     "INDUCTION_MODEL",
+    "RECALL_MODEL",
     "AttentionTensors",
     "AttentionTrace",
     "LayerCost",
@@ -43,8 +44,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """load_model, PretrainedModel and INDUCTION_MODEL come from mha_viz.pretrained (torch): loaded on first use."""
-    if name in ("load_model", "PretrainedModel", "INDUCTION_MODEL"):
+    """load_model, PretrainedModel, INDUCTION_MODEL and RECALL_MODEL come from mha_viz.pretrained (torch): loaded on
+    first use."""
+    if name in ("load_model", "PretrainedModel", "INDUCTION_MODEL", "RECALL_MODEL"):
         from . import pretrained
 
         return getattr(pretrained, name)

@@ -354,6 +354,10 @@ class Adapter:
         model's adapter (mha_viz.pretrained.mixing) says otherwise."""
         return "softmax"
 
+    def chunk(self, site: Site) -> int | None:
+        """The chunk of positions a query of this layer sees keys in (Llama 4's chunked layers), else None."""
+        return None
+
     def block_meta(self, layer: int) -> dict[str, Any]:
         """What a trace's meta says about where its layer sits in the model, where a traced layer is not one block
         (Falcon-H1's attention and Mamba-2 halves): nothing by default."""

@@ -44,8 +44,6 @@ class Llama4Adapter(InterleavedPairs):
     architectures = ("llama4_text",)
     # its chunked layers' cache holds only the current chunk's keys: generation reads each step from the whole sequence
     steps_from_cache = False
-    long_unavailable = ("mha-viz's long kernel does not yet apply Llama 4's chunks (its chunked layers) or its "
-                        "temperatures (its NoPE layers); trace(text, layer) traces every layer exactly")
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__(model)
@@ -53,7 +51,7 @@ class Llama4Adapter(InterleavedPairs):
             self.base = model.model  # "language_model" (the multimodal model's name for it)
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
-        a, cfg = site.attention, self.model.config
+        a = site.attention
         variations = Adapter.variations(self, part, site, rec, q, k)  # the scale, the model's mask, causal
         if not a.use_rope:
             if a.attn_temperature_tuning:
@@ -64,6 +62,8 @@ class Llama4Adapter(InterleavedPairs):
         variations = replace(variations, rotary=(torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)))
         if hasattr(a, "qk_norm"):
             variations = replace(variations, q_norm=a.qk_norm, k_norm=a.qk_norm)
-        if cfg.layer_types[a.layer_idx] == "chunked_attention":
-            variations = replace(variations, chunk=cfg.attention_chunk_size)
-        return variations
+        return replace(variations, chunk=self.chunk(site))
+
+    def chunk(self, site: Site) -> int | None:
+        cfg = self.model.config
+        return cfg.attention_chunk_size if cfg.layer_types[site.attention.layer_idx] == "chunked_attention" else None

@@ -6,7 +6,7 @@ model's queries and keys after its position handling (rotary, q/k norms) and com
 and only the keys they can see (run_layer: the softmax of mha_viz.attention.attend, the one core, which computes
 any exact block afterwards; tests hold the two equal and equal to the model's own eager weights):
 
-    scores[h, i, j] = scale * q_i . k_j (+ ALiBi), soft-capped, -inf where causal or the sliding window hides j
+    scores[h, i, j] = scale * q_i . k_j (+ ALiBi), soft-capped, -inf where causal, a window or a chunk hides j
     lse[h, i]       = log (sum_j exp(scores[h, i, j]) + exp(sink_h))        the sink term with learned sinks only
     weights         = exp(scores - lse)                                        exact softmax weights of any block
     output          = weights @ V                                              handed back to the model
@@ -60,6 +60,7 @@ class Rules:
     softcap: float | None = None  # scores -> softcap * tanh(scores / softcap)
     sinks: Tensor | None = None  # (H,) one learned logit per head in each softmax, then dropped (gpt-oss)
     alibi: Tensor | None = None  # (H,) ALiBi slopes: slope_h * j added to the score of key j (BLOOM's form)
+    chunk: int | None = None  # keys outside the query's chunk of this many positions are hidden (Llama 4's chunks)
 
     def bias(self, heads: Sequence[int] | slice, c0: int, c: int) -> dict[str, Tensor]:
         """attend()'s bias terms for keys c0 ... c0 + c - 1 of heads: ALiBi's slope_h * j, (h, 1, c)."""
@@ -71,6 +72,8 @@ class Rules:
         """The keys [c0, c1) that query rows [r0, r1) can see."""
         c1 = min(S, r1) if self.causal else S
         c0 = 0 if self.window is None else max(0, r0 - self.window + 1)
+        if self.chunk is not None:  # from the first row's chunk to the last row's
+            c0, c1 = max(c0, r0 // self.chunk * self.chunk), min(c1, -(-r1 // self.chunk) * self.chunk)
         return c0, c1
 
     def mask(self, r0: int, r: int, c0: int, c: int) -> Tensor | None:
@@ -82,6 +85,8 @@ class Rules:
             hidden |= j > i
         if self.window is not None:
             hidden |= (i - j).abs() >= self.window
+        if self.chunk is not None:
+            hidden |= i // self.chunk != j // self.chunk
         return hidden if bool(hidden.any()) else None
 
 
@@ -236,9 +241,9 @@ def kept_bytes_per_token(num_heads: int, num_kv_heads: int, d_k: int, d_v: int) 
 class _Capture:
     """What one forward pass records: the attention modules of the traced layers, and each layer's LongLayer."""
 
-    def __init__(self, modules: dict[nn.Module, tuple[int, bool]], tokens: tuple[str, ...],
+    def __init__(self, modules: dict[nn.Module, tuple[int, bool, int | None]], tokens: tuple[str, ...],
                  progress: Callable[[int, int], None] | None, side: int) -> None:
-        self.modules = modules  # attention module -> (layer, causal)
+        self.modules = modules  # attention module -> (layer, causal, chunk)
         self.tokens = tokens
         self.progress = progress
         self.side = side
@@ -254,11 +259,11 @@ class _Capture:
         if attention_mask is not None:
             raise ValueError(f"{type(module).__name__} passed its own attention mask (a score bias); a long trace "
                              "cannot reproduce it")
-        layer, causal = self.modules.get(module, (None, bool(getattr(module, "is_causal", False))))
+        layer, causal, chunk = self.modules.get(module, (None, bool(getattr(module, "is_causal", False)), None))
         rules = Rules(
             scale=float(scaling if scaling is not None else module.scaling), causal=causal,
             window=int(sliding_window) if sliding_window else None, softcap=float(softcap) if softcap else None,
-            sinks=None if s_aux is None else s_aux.detach().float(),
+            sinks=None if s_aux is None else s_aux.detach().float(), chunk=chunk,
         )
         q, k, v = query[0].float(), key[0].float(), value[0].float()  # (H, T, d), (KV, S, d), (KV, S, d_v)
         output, record = run_layer(q, k, v, rules, side=self.side, keep=layer is not None and layer not in self.layers)
@@ -427,6 +432,10 @@ def _hide(scores: Tensor, rules: Rules, r0: int, c0: int) -> None:
         spans.append((c0, min(c0 + c, r0 + r - rules.window)))  # keys j <= i - window for some row i
         if not rules.causal:
             spans.append((max(c0, r0 + rules.window), c0 + c))  # keys j >= i + window
+    if rules.chunk is not None:  # keys before the last row's chunk, and (bidirectional) after the first row's
+        spans.append((c0, min(c0 + c, (r0 + r - 1) // rules.chunk * rules.chunk)))
+        if not rules.causal:
+            spans.append((max(c0, (r0 // rules.chunk + 1) * rules.chunk), c0 + c))
     for a, b in spans:
         if a < b:
             hidden = rules.mask(r0, r, a, b - a)

@@ -58,7 +58,7 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
         raise ValueError(f"a long trace of {len(ids)} tokens over {len(chosen)} layers of {model.name} keeps "
                          f"{need / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} MiB allowed: at most "
                          f"{fit} tokens of these layers fit (or trace fewer layers)")
-    modules = {s.attention: (i, adapter.causal(part)) for i, s in sites.items()}
+    modules = {s.attention: (i, adapter.causal(part), adapter.chunk(s)) for i, s in sites.items()}
     tokens = token_labels(model.tokenizer, ids)
     own_code = _probe(model, modules)
     capture = _Capture(modules, tokens, progress, overview_side)
@@ -75,14 +75,14 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
                           seconds=time.perf_counter() - start)
 
 
-def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool]]) -> bool:
+def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool, int | None]]) -> bool:
     """Whether the model computes attention in its own code: True when no traced layer's attention went through
     transformers' attention functions (checked on two tokens, before a long pass); ValueError when some did and
     some did not."""
     capture = _Capture(modules, ("a", "b"), None, OVERVIEW_SIDE)
     with long_kernel(model.model, capture), torch.no_grad():
         model.adapter.base(input_ids=torch.tensor([[0, 0]], device=model.adapter.device()), use_cache=False)
-    missing = sorted(i for i, _ in modules.values() if i not in capture.layers)
+    missing = sorted(i for i, *_ in modules.values() if i not in capture.layers)
     if missing and capture.layers:
         raise ValueError(f"{model.name} ({model.architecture}) computes attention in its own code in layers "
                          f"{missing} only: it has no long trace")

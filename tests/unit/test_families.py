@@ -547,7 +547,8 @@ def test_diffllama_lambda_and_both_maps_are_the_modules_own(models, traced):
 
 def test_llama4_chunks_rotary_layers_and_tempers_nope_layers(models, traced):
     """Its rotary layers see keys only in the query's chunk of 4 (restated: i // 4 == j // 4, causal); its NoPE layers
-    see every earlier key, each query scaled by its temperature 1 + 0.5 log(1 + floor((t + 1) / 2))."""
+    see every earlier key, each query scaled by its temperature 1 + 0.5 log(1 + floor((t + 1) / 2)); its long trace
+    equals its traces (tests/unit/test_long_models.py: and the model's own weights, at 517 tokens)."""
     for text, _, layer, t, _ in traced("llama4_text"):
         T = t.weights.shape[-1]
         i, j = np.arange(T)[:, None], np.arange(T)[None, :]
@@ -558,8 +559,10 @@ def test_llama4_chunks_rotary_layers_and_tempers_nope_layers(models, traced):
     from mha_viz.pretrained.llama4 import temperatures
 
     np.testing.assert_allclose(temperatures(a, 6).numpy(), 1 + 0.5 * np.log1p(np.floor((np.arange(6) + 1) / 2)))
-    with pytest.raises(ValueError, match="long kernel does not yet apply Llama 4's chunks"):
-        models["llama4_text"].long_trace(TEXTS[0])
+    m = models["llama4_text"]
+    long = m.long_trace(TEXTS[0])  # the long kernel applies the chunks; the queries arrive already tempered
+    for layer, t in enumerate(m.traces(TEXTS[0])):
+        np.testing.assert_allclose(long.layers[layer].weights(slice(None), slice(None)), t.weights, atol=1e-5)
 
 
 def test_deepseek_v32_keeps_the_indexers_top_k_and_says_what_dense_attention_would_have_given(models):

@@ -3,7 +3,8 @@ with 2048 positions, traced on 517 token ids (overview blocks of 5 x 5 tokens, t
 partial). For every layer: the exact weights equal output_attentions, overview cells the max and mean of their
 block's exact weights, rows and blocks equal, and the per-head statistics equal those of the exact weights. Rotary
 (full, partial, local/global), sliding windows, soft-capping, sinks, learned positions, multi-head latent attention,
-bidirectional encoders, differential heads and ALiBi (BLOOM, through the model's own eager pass) are all here;
+bidirectional encoders, differential heads, Llama 4's chunks and tempered NoPE layers and ALiBi (BLOOM, through the
+model's own eager pass) are all here;
 then the refusals (encoder-decoders, positions, ids, bytes) and cancelling."""
 
 from __future__ import annotations
@@ -62,6 +63,14 @@ FAMILIES: dict[str, tuple[type, Callable[[], tf.PretrainedConfig]]] = {
         **SMALL, **TOKENS)),
     "diffllama": (AutoModelForCausalLM, lambda: tf.DiffLlamaConfig(
         vocab_size=V, num_key_value_heads=2, lambda_std_dev=0.3, **SMALL, **TOKENS)),
+    "llama4_text": (AutoModelForCausalLM, lambda: tf.Llama4TextConfig(  # chunks of 33 on layer 0; layer 1 NoPE,
+        vocab_size=V, hidden_size=32, intermediate_size=64, intermediate_size_mlp=64, num_hidden_layers=2,  # tempered
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
+        attention_chunk_size=33, no_rope_layer_interval=2, use_qk_norm=True, attn_temperature_tuning=True,
+        floor_scale=8, attn_scale=0.5, max_position_embeddings=POSITIONS, **TOKENS)),
+    "smollm3": (AutoModelForCausalLM, lambda: tf.SmolLM3Config(  # recall-16k's layout: a rotary window, then NoPE
+        vocab_size=V, num_key_value_heads=2, use_sliding_window=True, sliding_window=31, layer_types=WINDOWS,
+        no_rope_layers=[1, 0], **SMALL, **TOKENS)),
     "bloom": (AutoModelForCausalLM, lambda: tf.BloomConfig(vocab_size=V, hidden_size=32, n_layer=2, n_head=4, **TOKENS)),
     # their own attention code too (the eager route): a local window in GPT-Neo's own mask, Falcon's rotary
     "gpt_neo": (AutoModelForCausalLM, lambda: tf.GPTNeoConfig(
