@@ -21,11 +21,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .adapter import Adapter, Recorder, Site, Variations, per_head, register, rotary_of
+from .llama import LlamaAdapter
 from .mamba2 import Mamba2Adapter
 
 
 @register
-class FalconH1Adapter(Mamba2Adapter):
+class FalconH1Adapter(Mamba2Adapter, LlamaAdapter):
     """layers[i].self_attn and layers[i].mamba, both read through layers[i].input_layernorm: traced layers 2i and
     2i + 1."""
 
@@ -50,10 +51,7 @@ class FalconH1Adapter(Mamba2Adapter):
         return self.base.layers[layer // 2].mamba if layer % 2 else None
 
     def attention_site(self, layer: int) -> Site:
-        a = self.base.layers[layer // 2].self_attn
-        cfg = self.model.config
-        return Site(a, a.q_proj, a.k_proj, a.v_proj, a.o_proj, cfg.num_attention_heads, cfg.num_key_value_heads,
-                    a.head_dim)
+        return self.attention_site_of(self.base.layers[layer // 2].self_attn)
 
     def mixer_site(self, layer: int, module: nn.Module) -> Site:
         site = super().mixer_site(layer, module)

@@ -35,7 +35,11 @@ class LlamaAdapter(Adapter):
     projections = ("q_proj", "k_proj", "v_proj", "o_proj")  # names of q, k, v and W_O in self_attn
 
     def site(self, part: str, layer: int) -> Site:
-        a = self.base.layers[layer].self_attn
+        return self.attention_site_of(self.base.layers[layer].self_attn)
+
+    def attention_site_of(self, a: nn.Module) -> Site:
+        """The Site of a LLaMA-style attention module a (its projections named by self.projections), wherever the
+        block keeps it (Nemotron-H's mixer, Falcon-H1's self_attn beside its Mamba-2 mixer)."""
         H, KV = self.model.config.num_attention_heads, self.model.config.num_key_value_heads
         return Site(a, *(getattr(a, name) for name in self.projections), H, KV, a.head_dim)
 
@@ -43,7 +47,8 @@ class LlamaAdapter(Adapter):
         return self.base.layers[layer].input_layernorm
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
-        return replace(super().variations(part, site, rec, q, k), rotary=rotary_of(rec), window=self.window(site))
+        rotary = None if rec.arguments.get("position_embeddings") is None else rotary_of(rec)  # None: no positions
+        return replace(super().variations(part, site, rec, q, k), rotary=rotary, window=self.window(site))
 
     def window(self, site: Site) -> int | None:
         """The sliding window of this layer: the module's own (None on global layers), else the config's (Mistral)."""

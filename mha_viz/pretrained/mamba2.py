@@ -15,7 +15,6 @@ that mix tokens.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from functools import partial
 
 import torch
@@ -106,11 +105,6 @@ class MambaHybridAdapter(Mamba2Adapter, LlamaAdapter):
     def attention_site(self, layer: int) -> Site:
         return LlamaAdapter.site(self, "decoder", layer)
 
-    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
-        if rec.arguments.get("position_embeddings") is None:  # Granite 4 without positions (position_embedding_type)
-            return replace(Adapter.variations(self, part, site, rec, q, k), window=self.window(site))
-        return super().variations(part, site, rec, q, k)
-
     def pre_norm(self, part: str, layer: int) -> nn.Module:
         return self.base.layers[layer].input_layernorm
 
@@ -119,7 +113,7 @@ class MambaHybridAdapter(Mamba2Adapter, LlamaAdapter):
 
 
 @register
-class NemotronHAdapter(Mamba2Adapter):
+class NemotronHAdapter(Mamba2Adapter, LlamaAdapter):
     """Nemotron-H: blocks of one kind each (config.layer_types): Mamba-2 mixers, softmax attention without positions,
     MLPs, mixtures of experts; each reads the residual stream through its own norm. mha-viz's layers are the blocks that
     mix tokens (the MLP and MoE blocks between them are not layers of their own here)."""
@@ -143,10 +137,10 @@ class NemotronHAdapter(Mamba2Adapter):
         return block.mixer if block.block_type == "linear_attention" else None
 
     def attention_site(self, layer: int) -> Site:
-        a = self.blocks[layer].mixer
-        cfg = self.model.config
-        return Site(a, a.q_proj, a.k_proj, a.v_proj, a.o_proj, cfg.num_attention_heads, cfg.num_key_value_heads,
-                    a.head_dim)
+        return self.attention_site_of(self.blocks[layer].mixer)
+
+    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
+        return Adapter.variations(self, part, site, rec, q, k)  # no positions and no window
 
     def pre_norm(self, part: str, layer: int) -> nn.Module:
         return self.blocks[layer].norm

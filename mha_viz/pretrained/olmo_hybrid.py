@@ -10,13 +10,11 @@ Gated DeltaNet layers (layers[i].linear_attn), read through input_layernorm, as 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor, nn
 
-from .adapter import Adapter, Recorder, Site, Variations, register
-from .olmo import AcrossHeads, Olmo2Adapter
+from .adapter import Site, register
+from .olmo import Olmo2Adapter
 from .qwen3_next import GatedDeltaNetMixer
 
 
@@ -32,13 +30,6 @@ class OlmoHybridAdapter(GatedDeltaNetMixer, Olmo2Adapter):
 
     def attention_site(self, layer: int) -> Site:
         return Olmo2Adapter.site(self, "decoder", layer)
-
-    def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
-        if rec.arguments.get("position_embeddings") is None:  # no positions (the released checkpoints)
-            a = site.attention
-            return replace(Adapter.variations(self, part, site, rec, q, k), q_norm=AcrossHeads(a.q_norm),
-                           k_norm=AcrossHeads(a.k_norm))
-        return super().variations(part, site, rec, q, k)
 
     def projected(self, module: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         m = module
