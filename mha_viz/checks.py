@@ -5,10 +5,10 @@ itself computed: meta["check"] = {what was compared: max |difference|}. Rounding
 
     tolerance = max(1e-4, 16 eps(model dtype)) * max(1, magnitude)
 
-magnitude: 1 for attention weights (probabilities); for a check that compares a quantity the trace does not keep, the
-largest |value| of that quantity, where meta["check_scale"] gives it by the check's label (a mixer's M @ values,
-before its norm); else the largest |value| among the trace's vectors (queries, keys, values, head outputs, concat,
-output). A larger difference (or NaN) means the trace is not what the model computed,
+magnitude: 1 for attention weights (probabilities); where meta["check_scale"] gives one by the check's label, that
+(a mixer's M @ values, before its norm, is a signed sum over up to T tokens: the largest sum of its terms' sizes,
+sum_s |M_ts| |v_s|, which its rounding scales with); else the largest |value| among the trace's vectors (queries,
+keys, values, head outputs, concat, output). A larger difference (or NaN) means the trace is not what the model computed,
 e.g. an adapter that departs from the model's code: that check fails. failures() lists the failed ones;
 verify() warns (TraceCheckWarning) or, strict, raises TraceCheckError; every surface that shows a trace (the app, the
 notebook widget, the HTML report, the command line) says so with failure_message().

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -33,6 +33,8 @@ CHUNK_CELLS = 2**22  # query rows go through attend() in chunks of about this ma
 class LongShape:
     """What a long trace's figures read of its size: num_heads and shape (H, T, S), from its queries [H, T, d_k] and
     keys [., S, d_k] (LongTrace here, a pretrained model's LongLayer)."""
+
+    kind: ClassVar[str] = "softmax"  # what its weights are (mha_viz.mixers.KINDS; a LongMixerLayer's is not softmax)
 
     @property
     def num_heads(self) -> int:

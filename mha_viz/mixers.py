@@ -5,14 +5,16 @@ For one fixed input every such layer is linear in its values: head h's output be
     mixed_h = M_h @ values_h        M_h [T, T] causal (M_h[t, s] = 0 for s > t), signed, rows not normalised
 
 so a linear-attention or state-space head can be drawn, compared and knocked out like an attention head. The
-matrices here are materialised from the quantities the layer computes (queries, keys, decays, step sizes); they equal
+matrices here are materialised from the quantities the layer computes (queries, keys, decays, step sizes: a layer's
+Factors, which give the whole matrix, any block of it exactly, or its rows chunk by chunk for long inputs); they equal
 the layer's own chunked or recurrent kernel up to float rounding (tests/unit/test_mixers.py checks them against
 transformers' kernels). What each kind's matrix means:
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -31,38 +33,57 @@ MARKS = {"softmax": "attn", "linear": "lin", "ssm": "ssm", "sparse": "sparse"}
 __doc__ += "".join(f"\n    {kind:<8} {text}" for kind, text in KINDS.items()) + "\n"
 
 
-def decay_matrix(log_decay: Tensor) -> Tensor:
-    """exp(G_t - G_s) for s <= t, else 0, with G the running sum of log_decay (..., T): the decay a state carries
-    from step s to step t, (..., T, T). Differences of running sums, so a long sequence neither overflows nor
-    underflows where the decay itself does not."""
+def decay_block(log_decay: Tensor, rows: slice, cols: slice) -> Tensor:
+    """exp(G_t - G_s) for query positions t in rows and key positions s in cols where s <= t, else 0, with G the
+    running sum of log_decay (..., T): the decay a state carries from step s to step t, (..., r, c). Differences of
+    running sums, so a long sequence neither overflows nor underflows where the decay itself does not."""
+    T = log_decay.shape[-1]
+    (r0, r1, _), (c0, c1, _) = rows.indices(T), cols.indices(T)
     G = log_decay.cumsum(-1)  # (..., T)
-    x = G[..., :, None] - G[..., None, :]  # (..., T, T)
-    return x.tril_().exp_().tril_()  # above the diagonal: 0 before exp (no overflow), then 0
+    x = G[..., r0:r1, None] - G[..., None, c0:c1]  # (..., r, c)
+    above = torch.arange(c0, c1)[None, :] > torch.arange(r0, r1)[:, None]  # (r, c) key after query
+    return x.masked_fill_(above, 0.0).exp_().masked_fill_(above, 0.0)  # 0 before exp (no overflow), then 0
 
 
-def gated_delta_matrix(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, chunk: int = 64) -> Tensor:
-    """The mixing matrix of a gated delta rule, M (..., H, T, T): Gated DeltaNet (Qwen3-Next, Qwen3.5: one decay per
-    head and token, log_decay (..., H, T)) and Kimi Delta Attention (Kimi Linear: one per key dim, (..., H, T, d_k)).
+def decay_matrix(log_decay: Tensor) -> Tensor:
+    """decay_block over every position: (..., T) -> (..., T, T)."""
+    return decay_block(log_decay, slice(None), slice(None))
 
-    q, k (..., H, T, d_k) as the rule reads them (L2-normalised, q times d_k^-1/2), beta (..., H, T). The recurrence
-    S_t = (I - b_t k_t k_t^T) diag(a_t) S_(t-1) + b_t k_t v_t^T, out_t = S_t^T q_t, is linear in the values, and
-    unrolled over the whole sequence (Yang et al. 2024, the WY / UT form) with one decay per head it is
+
+def gated_delta_rows(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, rows: slice, cols: slice,
+                     chunk: int = 64) -> Iterator[tuple[int, Tensor]]:
+    """The mixing matrix of a gated delta rule, chunk by chunk of rows: (first row, M[..., those rows, cols]) for the
+    rows of each chunk of `chunk` positions that meet rows, in order. Exact for any block: column s of M only depends
+    on the steps from s on, so the recurrence starts at cols' first position and carries only cols' columns.
+
+    Gated DeltaNet (Qwen3-Next, Qwen3.5: one decay per head and token, log_decay (..., H, T)) and Kimi Delta Attention
+    (Kimi Linear: one per key dim, (..., H, T, d_k)). q, k (..., H, T, d_k) as the rule reads them (L2-normalised,
+    q times d_k^-1/2), beta (..., H, T). The recurrence S_t = (I - b_t k_t k_t^T) diag(a_t) S_(t-1) + b_t k_t v_t^T,
+    out_t = S_t^T q_t, is linear in the values, and unrolled (Yang et al. 2024, the WY / UT form) with one decay per
+    head it is
         Gamma[t, s] = exp(G_t - G_s) (s <= t)                 G the running sum of log_decay
         A = strictly_lower(diag(b) (K K^T * Gamma))           what each write already predicts of the later ones
         M = lower(Q K^T * Gamma) (I + A)^-1 diag(b)           out = M @ V
-    (with a decay per key dim, Gamma weighs each dim of q_t . k_s and k_t . k_s on its own). Computed chunk by chunk
-    (`chunk` positions at a time, the state carried between chunks as a [d_k, T] matrix whose column s is what value s
-    has written so far): O(T^2 (3 d_k + chunk)) instead of the O(T^3) of the inverse.
+    (with a decay per key dim, Gamma weighs each dim of q_t . k_s and k_t . k_s on its own). Computed chunk by chunk,
+    the state carried between chunks as a [d_k, c] matrix whose column s is what value s has written so far:
+    O((t1 - c0)(d_k c + chunk (d_k + chunk))) for rows up to t1 and cols from c0, never the O(T^3) of the inverse.
     """
-    *lead, T, d = q.shape
+    T = q.shape[-2]
+    (r0, r1, _), (c0, c1, _) = rows.indices(T), cols.indices(T)
+    if r1 <= r0 or c1 <= c0 or c0 >= r1:  # no rows, no columns, or every key after every query: all 0
+        return
     per_dim = log_decay.dim() == q.dim()  # a decay per key dim (KDA), else per head and token
-    C = min(chunk, T)
-    pad = -T % C
-    if pad:  # padded positions write nothing (b = 0) and are cut from the rows at the end
+    span = slice(c0, r1)  # the steps that matter: from the first column's write to the last row
+    q, k, beta = q[..., span, :], k[..., span, :], beta[..., span]
+    log_decay = log_decay[..., span, :] if per_dim else log_decay[..., span]
+    *lead, L, d = q.shape
+    C = min(chunk, L)
+    pad = -L % C
+    if pad:  # padded positions write nothing (b = 0) and are cut from the rows
         q, k = (torch.nn.functional.pad(x, (0, 0, 0, pad)) for x in (q, k))
         beta = torch.nn.functional.pad(beta, (0, pad))
         log_decay = torch.nn.functional.pad(log_decay, (0, 0, 0, pad) if per_dim else (0, pad))
-    n = (T + pad) // C
+    n = (L + pad) // C
     q, k = (x.unflatten(-2, (n, C)) for x in (q, k))  # (..., n, C, d)
     beta = beta.unflatten(-1, (n, C))  # (..., n, C)
     if per_dim:
@@ -83,35 +104,174 @@ def gated_delta_matrix(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, ch
     reads_state = writes @ (k * G.exp())  # (..., n, C, d): (I + A)^-1 diag(b) (K * exp G), the old state's share
     q_from_start = q * G.exp()  # (..., n, C, d)
     k_to_end = k * (G[..., -1:, :] - G).exp()  # (..., n, C, d)
-    state = q.new_zeros(*lead, d, T + pad)  # (..., d, T): column s is what value s has written so far
-    M = q.new_empty(*lead, T + pad, T + pad)
+    c = c1 - c0
+    state = q.new_zeros(*lead, d, c)  # (..., d, c): column s is what value c0 + s has written so far
     for i in range(n):
-        here = slice(i * C, (i + 1) * C)
-        new = -reads_state[..., i, :, :] @ state  # (..., C, T): each write's correction by what the state predicts
-        new[..., here] += writes[..., i, :, :]  # plus its own value, b_t v_t, through (I + A)^-1
-        M[..., here, :] = q_from_start[..., i, :, :] @ state + scores[..., i, :, :] @ new  # (..., C, T)
+        a, b = i * C, (i + 1) * C  # this chunk's steps, from c0
+        new = -reads_state[..., i, :, :] @ state  # (..., C, c): each write's correction by what the state predicts
+        if a < c:  # columns written in this chunk: their own value, b_t v_t, through (I + A)^-1
+            new[..., :, a:min(b, c)] += writes[..., i, :, : min(b, c) - a]
+        lo, hi = max(a, r0 - c0), min(b, r1 - c0)  # the rows wanted in this chunk
+        if lo < hi:
+            out = q_from_start[..., i, lo - a:hi - a, :] @ state + scores[..., i, lo - a:hi - a, :] @ new
+            yield c0 + lo, out  # (..., hi - lo, c)
+        if b >= r1 - c0:
+            return
         state = state * G[..., i, -1, :].exp()[..., :, None] + k_to_end[..., i, :, :].transpose(-1, -2) @ new
-    return M[..., :T, :T]  # (..., T, T)
+
+
+def gated_delta_matrix(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, chunk: int = 64) -> Tensor:
+    """The whole mixing matrix of a gated delta rule, M (..., H, T, T) (gated_delta_rows: what it means)."""
+    return torch.cat([m for _, m in gated_delta_rows(q, k, log_decay, beta, slice(None), slice(None), chunk)], -2)
 
 
 def decayed_linear_matrix(q: Tensor, k: Tensor, log_decay: Tensor) -> Tensor:
     """The mixing matrix of decayed linear attention (MiniMax's lightning attention, RetNet-like), M (..., H, T, T):
         M[t, s] = (q_t . k_s) exp(G_t - G_s)  (s <= t)       G the running sum of log_decay (..., H, T)
     q, k (..., H, T, d) as the layer reads them (lightning attention: after its activation, not scaled)."""
-    return (q @ k.transpose(-1, -2)).mul_(decay_matrix(log_decay))  # (..., H, T, T)
+    return DecayedLinear(q, k, log_decay).matrix()
 
 
 def ssd_matrix(C: Tensor, B: Tensor, dt: Tensor, A: Tensor, D: Tensor | None = None) -> Tensor:
     """The mixing matrix of Mamba-2's state space duality (SSD) layer, M (..., H, T, T), on the head's x.
 
-    C, B (..., H, T, n) (a group's C and B repeated for its heads), dt (..., H, T) after softplus and clamping,
+    C, B (..., G, T, n) per group of heads (G = H: one per head), dt (..., H, T) after softplus and clamping,
     A (H,) negative, D (H,) or None:
         M[t, s] = (C_t . B_s) exp(sum_{r = s+1..t} A dt_r) dt_s  (s <= t)   + D on the diagonal
     """
-    M = (C @ B.transpose(-1, -2)).mul_(decay_matrix(A[:, None] * dt)).mul_(dt[..., None, :])  # (..., H, T, T)
-    if D is not None:
-        M.diagonal(dim1=-2, dim2=-1).add_(D[:, None])
-    return M
+    return StateSpace(C, B, dt, A, D).matrix()
+
+
+ROW_CELLS = 2**22  # Factors.row_chunks: rows at a time, about this many [H, rows, keys] cells (16 MB of float32)
+
+
+class Factors:
+    """What a mixer layer's matrix M [H, T, T] is made of, per head and token (queries, keys, decays, step sizes):
+    any block of M computed exactly on demand, and M row chunk by row chunk, never [H, T, T] unless asked for."""
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        raise NotImplementedError
+
+    @property
+    def num_heads(self) -> int:
+        return self.tensors()[0].shape[-3]
+
+    @property
+    def length(self) -> int:
+        return self.tensors()[0].shape[-2]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nelement() * t.element_size() for t in self.tensors() if t is not None)
+
+    def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
+        """M[heads, rows, cols] (h, r, c), exact (heads: of unbatched factors, (H, T, ...))."""
+        raise NotImplementedError
+
+    def matrix(self) -> Tensor:
+        """The whole M (H, T, T)."""
+        return self.block(slice(None), slice(None))
+
+    def row_chunks(self, cells: int = ROW_CELLS) -> Iterator[tuple[int, Tensor]]:
+        """(first row, M[:, rows, :rows' end]) for consecutive chunks of rows covering all T (what a causal row can
+        reach; the columns after it are 0), each about `cells` cells."""
+        H, T = self.num_heads, self.length
+        step = max(1, cells // (H * T))
+        for r0 in range(0, T, step):
+            r1 = min(T, r0 + step)
+            yield r0, self.block(slice(r0, r1), slice(0, r1))
+
+
+def _pick(heads: Sequence[int] | None, *per_token: Tensor) -> tuple[Tensor, ...]:
+    """Each tensor (H, ...) at heads (None: all of a batched or unbatched tensor; heads: unbatched only)."""
+    if heads is None:
+        return per_token
+    h = torch.as_tensor(list(heads), dtype=torch.long)
+    return tuple(None if x is None else x.index_select(0, h) for x in per_token)
+
+
+@dataclass(frozen=True, eq=False)
+class DeltaRule(Factors):
+    """A gated delta rule's factors (gated_delta_rows): q, k (H, T, d_k), log_decay (H, T) or (H, T, d_k),
+    beta (H, T)."""
+
+    q: Tensor
+    k: Tensor
+    log_decay: Tensor
+    beta: Tensor
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.q, self.k, self.log_decay, self.beta
+
+    def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
+        (r0, r1, _), (c0, c1, _) = rows.indices(self.length), cols.indices(self.length)
+        q, k, log_decay, beta = _pick(heads, *self.tensors())
+        out = q.new_zeros(q.shape[0], max(0, r1 - r0), max(0, c1 - c0))  # rows before cols' first stay 0
+        for t0, m in gated_delta_rows(q, k, log_decay, beta, rows, cols):
+            out[:, t0 - r0:t0 - r0 + m.shape[-2]] = m
+        return out
+
+    def row_chunks(self, cells: int = ROW_CELLS) -> Iterator[tuple[int, Tensor]]:
+        """Every row in chunks of 64 (the recurrence's own), all columns: its state is carried, not recomputed."""
+        yield from gated_delta_rows(*self.tensors(), slice(None), slice(None))
+
+
+@dataclass(frozen=True, eq=False)
+class DecayedLinear(Factors):
+    """Decayed linear attention's factors (decayed_linear_matrix): q, k (H, T, d), log_decay (H, T)."""
+
+    q: Tensor
+    k: Tensor
+    log_decay: Tensor
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.q, self.k, self.log_decay
+
+    def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
+        q, k, log_decay = _pick(heads, *self.tensors())
+        return (q[..., rows, :] @ k[..., cols, :].transpose(-1, -2)).mul_(decay_block(log_decay, rows, cols))
+
+
+@dataclass(frozen=True, eq=False)
+class StateSpace(Factors):
+    """Mamba-2's SSD factors (ssd_matrix): C, B (G, T, n) per group of heads (head h reads group h // (H / G); G = H
+    where each head has its own), dt (H, T), A (H,), D (H,) or None."""
+
+    C: Tensor
+    B: Tensor
+    dt: Tensor
+    A: Tensor
+    D: Tensor | None = None
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.C, self.B, self.dt
+
+    @property
+    def num_heads(self) -> int:
+        return self.dt.shape[-2]
+
+    @property
+    def length(self) -> int:
+        return self.dt.shape[-1]
+
+    def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
+        dt, A, D = _pick(heads, self.dt, self.A, self.D)
+        group = self.num_heads // self.C.shape[-3]  # heads per group
+        C, B = self.C[..., rows, :], self.B[..., cols, :]  # (..., G, r, n), (..., G, c, n)
+        if heads is not None:
+            C, B = _pick([h // group for h in heads], C, B)  # (h, ., n)
+        elif group > 1:
+            C, B = C.repeat_interleave(group, -3), B.repeat_interleave(group, -3)  # (..., H, ., n)
+        M = (C @ B.transpose(-1, -2)).mul_(decay_block(A[:, None] * dt, rows, cols))
+        M.mul_(dt[..., None, cols])  # (..., h, r, c)
+        if D is not None:
+            T = self.length
+            (r0, r1, _), (c0, c1, _) = rows.indices(T), cols.indices(T)
+            lo, hi = max(r0, c0), min(r1, c1)  # the diagonal's positions inside the block
+            if lo < hi:
+                i = torch.arange(lo, hi)
+                M[..., i - r0, i - c0] += D[:, None]
+        return M
 
 
 def layer_marks(kinds: Sequence[str]) -> list[str] | None:

@@ -15,7 +15,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from ..mixers import gated_delta_matrix
+from ..mixers import DeltaRule
 from .adapter import Recorder, Site, per_head, register
 from .deepseek import DeepseekAdapter
 from .mixing import MixerAdapter, Mixing
@@ -59,7 +59,7 @@ class KimiLinearAdapter(MixerAdapter, DeepseekAdapter):
         return Mixing(
             kind="linear",
             name="Kimi Delta Attention",
-            matrix=gated_delta_matrix(l2norm(q) * d**-0.5, l2norm(k), log_decay, beta),  # (H, T, T)
+            factors=DeltaRule(l2norm(q) * d**-0.5, l2norm(k), log_decay, beta),  # M (H, T, T)
             values=v,
             finish=partial(gated_head_norm, m.o_norm, gate),
             finish_formula="o_norm(M @ values, x W_ga W_gb): RMSNorm times its gate",

@@ -103,11 +103,13 @@ class Overview:
 
 @dataclass(frozen=True)
 class LongStats:
-    """Per-head statistics over the whole context, [layers, heads] each (rows averaged over all queries):
+    """Per-head statistics over the whole context, [layers, heads] each (rows averaged over all queries; NaN for the
+    heads a layer does not have, where layers differ in heads):
     distance  mean over queries of sum_j w_ij |i - j|: how far back (or away) a head looks, in tokens
     entropy   mean of -sum_j w_ij log w_ij, in nats
     first     mean weight on the first token (the usual attention sink)
-    sink      mean weight of the learned sink logit (gpt-oss; 0 elsewhere): 1 - the row's sum"""
+    sink      mean weight of the learned sink logit (gpt-oss; 0 elsewhere): 1 - the row's sum
+    On a mixer layer (linear attention, a state space) w is |M| with each row normalised to 1 (long_mixer)."""
 
     distance: np.ndarray
     entropy: np.ndarray
@@ -116,9 +118,46 @@ class LongStats:
     layers: tuple[int, ...]
 
 
+class LongBlocks:
+    """What every layer of a long trace gives (LongLayer, and mha_viz.pretrained.long_mixer's LongMixerLayer): exact
+    blocks and rows of its weights on demand (weights(rows, cols, heads), subclasses'), its overview, its row
+    statistics ([H, T] each, row_stats) averaged over the queries."""
+
+    @property
+    def overview(self) -> np.ndarray:
+        """[H, t, s] block maxima (LongTrace's overview; the signed value of the largest magnitude, on a mixer)."""
+        return self.overview_max
+
+    def weights(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> np.ndarray:
+        raise NotImplementedError
+
+    def block(self, head: int, q_start: int, k_start: int, size: int) -> np.ndarray:
+        """[r, c] exact weights of queries q_start ... q_start + size - 1 and keys k_start ... (cut at the ends)."""
+        self._check_head(head)
+        _, T, S = self.shape
+        if not (0 <= q_start < T and 0 <= k_start < S and size >= 1):
+            raise ValueError(f"a block needs 0 <= q_start < {T}, 0 <= k_start < {S} and size >= 1")
+        return self.weights(slice(q_start, q_start + size), slice(k_start, k_start + size), [head])[0]
+
+    def row(self, head: int, query: int) -> np.ndarray:
+        """[S] exact weights of one query over every key."""
+        self._check_head(head)
+        if not 0 <= query < self.shape[1]:
+            raise ValueError(f"query must be 0 ... {self.shape[1] - 1}, got {query}")
+        return self.weights(slice(query, query + 1), slice(None), [head])[0, 0]
+
+    def stat(self, name: str) -> np.ndarray:
+        """[H] one statistic (STAT_NAMES) averaged over every query."""
+        return self.row_stats[name].mean(dim=1).numpy()
+
+    def _check_head(self, head: int) -> None:
+        if not 0 <= head < self.num_heads:
+            raise ValueError(f"head must be 0 ... {self.num_heads - 1}, got {head}")
+
+
 @dataclass(eq=False)
-class LongLayer(LongShape):
-    """One layer of a long trace: what every block of its weights is computed from.
+class LongLayer(LongBlocks, LongShape):
+    """One softmax layer of a long trace: what every block of its weights is computed from.
 
     queries [H, T, d_k], keys [KV, S, d_k], values [KV, S, d_v] (as the scores use them: after rotary, q/k norms),
     lse [H, T], row_stats {name: [H, T]}, overview (Overview). kv_heads[h]: the K/V head query head h reads.
@@ -143,11 +182,6 @@ class LongLayer(LongShape):
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def overview(self) -> np.ndarray:
-        """[H, t, s] block maxima (LongTrace's overview)."""
-        return self.overview_max
-
-    @property
     def nbytes(self) -> int:
         tensors = (self.queries, self.keys, self.values, self.lse, *self.row_stats.values())
         return sum(t.nelement() * t.element_size() for t in tensors) + self.overview_max.nbytes + self.overview_mean.nbytes
@@ -165,29 +199,6 @@ class LongLayer(LongShape):
                          bias=rules.bias(heads, c0, c1 - c0))
         scores = attend(q, k, torch.zeros(*k.shape[:2], 1), var).scores  # (h, r, c); a sink only changes lse
         return torch.exp(scores - self.lse[heads, r0:r1, None]).numpy().astype(np.float32)  # (h, r, c)
-
-    def block(self, head: int, q_start: int, k_start: int, size: int) -> np.ndarray:
-        """[r, c] exact weights of queries q_start ... q_start + size - 1 and keys k_start ... (cut at the ends)."""
-        self._check_head(head)
-        _, T, S = self.shape
-        if not (0 <= q_start < T and 0 <= k_start < S and size >= 1):
-            raise ValueError(f"a block needs 0 <= q_start < {T}, 0 <= k_start < {S} and size >= 1")
-        return self.weights(slice(q_start, q_start + size), slice(k_start, k_start + size), [head])[0]
-
-    def row(self, head: int, query: int) -> np.ndarray:
-        """[S] exact weights of one query over every key."""
-        self._check_head(head)
-        if not 0 <= query < self.shape[1]:
-            raise ValueError(f"query must be 0 ... {self.shape[1] - 1}, got {query}")
-        return self.weights(slice(query, query + 1), slice(None), [head])[0, 0]
-
-    def stat(self, name: str) -> np.ndarray:
-        """[H] one statistic (STAT_NAMES) averaged over every query."""
-        return self.row_stats[name].mean(dim=1).numpy()
-
-    def _check_head(self, head: int) -> None:
-        if not 0 <= head < self.num_heads:
-            raise ValueError(f"head must be 0 ... {self.num_heads - 1}, got {head}")
 
 
 @dataclass(eq=False)
@@ -229,7 +240,9 @@ class ModelLongTrace:
     def stats(self) -> LongStats:
         """Per-head statistics of every traced layer over the whole context (LongStats)."""
         order = sorted(self.layers)
-        return LongStats(*(np.stack([self.layers[i].stat(name) for i in order]) for name in STAT_NAMES),
+        H = max(self.layers[i].num_heads for i in order)  # layers may differ in heads (a hybrid's): NaN pads them
+        return LongStats(*(np.stack([np.pad(self.layers[i].stat(name), (0, H - self.layers[i].num_heads),
+                                            constant_values=np.nan) for i in order]) for name in STAT_NAMES),
                          layers=tuple(order))
 
 
@@ -242,8 +255,9 @@ class _Capture:
     """What one forward pass records: the attention modules of the traced layers, and each layer's LongLayer."""
 
     def __init__(self, modules: dict[nn.Module, tuple[int, bool, int | None]], tokens: tuple[str, ...],
-                 progress: Callable[[int, int], None] | None, side: int) -> None:
+                 progress: Callable[[int, int], None] | None, side: int, total: int | None = None) -> None:
         self.modules = modules  # attention module -> (layer, causal, chunk)
+        self.total = len(modules) if total is None else total  # layers to trace, with any mixer layers
         self.tokens = tokens
         self.progress = progress
         self.side = side
@@ -273,9 +287,13 @@ class _Capture:
                 layer, self.tokens, self.tokens, q, k, v, lse, stats, ov_max, ov_mean, bt, bs, rules,
                 kv_heads=tuple(h // (q.shape[0] // k.shape[0]) for h in range(q.shape[0])),
             )
-            if self.progress is not None:
-                self.progress(len(self.layers), len(self.modules))
+            self.report()
         return output.to(query.dtype).transpose(0, 1).unsqueeze(0), None  # (1, T, H, d_v)
+
+    def report(self) -> None:
+        """Tell progress how many layers are traced, of how many."""
+        if self.progress is not None:
+            self.progress(len(self.layers), self.total)
 
 
 def run_layer(q: Tensor, k: Tensor, v: Tensor, rules: Rules, *, side: int = OVERVIEW_SIDE, keep: bool = True

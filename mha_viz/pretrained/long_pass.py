@@ -4,19 +4,22 @@ model's own eager pass for a model whose attention is its own code), and the lim
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..checks import verify
 from ..token_labels import token_labels
 from ..trace import MIXING_KINDS
+from .adapter import Site
 from .encoded import CHARS_PER_TOKEN
-from .long import OVERVIEW_SIDE, ModelLongTrace, _Capture, kept_bytes_per_token, long_kernel
+from .long import OVERVIEW_SIDE, STAT_NAMES, ModelLongTrace, _Capture, kept_bytes_per_token, long_kernel
 from .long_hooked import trace_hooked
+from .long_mixer import long_mixer_layer
 
 
 def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | None = None,
@@ -40,53 +43,80 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
         raise ValueError(f"{model.name} cannot be traced layer by layer: {model.unavailable}")
     if getattr(adapter, "long_unavailable", None):
         raise ValueError(f"{model.name} has no long trace yet: {adapter.long_unavailable}")
-    mixers = [i for i, kind in enumerate(model.layer_kinds(part)) if kind in MIXING_KINDS]
-    if mixers:
-        raise ValueError(f"{model.name} has layers that are not softmax attention ({', '.join(map(str, mixers))}: "
-                         "linear attention or a state space), and long traces of those are not built yet; "
-                         f"trace(text, layer) gives their exact mixing matrices up to {model.max_tokens} tokens")
     ids = _long_ids(model, text, ids)
     n_layers = model.num_layers[part]
     chosen = tuple(range(n_layers)) if layers is None else tuple(sorted({model._layer(part, i) for i in layers}))
-    sites = {i: adapter.site(part, i) for i in chosen}
+    kinds = model.layer_kinds(part)
+    sites = {i: adapter.site(part, i) for i in chosen if kinds[i] not in MIXING_KINDS}
+    mixers = {i: adapter.site(part, i) for i in chosen if kinds[i] in MIXING_KINDS}  # traced by long_mixer
+    modules = {s.attention: (i, adapter.causal(part), adapter.chunk(s)) for i, s in sites.items()}
+    own_code, mixer_bytes = _probe(model, modules, mixers)
     per_token = sum(kept_bytes_per_token(s.num_heads, s.num_kv_heads, s.head_dim, s.head_dim) for s in sites.values())
+    per_token += sum(mixer_bytes.values())
     side = -(-len(ids) // -(-len(ids) // overview_side))  # blocks a side of the overview: at most overview_side
-    overview = sum(2 * s.num_heads * 4 for s in sites.values())  # bytes per overview cell (max and mean)
+    overview = sum(2 * s.num_heads * 4 for s in (*sites.values(), *mixers.values()))  # bytes per overview cell
     need = len(ids) * per_token + overview * side**2
     if max_bytes is not None and need > max_bytes:
         fit = max(0, (max_bytes - overview * overview_side**2) // per_token)  # whatever the overview's side
         raise ValueError(f"a long trace of {len(ids)} tokens over {len(chosen)} layers of {model.name} keeps "
                          f"{need / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} MiB allowed: at most "
                          f"{fit} tokens of these layers fit (or trace fewer layers)")
-    modules = {s.attention: (i, adapter.causal(part), adapter.chunk(s)) for i, s in sites.items()}
+    if own_code and mixers:
+        raise ValueError(f"{model.name} computes attention in its own code and has mixer layers: it has no long trace")
     tokens = token_labels(model.tokenizer, ids)
-    own_code = _probe(model, modules)
-    capture = _Capture(modules, tokens, progress, overview_side)
+    capture = _Capture(modules, tokens, progress, overview_side, total=len(chosen))
     start = time.perf_counter()
     if own_code:  # BLOOM (ALiBi): the model's own eager pass, its q, k, v captured by hooks (long_hooked)
         capture.layers = trace_hooked(model, ids, sites, tokens, progress, overview_side)
     else:
-        with long_kernel(model.model, capture), torch.no_grad():
+        cores: dict[int, Tensor] = {}  # mixer layer -> what the norm after its kernel received (T, H*d_v)
+        with long_kernel(model.model, capture), torch.no_grad(), _kernel_outputs(mixers, cores):
             adapter.base(input_ids=torch.tensor([list(ids)], device=adapter.device()), use_cache=False)
-    for layer in capture.layers.values():  # the hooked route's layers carry a self-check (meta "check")
+        for i in mixers:  # each mixer's input, as the forward pass gave it (MixerAdapter._keep_input)
+            x = adapter._inputs.pop(adapter.mixer(i))[0][0].float()  # (T, d_model)
+            capture.layers[i] = long_mixer_layer(adapter, i, x, cores.pop(i, None), tokens, overview_side)
+            capture.report()
+    for layer in capture.layers.values():  # the hooked route's and the mixers' layers carry a self-check
         layer.meta.setdefault("model", model.name)
     verify(capture.layers.values(), strict=getattr(model, "strict", False))
     return ModelLongTrace(model.name, tuple(ids), tokens, dict(sorted(capture.layers.items())),
                           seconds=time.perf_counter() - start)
 
 
-def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool, int | None]]) -> bool:
-    """Whether the model computes attention in its own code: True when no traced layer's attention went through
-    transformers' attention functions (checked on two tokens, before a long pass); ValueError when some did and
-    some did not."""
+def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool, int | None]], mixers: dict[int, Site]
+           ) -> tuple[bool, dict[int, int]]:
+    """On two tokens, before a long pass: whether the model computes attention in its own code (True when no traced
+    layer's attention went through transformers' attention functions; ValueError when some did and some did not),
+    and what each mixer layer's factors keep per token, in bytes."""
     capture = _Capture(modules, ("a", "b"), None, OVERVIEW_SIDE)
+    adapter = model.adapter
     with long_kernel(model.model, capture), torch.no_grad():
-        model.adapter.base(input_ids=torch.tensor([[0, 0]], device=model.adapter.device()), use_cache=False)
+        adapter.base(input_ids=torch.tensor([[0, 0]], device=adapter.device()), use_cache=False)
     missing = sorted(i for i, *_ in modules.values() if i not in capture.layers)
     if missing and capture.layers:
         raise ValueError(f"{model.name} ({model.architecture}) computes attention in its own code in layers "
                          f"{missing} only: it has no long trace")
-    return bool(missing)
+    per_token = {}
+    for i, site in mixers.items():
+        module = adapter.mixer(i)
+        with torch.inference_mode():
+            factors = adapter.mixing(module, adapter._inputs.pop(module)[0][0].float()).factors
+        per_token[i] = factors.nbytes // 2 + 4 * len(STAT_NAMES) * site.num_heads  # factors, then row statistics
+    return bool(missing), per_token
+
+
+@contextmanager
+def _kernel_outputs(mixers: dict[int, Site], into: dict[int, Tensor]) -> Iterator[None]:
+    """While open, each mixer layer's kernel output (the input of the norm after it, where it has one) goes to into."""
+    def keep(layer: int) -> Callable:
+        return lambda module, args: into.__setitem__(layer, args[0].detach())  # T H d_v numbers (batch of one)
+
+    handles = [site.core.register_forward_pre_hook(keep(i)) for i, site in mixers.items() if site.core is not None]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _long_ids(model: Any, text: str | None, ids: Sequence[int] | None) -> tuple[int, ...]:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..mixers import ssd_matrix
+from ..mixers import StateSpace
 from .adapter import Adapter, Recorder, Site, Variations, per_head, register
 from .llama import LlamaAdapter
 from .mixing import MixerAdapter, Mixing
@@ -69,14 +69,13 @@ class Mamba2Adapter(MixerAdapter):
         H, n = m.num_heads, m.n_groups * m.ssm_state_size
         z, xBC, dt = self.projected(m, x).split([m.intermediate_size, m.conv_dim, H], dim=-1)  # (T, .)
         xs, B, C = causal_conv(m.conv1d, xBC, m.activation).split([m.intermediate_size, n, n], dim=-1)
-        group = H // m.n_groups
-        B, C = (per_head(t.float(), m.n_groups).repeat_interleave(group, 0) for t in (B, C))  # (H, T, N)
+        B, C = (per_head(t.float(), m.n_groups) for t in (B, C))  # (G, T, N): head h reads group h // (H / G)
         dt = torch.clamp(F.softplus(dt.float() + m.dt_bias), *m.time_step_limit).T  # (H, T)
         A = -m.A_log.float().exp()  # (H,)
         return Mixing(
             name="Mamba-2",
             kind="ssm",
-            matrix=ssd_matrix(C, B, dt, A, m.D.float()),  # (H, T, T)
+            factors=StateSpace(C, B, dt, A, m.D.float()),  # M (H, T, T)
             values=per_head(xs.float(), H),  # (H, T, d_head)
             finish=self.finish(m, z),
             finish_formula=self.finish_formula(m),

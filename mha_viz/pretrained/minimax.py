@@ -15,7 +15,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from ..mixers import decayed_linear_matrix
+from ..mixers import DecayedLinear
 from .adapter import Site, per_head, register
 from .llama import LlamaAdapter
 from .mixing import MixerAdapter, Mixing
@@ -56,7 +56,7 @@ class MiniMaxAdapter(MixerAdapter, LlamaAdapter):
         return Mixing(
             kind="linear",
             name="lightning attention",
-            matrix=decayed_linear_matrix(q, k, log_decay),  # (H, T, T)
+            factors=DecayedLinear(q, k, log_decay),  # M (H, T, T)
             values=v,
             finish=partial(_norm_and_gate, m, x),
             finish_formula="sigmoid(x W_gate) * RMSNorm(M @ values, over all heads)",

@@ -21,29 +21,35 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from torch import Tensor, nn
 
-from ..mixers import KINDS
+from ..mixers import KINDS, Factors
 from ..trace import AttentionTrace
 from .adapter import Adapter, Recorder, Site, TraceRequest, loaded, max_abs_diff, per_head, to_numpy
 
 
 @dataclass(frozen=True)
 class Mixing:
-    """One mixer layer on one input, per head: matrix (H, T, T) and values (H, T, d_v) such that matrix @ values is
-    the module's kernel output; finish maps it to what the output projection receives (H, T, d_v -> H, T, d_v);
+    """One mixer layer on one input, per head: factors (what its matrix is made of: mha_viz.mixers.Factors), whose
+    matrix (H, T, T) times values (H, T, d_v) is the module's kernel output; finish maps it to what the output projection receives (H, T, d_v -> H, T, d_v);
     arrays: the per-head quantities the matrix is made of, each (H, T) (decays, step sizes, write strengths)."""
 
     kind: str
     name: str  # what the layer is called (Gated DeltaNet, Mamba-2)
-    matrix: Tensor
+    factors: Factors
     values: Tensor
     finish: Callable[[Tensor], Tensor]
     finish_formula: str
     arrays: dict[str, Tensor]
     no_scores: str  # why the trace has no queries, keys or scores
+
+    @cached_property
+    def matrix(self) -> Tensor:
+        """(H, T, T) every head's whole mixing matrix (computed once, when first read)."""
+        return self.factors.matrix()
 
 
 class MixerAdapter(Adapter):
@@ -160,7 +166,7 @@ class MixerAdapter(Adapter):
             own = per_head(rec.core.float().reshape(x.shape[0], -1), site.num_heads)  # (H, T, d_v)
             label = "mixing matrix @ values vs the mixer's own output"
             check[label] = max_abs_diff(mixed, own)
-            scale[label] = float(own.abs().max())  # kept in no array of the trace: the norm after it rescales
+            scale[label] = float((mix.matrix.abs() @ mix.values.abs()).max())  # what rounding scales with (checks)
         with loaded(site.out):
             W_O, b_O = (None if w is None else w.float() for w in self.out_weights(site))  # (d_out, H*d_v), (d_out,)
             check |= {

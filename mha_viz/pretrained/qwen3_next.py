@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..mixers import gated_delta_matrix
+from ..mixers import DeltaRule
 from .adapter import Recorder, Site, Variations, in_out, per_head, register
 from .llama import LlamaAdapter
 from .mixing import MixerAdapter, Mixing
@@ -88,11 +88,10 @@ class GatedDeltaNetMixer(MixerAdapter):
         q, k = (l2norm(per_head(t.float(), m.num_k_heads)).repeat_interleave(group, 0) for t in (q, k))  # (H_v, T, d_k)
         log_decay = (-m.A_log.float().exp() * F.softplus(a.float() + m.dt_bias)).T  # (H_v, T)
         beta = self.beta(m, b).T  # (H_v, T)
-        matrix = gated_delta_matrix(q * m.head_k_dim**-0.5, k, log_decay, beta)  # (H_v, T, T)
         return Mixing(
             name="Gated DeltaNet",
             kind="linear",
-            matrix=matrix,
+            factors=DeltaRule(q * m.head_k_dim**-0.5, k, log_decay, beta),  # M (H_v, T, T)
             values=per_head(v.float(), m.num_v_heads),  # (H_v, T, d_v)
             finish=partial(gated_head_norm, getattr(m, self.norm_name), z),
             finish_formula="RMSNorm(M @ values) * SiLU(z), z = x W_z",

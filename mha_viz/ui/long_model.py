@@ -137,6 +137,9 @@ def long_model_view(long: ModelLongTrace, layer: int, name: str, load: Callable[
                                 format_func=lambda s: STATS[s][0])
     st.caption("Each cell is one head of one layer, averaged over every query of the long text; hover a cell for all "
                "four statistics. Mean distance: how far back a head looks; entropy: how spread its weights are; "
-               "first token: the usual attention sink; learned sink: the weight a gpt-oss-style sink logit takes.")
+               "first token: the usual attention sink; learned sink: the weight a gpt-oss-style sink logit takes."
+               + (" On linear and state-space layers they read |M|, each row scaled to sum to 1 (a mixing matrix is "
+                  "signed and its rows are not distributions); a blank cell is a head that layer does not have."
+                  if any(one.kind != "softmax" for one in long.layers.values()) else ""))
     views.chart(long_stats_figure(stats, stat, tokens=long.num_tokens, width=page_width()), "long_stats",
                 f"{name}-long-stats")

@@ -298,8 +298,10 @@ def _long_view(reload: Callable[[], LongTrace], name: str) -> None:
     _fit_start("zoom", top_q)  # a link's start past the end
     _fit_start("zoom_k", top_k)
     _clamp_head_selection(H)
+    mixes = trace.kind != "softmax"  # a linear or state-space layer: its exact mixing matrix, signed
+    largest = "the signed value of the largest |M|" if mixes else "the largest weight"
     st.caption(
-        f"{plural(H, 'head')} (numbered from 0) of {T} query × {S} key tokens. Overview: each cell is the largest weight in a "
+        f"{plural(H, 'head')} (numbered from 0) of {T} query × {S} key tokens. Overview: each cell is {largest} in a "
         f"block of {trace.block_rows}×{trace.block_cols} positions, so a sharp peak stays visible. The red square is "
         f"the zoom below: click any head where to move it, or use the sliders."
     )
@@ -316,8 +318,11 @@ def _long_view(reload: Callable[[], LongTrace], name: str) -> None:
                            key="compare", format_func=_head_format, placeholder=f"Heads 0–{min(H, ZOOM_HEADS) - 1}")
     q0 = b.slider("Zoom: first query", 0, top_q, key="zoom", disabled=top_q == 0)
     k0 = c.slider("Zoom: first key", 0, top_k, key="zoom_k", disabled=top_k == 0)
+    what = ("the exact mixing matrix M, computed now from the layer's queries, keys and decays (signed, on a scale "
+            "centred at 0; its rows are not normalised)" if mixes else
+            "the exact softmax weights (each row normalised over all keys, so a row here sums to at most 1)")
     st.caption(f"Zoom: queries {rows.start}–{rows.stop - 1} × keys {keys.start}–{keys.stop - 1}, one token pair a "
-               "cell; the exact softmax weights (each row normalised over all keys, so a row here sums to at most 1).")
+               f"cell; {what}.")
     heads = chosen or list(range(min(H, ZOOM_HEADS)))
     chart(long_heads_figure(trace, heads, zoom=(q0, k0), cols=min(len(heads), 4), width=page_width()),
           "heads_zoom", f"{name}-zoom")

@@ -23,6 +23,7 @@ from tests.app.test_app import APP
 from tests.plotly_json import heatmaps, z_matrix
 from tests.renderer_json import drawn_charts, renderer_data
 from tests.tiny_causal import saved_random_models
+from tests.unit.test_mixers import HYBRID
 
 BASE = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 4096, "pad_token_id": 0,
@@ -31,6 +32,8 @@ CONFIGS = {
     "llama": lambda: tf.LlamaConfig(**BASE),
     "short": lambda: tf.LlamaConfig(**{**BASE, "max_position_embeddings": 600}),  # 600 positions: a text past them
     "bloom": lambda: tf.BloomConfig(vocab_size=30522, hidden_size=32, n_layer=2, n_head=4),  # its own eager pass
+    "qwen3_next": lambda: HYBRID["qwen3_next"][1]().__class__(**{  # Gated DeltaNet layers 0-2, attention in 3
+        **HYBRID["qwen3_next"][1]().to_dict(), "max_position_embeddings": 4096}),
     "bart": lambda: tf.BartConfig(vocab_size=30522, d_model=32, encoder_layers=1, decoder_layers=1,
                                   encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
                                   decoder_ffn_dim=32, max_position_embeddings=4096),
@@ -105,6 +108,32 @@ def test_the_layer_switch_changes_the_overview_and_the_zoom_is_the_exact_block(f
     np.testing.assert_allclose(layer1, long.overview(1).max, atol=2e-5)  # every head
     for head in (0, 3):
         np.testing.assert_allclose(z_matrix(zoom[head]), long.block(1, head, 700, 300, 128), atol=1e-6)
+
+
+def test_a_hybrids_long_text_draws_its_mixer_layers_exact_matrices(folders):
+    """Qwen3-Next's Gated DeltaNet layers get a long trace too: the overview paints each block's signed value of the
+    largest |M|, the zoom the exact mixing matrix from the layer's factors, and the statistics read |M|'s rows."""
+    at = app_with(folders["qwen3_next"], layer="0")
+    assert not at.error and not at.warning, [w.value for w in at.warning]
+    assert any("A long text: 1562 tokens" in i.value for i in at.info)
+    assert any("Gated DeltaNet layer, not softmax attention" in i.value for i in at.info)
+    assert any("signed value of the largest |M|" in c.value for c in at.caption)
+    assert any("each row scaled to sum to 1" in c.value for c in at.caption)
+    _, long = long_trace(folders["qwen3_next"])
+    overview, expected = long_overview(at), long.overview(0).max
+    assert (expected < 0).any()  # signed: drawn on a scale centred at 0
+    np.testing.assert_allclose(overview, expected, atol=2e-5 * np.abs(expected).max())
+    at.slider(key="zoom").set_value(700).run()
+    at.slider(key="zoom_k").set_value(300).run()
+    assert any("the exact mixing matrix M" in c.value for c in at.caption)
+    zoom = heatmaps(chart(at, "heads_zoom"))
+    for head in (0, 3):
+        np.testing.assert_allclose(z_matrix(zoom[head]), long.block(0, head, 700, 300, 128), atol=1e-6)
+    assert z_matrix(chart(at, "long_stats")["data"][0]).shape == (4, 4)
+    at.session_state["layer"] = 3  # the softmax layer: weights again
+    at.run()
+    assert not at.error and np.nanmin(long_overview(at)) >= 0
+    assert not any("the exact mixing matrix M" in c.value for c in at.caption)
 
 
 def test_the_other_views_read_the_window_and_say_so(folders):
