@@ -6,8 +6,8 @@ itself computed: meta["check"] = {what was compared: max |difference|}. Rounding
     tolerance = max(1e-4, 16 eps(model dtype)) * max(1, magnitude)
 
 magnitude: 1 for attention weights (probabilities); where meta["check_scale"] gives one by the check's label, that
-(a mixer's M @ values, before its norm, is a signed sum over up to T tokens: the largest sum of its terms' sizes,
-sum_s |M_ts| |v_s|, which its rounding scales with); else the largest |value| among the trace's vectors (queries,
+(a mixer's M @ values, before its norm, is a signed sum over up to T tokens, whose rounding scales with the sizes of
+its terms, sum_s |M_ts| |v_s|: bounded by each head's largest row sum of |M| times its largest |value|); else the largest |value| among the trace's vectors (queries,
 keys, values, head outputs, concat, output). A larger difference (or NaN) means the trace is not what the model computed,
 e.g. an adapter that departs from the model's code: that check fails. failures() lists the failed ones;
 verify() warns (TraceCheckWarning) or, strict, raises TraceCheckError; every surface that shows a trace (the app, the

@@ -41,8 +41,8 @@ def decay_block(log_decay: Tensor, rows: slice, cols: slice) -> Tensor:
     (r0, r1, _), (c0, c1, _) = rows.indices(T), cols.indices(T)
     G = log_decay.cumsum(-1)  # (..., T)
     x = G[..., r0:r1, None] - G[..., None, c0:c1]  # (..., r, c)
-    above = torch.arange(c0, c1)[None, :] > torch.arange(r0, r1)[:, None]  # (r, c) key after query
-    return x.masked_fill_(above, 0.0).exp_().masked_fill_(above, 0.0)  # 0 before exp (no overflow), then 0
+    after = r0 - c0  # the key after the query: local column - local row > r0 - c0
+    return x.tril_(after).exp_().tril_(after)  # 0 before exp (no overflow), then 0
 
 
 def decay_matrix(log_decay: Tensor) -> Tensor:
@@ -264,13 +264,9 @@ class StateSpace(Factors):
             C, B = C.repeat_interleave(group, -3), B.repeat_interleave(group, -3)  # (..., H, ., n)
         M = (C @ B.transpose(-1, -2)).mul_(decay_block(A[:, None] * dt, rows, cols))
         M.mul_(dt[..., None, cols])  # (..., h, r, c)
-        if D is not None:
-            T = self.length
-            (r0, r1, _), (c0, c1, _) = rows.indices(T), cols.indices(T)
-            lo, hi = max(r0, c0), min(r1, c1)  # the diagonal's positions inside the block
-            if lo < hi:
-                i = torch.arange(lo, hi)
-                M[..., i - r0, i - c0] += D[:, None]
+        if D is not None:  # on the diagonal t = s: the block's entries (t - r0, t - c0)
+            (r0, *_), (c0, *_) = rows.indices(self.length), cols.indices(self.length)
+            M.diagonal(r0 - c0, dim1=-2, dim2=-1).add_(D[:, None])
         return M
 
 

@@ -70,7 +70,8 @@ class LongMixerLayer(LongBlocks):
 class Swept:
     """What one pass over a mixer's M (H, T, T) gives: row statistics {name: (H, T)}, the overview's max and mean
     (H, t, s) by blocks of block x block positions, and with values (H, T, d_v): mixed = M @ values and the size
-    rounding scales with, the largest sum_s |M_ts| |v_s| (mha_viz.checks)."""
+    rounding scales with, a bound on the largest sum_s |M_ts| |v_s|: each head's largest sum_s |M_ts| times its
+    largest |value| (mha_viz.checks)."""
 
     stats: dict[str, Tensor]
     largest: np.ndarray
@@ -89,13 +90,14 @@ def sweep(factors: Factors, side: int, values: Tensor | None = None) -> Swept:
     largest, total = torch.zeros(H, n, n), torch.zeros(H, n, n)  # signed value of the largest |M|, sum of M
     mixed = None if values is None else values.new_zeros(H, T, values.shape[-1])
     terms = 0.0
+    top = None if values is None else values.abs().amax((-1, -2))  # (H,) each head's largest |value|
     with torch.inference_mode():
         for r0, m in factors.row_chunks():  # (H, r, c): rows r0 ..., keys 0 ... c - 1 (the later ones are 0)
             r, c = m.shape[-2:]
             size = m.abs()
             if mixed is not None:
                 mixed[:, r0:r0 + r] = m @ values[:, :c]
-                terms = max(terms, float((size @ values[:, :c].abs()).max()))
+                terms = max(terms, float((size.sum(-1).amax(-1) * top).max()))  # (H,) >= sum_s |M_ts| |v_s|
             row_total = size.sum(-1)  # (H, r)
             p = size / row_total.clamp_min(torch.finfo(size.dtype).tiny)[..., None]  # (H, r, c), rows sum to 1 or 0
             back = (torch.arange(r0, r0 + r)[:, None] - torch.arange(c)[None, :]).clamp_min(0).float()  # (r, c)

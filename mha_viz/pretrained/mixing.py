@@ -166,7 +166,8 @@ class MixerAdapter(Adapter):
             own = per_head(rec.core.float().reshape(x.shape[0], -1), site.num_heads)  # (H, T, d_v)
             label = "mixing matrix @ values vs the mixer's own output"
             check[label] = max_abs_diff(mixed, own)
-            scale[label] = float((mix.matrix.abs() @ mix.values.abs()).max())  # what rounding scales with (checks)
+            reach = mix.matrix.abs().sum(-1).amax(-1) * mix.values.abs().amax((-1, -2))  # (H,) >= sum_s |M_ts| |v_s|
+            scale[label] = float(reach.max())  # what rounding of the signed sum scales with (mha_viz.checks)
         with loaded(site.out):
             W_O, b_O = (None if w is None else w.float() for w in self.out_weights(site))  # (d_out, H*d_v), (d_out,)
             check |= {
