@@ -403,13 +403,15 @@ class Adapter:
         return None
 
     def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module] | None:
-        """A decoder-only model's blocks, in order, and the norm between the last block and the LM head
-        (what direct logit attribution needs); None where this adapter does not know them."""
+        """A decoder-only model's block of each traced layer, in order (a block traced as two layers, Falcon-H1's,
+        appears twice), and the norm between the last block and the LM head (what direct logit attribution needs);
+        None where this adapter does not know them."""
         return None
 
-    def residual_scale(self) -> float:
-        """The factor on each block's attention (or mixer) and MLP output as the block adds it to the residual stream
-        (Granite 4's residual_multiplier): 1 by default. Logit attribution folds it into each head's term."""
+    def residual_scale(self, layer: int) -> float:
+        """The factor on the traced layer's attention (or mixer) output as its block adds it to the residual stream
+        (Granite 4's residual_multiplier, Falcon-H1's per half): 1 by default. Logit attribution folds it into each
+        head's term."""
         return 1.0
 
     def logit_scale(self) -> float:

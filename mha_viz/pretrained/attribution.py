@@ -69,12 +69,14 @@ class _Capture:
     def __init__(self, blocks: list[nn.Module], outs: list[nn.Module], norm: nn.Module, position: int) -> None:
         self.position = position
         self.embeddings: Tensor | None = None  # (d,)
+        self.block_in: dict[int, Tensor] = {}  # layer -> (d,) its block's input
         self.block_out: dict[int, Tensor] = {}  # layer -> (d,)
         self.concat: dict[int, Tensor] = {}  # layer -> (H*d_v,)
         self.attention: dict[int, Tensor] = {}  # layer -> (d,)
         self.final: Tensor | None = None  # (d,) the final norm's input
         self._hooks: list[tuple[nn.Module, str, Callable[..., None]]] = [
             (blocks[0], "pre", self._on_embeddings),
+            *((b, "pre", self._keep_input(self.block_in, layer)) for layer, b in enumerate(blocks)),
             *((b, "post", self._keep(self.block_out, layer)) for layer, b in enumerate(blocks)),
             *((o, "pre", self._keep_input(self.concat, layer)) for layer, o in enumerate(outs)),
             *((o, "post", self._keep(self.attention, layer)) for layer, o in enumerate(outs)),
@@ -226,13 +228,16 @@ def logit_attribution(
 
     logits = logits.double().cpu()  # (V,)
     unembedding = model.model.get_output_embeddings()
-    r, scale = model.adapter.residual_scale(), model.adapter.logit_scale()  # 1 and 1 but in Granite 4 and Cohere
+    scale = model.adapter.logit_scale()  # 1 but in Cohere, Granite 4 and Falcon-H1
+    shared = len(set(blocks)) < len(blocks)  # a block traced as two layers (Falcon-H1): its MLP named by the block
     with loaded(*(site.out for site in sites), norm, unembedding):  # real weights even where accelerate offloads
         # the parts of the residual stream x at position (each (d,)), in the order they are added
         parts: dict[str, Tensor] = {"embeddings": capture.embeddings}
         head_parts = []  # per layer: (H, d)
-        previous = capture.embeddings  # (d,) the input of block l
+        previous = capture.embeddings  # (d,) the input of the layer's block
+        added = torch.zeros_like(previous)  # (d,) what the block's traced layers add: sum of r_l attention_l
         for layer, site in enumerate(sites):
+            r = model.adapter.residual_scale(layer)  # 1 but in Granite 4 and Falcon-H1
             W_O, b_O = model.adapter.out_weights(site)  # (d, H*d_v), (d,)
             H = site.num_heads
             concat_blocks = capture.concat[layer].view(H, -1)  # (H, d_v): c_lh
@@ -240,8 +245,15 @@ def logit_attribution(
             head_parts.append(r * torch.einsum("hv,hvd->hd", concat_blocks, W_h))  # (H, d): r c_lh W_O^(l,h)T
             if b_O is not None:
                 parts[f"layer {layer} attention bias"] = r * b_O.detach().double().cpu()  # (d,)
-            parts[f"layer {layer} MLP"] = capture.block_out[layer] - previous - r * capture.attention[layer]  # (d,)
-            previous = capture.block_out[layer]
+            added = added + r * capture.attention[layer]
+            if layer + 1 < len(blocks) and blocks[layer + 1] is blocks[layer]:
+                continue  # the block's next traced layer adds to the same stream
+            mlp = f"block {sum(1 for i in range(layer) if blocks[i] is not blocks[i + 1])} MLP" if shared else (
+                f"layer {layer} MLP")
+            # up to the next traced block's input: the block's MLP, and any MLP blocks of their own after it (Nemotron-H)
+            following = capture.block_in[layer + 1] if layer + 1 < len(blocks) else capture.final
+            parts[mlp] = following - previous - added  # (d,)
+            previous, added = following, torch.zeros_like(previous)
         try:
             affine = norm_affine(norm, capture.final.shape[-1], model.adapter.norm_weight_offset)
         except ValueError:

@@ -31,9 +31,6 @@ class FalconH1Adapter(Mamba2Adapter, LlamaAdapter):
     2i + 1."""
 
     architectures = ("falcon_h1",)
-    attribution_unavailable = ("Falcon-H1 scales each half of a block (attention_out_multiplier, ssm_out_multiplier) "
-                               "and its logits (lm_head_multiplier) before adding them, which mha-viz's logit "
-                               "attribution does not fold in yet")
     weights_unavailable = ("Falcon-H1's Mamba-2 heads have no W_Q K^T (their mixing matrix depends on the whole "
                            "sequence), and its attention reads the normed stream scaled by attention_in_multiplier")
 
@@ -46,6 +43,15 @@ class FalconH1Adapter(Mamba2Adapter, LlamaAdapter):
         half, multiplier = (("Mamba-2", cfg.ssm_out_multiplier) if layer % 2
                             else ("attention", cfg.attention_out_multiplier))
         return {"block": layer // 2, "half": half, "multiplier": multiplier}
+
+    def residual_scale(self, layer: int) -> float:
+        return float(self.block_meta(layer)["multiplier"])  # a_out on the attention half, s_out on the Mamba-2 half
+
+    def logit_scale(self) -> float:
+        return float(self.model.config.lm_head_multiplier)
+
+    def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
+        return self.blocks, self.base.final_layernorm
 
     def mixer(self, layer: int) -> nn.Module | None:
         return self.base.layers[layer // 2].mamba if layer % 2 else None
@@ -77,6 +83,3 @@ class FalconH1Adapter(Mamba2Adapter, LlamaAdapter):
 
     def pre_norm(self, part: str, layer: int) -> nn.Module:
         return self.base.layers[layer // 2].input_layernorm
-
-    def residual_stream(self) -> None:
-        return None

@@ -92,7 +92,7 @@ class MambaHybridAdapter(Mamba2Adapter, LlamaAdapter):
 
     architectures = ("bamba", "granitemoehybrid")
 
-    def residual_scale(self) -> float:
+    def residual_scale(self, layer: int) -> float:
         return float(getattr(self.model.config, "residual_multiplier", 1.0) or 1.0)  # Granite 4's; Bamba has none
 
     def logit_scale(self) -> float:
@@ -126,10 +126,10 @@ class NemotronHAdapter(Mamba2Adapter, LlamaAdapter):
 
     @property
     def attribution_unavailable(self) -> str | None:  # type: ignore[override]
-        if len(self.blocks) == len(self.base.layers):
-            return None
-        return ("Nemotron-H's MLP and expert blocks sit between its mixer blocks as blocks of their own, which "
-                "mha-viz's logit attribution does not group with the layers yet")
+        if self.base.layers[0].block_type in self.mixes:
+            return None  # each MLP or expert block joins the MLP term of the layer before it
+        return ("this Nemotron-H starts with an MLP block, before any layer mha-viz traces: its embeddings term would "
+                "hold that block's output")
 
     def mixer(self, layer: int) -> nn.Module | None:
         block = self.blocks[layer]
@@ -144,8 +144,8 @@ class NemotronHAdapter(Mamba2Adapter, LlamaAdapter):
     def pre_norm(self, part: str, layer: int) -> nn.Module:
         return self.blocks[layer].norm
 
-    def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module] | None:
-        return None if self.attribution_unavailable else (self.blocks, self.base.norm_f)
+    def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module]:
+        return self.blocks, self.base.norm_f  # the MLP and expert blocks after a layer join its MLP term
 
 
 def _gated_group_norm(norm: nn.Module, z: Tensor, mixed: Tensor) -> Tensor:

@@ -98,7 +98,8 @@ HYBRID: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
         num_key_value_heads=2, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=8,
         mamba_chunk_size=8, max_position_embeddings=128, key_multiplier=0.7, attention_in_multiplier=1.3,
         attention_out_multiplier=0.8, ssm_in_multiplier=1.2, ssm_out_multiplier=0.9,
-        ssm_multipliers=[0.5, 1.5, 0.8, 1.1, 0.6])),
+        ssm_multipliers=[0.5, 1.5, 0.8, 1.1, 0.6], lm_head_multiplier=0.7, embedding_multiplier=1.6,
+        mlp_multipliers=[0.9, 1.1])),
     "falcon_h1 (gated norm)": ("Falcon-H1", lambda: tf.FalconH1Config(
         vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=4, mamba_d_ssm=64, mamba_n_heads=8, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=8,
@@ -469,7 +470,8 @@ def test_the_readme_lists_the_hybrid_families():
 def test_logit_attribution_splits_the_logit_through_mixer_heads(name):
     """Each mixer head's term is its traced contribution (its concat block through out_proj, times Granite 4's
     residual multiplier) through the frozen final norm (times its logit scale), and the terms add up to the model's
-    own logit; where the model's blocks do not simply add (MiniMax's alpha and beta), it says why."""
+    own logit (Falcon-H1: each half of a block times its own multiplier, the MLP once per block); where the model's
+    blocks do not simply add (MiniMax's alpha and beta), it says why."""
     from tests.unit.test_attribution_families import final_norm_input, own_logits
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
@@ -492,7 +494,11 @@ def test_logit_attribution_splits_the_logit_through_mixer_heads(name):
     u = m.model.get_output_embeddings().weight[a.token_id].detach().double()
     cfg = m.model.config  # Granite 4 scales each block's output and the logits (the tiny one here does too)
     r, logit_scale = getattr(cfg, "residual_multiplier", 1.0), 1 / getattr(cfg, "logits_scaling", 1.0)
+    if name.startswith("falcon_h1"):  # each half of a block by its own multiplier, the logits by lm_head_multiplier
+        logit_scale = cfg.lm_head_multiplier
     for layer, trace in enumerate(m.traces(TEXT)):
+        if name.startswith("falcon_h1"):
+            r = cfg.ssm_out_multiplier if layer % 2 else cfg.attention_out_multiplier
         contributions = torch.as_tensor(trace.head_contributions()[:, position]).double()  # (H_l, d)
         expected = (r * contributions * gamma / s) @ u * logit_scale  # (H_l,)
         np.testing.assert_allclose(a.heads[layer, : trace.num_heads], expected.numpy(), atol=1e-5,
