@@ -94,6 +94,31 @@ def test_the_long_view_paints_fits_and_works_by_keyboard(server: str, browser, f
         page.close()
 
 
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return saved_random_models({"qwen3_next": CONFIGS["qwen3_next"]}, AutoModelForCausalLM,
+                               tmp_path_factory)["qwen3_next"]
+
+
+@pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
+def test_a_hybrids_mixer_layer_paints_its_long_view(server: str, browser, hybrid: str, width: int) -> None:
+    """A Gated DeltaNet layer of a long text: its signed overview, the zoom and the statistics paint and fit, and axe
+    finds nothing serious."""
+    page = open_long(browser, server, hybrid, width, query="&layer=0")
+    try:
+        assert painted(page) == (4, 4, 1)
+        assert page.get_by_text("signed value of the largest |M|").count() == 1
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+        for canvas in page.locator(f"{OVERVIEW} canvas.mv-heatmap").all():
+            assert 0 < canvas.evaluate("e => e.getBoundingClientRect().right") <= width
+        if axe_path() is not None:
+            violations = axe_violations(page)
+            assert violations == [], summary(violations)
+    finally:
+        assert page.errors == []
+        page.close()
+
+
 def test_a_click_on_the_overview_moves_the_zoom_there(server: str, browser, folder: str) -> None:
     """The red square moves in the page at once, then the server draws the exact block centred on the clicked cell:
     TEXT's 1562 tokens in blocks of 13, a click on cell (60, 20) of a head opens queries 722-849 x keys 202-329."""
