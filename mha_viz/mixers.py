@@ -142,7 +142,7 @@ def ssd_matrix(C: Tensor, B: Tensor, dt: Tensor, A: Tensor, D: Tensor | None = N
     return StateSpace(C, B, dt, A, D).matrix()
 
 
-ROW_CELLS = 2**22  # Factors.row_chunks: rows at a time, about this many [H, rows, keys] cells (16 MB of float32)
+ROW_CELLS = 2**22  # Factors.row_chunks: about this many cells of work at a time (16 MB of float32)
 
 
 class Factors:
@@ -172,14 +172,14 @@ class Factors:
         """The whole M (H, T, T)."""
         return self.block(slice(None), slice(None))
 
-    def row_chunks(self, cells: int = ROW_CELLS) -> Iterator[tuple[int, Tensor]]:
-        """(first row, M[:, rows, :rows' end]) for consecutive chunks of rows covering all T (what a causal row can
-        reach; the columns after it are 0), each about `cells` cells."""
+    def row_chunks(self, cells: int = ROW_CELLS) -> Iterator[tuple[slice, int, Tensor]]:
+        """(heads, first row, M[heads, rows, :rows' end]) for consecutive chunks of rows covering all T (what a causal
+        row can reach; the columns after it are 0), each about `cells` cells."""
         H, T = self.num_heads, self.length
         step = max(1, cells // (H * T))
         for r0 in range(0, T, step):
             r1 = min(T, r0 + step)
-            yield r0, self.block(slice(r0, r1), slice(0, r1))
+            yield slice(None), r0, self.block(slice(r0, r1), slice(0, r1))
 
 
 def _pick(heads: Sequence[int] | None, *per_token: Tensor) -> tuple[Tensor, ...]:
@@ -211,9 +211,15 @@ class DeltaRule(Factors):
             out[:, t0 - r0:t0 - r0 + m.shape[-2]] = m
         return out
 
-    def row_chunks(self, cells: int = ROW_CELLS) -> Iterator[tuple[int, Tensor]]:
-        """Every row in chunks of 64 (the recurrence's own), all columns: its state is carried, not recomputed."""
-        yield from gated_delta_rows(*self.tensors(), slice(None), slice(None))
+    def row_chunks(self, cells: int = ROW_CELLS) -> Iterator[tuple[slice, int, Tensor]]:
+        """Every row in chunks of 64 (the recurrence's own), all columns, a few heads at a time: the state (d_k x T a
+        head) is carried, not recomputed, and a chunk's rows and state stay near `cells` cells."""
+        H, T, d = self.num_heads, self.length, self.q.shape[-1]
+        per = max(1, cells // (T * (64 + d)))  # heads at a time
+        for h0 in range(0, H, per):
+            heads = slice(h0, min(H, h0 + per))
+            for r0, rows in gated_delta_rows(*(x[heads] for x in self.tensors()), slice(None), slice(None)):
+                yield heads, r0, rows
 
 
 @dataclass(frozen=True, eq=False)

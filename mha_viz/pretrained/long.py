@@ -203,12 +203,13 @@ class LongLayer(LongBlocks, LongShape):
 
 @dataclass(eq=False)
 class ModelLongTrace:
-    """Every traced layer of one long input (a PretrainedModel's long_trace): LongLayer per layer."""
+    """Every traced layer of one long input (a PretrainedModel's long_trace): a LongLayer per softmax layer, a
+    LongMixerLayer (mha_viz.pretrained.long_mixer) per linear-attention or state-space layer."""
 
     model: str
     ids: tuple[int, ...]
     tokens: tuple[str, ...]
-    layers: dict[int, LongLayer]
+    layers: dict[int, LongBlocks]
     seconds: float = 0.0
 
     @property
@@ -219,7 +220,7 @@ class ModelLongTrace:
     def nbytes(self) -> int:
         return sum(layer.nbytes for layer in self.layers.values())
 
-    def layer(self, layer: int) -> LongLayer:
+    def layer(self, layer: int) -> LongBlocks:
         if layer not in self.layers:
             raise IndexError(f"layer {layer} was not traced: traced layers are {sorted(self.layers)}")
         return self.layers[layer]
@@ -261,7 +262,7 @@ class _Capture:
         self.tokens = tokens
         self.progress = progress
         self.side = side
-        self.layers: dict[int, LongLayer] = {}
+        self.layers: dict[int, LongBlocks] = {}
 
     def attention(self, module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
                   *, scaling: float | None = None, sliding_window: int | None = None, softcap: float | None = None,

@@ -92,27 +92,27 @@ def sweep(factors: Factors, side: int, values: Tensor | None = None) -> Swept:
     terms = 0.0
     top = None if values is None else values.abs().amax((-1, -2))  # (H,) each head's largest |value|
     with torch.inference_mode():
-        for r0, m in factors.row_chunks():  # (H, r, c): rows r0 ..., keys 0 ... c - 1 (the later ones are 0)
+        for h, r0, m in factors.row_chunks():  # (h, r, c): heads h, rows r0 ..., keys 0 ... c - 1 (the rest are 0)
             r, c = m.shape[-2:]
             size = m.abs()
             if mixed is not None:
-                mixed[:, r0:r0 + r] = m @ values[:, :c]
-                terms = max(terms, float((size.sum(-1).amax(-1) * top).max()))  # (H,) >= sum_s |M_ts| |v_s|
-            row_total = size.sum(-1)  # (H, r)
-            p = size / row_total.clamp_min(torch.finfo(size.dtype).tiny)[..., None]  # (H, r, c), rows sum to 1 or 0
+                mixed[h, r0:r0 + r] = m @ values[h, :c]
+                terms = max(terms, float((size.sum(-1).amax(-1) * top[h]).max()))  # (h,) >= sum_s |M_ts| |v_s|
+            row_total = size.sum(-1)  # (h, r)
+            p = size / row_total.clamp_min(torch.finfo(size.dtype).tiny)[..., None]  # (h, r, c), rows sum to 1 or 0
             back = (torch.arange(r0, r0 + r)[:, None] - torch.arange(c)[None, :]).clamp_min(0).float()  # (r, c)
-            stats["distance"][:, r0:r0 + r] = (p * back).sum(-1)
-            stats["entropy"][:, r0:r0 + r] = -torch.special.xlogy(p, p).sum(-1)
-            stats["first"][:, r0:r0 + r] = p[..., 0]
-            m = torch.nn.functional.pad(m, (0, n * b - c)).unflatten(-1, (n, b))  # (H, r, n, b) key blocks
-            at = m.abs().argmax(-1, keepdim=True)  # (H, r, n, 1)
-            row_largest, row_sum = m.gather(-1, at)[..., 0], m.sum(-1)  # (H, r, n)
+            stats["distance"][h, r0:r0 + r] = (p * back).sum(-1)
+            stats["entropy"][h, r0:r0 + r] = -torch.special.xlogy(p, p).sum(-1)
+            stats["first"][h, r0:r0 + r] = p[..., 0]
+            m = torch.nn.functional.pad(m, (0, n * b - c)).unflatten(-1, (n, b))  # (h, r, n, b) key blocks
+            at = m.abs().argmax(-1, keepdim=True)  # (h, r, n, 1)
+            row_largest, row_sum = m.gather(-1, at)[..., 0], m.sum(-1)  # (h, r, n)
             for rb in range(r0 // b, (r0 + r - 1) // b + 1):  # the overview rows this chunk's rows fall in
                 lo, hi = max(r0, rb * b) - r0, min(r0 + r, (rb + 1) * b) - r0
-                seg = row_largest[:, lo:hi]  # (H, rows, n)
-                best = seg.gather(1, seg.abs().argmax(1, keepdim=True))[:, 0]  # (H, n)
-                largest[:, rb] = torch.where(best.abs() > largest[:, rb].abs(), best, largest[:, rb])
-                total[:, rb] += row_sum[:, lo:hi].sum(1)
+                seg = row_largest[:, lo:hi]  # (h, rows, n)
+                best = seg.gather(1, seg.abs().argmax(1, keepdim=True))[:, 0]  # (h, n)
+                largest[h, rb] = torch.where(best.abs() > largest[h, rb].abs(), best, largest[h, rb])
+                total[h, rb] += row_sum[:, lo:hi].sum(1)
     counts = _block_counts(T, b, n)[:, None] * _block_counts(T, b, n)[None, :]  # (n, n) token pairs per block
     return Swept(stats, largest.numpy(), (total / counts).numpy(), b, mixed, terms)
 

@@ -11,7 +11,7 @@ import streamlit as st
 
 from ..checks import failure_message
 from ..figures.long_stats import STATS, long_stats_figure
-from ..pretrained.long import LongLayer, LongTraceCancelled, ModelLongTrace
+from ..pretrained.long import LongBlocks, LongTraceCancelled, ModelLongTrace
 from ..serve.hosting import FULL_SIZE, Budget
 from . import views
 from .cached_sources import CachedModel
@@ -122,7 +122,7 @@ class _LayerOf:
     load: Callable[[], ModelLongTrace]
     layer: int
 
-    def __call__(self) -> LongLayer:
+    def __call__(self) -> LongBlocks:
         return self.load().layer(self.layer)
 
 
