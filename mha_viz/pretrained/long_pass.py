@@ -72,9 +72,9 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
         cores: dict[int, Tensor] = {}  # mixer layer -> what the norm after its kernel received (T, H*d_v)
         with long_kernel(model.model, capture), torch.no_grad(), _kernel_outputs(mixers, cores):
             adapter.base(input_ids=torch.tensor([list(ids)], device=adapter.device()), use_cache=False)
-        for i in mixers:  # each mixer's input, as the forward pass gave it (MixerAdapter._keep_input)
-            x = adapter._inputs.pop(adapter.mixer(i))[0][0].float()  # (T, d_model)
-            capture.layers[i] = long_mixer_layer(adapter, i, x, cores.pop(i, None), tokens, overview_side)
+        for i in mixers:  # each mixer's input, as the forward pass gave it (MixerAdapter.taken_input)
+            capture.layers[i] = long_mixer_layer(adapter, i, adapter.taken_input(i), cores.pop(i, None), tokens,
+                                                 overview_side)
             capture.report()
     for layer in capture.layers.values():  # the hooked route's and the mixers' layers carry a self-check
         layer.meta.setdefault("model", model.name)
@@ -98,9 +98,8 @@ def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool, int | None]], m
                          f"{missing} only: it has no long trace")
     per_token = {}
     for i, site in mixers.items():
-        module = adapter.mixer(i)
         with torch.inference_mode():
-            factors = adapter.mixing(module, adapter._inputs.pop(module)[0][0].float()).factors
+            factors = adapter.mixing(adapter.mixer(i), adapter.taken_input(i)).factors
         per_token[i] = factors.nbytes // 2 + 4 * len(STAT_NAMES) * site.num_heads  # factors, then row statistics
     return bool(missing), per_token
 

@@ -101,6 +101,11 @@ class MixerAdapter(Adapter):
     def attention_site(self, layer: int) -> Site:
         raise NotImplementedError
 
+    def taken_input(self, layer: int) -> Tensor:
+        """What the layer's mixer received in the last forward pass, (T, d_model) float32, handed over: no longer
+        kept (a long trace's mixers, computed from it once)."""
+        return self._inputs.pop(self.mixer(layer))[0][0].float()
+
     def _keep_input(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         x = args[0] if args else kwargs.get("hidden_states", next(iter(kwargs.values())))  # its first argument
         cache = kwargs.get("cache", kwargs.get("cache_params", kwargs.get("past_key_values")))
