@@ -43,6 +43,16 @@ def painted(page) -> tuple[int, int, int]:
             page.locator(".st-key-long_stats .heatmaplayer image").count())
 
 
+def assert_fits_and_axe_clean(page, width: int) -> None:
+    """Nothing runs past the page, every overview head is whole, and axe finds no serious or critical violation."""
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+    for canvas in page.locator(f"{OVERVIEW} canvas.mv-heatmap").all():
+        assert 0 < canvas.evaluate("e => e.getBoundingClientRect().right") <= width
+    if axe_path() is not None:
+        violations = axe_violations(page)
+        assert violations == [], summary(violations)
+
+
 def open_long(browser, server: str, folder: str, width: int, text: str = TEXT, query: str = "", timeout: float = 240,
               height: int = 1400):
     """The Pretrained page with the model typed in (a local folder must be typed) and text: its long view drawn."""
@@ -108,12 +118,7 @@ def test_a_hybrids_mixer_layer_paints_its_long_view(server: str, browser, hybrid
     try:
         assert painted(page) == (4, 4, 1)
         assert page.get_by_text("signed value of the largest |M|").count() == 1
-        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
-        for canvas in page.locator(f"{OVERVIEW} canvas.mv-heatmap").all():
-            assert 0 < canvas.evaluate("e => e.getBoundingClientRect().right") <= width
-        if axe_path() is not None:
-            violations = axe_violations(page)
-            assert violations == [], summary(violations)
+        assert_fits_and_axe_clean(page, width)
     finally:
         assert page.errors == []
         page.close()

@@ -14,8 +14,7 @@ import pytest
 
 from harness.browser import CHROMIUM, wait_for_query
 from mha_viz.training.recall import example_text, sample
-from tests.axe import axe_path, axe_violations, summary
-from tests.browser.test_long_model_browser import OVERVIEW, open_long, painted
+from tests.browser.test_long_model_browser import assert_fits_and_axe_clean, open_long, painted
 
 if not Path(CHROMIUM).exists():
     if os.environ.get("CI"):
@@ -47,12 +46,7 @@ def test_its_button_opens_a_long_haystack_in_heads(server: str, browser, width: 
         page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=240_000)
         assert page.get_by_text("A long text: 2048 tokens").count() == 1
         assert painted(page)[0] == 4  # the layer's four heads
-        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
-        for canvas in page.locator(f"{OVERVIEW} canvas.mv-heatmap").all():
-            assert 0 < canvas.evaluate("e => e.getBoundingClientRect().right") <= width
-        if axe_path() is not None:
-            violations = axe_violations(page)
-            assert violations == [], summary(violations)
+        assert_fits_and_axe_clean(page, width)
     finally:
         assert page.errors == []
         page.close()
