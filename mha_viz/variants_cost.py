@@ -32,6 +32,12 @@ KV-cache bytes per token per layer, and the tokens a layer keeps for a context o
 
     MHA h·(d_k + d_v)·b, GQA/window/differential/MoH g·(d_k + d_v)·b (MoH keeps every head: any query may pick it),
     MLA (d_c + d_r)·b;  tokens kept: n, or min(n, w + s) in a window layer.
+
+A hybrid model (Qwen3-Next, Qwen3.5) replaces some attention layers by linear-attention layers (Gated DeltaNet). Such a
+layer keeps no KV cache: it keeps a state of fixed size, whatever the context (`LinearState`)::
+
+    state numbers  h_v·d_k·d_v (one d_k x d_v matrix per value head) + (c - 1)·(2·h_k·d_k + h_v·d_v) (the short
+                   convolution's last c - 1 inputs of q, k and v; c = the kernel width)
 """
 
 from __future__ import annotations
@@ -241,9 +247,39 @@ def variant_cost(shape: VariantShape, context: int, dtype_bytes: int = 2) -> Var
 
 
 @dataclass(frozen=True)
+class LinearState:
+    """A linear-attention (Gated DeltaNet) layer's recurrent state: h_k key heads of width d_k, h_v value heads of
+    width d_v, a short convolution of width c over q, k and v. Its size does not depend on the context."""
+
+    key_heads: int
+    value_heads: int
+    key_dim: int
+    value_dim: int
+    conv_width: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("key_heads", "value_heads", "key_dim", "value_dim", "conv_width"):
+            _whole(name, getattr(self, name), 1)
+        if self.value_heads % self.key_heads:
+            raise ValueError(f"key_heads = {self.key_heads} must divide value_heads = {self.value_heads}")
+
+    @property
+    def numbers(self) -> int:
+        """h_v·d_k·d_v + (c - 1)·(2·h_k·d_k + h_v·d_v): the matrix per value head and the convolution's inputs."""
+        recurrent = self.value_heads * self.key_dim * self.value_dim
+        conv = (self.conv_width - 1) * (2 * self.key_heads * self.key_dim + self.value_heads * self.value_dim)
+        return recurrent + conv
+
+    def bytes(self, dtype_bytes: int = 2) -> int:
+        _whole("dtype_bytes", dtype_bytes, 1)
+        return self.numbers * dtype_bytes
+
+
+@dataclass(frozen=True)
 class Preset:
-    """A real model's attention from its published config.json (source): the shape of a layer, its layer count, and
-    how many of those layers attend within the window (the others attend over everything)."""
+    """A real model's attention from its published config.json (source): the shape of a layer, its layer count, how
+    many of those layers attend within the window (the others attend over everything), and, in a hybrid, how many
+    layers are linear attention instead (`linear`: each keeps that fixed state, no KV cache)."""
 
     name: str
     shape: VariantShape
@@ -251,6 +287,13 @@ class Preset:
     source: str
     windowed_layers: int = 0
     note: str = ""
+    linear_layers: int = 0
+    linear: LinearState | None = None
+
+    def __post_init__(self) -> None:
+        if (self.linear_layers > 0) != (self.linear is not None) or not 0 <= self.linear_layers < self.layers:
+            raise ValueError("a hybrid gives linear_layers (fewer than layers, at least one attention layer) and "
+                             f"their LinearState together, got {self.linear_layers} and {self.linear}")
 
     def full_layer(self) -> VariantShape:
         """A layer without the window (gpt-oss alternates windowed and full layers; sink logits stay)."""
@@ -259,10 +302,20 @@ class Preset:
         variant = "gqa" if self.shape.kv_heads < self.shape.h else "mha"
         return replace(self.shape, variant=variant, window=0, sink_tokens=0, sink_logits=False)
 
+    @property
+    def attention_layers(self) -> int:
+        return self.layers - self.linear_layers
+
+    def state_bytes(self, dtype_bytes: int = 2) -> int:
+        """The linear layers' state, all of them: the same for every context."""
+        return 0 if self.linear is None else self.linear_layers * self.linear.bytes(dtype_bytes)
+
     def model_kv_cache_bytes(self, context: int, dtype_bytes: int = 2) -> int:
-        """The whole model's KV cache for a context: windowed layers keep at most the window, the others all n."""
+        """What the whole model keeps for a context: windowed layers at most the window, the other attention layers
+        all n, the linear layers their fixed state."""
+        full = self.attention_layers - self.windowed_layers
         return (self.windowed_layers * kv_cache_bytes(self.shape, context, dtype_bytes)
-                + (self.layers - self.windowed_layers) * kv_cache_bytes(self.full_layer(), context, dtype_bytes))
+                + full * kv_cache_bytes(self.full_layer(), context, dtype_bytes) + self.state_bytes(dtype_bytes))
 
 
 # Published config.json values of each model (hidden_size, num_attention_heads, num_key_value_heads, head_dim, ...),
@@ -284,22 +337,30 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            "openai/gpt-oss-20b config.json: hidden 2880, 24 layers, 64 heads, 8 KV heads, head_dim 64, "
            "sliding_window 128 on every other layer, attention sinks, attention_bias", windowed_layers=12,
            note="12 of 24 layers windowed"),
+    Preset("Qwen3-Next-80B-A3B", VariantShape("gqa", 2048, 16, head_dim=256, kv_heads=2, qk_norm=True), 48,
+           "Qwen/Qwen3-Next-80B-A3B-Instruct config.json (transformers' Qwen3NextConfig defaults): hidden 2048, "
+           "48 layers, full_attention_interval 4 (12 attention layers: 16 heads, 2 KV heads, head_dim 256); 36 Gated "
+           "DeltaNet layers: 16 key heads and 32 value heads of 128, linear_conv_kernel_dim 4",
+           note="36 of 48 layers linear", linear_layers=36, linear=LinearState(16, 32, 128, 128, 4)),
 )}
 
 
 @dataclass(frozen=True)
 class CostRow:
-    """One line of the comparison: a layer, its layer count and windowed layers (a model) or 1 (one layer)."""
+    """One line of the comparison: a layer, its layer count, windowed and linear layers (a model) or 1 (one layer)."""
 
     label: str
     shape: VariantShape
     layers: int = 1
     windowed_layers: int | None = None  # None: all layers when the shape is windowed
+    linear_layers: int = 0
+    linear: LinearState | None = None
 
     def model(self) -> Preset:
         windowed = self.layers if self.windowed_layers is None and self.shape.variant == "window" else (
             self.windowed_layers or 0)
-        return Preset(self.label, self.shape, self.layers, "", windowed)
+        return Preset(self.label, self.shape, self.layers, "", windowed, linear_layers=self.linear_layers,
+                      linear=self.linear)
 
 
 def human_bytes(n: float) -> str:
@@ -313,18 +374,23 @@ def human_bytes(n: float) -> str:
 
 def comparison(rows: list[CostRow], context: int, dtype_bytes: int = 2) -> dict[str, list]:
     """A table (column -> values, one entry a row): each row's variant beside MHA of the same d_model, h and head
-    widths; counts per layer, the cache for the context over all the row's layers, and the ratio MHA / variant."""
+    widths; counts per attention layer, the cache for the context over all the row's layers (a hybrid's linear layers
+    add their fixed state, also in its own column; MHA: every layer attention), and the ratio MHA / variant."""
     table: dict[str, list] = {k: [] for k in (
         "model", "variant", "layers", "parameters / layer", "MHA parameters / layer", "FLOPs / token / layer",
         "MHA FLOPs / token / layer", "KV bytes / token / layer", "MHA KV bytes / token / layer",
-        "KV cache (context)", "MHA KV cache (context)", "cache bytes", "MHA cache bytes", "MHA / variant cache")}
+        "linear layers' state", "KV cache (context)", "MHA KV cache (context)", "cache bytes", "MHA cache bytes",
+        "MHA / variant cache")}
     for row in rows:
         ours, mha = variant_cost(row.shape, context, dtype_bytes), variant_cost(mha_baseline(row.shape), context,
                                                                                  dtype_bytes)
         cache = row.model().model_kv_cache_bytes(context, dtype_bytes)
         mha_cache = row.layers * mha.kv_cache_bytes
+        state = row.model().state_bytes(dtype_bytes)
         values = (row.label, VARIANT_NAMES[row.shape.variant], row.layers, ours.params, mha.params, ours.total_flops,
-                  mha.total_flops, ours.kv_bytes_per_token, mha.kv_bytes_per_token, human_bytes(cache),
+                  mha.total_flops, ours.kv_bytes_per_token, mha.kv_bytes_per_token,
+                  f"{row.linear_layers} × {human_bytes(state // row.linear_layers)}" if state else "none",
+                  human_bytes(cache),
                   human_bytes(mha_cache), cache, mha_cache, mha_cache / cache)
         for key, value in zip(table, values):
             table[key].append(value)
@@ -332,4 +398,4 @@ def comparison(rows: list[CostRow], context: int, dtype_bytes: int = 2) -> dict[
 
 
 def preset_rows() -> list[CostRow]:
-    return [CostRow(p.name, p.shape, p.layers, p.windowed_layers) for p in PRESETS.values()]
+    return [CostRow(p.name, p.shape, p.layers, p.windowed_layers, p.linear_layers, p.linear) for p in PRESETS.values()]

@@ -1,4 +1,4 @@
-"""Shapes & cost, second part: an attention variant of the page's layer and five real models, each beside MHA
+"""Shapes & cost, second part: an attention variant of the page's layer and six real models (one a hybrid), each beside MHA
 (mha_viz.variants_cost), as a table and a bar chart of the KV cache for a context length."""
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ def variants_cost_view(cfg: MHAConfig, variant: LayerVariant | None = None) -> N
     """The variants beside MHA; variant: the page's own layer's (its row comes first when it is not plain MHA)."""
     st.subheader("Attention variants beside MHA")
     st.caption("Each row: a variant's layer and classic MHA with the same d_model, h and head widths. FLOPs are for one "
-               "new token reading the context; the KV cache is bf16 (2 bytes a number), for every layer of the model.")
+               "new token reading the context; the KV cache is bf16 (2 bytes a number), for every layer of the model. A "
+               "hybrid's linear-attention layers keep no KV cache but a state of fixed size (also bf16), the same at "
+               "every context: it is counted in its cache.")
     own = None if variant is None or variant.kind == "mha" else variant.shape(cfg)
     if own is not None:
         st.caption(f"The first row is the page's own layer ({LAYER_NAMES[variant.kind]}); pick another variant to "

@@ -1,4 +1,4 @@
-"""Shapes & cost: attention variants beside MHA, for the page's layer and five real models."""
+"""Shapes & cost: attention variants beside MHA, for the page's layer and six real models (one a hybrid)."""
 
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ from mha_viz.figures.cost import kv_cache_figure
 from mha_viz.variants_cost import (
     PRESETS,
     CostRow,
+    LinearState,
+    Preset,
     VariantShape,
     comparison,
     flops_per_token,
@@ -75,6 +77,47 @@ def test_gpt_oss_alternates_windowed_and_full_layers() -> None:
     per_token = 2 * 8 * 64 * 2  # 8 KV heads of head_dim 64
     assert kv_bytes_per_token(oss.shape) == per_token
     assert oss.model_kv_cache_bytes(100_000) == 12 * 128 * per_token + 12 * 100_000 * per_token
+
+
+def test_a_hybrids_linear_layers_keep_a_fixed_state_and_its_attention_layers_a_kv_cache() -> None:
+    qwen = PRESETS["Qwen3-Next-80B-A3B"]
+    state = 32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128)  # a 128 x 128 matrix per value head + 3 conv inputs
+    assert qwen.linear.numbers == state and qwen.attention_layers == 12
+    per_token = 2 * 2 * 256 * 2  # 2 KV heads of head_dim 256, bf16
+    for n in (1, 8192, 262_144):
+        assert qwen.model_kv_cache_bytes(n) == 12 * n * per_token + 36 * state * 2
+    assert qwen.state_bytes() == 36 * state * 2  # the same at every context
+    table = comparison([preset_rows()[-1]], 8192)
+    assert table["linear layers' state"] == ["36 × 1.05 MiB"] and table["KV cache (context)"] == ["230 MiB"]
+    assert table["MHA cache bytes"] == [48 * 8192 * 2 * 16 * 256 * 2]  # MHA: every layer attention, every head
+    with pytest.raises(ValueError, match="at least one attention layer"):
+        Preset("all linear", qwen.shape, 4, "", linear_layers=4, linear=qwen.linear)
+    with pytest.raises(ValueError, match="must divide"):
+        LinearState(3, 4, 8, 8)
+
+
+def test_the_linear_state_is_what_transformers_keeps_for_a_gated_deltanet_layer() -> None:
+    """The recurrent state a Qwen3-Next cache holds for a linear layer is h_v x d_k x d_v, and its convolution state
+    has one column of 2·h_k·d_k + h_v·d_v numbers per kernel tap (transformers keeps c taps, a step needs c - 1)."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3NextConfig
+
+    config = Qwen3NextConfig(vocab_size=50, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=8, linear_num_key_heads=2,
+                             linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=6,
+                             linear_conv_kernel_dim=3, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
+                             shared_expert_intermediate_size=8, layer_types=["linear_attention", "full_attention"])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        cache = model(input_ids=torch.arange(10)[None], use_cache=True).past_key_values
+    if not hasattr(cache, "get_recurrent_state"):
+        pytest.skip("this transformers keeps a linear layer's state in another cache class")
+    linear = LinearState(2, 4, 8, 6, conv_width=3)
+    recurrent, conv = cache.get_recurrent_state(0), cache.get_conv_state(0)  # (1, h_v, d_k, d_v), (1, conv dim, c)
+    assert recurrent[0].numel() == 4 * 8 * 6 and tuple(conv.shape[1:]) == (2 * 2 * 8 + 4 * 6, 3)
+    assert linear.numbers == recurrent[0].numel() + (conv.shape[2] - 1) * conv.shape[1]
 
 
 def test_moh_counts_the_heads_used_and_caches_every_head() -> None:
@@ -181,7 +224,8 @@ def test_mha_equals_torch_multihead_attention() -> None:
 def test_comparison_table_and_figure() -> None:
     rows = [CostRow("mine", VariantShape("gqa", 64, 4, kv_heads=1)), *preset_rows()]
     table = comparison(rows, 8192)
-    assert table["model"] == ["mine", "Llama-3-8B", "Qwen3-8B", "Mistral-7B", "DeepSeek-V3", "gpt-oss-20b"]
+    assert table["model"] == ["mine", "Llama-3-8B", "Qwen3-8B", "Mistral-7B", "DeepSeek-V3", "gpt-oss-20b",
+                              "Qwen3-Next-80B-A3B"]
     assert table["MHA / variant cache"][:2] == [4.0, 4.0]
     assert table["KV cache (context)"][1] == "1 GiB" and table["MHA KV cache (context)"][1] == "4 GiB"
     assert table["MHA / variant cache"][3] == 8.0  # Mistral at 8192 tokens: a 4096 window and 4x fewer KV heads
