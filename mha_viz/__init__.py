@@ -17,6 +17,7 @@ from .text import embed_text, embed_tokens, positional_encoding, tokenize
 from .trace import AttentionTrace
 
 __all__ = [
+    "HYBRID_MODEL",
     "INDUCTION_MODEL",
     "RECALL_MODEL",
     "AttentionTensors",
@@ -44,9 +45,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """load_model, PretrainedModel, INDUCTION_MODEL and RECALL_MODEL come from mha_viz.pretrained (torch): loaded on
-    first use."""
-    if name in ("load_model", "PretrainedModel", "INDUCTION_MODEL", "RECALL_MODEL"):
+    """load_model, PretrainedModel and the bundled models' names (INDUCTION_MODEL, RECALL_MODEL, HYBRID_MODEL) come
+    from mha_viz.pretrained (torch): loaded on first use."""
+    if name in ("load_model", "PretrainedModel", "INDUCTION_MODEL", "RECALL_MODEL", "HYBRID_MODEL"):
         from . import pretrained
 
         return getattr(pretrained, name)

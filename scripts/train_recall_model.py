@@ -1,11 +1,13 @@
-"""Train the bundled long-context model mha-viz/recall-16k from scratch, bit for bit.
+"""Train a bundled long-context model, mha-viz/recall-16k or mha-viz/hybrid-2l, from scratch, bit for bit.
 
-    python scripts/train_recall_model.py             retrain into mha_viz/models/recall-16k
+    python scripts/train_recall_model.py             retrain recall-16k into mha_viz/models/recall-16k
+    python scripts/train_recall_model.py --model mha-viz/hybrid-2l
+                                                     retrain the hybrid (Gated DeltaNet + attention) into its folder
     python scripts/train_recall_model.py --out DIR   into another folder
     python scripts/train_recall_model.py --check     retrain into a temporary folder and compare every file it
                                                      writes with the bundled one (exit 1 if any differs)
 
-The recipe is mha_viz.training.recall.Recipe() (recorded in the folder's recipe.json). Bit-for-bit equality needs the
+The recipe is mha_viz.training.recall.RECIPES[model] (recorded in the folder's recipe.json). Bit-for-bit equality needs the
 same torch build (requirements.txt) on a CPU with the same instruction set. Then it measures recall at 512 to
 16,384 tokens (mha_viz.training.recall.recall_accuracy), the figures of the model's README.
 """
@@ -21,16 +23,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's mha_viz, even if another is installed
 
 from mha_viz.pretrained import load_model
-from mha_viz.pretrained.loading import RECALL_SHA256, WEIGHTS_FILE, file_sha256, recall_model_dir
-from mha_viz.training.recall import GENERATED_FILES, Recipe, recall_accuracy, save, train
+from mha_viz.pretrained.loading import SHIPPED_MODELS, WEIGHTS_FILE, file_sha256, shipped_model_dir
+from mha_viz.training.recall import GENERATED_FILES, RECIPES, recall_accuracy, save, train
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=sorted(RECIPES), default="mha-viz/recall-16k", help="which model")
     parser.add_argument("--out", type=Path, help="folder to write (default: the bundled model's folder)")
     parser.add_argument("--check", action="store_true", help="retrain and compare with the bundled model")
     args = parser.parse_args()
-    recipe = Recipe()
+    recipe = RECIPES[args.model]
     total = sum(steps for steps, _, _ in recipe.stages())
     start = time.perf_counter()
 
@@ -40,7 +43,7 @@ def main() -> int:
 
     model = train(recipe, on_step=progress)
     with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch) if args.check else (args.out or recall_model_dir())
+        folder = Path(scratch) if args.check else (args.out or shipped_model_dir(args.model))
         save(model, recipe, folder)
         sha256 = file_sha256(folder / WEIGHTS_FILE)
         print(f"{folder / WEIGHTS_FILE}: sha256 {sha256}")
@@ -48,10 +51,11 @@ def main() -> int:
         for length in (512, 2048, 16384):
             print(f"recall at {length} tokens: {recall_accuracy(loaded, length):.3f}", flush=True)
         if not args.check:
-            if sha256 != RECALL_SHA256:
-                print(f"note: differs from RECALL_SHA256 {RECALL_SHA256} in mha_viz/pretrained/loading.py")
+            known = SHIPPED_MODELS.get(args.model, ("none recorded",))[0]
+            if sha256 != known:
+                print(f"note: differs from the sha256 in mha_viz/pretrained/loading.py: {known}")
             return 0
-        bundled = recall_model_dir()
+        bundled = shipped_model_dir(args.model)
         different = [name for name in GENERATED_FILES if (folder / name).read_bytes() != (bundled / name).read_bytes()]
         for name in GENERATED_FILES:
             print(f"  {name}: {'DIFFERS' if name in different else 'identical'}")

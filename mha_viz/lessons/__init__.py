@@ -48,6 +48,7 @@ LESSON_FILES: tuple[str, ...] = (  # the lessons in order (numbered from 1): add
     "heads_matter.toml",
     "induction.toml",
     "long_contexts.toml",
+    "beyond_softmax.toml",
 )
 TARGET_KINDS = ("control", "chart", "view")
 

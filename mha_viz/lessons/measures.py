@@ -395,3 +395,72 @@ def window_reach(state: ViewState) -> dict[str, Any]:
     n = len(tokenize(state.text))
     return {"window": state.window, "back": state.window - 1, "layers": state.reach_layers,
             "reach": reach_back(state.window, state.reach_layers), "tokens": n}
+
+
+# Lesson 8 (beyond softmax): the bundled hybrid's Gated DeltaNet layer (mha_viz.analysis.mixer_stats, as Head
+# statistics shows it) and the state a linear layer keeps (mha_viz.variants_cost, as Shapes & cost prices it).
+
+@measure
+def linear_layer(state: ViewState) -> dict[str, Any]:
+    """The page's mixer layer on the text: its rows' sums (range over every head and row), the share of |M| that
+    subtracts (per head, range), its most negative entry, the heads' decays and half-lives (range), and the head
+    with the longest half-life."""
+    from ..analysis import mixer_stats
+
+    trace = _model(state.model).trace(state.text, state.layer)
+    stats = mixer_stats(trace)
+    M = trace.weights.astype(np.float64)  # (H, T, T), signed
+    rows = M.sum(-1)  # (H, T)
+    head, t, s = map(int, np.unravel_index(int(np.argmin(M)), M.shape))
+    slow = int(np.argmax(stats.half_life))
+    return {"heads": trace.num_heads, "tokens": M.shape[-1], "row_min": float(rows.min()), "row_max": float(rows.max()),
+            "negative_min": float(stats.negative.min()), "negative_max": float(stats.negative.max()),
+            "most_negative": float(M[head, t, s]), "negative_head": head, "negative_back": t - s,
+            "decay_min": float(stats.decay.min()), "decay_max": float(stats.decay.max()),
+            "half_life_min": float(stats.half_life.min()), "half_life_max": float(stats.half_life.max()),
+            "slow_head": slow, "slow_decay": float(stats.decay[slow])}
+
+
+@measure
+def linear_state(state: ViewState) -> dict[str, Any]:
+    """What Qwen3-Next-80B-A3B keeps at the context slider's length (bf16): its 36 Gated DeltaNet layers' fixed state,
+    its 12 attention layers' KV cache, and the KV cache the same 48 layers would keep if all were attention."""
+    from ..variants_cost import PRESETS, human_bytes, kv_cache_bytes
+
+    qwen, n = PRESETS["Qwen3-Next-80B-A3B"], state.cost_context
+    kv = qwen.attention_layers * kv_cache_bytes(qwen.shape, n)
+    all_attention = qwen.layers * kv_cache_bytes(qwen.shape, n)
+    return {"context": n, "linear_layers": qwen.linear_layers, "attention_layers": qwen.attention_layers,
+            "state": human_bytes(qwen.state_bytes()), "state_layer": human_bytes(qwen.linear.bytes()),
+            "kv": human_bytes(kv), "total": human_bytes(qwen.model_kv_cache_bytes(n)),
+            "all_attention": human_bytes(all_attention), "saving": all_attention / qwen.model_kv_cache_bytes(n),
+            "state_tokens": qwen.linear.bytes() / kv_cache_bytes(qwen.shape, 1)}
+
+
+RECALL_LENGTH, RECALL_SEQUENCES, RECALL_NEEDLES = 512, 4, 4  # lesson 8's recall measurement: 16 queries
+
+
+@measure
+def linear_memory(state: ViewState) -> dict[str, Any]:
+    """The page's Gated DeltaNet layer's decays and half-lives (range over heads), and the model's recall with and
+    without the layer's short convolution (cut to the token itself, on a copy of the model: the loaded one is shared)."""
+    import copy
+
+    import torch
+
+    from ..analysis import mixer_stats
+    from ..training.recall import recall_accuracy
+
+    model = _model(state.model)
+    stats = mixer_stats(model.trace(state.text, state.layer))
+    cut = copy.deepcopy(model.model)
+    mixer = getattr(cut.model.layers[state.layer], "linear_attn", None)
+    if mixer is None:
+        raise ValueError(f"layer {state.layer} of {state.model} is not a Gated DeltaNet layer with a convolution")
+    with torch.no_grad():
+        mixer.conv1d.weight[..., :-1] = 0  # (channels, 1, taps): keep only the last tap, the token itself
+    runs = dict(sequences=RECALL_SEQUENCES, needles=RECALL_NEEDLES)
+    return {"decay_min": float(stats.decay.min()), "decay_max": float(stats.decay.max()),
+            "half_life_min": float(stats.half_life.min()), "half_life_max": float(stats.half_life.max()),
+            "recall": recall_accuracy(model, RECALL_LENGTH, **runs), "recall_cut": recall_accuracy(cut, RECALL_LENGTH, **runs),
+            "queries": RECALL_SEQUENCES * RECALL_NEEDLES, "length": RECALL_LENGTH}

@@ -41,10 +41,13 @@ INDUCTION_MODEL = "mha-viz/induction-2l"  # trained by this project, shipped in 
 INDUCTION_SHA256 = "a78d4bf1164d72046330889600bd720d1ee7108f143651f0cfb55caa9f1b5913"
 RECALL_MODEL = "mha-viz/recall-16k"  # trained by this project (scripts/train_recall_model.py), shipped beside it
 RECALL_SHA256 = "99fc4063f555c960d22e43d47d1895840b4c89327d7eee865a3a8b2447141954"
+HYBRID_MODEL = "mha-viz/hybrid-2l"  # the same task learned by a Gated DeltaNet layer and an attention layer (Qwen3.5)
+HYBRID_SHA256 = "c35b48c5c97250d91c8a6203f6ea59a3b4a57c9480ecf64ffd1217a405542d1d"
 # the models trained by this project and shipped in mha_viz/models/: name -> (weights' sha256, the script that
 # retrains them)
 SHIPPED_MODELS = {INDUCTION_MODEL: (INDUCTION_SHA256, "scripts/train_induction_model.py"),
-                  RECALL_MODEL: (RECALL_SHA256, "scripts/train_recall_model.py")}
+                  RECALL_MODEL: (RECALL_SHA256, "scripts/train_recall_model.py"),
+                  HYBRID_MODEL: (HYBRID_SHA256, "scripts/train_recall_model.py --model mha-viz/hybrid-2l")}
 HUB_TIMEOUT = 5.0  # seconds to wait for the hub's answer before giving up
 _LOADING = threading.Lock()  # one model load at a time in this process
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]  # config, weights, tokenizer
@@ -104,8 +107,8 @@ def load_model(
     """Load a model to trace.
 
     None: the bundled all-MiniLM-L6-v2, refused unless its weights have the known sha256.
-    INDUCTION_MODEL ("mha-viz/induction-2l"), RECALL_MODEL ("mha-viz/recall-16k"): the causal models shipped in the
-    package, checked the same way.
+    INDUCTION_MODEL ("mha-viz/induction-2l"), RECALL_MODEL ("mha-viz/recall-16k"), HYBRID_MODEL ("mha-viz/hybrid-2l"):
+    the causal models shipped in the package, checked the same way.
     A folder with config.json: that model (with sha256: refused unless model.safetensors matches).
     A hub id ("gpt2", "org/name"): from the local Hugging Face cache, else downloaded from the hub.
     folders=False: a name is only ever a hub id, never a folder on this machine (for names that come

@@ -82,7 +82,7 @@ class ModelRefusedError(ValueError):
     """A public demo refuses a model before reading it: off its allow-list, too large, or of a size it cannot learn."""
 
 
-SHIPPED = ("", "mha-viz/induction-2l", "mha-viz/recall-16k")  # the bundled MiniLM and causal models: small
+SHIPPED = ("", "mha-viz/induction-2l", "mha-viz/recall-16k", "mha-viz/hybrid-2l")  # the bundled MiniLM and causal models: small
 MB = 1 << 20  # as MHA_VIZ_CACHE_MB
 
 
@@ -129,8 +129,8 @@ def check_model(name: str, allowed: tuple[str, ...] | None, limits: Budget | Non
         return
     if limits.max_model_mb is None:
         raise ModelRefusedError(
-            "this public demo loads only its bundled models (all-MiniLM-L6-v2, mha-viz/induction-2l and "
-            "mha-viz/recall-16k); its "
+            "this public demo loads only its bundled models (all-MiniLM-L6-v2, mha-viz/induction-2l, "
+            "mha-viz/recall-16k and mha-viz/hybrid-2l); its "
             "operator can list others (MHA_VIZ_ALLOWED_MODELS) or allow hub models up to a size (MHA_VIZ_MAX_MODEL_MB)")
     nbytes = size(name)
     if nbytes > limits.max_model_mb * MB:

@@ -1,5 +1,6 @@
-"""The bundled long-context model mha-viz/recall-16k: a 2-layer attention-only LLaMA (rotary positions) that finds
-a needle 16,384 tokens back.
+"""The bundled long-context models: mha-viz/recall-16k, a 2-layer attention-only SmolLM3 that finds a needle 16,384
+tokens back, and mha-viz/hybrid-2l, the same task learned by a Gated DeltaNet layer (linear attention) and an attention
+layer (a Qwen3.5 hybrid).
 
 Vocabulary: induction-2l's (mha_viz.training.induction: <bos>, <unk>, lowercase words, '.' and ','), its 25 animal
 names reserved as KEYS: they occur only in needles and queries, never in the haystack.
@@ -11,12 +12,14 @@ places, then the n queries "key value" in a random order at the end:
 Loss: next-token cross-entropy on each query's value (predicted at its key), averaged over the batch: the model
 must find where its key was written and read the word that followed, however far back (associative recall).
 
-Model: LlamaForCausalLM (2 layers, 4 heads of 32 dims, d_model 128, rotary positions with base rope_theta,
-max_position_embeddings 16,384, untied unembedding). LLaMA blocks always have an MLP: here it has one hidden unit
-and its weights are zero and frozen (as is post_attention_layernorm, which only feeds it), so MLP(x) =
-down(SiLU(0) * 0) = 0 exactly: the model is attention-only. It trains on seq_len tokens and reads 16,384: rotary
-scores depend on the distance only, and a large rope_theta leaves slow dimensions that hardly turn over 16k tokens
-for the content match.
+recall-16k (Recipe()): SmolLM3ForCausalLM, 2 layers, 4 heads of 32 dims, d_model 128, max_position_embeddings
+16,384, untied unembedding; layer 0 rotates q and k (RoPE, base rope_theta) within a 16-token window, layer 1 uses
+no positions (NoPE). It trains on seq_len tokens and reads 16,384: the window and NoPE see the same at any length.
+hybrid-2l (HYBRID): Qwen3_5ForCausalLM of the same sizes; layer 0 is a Gated DeltaNet (linear attention: its heads'
+mixing matrices are mha_viz.mixers', its short convolution mixes each token with the 3 before it), layer 1 full
+attention with Qwen3.5's output gate and rotary positions on a quarter of each head.
+The MLPs have one hidden unit, and their weights are zero and frozen (as is post_attention_layernorm, which only
+feeds them), so MLP(x) = down(SiLU(0) * 0) = 0 exactly: the models are attention-only (mixer-only).
 
 Training: Adam at a constant lr, one fresh batch per step, seeded initialisation and data, one torch thread and
 torch.use_deterministic_algorithms(True): the same Recipe on the same torch build and CPU gives bit-for-bit the same
@@ -40,7 +43,7 @@ from .tasks import IGNORE
 from .trainer import torch_threads
 
 if TYPE_CHECKING:
-    from transformers import LlamaForCausalLM
+    from transformers import PreTrainedModel
 
 KEYS: tuple[str, ...] = (
     "cat", "dog", "fox", "owl", "bee", "cow", "pig", "hen", "rat", "bat", "ant", "elk", "yak", "bird", "fish",
@@ -49,6 +52,7 @@ KEYS: tuple[str, ...] = (
 KEY_IDS = torch.tensor([VOCABULARY.index(k) for k in KEYS])
 WORD_IDS = torch.tensor([i for i in range(FIRST_WORD_ID, len(VOCABULARY)) if VOCABULARY[i] not in KEYS])
 POSITIONS = 16384  # what the model reads: max_position_embeddings
+HYBRID_TOKENS = 48  # what the app opens hybrid-2l on: a haystack short enough to read each mixing matrix
 FULL_TOKENS = 512  # the tokenizer's model_max_length: the longest input traced in full ([H, T, T]); longer ones
 # get a long trace (PretrainedModel.long_trace), which reads every position
 GENERATED_FILES = (
@@ -72,6 +76,10 @@ class Recipe:
     rope_theta: float = 1e4
     rotary_layers: int = 1  # the first layers rotate q and k (RoPE); the others use no positions at all (NoPE)
     window: int | None = 16  # the rotary layers see only this many tokens (a sliding window), whatever the length
+    # not empty: a hybrid Qwen3.5 (qwen3_5_text) whose layers of these numbers are Gated DeltaNet (linear attention:
+    # no positions, a state of fixed size) and the others full attention rotating a quarter of each head's dimensions
+    # (Qwen3.5's partial rotary); rotary_layers and window must then be 0 and None
+    linear_layers: tuple[int, ...] = ()
     d_model: int = 128
     num_heads: int = 4
     num_layers: int = 2
@@ -84,17 +92,26 @@ class Recipe:
             raise ValueError(f"need steps, batch_size >= 1 and num_heads dividing d_model, got {self}")
         if any(n < 0 or not 1 + 4 * self.max_needles + 8 <= T <= POSITIONS or b < 1 for n, T, b in self.longer):
             raise ValueError(f"need each longer stage's (steps >= 0, seq_len <= {POSITIONS}, batch >= 1), got {self}")
+        if self.linear_layers and (self.rotary_layers or self.window is not None
+                                   or not set(self.linear_layers) < set(range(self.num_layers))):
+            raise ValueError(f"a hybrid (linear_layers) needs rotary_layers = 0, window = None, layer numbers below "
+                             f"num_layers and at least one attention layer, got {self}")
 
     def stages(self) -> list[tuple[int, int, int]]:
         """(steps, seq_len, batch_size) of each stage, in order: the first one's, then the longer ones."""
         return [(self.steps, self.seq_len, self.batch_size), *self.longer]
 
 
-def build_model(recipe: Recipe) -> LlamaForCausalLM:
-    """A freshly initialised LlamaForCausalLM (seeded; the global RNG is left alone), MLPs zeroed and frozen."""
-    from transformers import AutoModelForCausalLM, SmolLM3Config
+HYBRID = Recipe(linear_layers=(0,), rotary_layers=0, window=None)  # hybrid-2l's recipe: the rest as recall-16k's
+RECIPES = {"mha-viz/recall-16k": Recipe(), "mha-viz/hybrid-2l": HYBRID}  # each bundled model's recipe, by name
 
-    config = SmolLM3Config(
+
+def build_model(recipe: Recipe) -> PreTrainedModel:
+    """A freshly initialised causal LM (seeded; the global RNG is left alone), MLPs zeroed and frozen: SmolLM3, or
+    Qwen3.5 with Gated DeltaNet layers at recipe.linear_layers."""
+    from transformers import AutoModelForCausalLM, Qwen3_5TextConfig, SmolLM3Config
+
+    common = dict(
         vocab_size=len(VOCABULARY),
         hidden_size=recipe.d_model,
         intermediate_size=1,  # the smallest MLP; zero and frozen below
@@ -102,17 +119,30 @@ def build_model(recipe: Recipe) -> LlamaForCausalLM:
         num_attention_heads=recipe.num_heads,
         num_key_value_heads=recipe.num_heads,
         max_position_embeddings=POSITIONS,
-        rope_parameters={"rope_type": "default", "rope_theta": recipe.rope_theta},
-        no_rope_layers=[int(layer < recipe.rotary_layers) for layer in range(recipe.num_layers)],  # 0: no positions
-        use_sliding_window=recipe.window is not None,
-        sliding_window=recipe.window,
-        layer_types=[("sliding_attention" if recipe.window and layer < recipe.rotary_layers else "full_attention")
-                     for layer in range(recipe.num_layers)],
         tie_word_embeddings=False,
         bos_token_id=VOCABULARY.index(BOS),
         eos_token_id=None,
         pad_token_id=None,
     )
+    head_dim = recipe.d_model // recipe.num_heads
+    if recipe.linear_layers:
+        config = Qwen3_5TextConfig(
+            **common, head_dim=head_dim, linear_num_key_heads=recipe.num_heads, linear_num_value_heads=recipe.num_heads,
+            linear_key_head_dim=head_dim, linear_value_head_dim=head_dim,
+            rope_parameters={"rope_type": "default", "rope_theta": recipe.rope_theta, "partial_rotary_factor": 0.25},
+            layer_types=[("linear_attention" if layer in recipe.linear_layers else "full_attention")
+                         for layer in range(recipe.num_layers)],
+        )
+    else:
+        config = SmolLM3Config(
+            **common,
+            rope_parameters={"rope_type": "default", "rope_theta": recipe.rope_theta},
+            no_rope_layers=[int(layer < recipe.rotary_layers) for layer in range(recipe.num_layers)],  # 0: no positions
+            use_sliding_window=recipe.window is not None,
+            sliding_window=recipe.window,
+            layer_types=[("sliding_attention" if recipe.window and layer < recipe.rotary_layers else "full_attention")
+                         for layer in range(recipe.num_layers)],
+        )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(recipe.seed)
         model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
@@ -169,7 +199,7 @@ def recall_loss(logits: Tensor, tokens: Tensor, predictable: Tensor) -> Tensor:
     return F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
 
 
-def train(recipe: Recipe = Recipe(), *, on_step: Callable[[int, float], None] | None = None) -> LlamaForCausalLM:
+def train(recipe: Recipe = Recipe(), *, on_step: Callable[[int, float], None] | None = None) -> PreTrainedModel:
     """Train the model of `recipe`; on_step(step, loss) after every step. Returns the model in eval mode."""
     deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
@@ -221,7 +251,7 @@ def recall_accuracy(model: Any, length: int, *, sequences: int = 4, needles: int
     return right / total
 
 
-def save(model: LlamaForCausalLM, recipe: Recipe, folder: Path) -> None:
+def save(model: PreTrainedModel, recipe: Recipe, folder: Path) -> None:
     """config.json, generation_config.json, model.safetensors, tokenizer files and recipe.json into folder."""
     folder.mkdir(parents=True, exist_ok=True)
     model.config._attn_implementation = "eager"  # what a reader of the weights gets; the long kernel replaces it

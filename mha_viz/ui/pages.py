@@ -260,9 +260,10 @@ def _layer_control(source: ModelSource, s: ViewState, hidden: frozenset[str], vi
     payload = layer_payload(source, hidden) if switches else None
     failed = {} if payload is None else {  # said above a layer's heads in the browser, as st.error says it here
         str(i): message for i in range(source.num_layers) if (message := failure_message(source.trace(i)))}
-    heads_component(payload or no_weights(source.num_layers), view="heads" if payload else "buttons", layer=s.layer,
-                    subtitle=subtitle, failed=failed, key="layer_switch", on_layer=_set_layer,
-                    marks=layer_marks(source.layer_kinds) if capable(source, "hybrid") else None)
+    with st.container(key="figure_layer_switch"):  # as chart() keys a chart's box: a lesson's "Show me" finds it
+        heads_component(payload or no_weights(source.num_layers), view="heads" if payload else "buttons",
+                        layer=s.layer, subtitle=subtitle, failed=failed, key="layer_switch", on_layer=_set_layer,
+                        marks=layer_marks(source.layer_kinds) if capable(source, "hybrid") else None)
     if switches and payload is None:
         st.caption("Every layer of this model at once is more than this page should hold: a layer button asks the "
                    "server for that layer.")

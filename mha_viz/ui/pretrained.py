@@ -9,33 +9,39 @@ from ..params import CAUSAL_EXAMPLE, DEFAULT_TEXT, PARTS, value_notice
 from ..pretrained import (
     BUNDLED_INSTALL,
     BUNDLED_MODEL,
+    HYBRID_MODEL,
     INDUCTION_MODEL,
     RECALL_MODEL,
     PretrainedModel,
     bundled_model_installed,
 )
-from ..training.recall import example_text
+from ..training.recall import HYBRID_TOKENS, example_text
 from .state import confine, mark_typed, put
 from .state import value as field_value
 from .text import plain
 
 BUNDLED = {"": "all-MiniLM-L6-v2 (encoder)", INDUCTION_MODEL: "induction-2l (causal)",
-           RECALL_MODEL: "recall-16k (causal, 16k positions)"}  # all work offline
+           RECALL_MODEL: "recall-16k (causal, 16k positions)",
+           HYBRID_MODEL: "hybrid-2l (Gated DeltaNet + attention)"}  # all work offline
 LISTED = {"": f"{BUNDLED_MODEL} (bundled)", INDUCTION_MODEL: f"{INDUCTION_MODEL} (bundled, causal)",
-          RECALL_MODEL: f"{RECALL_MODEL} (bundled, causal, 16k positions)"}
+          RECALL_MODEL: f"{RECALL_MODEL} (bundled, causal, 16k positions)",
+          HYBRID_MODEL: f"{HYBRID_MODEL} (bundled, causal, linear + attention layers)"}
 RECALL_EXAMPLE = example_text(2048)  # a haystack of 2,048 tokens, four needles, the queries at the end
-EXAMPLES = {INDUCTION_MODEL: CAUSAL_EXAMPLE, RECALL_MODEL: RECALL_EXAMPLE}  # what a bundled causal model opens on
+HYBRID_EXAMPLE = example_text(HYBRID_TOKENS, needles=2)  # short enough to draw each mixing matrix in full
+EXAMPLES = {INDUCTION_MODEL: CAUSAL_EXAMPLE, RECALL_MODEL: RECALL_EXAMPLE,
+            HYBRID_MODEL: HYBRID_EXAMPLE}  # what a bundled causal model opens on
 
 
 def _pick(name: str) -> None:
     """Open a bundled model; the causal ones start on an input of their own words (induction-2l in Generate on a
-    repeat; recall-16k in Heads on a long haystack, its needles asked for at the end)."""
+    repeat; recall-16k in Heads on a long haystack, its needles asked for at the end; hybrid-2l in Heads on a short
+    one)."""
     put("model", name)
     if field_value("text") in (DEFAULT_TEXT, *EXAMPLES.values()):
         put("text", EXAMPLES.get(name, DEFAULT_TEXT))
     if name == INDUCTION_MODEL:
         put("view", "Generate")
-    elif name == RECALL_MODEL:
+    elif name in (RECALL_MODEL, HYBRID_MODEL):
         put("view", "Heads")
 
 

@@ -76,6 +76,37 @@ def test_a_hybrid_models_layers_say_their_kind_fit_and_work_by_keyboard(server: 
         page.close()
 
 
+@pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
+def test_the_bundled_hybrids_button_opens_its_gated_deltanet_layer(server: str, browser, width: int) -> None:
+    """mha-viz/hybrid-2l (lesson 8's model) from its sidebar button, by keyboard: Heads on its own haystack, the
+    Gated DeltaNet layer's four mixing matrices painted, the layer buttons naming both kinds, the page fitting."""
+    page = browser.new_page(viewport={"width": width, "height": 1200}, is_mobile=width == 390)
+    page.errors = []
+    page.on("pageerror", lambda err: page.errors.append(str(err)))
+    try:
+        page.goto(f"{server}/?mode=Pretrained")
+        if width < 600:  # the sidebar starts closed on a phone
+            page.locator('[data-testid="stExpandSidebarButton"]').click()
+        button = page.get_by_role("button", name="hybrid-2l (Gated DeltaNet + attention)")
+        button.focus()
+        page.keyboard.press("Enter")
+        wait_for_query(page, r"model=mha-viz(/|%2F)hybrid-2l")
+        if width < 600:
+            page.locator('[data-testid="stSidebarCollapseButton"] button').click()
+        wait_for_heads(page, 4)
+        page.get_by_text("Layer 0 is a Gated DeltaNet layer").wait_for()
+        assert page.locator(LAYERS).all_inner_texts() == ["0 lin", "1 attn"]
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+        for root in renderers(page):
+            assert root["right"] <= root["left"] + root["width"] + 1, root
+        if axe_path() is not None:
+            violations = axe_violations(page)
+            assert violations == [], summary(violations)
+    finally:
+        assert page.errors == []
+        page.close()
+
+
 def test_layers_with_more_mixer_heads_than_attention_heads_paint_their_own_heads(server: str, browser,
                                                                                 tmp_path_factory) -> None:
     """Bamba with 8 Mamba-2 heads a layer beside 4 attention heads: each layer paints its own heads, no more."""
