@@ -8,20 +8,16 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from mha_viz.parts import SECTIONS, VIEWS
 from mha_viz.pretrained import HYBRID_MODEL, load_model
 from mha_viz.ui.pretrained import HYBRID_EXAMPLE
 from tests.app.test_app_families import APP
+from tests.app.test_recall_app import assert_every_view_and_section_draws_or_says_why, opened_by_button
 from tests.renderer_json import shown_layer
 
 
 @pytest.fixture(scope="module")
 def opened() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.query_params["mode"] = "Pretrained"
-    at.run()
-    at.button(key="pick_hybrid-2l").click().run()
-    return at
+    return opened_by_button("pick_hybrid-2l")
 
 
 def test_its_button_opens_heads_on_a_short_haystack_with_each_layers_kind(opened: AppTest) -> None:
@@ -48,13 +44,4 @@ def test_the_linear_layer_is_drawn_as_its_signed_mixing_matrices() -> None:
 
 @pytest.mark.slow
 def test_every_view_and_section_draws_or_says_why(opened: AppTest) -> None:
-    at = opened
-    for view in VIEWS.menu("Pretrained"):
-        if view not in at.button_group(key="view").options:
-            continue
-        at.button_group(key="view").set_value(view).run()
-        assert not at.exception and not at.error, view
-    at.button_group(key="view").set_value("Analysis").run()
-    for section in SECTIONS.menu("Pretrained"):
-        at.button_group(key="section").set_value(section).run()
-        assert not at.exception and not at.error, section
+    assert_every_view_and_section_draws_or_says_why(opened)

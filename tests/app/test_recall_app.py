@@ -13,13 +13,30 @@ from mha_viz.ui.pretrained import RECALL_EXAMPLE
 from tests.app.test_app_families import APP
 
 
-@pytest.fixture(scope="module")
-def opened() -> AppTest:
+def opened_by_button(key: str) -> AppTest:
+    """The Pretrained page after a click on a bundled model's sidebar button (key: pick_<name>)."""
     at = AppTest.from_file(APP, default_timeout=300)
     at.query_params["mode"] = "Pretrained"
     at.run()
-    at.button(key="pick_recall-16k").click().run()
+    at.button(key=key).click().run()
     return at
+
+
+def assert_every_view_and_section_draws_or_says_why(at: AppTest) -> None:
+    for view in VIEWS.menu("Pretrained"):
+        if view not in at.button_group(key="view").options:
+            continue
+        at.button_group(key="view").set_value(view).run()
+        assert not at.exception and not at.error, view
+    at.button_group(key="view").set_value("Analysis").run()
+    for section in SECTIONS.menu("Pretrained"):
+        at.button_group(key="section").set_value(section).run()
+        assert not at.exception and not at.error, section
+
+
+@pytest.fixture(scope="module")
+def opened() -> AppTest:
+    return opened_by_button("pick_recall-16k")
 
 
 def test_its_button_opens_heads_on_a_long_haystack(opened: AppTest) -> None:
@@ -32,13 +49,4 @@ def test_its_button_opens_heads_on_a_long_haystack(opened: AppTest) -> None:
 
 @pytest.mark.slow
 def test_every_view_and_section_draws_or_says_why(opened: AppTest) -> None:
-    at = opened
-    for view in VIEWS.menu("Pretrained"):
-        if view not in at.button_group(key="view").options:
-            continue
-        at.button_group(key="view").set_value(view).run()
-        assert not at.exception and not at.error, view
-    at.button_group(key="view").set_value("Analysis").run()
-    for section in SECTIONS.menu("Pretrained"):
-        at.button_group(key="section").set_value(section).run()
-        assert not at.exception and not at.error, section
+    assert_every_view_and_section_draws_or_says_why(opened)

@@ -17,6 +17,7 @@ from transformers import AutoTokenizer
 from harness.browser import renderers, wait_for_heads, wait_for_query
 from mha_viz.pretrained import bundled_model_dir
 from tests.axe import axe_path, axe_violations, summary
+from tests.browser.test_recall_browser import open_by_button
 from tests.tiny_causal import random_causal_lm, saved_random_models
 from tests.unit.test_mixers import HYBRID, slow_decays
 
@@ -36,6 +37,16 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> str:
     model.save_pretrained(path)
     AutoTokenizer.from_pretrained(bundled_model_dir()).save_pretrained(path)
     return str(path)
+
+
+def assert_renderers_fit_and_axe_clean(page, width: int) -> None:
+    """Nothing runs past the page or its renderer's box, and axe finds no serious or critical violation."""
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+    for root in renderers(page):
+        assert root["right"] <= root["left"] + root["width"] + 1, root
+    if axe_path() is not None:
+        violations = axe_violations(page)
+        assert violations == [], summary(violations)
 
 
 def open_model(browser, server: str, folder: str, width: int, view: str = "Heads", height: int = 1200):
@@ -61,12 +72,7 @@ def test_a_hybrid_models_layers_say_their_kind_fit_and_work_by_keyboard(server: 
         wait_for_heads(page, 4)
         page.get_by_text("Layer 0 is a Gated DeltaNet layer").wait_for()
         assert page.locator(LAYERS).all_inner_texts() == ["0 lin", "1 lin", "2 lin", "3 attn"]
-        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
-        for root in renderers(page):
-            assert root["right"] <= root["left"] + root["width"] + 1, root
-        if axe_path() is not None:
-            violations = axe_violations(page)
-            assert violations == [], summary(violations)
+        assert_renderers_fit_and_axe_clean(page, width)
         page.locator(f'{LAYERS}[aria-pressed="true"]').focus()
         page.keyboard.press("ArrowRight")
         wait_for_query(page, "layer=1")
@@ -80,28 +86,12 @@ def test_a_hybrid_models_layers_say_their_kind_fit_and_work_by_keyboard(server: 
 def test_the_bundled_hybrids_button_opens_its_gated_deltanet_layer(server: str, browser, width: int) -> None:
     """mha-viz/hybrid-2l (lesson 8's model) from its sidebar button, by keyboard: Heads on its own haystack, the
     Gated DeltaNet layer's four mixing matrices painted, the layer buttons naming both kinds, the page fitting."""
-    page = browser.new_page(viewport={"width": width, "height": 1200}, is_mobile=width == 390)
-    page.errors = []
-    page.on("pageerror", lambda err: page.errors.append(str(err)))
+    page = open_by_button(browser, server, "hybrid-2l (Gated DeltaNet + attention)", "hybrid-2l", width, height=1200)
     try:
-        page.goto(f"{server}/?mode=Pretrained")
-        if width < 600:  # the sidebar starts closed on a phone
-            page.locator('[data-testid="stExpandSidebarButton"]').click()
-        button = page.get_by_role("button", name="hybrid-2l (Gated DeltaNet + attention)")
-        button.focus()
-        page.keyboard.press("Enter")
-        wait_for_query(page, r"model=mha-viz(/|%2F)hybrid-2l")
-        if width < 600:
-            page.locator('[data-testid="stSidebarCollapseButton"] button').click()
         wait_for_heads(page, 4)
         page.get_by_text("Layer 0 is a Gated DeltaNet layer").wait_for()
         assert page.locator(LAYERS).all_inner_texts() == ["0 lin", "1 attn"]
-        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
-        for root in renderers(page):
-            assert root["right"] <= root["left"] + root["width"] + 1, root
-        if axe_path() is not None:
-            violations = axe_violations(page)
-            assert violations == [], summary(violations)
+        assert_renderers_fit_and_axe_clean(page, width)
     finally:
         assert page.errors == []
         page.close()

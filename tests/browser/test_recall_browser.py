@@ -24,21 +24,27 @@ if not Path(CHROMIUM).exists():
 BUTTON = "recall-16k (causal, 16k positions)"
 
 
-@pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
-def test_its_button_opens_a_long_haystack_in_heads(server: str, browser, width: int) -> None:
-    page = browser.new_page(viewport={"width": width, "height": 1400}, is_mobile=width == 390)
+def open_by_button(browser, server: str, label: str, name: str, width: int, height: int = 1400):
+    """The Pretrained page after the keyboard (as a click would) pressed a bundled model's sidebar button (label) and
+    the URL names the model (name after "mha-viz/"); on a phone the sidebar is opened for it and closed again."""
+    page = browser.new_page(viewport={"width": width, "height": height}, is_mobile=width == 390)
     page.errors = []
     page.on("pageerror", lambda err: page.errors.append(str(err)))
+    page.goto(f"{server}/?mode=Pretrained")
+    if width < 600:  # the sidebar starts closed on a phone
+        page.locator('[data-testid="stExpandSidebarButton"]').click()
+    page.get_by_role("button", name=label).focus()
+    page.keyboard.press("Enter")
+    wait_for_query(page, rf"model=mha-viz(/|%2F){name}")
+    if width < 600:
+        page.locator('[data-testid="stSidebarCollapseButton"] button').click()
+    return page
+
+
+@pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
+def test_its_button_opens_a_long_haystack_in_heads(server: str, browser, width: int) -> None:
+    page = open_by_button(browser, server, BUTTON, "recall-16k", width)  # in Heads, the default view
     try:
-        page.goto(f"{server}/?mode=Pretrained")
-        if width < 600:  # the sidebar starts closed on a phone
-            page.locator('[data-testid="stExpandSidebarButton"]').click()
-        button = page.get_by_role("button", name=BUTTON)
-        button.focus()
-        page.keyboard.press("Enter")  # the keyboard opens it, as a click does
-        wait_for_query(page, r"model=mha-viz(/|%2F)recall-16k")  # in Heads, the default view
-        if width < 600:
-            page.locator('[data-testid="stSidebarCollapseButton"] button').click()
         deadline = time.monotonic() + 240
         while not all(painted(page)):
             assert time.monotonic() < deadline, f"the long view did not paint: {painted(page)}"

@@ -1,25 +1,21 @@
-"""The bundled long-context model mha-viz/recall-16k: integrity, offline loading, what it learned (it finds a needle
+"""The bundled long-context model mha-viz/recall-16k: offline loading, what it learned (it finds a needle
 16,384 tokens back, through a previous-token head in layer 0 and retrieval heads in layer 1), its long trace at 16k
-tokens, and its training data and determinism."""
+tokens, and its training data and determinism (integrity: tests/unit/test_shipped_models.py)."""
 
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import asdict
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-import mha_viz
 from mha_viz.analysis import detect_heads
-from mha_viz.pretrained import RECALL_MODEL, RECALL_SHA256, PretrainedModel, load_model, loading, recall_model_dir
+from mha_viz.pretrained import RECALL_MODEL, PretrainedModel, load_model, loading, recall_model_dir
 from mha_viz.training.induction import VOCABULARY
 from mha_viz.training.recall import (
-    GENERATED_FILES,
     KEY_IDS,
     POSITIONS,
     Recipe,
@@ -44,18 +40,6 @@ def model() -> PretrainedModel:
     return bundled_recall()
 
 
-def test_the_weights_have_the_recorded_sha256_and_the_folder_is_small_package_data():
-    folder = recall_model_dir()
-    assert folder == Path(mha_viz.__file__).parent / "models" / "recall-16k"
-    assert loading.file_sha256(folder / "model.safetensors") == RECALL_SHA256
-    assert {f.name for f in folder.iterdir()} == {*GENERATED_FILES, "README.md"}
-    assert sum(f.stat().st_size for f in folder.iterdir()) < 1_500_000
-    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["mha_viz"]
-    assert all(any(Path("mha_viz", name).match(f"mha_viz/{p}") for p in patterns)
-               for name in (f"models/recall-16k/{f}" for f in (*GENERATED_FILES, "README.md")))
-
-
 def test_it_loads_offline_with_16k_positions_and_zero_mlps(monkeypatch, model):
     def no_hub(*args, **kwargs):
         raise AssertionError("the hub was asked")
@@ -71,19 +55,6 @@ def test_it_loads_offline_with_16k_positions_and_zero_mlps(monkeypatch, model):
     assert all(torch.all(p == 0) for block in m.model.model.layers for p in block.mlp.parameters())
     recorded = json.loads((recall_model_dir() / "recipe.json").read_text())
     assert recorded == json.loads(json.dumps(asdict(Recipe())))  # the default recipe (JSON has lists, not tuples)
-
-
-def test_changed_weights_are_refused(tmp_path, monkeypatch):
-    import shutil
-
-    copy = tmp_path / "recall-16k"
-    shutil.copytree(recall_model_dir(), copy)
-    weights = bytearray((copy / "model.safetensors").read_bytes())
-    weights[-1] ^= 1
-    (copy / "model.safetensors").write_bytes(bytes(weights))
-    monkeypatch.setattr(loading, "shipped_model_dir", lambda name: copy)
-    with pytest.raises(mha_viz.pretrained.ModelIntegrityError, match=f"expected {RECALL_SHA256}"):
-        load_model(RECALL_MODEL)
 
 
 def test_each_sequence_hides_distinct_needles_in_a_haystack_without_keys_and_asks_for_them_at_the_end():
