@@ -385,12 +385,11 @@ def comparison(rows: list[CostRow], context: int, dtype_bytes: int = 2) -> dict[
         ours, mha = variant_cost(row.shape, context, dtype_bytes), variant_cost(mha_baseline(row.shape), context,
                                                                                  dtype_bytes)
         cache = row.model().model_kv_cache_bytes(context, dtype_bytes)
+        state = "none" if row.linear is None else f"{row.linear_layers} × {human_bytes(row.linear.bytes(dtype_bytes))}"
         mha_cache = row.layers * mha.kv_cache_bytes
-        state = row.model().state_bytes(dtype_bytes)
         values = (row.label, VARIANT_NAMES[row.shape.variant], row.layers, ours.params, mha.params, ours.total_flops,
                   mha.total_flops, ours.kv_bytes_per_token, mha.kv_bytes_per_token,
-                  f"{row.linear_layers} × {human_bytes(state // row.linear_layers)}" if state else "none",
-                  human_bytes(cache),
+                  state, human_bytes(cache),
                   human_bytes(mha_cache), cache, mha_cache, mha_cache / cache)
         for key, value in zip(table, values):
             table[key].append(value)

@@ -403,22 +403,17 @@ def window_reach(state: ViewState) -> dict[str, Any]:
 @measure
 def linear_layer(state: ViewState) -> dict[str, Any]:
     """The page's mixer layer on the text: its rows' sums (range over every head and row), the share of |M| that
-    subtracts (per head, range), its most negative entry, the heads' decays and half-lives (range), and the head
-    with the longest half-life."""
+    subtracts (per head, range) and its most negative entry (where it is)."""
     from ..analysis import mixer_stats
 
     trace = _model(state.model).trace(state.text, state.layer)
-    stats = mixer_stats(trace)
+    negative = mixer_stats(trace).negative  # (H,)
     M = trace.weights.astype(np.float64)  # (H, T, T), signed
     rows = M.sum(-1)  # (H, T)
     head, t, s = map(int, np.unravel_index(int(np.argmin(M)), M.shape))
-    slow = int(np.argmax(stats.half_life))
-    return {"heads": trace.num_heads, "tokens": M.shape[-1], "row_min": float(rows.min()), "row_max": float(rows.max()),
-            "negative_min": float(stats.negative.min()), "negative_max": float(stats.negative.max()),
-            "most_negative": float(M[head, t, s]), "negative_head": head, "negative_back": t - s,
-            "decay_min": float(stats.decay.min()), "decay_max": float(stats.decay.max()),
-            "half_life_min": float(stats.half_life.min()), "half_life_max": float(stats.half_life.max()),
-            "slow_head": slow, "slow_decay": float(stats.decay[slow])}
+    return {"row_min": float(rows.min()), "row_max": float(rows.max()), "negative_min": float(negative.min()),
+            "negative_max": float(negative.max()), "most_negative": float(M[head, t, s]), "negative_head": head,
+            "negative_back": t - s}
 
 
 @measure
@@ -428,12 +423,11 @@ def linear_state(state: ViewState) -> dict[str, Any]:
     from ..variants_cost import PRESETS, human_bytes, kv_cache_bytes
 
     qwen, n = PRESETS["Qwen3-Next-80B-A3B"], state.cost_context
-    kv = qwen.attention_layers * kv_cache_bytes(qwen.shape, n)
-    all_attention = qwen.layers * kv_cache_bytes(qwen.shape, n)
-    return {"context": n, "linear_layers": qwen.linear_layers, "attention_layers": qwen.attention_layers,
-            "state": human_bytes(qwen.state_bytes()), "state_layer": human_bytes(qwen.linear.bytes()),
-            "kv": human_bytes(kv), "total": human_bytes(qwen.model_kv_cache_bytes(n)),
-            "all_attention": human_bytes(all_attention), "saving": all_attention / qwen.model_kv_cache_bytes(n),
+    layer_kv = kv_cache_bytes(qwen.shape, n)  # one attention layer's KV cache for the context
+    total, all_attention = qwen.model_kv_cache_bytes(n), qwen.layers * layer_kv
+    return {"context": n, "state": human_bytes(qwen.state_bytes()), "state_layer": human_bytes(qwen.linear.bytes()),
+            "kv": human_bytes(qwen.attention_layers * layer_kv), "total": human_bytes(total),
+            "all_attention": human_bytes(all_attention), "saving": all_attention / total,
             "state_tokens": qwen.linear.bytes() / kv_cache_bytes(qwen.shape, 1)}
 
 

@@ -52,7 +52,6 @@ KEYS: tuple[str, ...] = (
 KEY_IDS = torch.tensor([VOCABULARY.index(k) for k in KEYS])
 WORD_IDS = torch.tensor([i for i in range(FIRST_WORD_ID, len(VOCABULARY)) if VOCABULARY[i] not in KEYS])
 POSITIONS = 16384  # what the model reads: max_position_embeddings
-HYBRID_TOKENS = 48  # what the app opens hybrid-2l on: a haystack short enough to read each mixing matrix
 FULL_TOKENS = 512  # the tokenizer's model_max_length: the longest input traced in full ([H, T, T]); longer ones
 # get a long trace (PretrainedModel.long_trace), which reads every position
 GENERATED_FILES = (

@@ -15,7 +15,7 @@ from ..pretrained import (
     PretrainedModel,
     bundled_model_installed,
 )
-from ..training.recall import HYBRID_TOKENS, example_text
+from ..training.recall import example_text
 from .state import confine, mark_typed, put
 from .state import value as field_value
 from .text import plain
@@ -27,7 +27,7 @@ LISTED = {"": f"{BUNDLED_MODEL} (bundled)", INDUCTION_MODEL: f"{INDUCTION_MODEL}
           RECALL_MODEL: f"{RECALL_MODEL} (bundled, causal, 16k positions)",
           HYBRID_MODEL: f"{HYBRID_MODEL} (bundled, causal, linear + attention layers)"}
 RECALL_EXAMPLE = example_text(2048)  # a haystack of 2,048 tokens, four needles, the queries at the end
-HYBRID_EXAMPLE = example_text(HYBRID_TOKENS, needles=2)  # short enough to draw each mixing matrix in full
+HYBRID_EXAMPLE = example_text(48, needles=2)  # 48 tokens, two needles: short enough to read each mixing matrix
 EXAMPLES = {INDUCTION_MODEL: CAUSAL_EXAMPLE, RECALL_MODEL: RECALL_EXAMPLE,
             HYBRID_MODEL: HYBRID_EXAMPLE}  # what a bundled causal model opens on
 
