@@ -4,6 +4,7 @@ side by side in one run. Prints a table; asserts nothing.
     python bench/bench_mixers.py                    both families at 512 tokens, best of 3
     python bench/bench_mixers.py --tokens 256 --n 5
     python bench/bench_mixers.py --long 16384        long traces and blocks on demand instead
+    python bench/bench_mixers.py --only mamba,jamba  some families (tests/unit/test_mixers.py's HYBRID keys)
 
 Models: tests/unit/test_mixers.py's HYBRID configs (d_model 32) with 1024 positions, and a wider Mamba-2 (d_model 256,
 16 heads of 32, state 64: where the forward, not the [H, T, T] matrices, is most of the work), random weights (seed 0),
@@ -48,6 +49,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--n", type=int, default=3)
     parser.add_argument("--long", type=int, default=0, help="long traces of this many tokens instead")
+    parser.add_argument("--only", default="", help="comma-separated families (HYBRID's keys) to run, else all")
     args = parser.parse_args()
 
     import torch
@@ -68,7 +70,10 @@ def main() -> None:
     models = {**HYBRID, "mamba2 (d_model 256)": ("Mamba-2", lambda: Mamba2Config(
         vocab_size=tokenizer.vocab_size, hidden_size=256, num_hidden_layers=2, num_heads=16, head_dim=32, expand=2,
         n_groups=2, state_size=64, chunk_size=64))}
+    only = {name.strip() for name in args.only.split(",") if name.strip()}
     for label, (_, config) in models.items():
+        if only and label not in only:
+            continue
         cfg = config()
         if hasattr(cfg, "max_position_embeddings"):
             cfg.max_position_embeddings = max(1024, args.long)

@@ -29,6 +29,7 @@ MAX_DIVERSITY = 2.0  # the largest head-diversity penalty weight a trained layer
 MAX_MODEL_CHARS = 200  # a hub id or a folder
 MAX_SEQUENCE_CHARS = 200  # a trained layer's input: at most seq_len task tokens
 MAX_PATCH_PASSES = 4096  # patched sequences of one activation patching (e.g. 12 layers x 12 heads x 28 positions)
+MAX_MIXER_BYTES = 2**30  # the whole mixing matrices [H, T, T] (float32) of one request's mixer layers, together
 MAX_CLICKED_HEADS = 1024  # a click may open any head of a pretrained model (a link: MAX_HEADS); the views clamp
 
 

@@ -24,12 +24,16 @@ KINDS = {
     "linear": "linear attention (a gated delta rule, or lightning attention's decayed q . k): M[t, s] is how much "
               "value s still adds to output t after the decays (and the delta rule's corrections) between s and t; "
               "signed, rows do not sum to 1",
-    "ssm": "a selective state space (Mamba-2): M[t, s] = (C_t . B_s) exp(sum of A dt from s+1 to t) dt_s, plus D on "
-           "the diagonal; signed, rows do not sum to 1",
+    "ssm": "a selective state space; signed, rows do not sum to 1. Mamba-2: M[t, s] = (C_t . B_s) exp(sum of A dt "
+           "from s+1 to t) dt_s, plus D on the diagonal. Mamba-1 (Mamba, Falcon Mamba, Jamba) has one matrix per "
+           "channel (a 'head' of width 1), whose decay differs for each state dim: M[t, s] = sum over n of "
+           "C_t[n] B_s[n] exp(sum of A[n] dt from s+1 to t) dt_s, plus D on the diagonal",
+    "conv": "a gated short convolution (LFM2): one matrix per channel (a 'head' of width 1), a band as wide as the "
+            "kernel, M[t, s] = C_t w[t - s] B_s for 0 <= t - s < width, else 0; signed, rows do not sum to 1",
     "sparse": "softmax attention over the keys an indexer kept for each query (DeepSeek-V3.2's top-k); the others 0",
 }
 # a layer button's mark in a model whose layers are not all softmax attention
-MARKS = {"softmax": "attn", "linear": "lin", "ssm": "ssm", "sparse": "sparse"}
+MARKS = {"softmax": "attn", "linear": "lin", "ssm": "ssm", "conv": "conv", "sparse": "sparse"}
 __doc__ += "".join(f"\n    {kind:<8} {text}" for kind, text in KINDS.items()) + "\n"
 
 
@@ -274,6 +278,75 @@ class StateSpace(Factors):
             (r0, *_), (c0, *_) = rows.indices(self.length), cols.indices(self.length)
             M.diagonal(r0 - c0, dim1=-2, dim2=-1).add_(D[:, None])
         return M
+
+
+@dataclass(frozen=True, eq=False)
+class SelectiveScan(Factors):
+    """Mamba-1's selective scan, one matrix per channel c (the channel's x is its value, of width 1):
+        M[c, t, s] = dt[c, s] sum_n C[t, n] B[s, n] exp(sum_{r = s+1..t} A[c, n] dt[c, r])  (s <= t)  + D[c] on the
+        diagonal
+    C, B (T, N) shared by every channel, dt (channels, T) after softplus, A (channels, N) negative, D (channels,)."""
+
+    C: Tensor
+    B: Tensor
+    dt: Tensor
+    A: Tensor
+    D: Tensor | None = None
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.C, self.B, self.dt, self.A
+
+    @property
+    def num_heads(self) -> int:
+        return self.dt.shape[0]
+
+    @property
+    def length(self) -> int:
+        return self.dt.shape[-1]
+
+    def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
+        dt, A, D = _pick(heads, self.dt, self.A, self.D)
+        C, B = self.C[rows], self.B[cols]  # (r, N), (c, N)
+        M = dt.new_zeros(dt.shape[0], C.shape[0], B.shape[0])  # (h, r, c)
+        for n in range(A.shape[-1]):  # one state dim at a time: (h, r, c) in memory, never (h, N, r, c)
+            M.addcmul_(decay_block(A[:, n, None] * dt, rows, cols), torch.outer(C[:, n], B[:, n]))
+        M.mul_(dt[:, None, cols])
+        if D is not None:
+            (r0, *_), (c0, *_) = rows.indices(self.length), cols.indices(self.length)
+            M.diagonal(r0 - c0, dim1=-2, dim2=-1).add_(D[:, None])
+        return M
+
+
+@dataclass(frozen=True, eq=False)
+class ShortConv(Factors):
+    """A gated short convolution (LFM2), one matrix per channel c (the channel's x is its value, of width 1):
+        M[c, t, s] = C[c, t] w[c, K - 1 - (t - s)] B[c, s]   for 0 <= t - s < K, else 0
+    C, B (channels, T) the gates after and before the convolution, w (channels, K) its taps (the newest last, as
+    torch's conv1d with K - 1 positions of padding on the left)."""
+
+    C: Tensor
+    B: Tensor
+    w: Tensor
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.C, self.B, self.w
+
+    @property
+    def num_heads(self) -> int:
+        return self.C.shape[0]
+
+    @property
+    def length(self) -> int:
+        return self.C.shape[-1]
+
+    def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
+        C, B, w = _pick(heads, self.C, self.B, self.w)
+        (r0, r1, _), (c0, c1, _) = rows.indices(self.length), cols.indices(self.length)
+        lag = torch.arange(r0, r1)[:, None] - torch.arange(c0, c1)[None, :]  # (r, c): t - s
+        K = w.shape[-1]
+        inside = (lag >= 0) & (lag < K)
+        taps = w[:, (K - 1 - lag).clamp(0, K - 1)] * inside  # (h, r, c): the tap for each lag, 0 outside the band
+        return C[:, r0:r1, None] * taps * B[:, None, c0:c1]
 
 
 def layer_marks(kinds: Sequence[str]) -> list[str] | None:

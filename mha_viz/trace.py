@@ -21,14 +21,16 @@ Layout: attention is [head, query, key]; per-head tensors are [head, position, d
                  maps [2, H, T, S] from the scores map_scores [2, H, T, S] of two query/key heads, and
                  weights = maps[0] - lambdas[h] * maps[1] (signed; rows sum to 1 - lambda); queries, keys and
                  scores are the first map's; values [H, S, 2 d] are the pair's [v_1 | v_2]
-    gates        [H, T] or None: mixture-of-heads (MoH) head gates, head h's output at query t scaled by
-                 gates[h, t] before the concat (0: the token does not use the head); head_outputs are the
+    gates        [H, T] or None: head h's output at query t scaled by gates[h, t] before the concat:
+                 mixture-of-heads (MoH) router weights (0: the token does not use the head), or a model's own
+                 sigmoid gate per head (LFM3); head_outputs are the
                  gated ones, so concat @ W_O^T + b_O is still the output
     kind         what mixes the tokens (mha_viz.mixers.KINDS): "softmax" (attention); "sparse" (softmax over the
                  keys an indexer kept, DeepSeek-V3.2: meta["kept"] [T, S]); or, in MIXING_KINDS, a hybrid model's
-                 "linear" (gated delta rule) or "ssm" (Mamba-2): then weights [H, T, T] is the layer's exact mixing
-                 matrix (signed, rows not normalised), head_outputs what it mixes after the layer's gated norm, and
-                 queries, keys and scores are None (meta["unavailable"] says why)
+                 "linear" (gated delta rule), "ssm" (Mamba-2, Mamba) or "conv" (LFM2): then weights [H, T, T] is
+                 the layer's exact mixing matrix (signed, rows not normalised; Mamba's and LFM2's per channel, each
+                 a head of width 1), head_outputs what it mixes after the layer's gated norm, and queries, keys and
+                 scores are None (meta["unavailable"] says why)
     head_arrays  {name: [H, T]}: per-head, per-token quantities: what a mixing matrix is made of (a decay, a step
                  size, a write strength), or a sparse layer's "dropped mass" (what dense attention would have given
                  the keys it dropped); empty for softmax attention
@@ -42,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-MIXING_KINDS = ("linear", "ssm")  # kinds whose weights are a mixing matrix, not softmax rows (mha_viz.mixers)
+MIXING_KINDS = ("linear", "ssm", "conv")  # kinds whose weights are a mixing matrix, not softmax rows (mha_viz.mixers)
 
 
 @dataclass(frozen=True, eq=False)

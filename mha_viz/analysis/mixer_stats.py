@@ -5,6 +5,7 @@ head's matrix M [H, T, T] is signed and its rows are not distributions.
     half_life  ln(1/2) / mean_t ln(decay_t)                   tokens until the head's state has halved (its decays'
                                                               geometric mean); inf for a head that never forgets
     decay      mean_t decay_t                                 the per-token factor on the head's state
+               (half_life and decay are NaN for a layer without decays: a short convolution keeps exactly its width)
     diagonal   sum_t |M_tt| / sum_ts |M_ts|                   share of the matrix on the token itself
     negative   sum of |M_ts| where M_ts < 0 / sum_ts |M_ts|   share that subtracts (softmax: 0)
     row_sum    mean_t sum_s M_ts                              what a constant value comes out as (softmax: 1)
@@ -40,10 +41,10 @@ class MixerStats:
 
 
 def mixer_stats(trace: AttentionTrace) -> MixerStats:
-    """The statistics of a mixer layer's trace (trace.kind "linear" or "ssm"); ValueError for softmax attention,
-    whose rows are distributions (mha_viz.analysis.trace_head_stats)."""
-    if not trace.mixes or "decay" not in trace.head_arrays:
-        raise ValueError("mixer_stats reads a mixer layer's matrix and decays; this layer is softmax attention "
+    """The statistics of a mixer layer's trace (trace.kind "linear", "ssm" or "conv"); ValueError for softmax
+    attention, whose rows are distributions (mha_viz.analysis.trace_head_stats)."""
+    if not trace.mixes:
+        raise ValueError("mixer_stats reads a mixer layer's matrix; this layer is softmax attention "
                          "(use trace_head_stats)")
     M = trace.weights.astype(np.float64)  # (H, T, T)
     size = np.abs(M)
@@ -52,12 +53,14 @@ def mixer_stats(trace: AttentionTrace) -> MixerStats:
     row_total = size.sum(-1)  # (H, T)
     reach = np.divide((size * back).sum(-1), row_total, out=np.zeros_like(row_total), where=row_total > 0).mean(-1)
     total = size.sum((-1, -2))  # (H,)
-    log_decay = np.log(trace.head_arrays["decay"].astype(np.float64)).mean(-1)  # (H,)
-    half_life = np.divide(np.log(0.5), log_decay, out=np.full(log_decay.shape, np.inf), where=log_decay < 0)
+    decays = trace.head_arrays.get("decay", np.full(M.shape[:2], np.nan)).astype(np.float64)  # (H, T)
+    log_decay = np.log(decays).mean(-1)  # (H,)
+    half_life = np.divide(np.log(0.5), log_decay, out=np.where(np.isnan(log_decay), np.nan, np.inf),
+                          where=log_decay < 0)
     return MixerStats(
         reach=reach,
         half_life=half_life,
-        decay=trace.head_arrays["decay"].astype(np.float64).mean(-1),
+        decay=decays.mean(-1),
         diagonal=np.diagonal(size, axis1=1, axis2=2).sum(-1) / total,
         negative=np.where(M < 0, size, 0.0).sum((-1, -2)) / total,
         row_sum=M.sum(-1).mean(-1),

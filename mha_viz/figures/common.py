@@ -227,6 +227,7 @@ def subplot_grid(
     Plain dicts instead of make_subplots + update_xaxes: building a 12-head figure that way
     takes ~0.5 s of Plotly validation, this way milliseconds (figure build time is slider lag).
     """
+    h_gap = min(h_gap, 0.5 / max(cols - 1, 1))  # hundreds of columns (Mamba's channels): the gaps take <= half
     widths = np.asarray(col_widths if col_widths is not None else [1.0] * cols, dtype=float)
     widths = widths / widths.sum() * (1 - h_gap * (cols - 1))
     cell_h = (1 - v_gap * (rows - 1)) / rows
@@ -236,7 +237,7 @@ def subplot_grid(
         r, c = divmod(i, cols)
         suffix = "" if i == 0 else str(i + 1)
         x0 = float(widths[:c].sum() + c * h_gap)
-        x1 = x0 + float(widths[c])
+        x1 = min(1.0, x0 + float(widths[c]))  # the last column's edge, summed over many gaps, can round past 1
         y1 = 1 - r * (cell_h + v_gap)
         layout[f"xaxis{suffix}"] = {"domain": [x0, x1], "anchor": f"y{suffix}"}
         layout[f"yaxis{suffix}"] = {"domain": [max(0.0, y1 - cell_h), y1], "anchor": f"x{suffix}"}

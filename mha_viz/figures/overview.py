@@ -45,6 +45,7 @@ def overview_figure(
     layout, refs = subplot_grid(L, H, h_gap=0.004, v_gap=0.01)
     bare = {"showticklabels": False, "showgrid": False, "zeroline": False, "ticks": "", "fixedrange": True}
     traces = []
+    label_every = -(-H // 16)  # at most 16 column labels: Mamba's and LFM2's channels are heads, 32 or more a row
     t, s = small.shape[-2:]
     grid_x, grid_y = np.meshgrid(np.linspace(0, s - 1, 3), np.linspace(0, t - 1, 3))  # (3, 3) inside a thumbnail
     for i, (xref, yref) in enumerate(refs):
@@ -63,7 +64,7 @@ def overview_figure(
         if h == 0:
             layout["annotations"].append({"text": row_labels[layer], "x": 0, "y": sum(layout[axis_key(yref)]["domain"]) / 2,
                                           "xref": "paper", "yref": "paper", "xanchor": "right", "showarrow": False})
-        if layer == 0:
+        if layer == 0 and h % label_every == 0:
             column = f"H{h}" + (f"<br>KV{kv_heads[h]}" if kv_heads else "")
             layout["annotations"].append({"text": column, "x": sum(layout[axis_key(xref)]["domain"]) / 2, "y": 1,
                                           "xref": "paper", "yref": "paper", "yanchor": "bottom", "showarrow": False})

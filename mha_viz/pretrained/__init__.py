@@ -9,22 +9,24 @@
     >>> causal.generate("red fox blue sky red", 3).tokens   # its layer-1 heads copy what followed "red"
     ('fox', 'blue', 'sky')
 
-Adapted (full traces): BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, ALBERT, DeBERTa-v2, ModernBERT, GPT-2,
-GPTBigCode, GPT-Neo, GPT-NeoX, OPT, Bloom, Falcon, LLaMA, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, OLMo 3, Cohere,
-Cohere 2, Llama 4, Gemma, Gemma2, Gemma 3, DeepSeek-V2, DeepSeek-V3, DeepSeek-V3.2, Phi, Phi-3, gpt-oss, DiffLlama,
-T5, BART (mha_viz.pretrained.architectures.ADAPTERS). Hybrids of attention with linear-attention or state-space
-layers, whose mixers are traced as exact mixing matrices (mha_viz.pretrained.mixing): Qwen3-Next, Qwen3.5, OLMo
-hybrid, Kimi Linear, MiniMax, Bamba, Granite 4, Nemotron-H, Falcon-H1, Mamba-2. Any other text architecture gives the model's weights plus
-the concat, head outputs, W_O and output of its located output projection (generic.py), or the weights
-alone; vision, audio and multimodal models are refused (ModelLoadError). load_model(dtype=, device_map=)
-opens models larger than one device. load_model(hooked_transformer) opens a TransformerLens HookedTransformer
-(a HookedModel: traces checked against its own cache; mha_viz.pretrained.hooked).
+Adapted (full traces): BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA, ALBERT, DeBERTa-v2, ModernBERT, GPT-2, GPTBigCode,
+GPT-Neo, GPT-NeoX, OPT, Bloom, Falcon, LLaMA, Mistral, Qwen2, Qwen3, SmolLM3, OLMo 2, OLMo 3, Cohere, Cohere 2, Llama
+4, Gemma, Gemma2, Gemma 3, Gemma 3n, DeepSeek-V2, DeepSeek-V3, DeepSeek-V3.2, Phi, Phi-3, gpt-oss, DiffLlama, T5, BART
+(mha_viz.pretrained.architectures.ADAPTERS). Hybrids of attention with linear-attention or state-space layers, whose
+mixers are traced as exact mixing matrices (mha_viz.pretrained.mixing): Qwen3-Next, Qwen3.5, OLMo hybrid, Kimi Linear,
+MiniMax, Bamba, Granite 4, Nemotron-H, Falcon-H1, Mamba-2, Mamba, Falcon Mamba, Jamba, LFM2, LFM2-MoE and LFM3
+(short convolutions). Any other text architecture gives the model's weights plus the concat, head outputs, W_O and
+output of its located output projection (generic.py), or the weights alone; vision, audio and multimodal models are
+refused (ModelLoadError). load_model(dtype=, device_map=) opens models larger than one device.
+load_model(hooked_transformer) opens a TransformerLens HookedTransformer (a HookedModel: traces checked against its
+own cache; mha_viz.pretrained.hooked).
 """
 
 from ..checks import TraceCheckError, TraceCheckWarning
 from .attribution import LogitAttribution
 from .errors import (
     InvalidModelNameError,
+    MixerSizeError,
     ModelConfigError,
     ModelDownloadError,
     ModelIntegrityError,
@@ -66,6 +68,7 @@ __all__ = [
     "HookedModel",
     "InvalidModelNameError",
     "LogitAttribution",
+    "MixerSizeError",
     "ModelConfigError",
     "ModelDownloadError",
     "ModelIntegrityError",

@@ -544,6 +544,7 @@ class Adapter:
             cross=part == "cross",
             kv_heads=kv_heads if site.num_kv_heads != site.num_heads and not diff else None,
             sinks=None if var.sinks is None else to_numpy(var.sinks),
+            gates=None if var.gates is None else to_numpy(var.gates),  # LFM3's sigmoid gate per head and token
             lambdas=to_numpy(torch.as_tensor(var.differential).float().expand(n)) if diff else None,
             maps=to_numpy(a.maps.unflatten(0, (2, n))) if diff else None,
             map_scores=to_numpy(a.scores.unflatten(0, (2, n))) if diff else None,

@@ -1,4 +1,4 @@
-"""Why a pretrained model could not be loaded; every error is a ModelLoadError."""
+"""Why a pretrained model could not be loaded (every such error is a ModelLoadError), or could not be traced whole."""
 
 from __future__ import annotations
 
@@ -25,3 +25,8 @@ class ModelDownloadError(ModelLoadError):
 
 class InvalidModelNameError(ModelLoadError, ValueError):
     """The name is neither a local model folder nor a valid hub id (org/name)."""
+
+
+class MixerSizeError(ValueError):
+    """The mixing matrices a request asks for would take more than mha_viz.limits.MAX_MIXER_BYTES: refused before
+    any is made (a mixer without heads, Mamba-1's or LFM2's, has one [T, T] matrix per channel)."""

@@ -117,16 +117,19 @@ ATTENTION_KINDS = ("full_attention", "sliding_attention")  # layer_types of laye
 
 def sliding_windows(config: object, num_layers: int) -> tuple[int | None, ...]:
     """Each attention layer's sliding window (None: full causal attention), as transformers' configs state it:
-    layer_types ("sliding_attention" layers take sliding_window; other kinds, e.g. a hybrid's convolutions, report
-    no weights), else sliding_window on every layer where the config uses it (Mistral, Phi-3, Starcoder2; Qwen's
-    use_sliding_window), else GPT-Neo's "local" layers of window_size."""
+    layer_types ("sliding_attention" layers take sliding_window; a hybrid's other layers, e.g. convolutions, are
+    either traced as mixers, windowless, or report no weights and are not layers here), else sliding_window on every
+    layer where the config uses it (Mistral, Phi-3, Starcoder2; Qwen's use_sliding_window), else GPT-Neo's "local"
+    layers of window_size."""
     config = getattr(config, "get_text_config", lambda: config)()
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:
-        kinds = [kind for kind in layer_types if kind in ATTENTION_KINDS]  # hybrids: the attention layers only
-        if len(kinds) == num_layers:
-            return tuple(window if kind == "sliding_attention" else None for kind in kinds)
+        kinds = [kind for kind in layer_types if kind in ATTENTION_KINDS]  # the attention layers only
+        if len(layer_types) != num_layers and len(kinds) == num_layers:  # a hybrid whose other layers are not traced
+            layer_types = kinds
+        if len(layer_types) == num_layers:  # every layer traced, a hybrid's mixers too (LFM3's convolutions)
+            return tuple(window if kind == "sliding_attention" else None for kind in layer_types)
         return (None,) * num_layers  # unknown: placed_rows refuses a row its window would have to explain
     if window is not None and getattr(config, "use_sliding_window", True):
         return (int(window),) * num_layers

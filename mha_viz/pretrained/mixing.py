@@ -26,9 +26,11 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from ..limits import MAX_MIXER_BYTES
 from ..mixers import KINDS, Factors
 from ..trace import AttentionTrace
 from .adapter import Adapter, Recorder, Site, TraceRequest, loaded, max_abs_diff, per_head, to_numpy
+from .errors import MixerSizeError
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ class MixerAdapter(Adapter):
         """{layer: its map (1, H, T, T)} for these layers, from the forward pass that made outputs: the model's own
         weights on a softmax layer, the exact mixing matrix on a mixer layer (keep: its Mixing kept for _rebuild)."""
         L = len(self.blocks)
+        self._check_size(layers)
         recorded = list(getattr(outputs, "attentions", None) or ())  # the softmax layers' weights, or (MiniMax) an
         own = iter(recorded[layer] for layer in range(L) if self.mixer(layer) is None) if len(recorded) == L else (
             iter(recorded))  # entry for every layer, the mixers' being their states
@@ -141,6 +144,25 @@ class MixerAdapter(Adapter):
                 if keep:
                     self._mixed[layer] = mix
         return maps
+
+    def _check_size(self, layers: Iterable[int]) -> None:
+        """MixerSizeError (a ValueError), before any matrix is made, where these layers' whole mixing matrices
+        (float32) would take more than MAX_MIXER_BYTES: a mixer without heads (Mamba-1, LFM2) has one [T, T] matrix per
+        channel."""
+        wanted = [(layer, m) for layer in sorted(set(layers))
+                  if (m := self.mixer(layer)) is not None and m in self._inputs]
+        if not wanted:
+            return
+        T = self._inputs[wanted[0][1]][0].shape[1]
+        matrices = sum(self.mixer_site(layer, m).num_heads for layer, m in wanted)  # [T, T] each
+        need = 4 * matrices * T * T
+        if need > MAX_MIXER_BYTES:
+            most = int((MAX_MIXER_BYTES / (4 * matrices)) ** 0.5)
+            raise MixerSizeError(
+                f"{len(wanted)} mixer layer(s) of {self.model.config.model_type} hold {matrices} mixing matrices of "
+                f"[{T}, {T}] (one per head or channel): {need / 2**20:,.1f} MiB of float32, more than the "
+                f"{MAX_MIXER_BYTES / 2**20:,.1f} MiB allowed. Use at most {most} tokens, one layer at a time "
+                "(trace(text, layer)), or long_trace(text), which computes any block of them on demand")
 
     def recorded(self, request: TraceRequest, recorders: Sequence[Recorder]) -> dict[int, Tensor]:
         """Run the request's forward pass with the recorders' hooks on: the requested layers' maps, by layer (the

@@ -13,7 +13,14 @@ import numpy as np
 
 from ..analysis import DetectorScores, detect_heads
 from ..long import LongTrace
-from ..pretrained import BUNDLED_INSTALL, Generation, ModelLoadError, PretrainedModel, bundled_model_installed
+from ..pretrained import (
+    BUNDLED_INSTALL,
+    Generation,
+    MixerSizeError,
+    ModelLoadError,
+    PretrainedModel,
+    bundled_model_installed,
+)
 from ..pretrained.long import ModelLongTrace
 from ..sampling import GREEDY, Sampling
 from ..serve.hosting import Budget, allowed_models, check_model, heavy_generation, long_text
@@ -51,10 +58,18 @@ class CachedModel(ModelSource):
     app_cache: ClassVar[bool] = True  # a capability (mha_viz.parts.capable): kept in the shared cache by its key
 
     def trace(self, layer: int) -> AttentionTrace:
-        # Every layer of the text from one forward pass, so that a layer change is a cache hit.
-        layers = cached(("layers", self.key, self.text, self.part, self.decoder_text), lambda: tuple(
-            t.read_only() for t in self.model.traces(self.text, part=self.part, decoder_text=self.decoder_text)),
-            heavy=long_text(self.text))
+        # Every layer of the text from one forward pass, so that a layer change is a cache hit; where the layers'
+        # mixing matrices together are too large (MixerSizeError), the layer alone (which raises it if it is too).
+        key = (self.key, self.text, self.part, self.decoder_text)
+        try:
+            layers = cached(("layers", *key), lambda: tuple(
+                t.read_only() for t in self.model.traces(self.text, part=self.part, decoder_text=self.decoder_text)),
+                heavy=long_text(self.text))
+        except MixerSizeError:
+            if not 0 <= layer < self.model.num_layers[self.part]:
+                return super().trace(layer)  # raises IndexError saying which layers exist
+            return cached(("layer", *key, layer), lambda: self.model.trace(
+                self.text, layer, part=self.part, decoder_text=self.decoder_text).read_only(), heavy=True)
         if not 0 <= layer < len(layers):
             return super().trace(layer)  # raises IndexError saying which layers exist
         return layers[layer]

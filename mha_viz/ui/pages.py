@@ -20,7 +20,7 @@ from ..long import LongTrace
 from ..mixers import layer_marks
 from ..params import ViewState
 from ..parts import VIEWS, capable
-from ..pretrained import PretrainedModel, bundled_model_installed
+from ..pretrained import MixerSizeError, PretrainedModel, bundled_model_installed
 from ..serve.hosting import FULL_SIZE, Budget
 from ..sources import ConfigurableSource, ModelSource, TraceSource, TrainedSource
 from ..trace import AttentionTrace
@@ -280,7 +280,11 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
         st.info("Type a sentence to see its attention (it has no visible characters yet).")
         return
     long = long_input(source, limits) if capable(source, "app_cache") else None
-    trace = source.trace(s.layer)
+    try:
+        trace = source.trace(s.layer)
+    except MixerSizeError as err:  # even this one layer's mixing matrices would not fit
+        st.error(f"This layer is too large to draw whole: {err}. Shorten the text.", icon=":material/error:")
+        return
     name = safe_filename(f"{model.name.split('/')[-1]}-{s.part}-layer{s.layer}")
     hidden = frozenset() if s.special else frozenset(model.tokenizer.all_special_tokens)
     views_here = VIEWS.menu("Pretrained", source)
@@ -302,6 +306,9 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
         st.caption(f"Layer {s.layer} is the {trace.meta['half']} half of block {trace.meta['block']}: it runs beside "
                    f"layer {other} on the same input, and the block adds their outputs, this one times "
                    f"{trace.meta['multiplier']:g}.")
+    if "kv_from" in trace.meta:  # Gemma 3n's last layers: no keys or values of their own
+        st.caption(f"Layer {s.layer} has no W_K or W_V of its own: it reads the keys and values layer "
+                   f"{trace.meta['kv_from']} computed (KV sharing), so its keys and values are that layer's.")
     if trace.mixes:
         st.info(f"Layer {s.layer} is a {trace.meta['mixer']} layer, not softmax attention. Its weights are the exact "
                 f"mixing matrix of each head, {trace.meta['matrix']}. It has no queries, keys or scores of its own "

@@ -17,6 +17,7 @@ from ..long import LongTrace
 from ..mixers import layer_marks
 from ..params import ViewState
 from ..parts import VIEWS, capable, shown
+from ..pretrained.errors import MixerSizeError
 from ..serve.hosting import Budget
 from ..sources import ModelSource, TraceSource
 from ..trace import AttentionTrace
@@ -79,7 +80,11 @@ def render_view(view: str, context: ViewContext) -> AttentionTrace | None:
     if lacking:
         st.info(f"The {view} view needs {', '.join(lacking)} of this layer: {context.trace.meta.get('unavailable')}")
         return None
-    return part.renderer()(context)
+    try:
+        return part.renderer()(context)
+    except MixerSizeError as err:  # a hybrid's every layer at once (Overview, Analysis) would not fit
+        st.info(f"The {view} view reads every layer of this model at once, which is too large here: {err}.")
+        return None
 
 
 def shown_parts() -> dict[str, str]:

@@ -573,7 +573,8 @@ def overview_view(attentions: np.ndarray, trace: AttentionTrace, layer: int, nam
         + (" A row labelled (window w) is a sliding-window layer: each token sees only the last w tokens."
            if windows and any(windows) else "")
         + (" " + signed_weights_caption(trace) if trace.lambdas is not None else "")
-        + (" Rows marked lin (linear attention) or ssm (a state space) show each head's exact mixing matrix, which "
+        + (" Rows marked lin (linear attention), ssm (a state space) or conv (a short convolution) show each head's "
+           "exact mixing matrix (Mamba's and LFM2's: one per channel), which "
            "can be negative (red) and whose rows do not sum to 1; attn rows are softmax attention. Each row is scaled "
            "to its own largest |value|, since a mixing matrix's entries are much smaller than softmax weights."
            if marks else "")

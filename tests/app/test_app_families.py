@@ -50,6 +50,11 @@ CONFIGS = {  # family -> (config, what "Why one score" names besides q·k)
     "gemma3": (lambda: tf.Gemma3TextConfig(vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4,
                                            query_pre_attn_scalar=8, layer_types=["sliding_attention", "full_attention"],
                                            **SMALL, **TOKENS), []),
+    "gemma3n_text": (lambda: tf.Gemma3nTextConfig(  # layers 2 and 3 read the keys and values of layers 0 and 1
+        vocab_size=V, vocab_size_per_layer_input=V, hidden_size_per_layer_input=8, num_key_value_heads=2, head_dim=8,
+        sliding_window=4, layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+        laurel_rank=4, altup_num_inputs=2, activation_sparsity_pattern=[0.0] * 4,
+        **{**SMALL, "num_hidden_layers": 4}, **TOKENS), []),
 }  # fmt: skip
 
 
@@ -98,7 +103,8 @@ def test_why_one_score_names_what_the_model_adds(folders, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt_oss", "diffllama", "deepseek_v3", "gemma3", "deepseek_v32", "llama4_text"])
+@pytest.mark.parametrize("name", ["gpt_oss", "diffllama", "deepseek_v3", "gemma3", "deepseek_v32", "llama4_text",
+                                  "gemma3n_text"])
 def test_every_analysis_section_draws_or_says_why(folders, name):
     """Sinks (rows that sum to less than 1), differential heads (signed weights, no W_QK per head) and latent attention
     (no W_Q, W_K, W_V per head) reach every analysis section: each draws, or says why it cannot, never an exception."""
@@ -113,3 +119,11 @@ def test_every_analysis_section_draws_or_says_why(folders, name):
     if name == "diffllama":  # signed weights: the divergence of distributions does not apply, and the page says so
         at.button_group(key="section").set_value("Redundancy").run()
         assert any("signed" in w.value for w in at.warning)
+
+
+@pytest.mark.slow
+def test_a_kv_shared_layer_says_whose_keys_it_reads(folders):
+    at = app_with(folders["gemma3n_text"], "Heads", layer=2)
+    assert not at.exception and not at.error
+    assert any("Layer 2 has no W_K or W_V of its own: it reads the keys and values layer 0 computed" in c.value
+               for c in at.caption)

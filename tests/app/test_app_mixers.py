@@ -21,15 +21,20 @@ MARKS = {"qwen3_next": ["lin", "lin", "lin", "attn"], "qwen3_5_text": ["lin", "l
          "mamba2": ["ssm", "ssm"], "olmo_hybrid": ["lin", "attn", "lin", "attn"],
          "olmo_hybrid (no positions)": ["lin", "attn"], "nemotron_h": ["ssm", "attn", "ssm"],
          "nemotron_h (mixers only)": ["ssm", "attn", "ssm"], "falcon_h1": ["attn", "ssm", "attn", "ssm"],
-         "falcon_h1 (gated norm)": ["attn", "ssm", "attn", "ssm"]}
+         "falcon_h1 (gated norm)": ["attn", "ssm", "attn", "ssm"], "mamba": ["ssm", "ssm"],
+         "falcon_mamba": ["ssm", "ssm"], "jamba": ["ssm", "attn", "ssm"], "lfm2": ["conv", "attn", "conv"],
+         "lfm2 (conv bias)": ["conv", "attn"], "lfm2_moe": ["conv", "attn", "conv"],
+         "lfm3": ["conv", "attn", "attn"]}
 NAMES = {"qwen3_next": "Gated DeltaNet", "qwen3_5_text": "Gated DeltaNet", "minimax": "lightning attention",
          "kimi_linear": "Kimi Delta Attention", "olmo_hybrid": "Gated DeltaNet",
-         "olmo_hybrid (no positions)": "Gated DeltaNet"}  # the others: Mamba-2
+         "olmo_hybrid (no positions)": "Gated DeltaNet", "mamba": "Mamba", "falcon_mamba": "Mamba", "jamba": "Mamba",
+         "lfm2": "short convolution", "lfm2 (conv bias)": "short convolution",
+         "lfm2_moe": "short convolution", "lfm3": "short convolution"}  # the others: Mamba-2
 
 
 def mixer_layer(name: str) -> int:
     """The first mixer layer of the family's tiny model (Falcon-H1's layer 0 is block 0's attention half)."""
-    return MARKS[name].index("lin" if "lin" in MARKS[name] else "ssm")
+    return next(i for i, mark in enumerate(MARKS[name]) if mark != "attn")
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +78,29 @@ def test_every_analysis_section_draws_a_mixer_layer_or_says_why(folders, name):
             assert {"reach", "half_life", "decay", "negative"} <= set(table.value.columns)
         if section == "Rollout":
             assert any("not a share of anything" in i.value for i in at.info)
+
+
+@pytest.mark.slow
+def test_a_model_whose_mixing_matrices_do_not_fit_at_once_draws_layer_by_layer_or_says_why(folders, monkeypatch):
+    """Jamba's two Mamba layers hold 32 channel matrices each: with room for one layer's, Heads draws the layer
+    alone, Overview (every layer at once) says why not and what fits, and every section draws or says why; with
+    room for none, the page says so. Never an exception."""
+    from mha_viz.pretrained import mixing
+
+    T = len(load_model(folders["jamba"]).encode("the cat sat on the mat").ids)
+    monkeypatch.setattr(mixing, "MAX_MIXER_BYTES", 4 * 32 * T * T + 1)  # one Mamba layer's matrices, not two
+    at = app_with(folders["jamba"], "Heads", layer=0)
+    assert not at.exception and not at.error
+    _, drawn = shown_layer(at)
+    assert drawn.shape == (32, T, T)
+    at.button_group(key="view").set_value("Overview").run()
+    assert not at.exception and any("reads every layer of this model at once, which is too large here" in i.value
+                                    and "Use at most" in i.value for i in at.info)
+    at.button_group(key="view").set_value("Analysis").run()
+    for section in SECTIONS.menu("Pretrained"):
+        at.button_group(key="section").set_value(section).run()
+        assert not at.exception and not at.error, section
+    monkeypatch.setattr(mixing, "MAX_MIXER_BYTES", 4 * 32 * T * T - 1)  # not even one layer (a new text: no cache)
+    at = app_with(folders["jamba"], "Heads", layer=0)
+    at.text_area(key="text").set_value("the dog sat on the rug").run()
+    assert not at.exception and any("This layer is too large to draw whole" in e.value for e in at.error)

@@ -121,6 +121,52 @@ def test_layers_with_more_mixer_heads_than_attention_heads_paint_their_own_heads
         page.close()
 
 
+@pytest.fixture(scope="module")
+def jamba(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from transformers import AutoModelForCausalLM
+
+    return saved_random_models({"jamba": HYBRID["jamba"][1]}, AutoModelForCausalLM, tmp_path_factory)["jamba"]
+
+
+@pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
+def test_a_model_without_mixer_heads_paints_a_matrix_per_channel_and_fits(server: str, browser, jamba: str,
+                                                                          width: int) -> None:
+    """Jamba's Mamba layers have no heads: each of d_inner = 32 channels is a head of width 1, 32 matrices that must
+    fit a phone as a projector, beside its 4 attention heads; the Overview's 32 columns too."""
+    page = open_model(browser, server, jamba, width)
+    try:
+        page.get_by_text("Layer 0 is a Mamba layer").wait_for(timeout=120_000)
+        wait_for_heads(page, 32)
+        assert page.locator(LAYERS).all_inner_texts() == ["0 ssm", "1 attn", "2 ssm"]
+        assert_renderers_fit_and_axe_clean(page, width)
+        page.locator(f'{LAYERS}[aria-pressed="true"]').focus()
+        page.keyboard.press("ArrowRight")
+        wait_for_query(page, "layer=1")
+        deadline = time.monotonic() + 60
+        while [r["heads"] for r in renderers(page)] != [4]:  # the attention layer's own 4 heads, not 32 channels
+            assert time.monotonic() < deadline, renderers(page)
+            time.sleep(0.2)
+    finally:
+        assert page.errors == []
+        page.close()
+
+
+def test_the_overview_of_a_model_without_mixer_heads_fits_its_channels(server: str, browser, jamba: str) -> None:
+    page = open_model(browser, server, jamba, 1400, view="Overview")
+    try:
+        page.get_by_text("All 3 layers × 32 heads at a glance").wait_for(timeout=120_000)
+        if axe_path() is not None:
+            assert axe_violations(page) == []
+        heatmaps = page.locator('[data-testid="stPlotlyChart"] .heatmaplayer image')
+        heatmaps.nth(32 + 4 + 32 - 1).wait_for(timeout=120_000)  # each layer's own heads: 32 channels, 4, 32
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 1400
+        labels = page.locator('[data-testid="stPlotlyChart"] .annotation-text').all_text_contents()
+        assert {"H0", "H2", "H30"} <= set(labels) and "H1" not in labels  # every other column named, none overlap
+    finally:
+        assert page.errors == []
+        page.close()
+
+
 def test_the_readme_picture_of_a_hybrid_model(server: str, browser, folder: str, request: pytest.FixtureRequest,
                                               assets: Path) -> None:
     if not request.config.getoption("--update-assets"):

@@ -21,9 +21,9 @@ from mha_viz import TraceCheckWarning
 from mha_viz.analysis import score_terms, without_tokens
 from mha_viz.checks import failures
 from mha_viz.figures.steps import score_parts_figure
-from mha_viz.pretrained import ModelLoadError, PretrainedModel, bundled_model_dir, load_model
+from mha_viz.pretrained import ModelLoadError, PretrainedModel, bundled_model_dir, gemma3n, load_model
 from mha_viz.pretrained import generic as generic_module
-from mha_viz.pretrained.adapter import Adapter, HeadMasks, Recorder, register
+from mha_viz.pretrained.adapter import Adapter, HeadMasks, Recorder, register, rotary_of
 from mha_viz.pretrained.architectures import ADAPTERS, adapter_for
 from mha_viz.pretrained.deberta import C2P, P2C
 from mha_viz.pretrained.fallback import FallbackAdapter
@@ -114,6 +114,11 @@ FAMILIES: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
     "gemma3": ("Gemma 3", lambda: tf.Gemma3TextConfig(
         vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4, query_pre_attn_scalar=8,
         layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS)),
+    "gemma3n_text": ("Gemma 3n", lambda: tf.Gemma3nTextConfig(
+        vocab_size=V, vocab_size_per_layer_input=V, hidden_size_per_layer_input=8, num_key_value_heads=2, head_dim=8,
+        sliding_window=4, layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+        laurel_rank=4, altup_num_inputs=2, activation_sparsity_pattern=[0.0] * 4,
+        **{**SMALL, "num_hidden_layers": 4}, **TOKENS)),
     "deepseek_v3": ("DeepSeek-V3", lambda: tf.DeepseekV3Config(vocab_size=V, **MLA, **SMALL, **TOKENS)),
     "deepseek_v32": ("DeepSeek-V3.2", lambda: tf.DeepseekV32Config(
         vocab_size=V, **MLA, **SMALL, **TOKENS, index_topk=3, index_head_dim=8, index_n_heads=2)),
@@ -305,8 +310,9 @@ def test_projection_weights_are_the_models_own(models, traced, name):
     for part in m.parts:
         site = m.adapter.site(part, 0)
         t = next(t for _, p, layer, t, _ in traced(name) if (p, layer) == (part, 0))
-        if name in MLA_FAMILIES:  # no matrix per head maps x to MLA's keys (test_mla_has_no_head_weights_and_says_why)
-            assert t.W_Q is None and t.W_K is None and t.W_V is None
+        if name in MLA_FAMILIES or name == "gemma3n_text":  # no matrix per head maps x to MLA's keys
+            assert t.W_Q is None and t.W_K is None and t.W_V is None  # (test_mla_has_no_head_weights_and_says_why);
+            continue  # Gemma 3n's values are normed after W_V, its shared layers have no W_K, W_V
             continue
         x = torch.randn(5, t.W_Q.shape[1], generator=torch.Generator().manual_seed(0))  # (5, d_in)
         for i, (W, b, real) in enumerate(zip((t.W_Q, t.W_K, t.W_V), (t.b_Q, t.b_K, t.b_V), real_qkv(name, site, x),
@@ -485,7 +491,7 @@ def test_falcon_layouts_share_keys_and_values_as_the_model_does(models, traced):
 
 @pytest.mark.parametrize(("name", "window", "local"), [("gpt_neo", 4, [1]), ("mistral", 4, [0, 1]),
                                                       ("gemma2", 4, [0]), ("gemma3", 4, [0]), ("modernbert", 3, [1]),
-                                                      ("gpt_oss", 4, [0])])
+                                                      ("gpt_oss", 4, [0]), ("gemma3n_text", 4, [0, 2])])
 def test_sliding_windows_are_the_models_own(traced, name, window, local):
     for text, _, layer, t, _ in traced(name):
         i, j = np.indices(t.weights.shape[-2:])
@@ -494,6 +500,22 @@ def test_sliding_windows_are_the_models_own(traced, name, window, local):
             visible &= j <= i
         assert np.all(t.weights[:, ~visible] == 0) and np.all(t.weights[:, visible] > 0), (name, layer, text)
         assert t.meta.get("window") == (window if layer in local else None)
+
+
+def test_gemma3n_shared_layers_read_the_keys_and_values_their_source_layer_stored(models, traced):
+    """Gemma 3n's last two layers have no W_K or W_V: each reads the keys and values of the last earlier layer of
+    its type (layer 2 reads layer 0's, sliding; layer 3 layer 1's, full), so their traces hold the same keys and
+    values as the source's; the values are normed (unit RMS, no weight)."""
+    assert models["gemma3n_text"].model.config.layer_types[:2] == ["sliding_attention", "full_attention"]
+    for text in TEXTS:
+        t = {layer: trace for txt, _, layer, trace, _ in traced("gemma3n_text") if txt == text}
+        for shared, source in ((2, 0), (3, 1)):
+            assert t[shared].meta["kv_from"] == source and "kv_from" not in t[source].meta
+            np.testing.assert_allclose(t[shared].keys, t[source].keys, atol=1e-5)
+            np.testing.assert_array_equal(t[shared].values, t[source].values)
+        rms = np.sqrt((t[0].values.astype(np.float64) ** 2).mean(-1))
+        np.testing.assert_allclose(rms, 1.0, atol=1e-3)
+        assert t[0].scale == 1.0
 
 
 def test_gpt_oss_layers_alternate_as_its_config_says(models, traced):
@@ -704,6 +726,13 @@ def shifted_chunks(self, *args):
     return replace(v, chunk=v.chunk + 1) if v.chunk else v
 
 
+def shared_keys_as_stored(self, site, rec):
+    """Gemma 3n's heads with a KV-shared layer's keys as its source layer stored them: not rotated back."""
+    q, k, v = ADAPTERS["gemma3n_text"].heads(self, site, rec)
+    cos, sin = rotary_of(rec)
+    return q, gemma3n.rotate_back(k, cos, -sin) if site.attention.is_kv_shared_layer else k, v  # rotated again
+
+
 def wrong(name: str, **overrides) -> Callable:
     """The family's adapter with one method replaced by a wrong one."""
     return type(f"Wrong{name}", (ADAPTERS[name],), overrides)
@@ -734,6 +763,8 @@ NEGATIVE = {
     "cohere2": ("Cohere 2's interleaved rotary pairs read as rotate-half pairs", {
         "heads": lambda self, site, rec: ADAPTERS["llama"].heads(self, site, rec)}),
     "llama4_text": ("Llama 4's chunk boundaries shifted by one position", {"variations": shifted_chunks}),
+    "gemma3n_text": ("Gemma 3n's shared keys taken as stored (rotated), so attend() rotates them twice",
+                     {"heads": shared_keys_as_stored}),
     "albert": ("ALBERT always reading the first call", {"site": lambda self, part, layer: replace(
         ADAPTERS["albert"].site(self, part, layer), call=0)}),
 }

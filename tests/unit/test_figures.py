@@ -59,3 +59,16 @@ def test_figure_size_has_no_cliff_below_the_pooling_threshold() -> None:
     """12 heads at 64 tokens carried 98k hover strings (1 MB); now it is the weights and the labels."""
     sizes = {T: len(heads_figure(trace_of(12, T)).to_json()) for T in (32, 64, 128)}
     assert sizes[64] < 0.3e6 and sizes[64] < sizes[128]
+
+
+@pytest.mark.parametrize("heads", [1, 12, 32, 64, 1024])
+def test_the_overview_grid_keeps_every_thumbnail_on_the_figure(heads):
+    """A row of many heads (Mamba's and LFM2's channels are heads of width 1) sums many gaps: no axis domain may round
+    past the figure's edge, which Plotly refuses."""
+    import numpy as np
+
+    from mha_viz.figures.overview import overview_figure
+
+    fig = overview_figure(np.random.default_rng(0).random((2, heads, 4, 4), dtype=np.float32))
+    domains = [axis.domain for axis in (*fig.select_xaxes(), *fig.select_yaxes())]
+    assert len(domains) == 2 * 2 * heads and all(0 <= lo < hi <= 1 for lo, hi in domains)

@@ -71,6 +71,10 @@ FAMILIES: dict[str, tuple[type, Callable[[], tf.PretrainedConfig]]] = {
     "smollm3": (AutoModelForCausalLM, lambda: tf.SmolLM3Config(  # recall-16k's layout: a rotary window, then NoPE
         vocab_size=V, num_key_value_heads=2, use_sliding_window=True, sliding_window=31, layer_types=WINDOWS,
         no_rope_layers=[1, 0], **SMALL, **TOKENS)),
+    "gemma3n_text": (AutoModelForCausalLM, lambda: tf.Gemma3nTextConfig(  # layers 2, 3 read 0's and 1's keys
+        vocab_size=V, vocab_size_per_layer_input=V, hidden_size_per_layer_input=8, num_key_value_heads=2, head_dim=8,
+        sliding_window=33, layer_types=WINDOWS * 2, num_kv_shared_layers=2, laurel_rank=4, altup_num_inputs=2,
+        activation_sparsity_pattern=[0.0] * 4, **{**SMALL, "num_hidden_layers": 4}, **TOKENS)),
     "bloom": (AutoModelForCausalLM, lambda: tf.BloomConfig(vocab_size=V, hidden_size=32, n_layer=2, n_head=4, **TOKENS)),
     # their own attention code too (the eager route): a local window in GPT-Neo's own mask, Falcon's rotary
     "gpt_neo": (AutoModelForCausalLM, lambda: tf.GPTNeoConfig(

@@ -23,13 +23,14 @@ import torch
 import torch.nn.functional as F
 import transformers as tf
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.models.mamba.modeling_mamba import mamba_selective_scan
 from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
 from transformers.models.qwen3_next import modeling_qwen3_next as qwen3_next
 
 from mha_viz import TraceCheckWarning
 from mha_viz.analysis import mixer_stats
 from mha_viz.checks import failures
-from mha_viz.mixers import KINDS, decay_matrix, gated_delta_matrix, ssd_matrix
+from mha_viz.mixers import KINDS, SelectiveScan, ShortConv, decay_matrix, gated_delta_matrix, ssd_matrix
 from mha_viz.pretrained import PretrainedModel, bundled_model_dir
 from mha_viz.pretrained.adapter import ADAPTERS
 from mha_viz.pretrained.architectures import adapter_for
@@ -107,6 +108,32 @@ HYBRID: dict[str, tuple[str, Callable[[], tf.PretrainedConfig]]] = {
     "mamba2": ("Mamba-2", lambda: tf.Mamba2Config(
         vocab_size=V, hidden_size=32, num_hidden_layers=2, num_heads=8, head_dim=8, expand=2, n_groups=2,
         state_size=8, chunk_size=8)),
+    "mamba": ("Mamba", lambda: tf.MambaConfig(
+        vocab_size=V, hidden_size=16, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4, time_step_rank=4)),
+    "falcon_mamba": ("Falcon Mamba", lambda: tf.FalconMambaConfig(
+        vocab_size=V, hidden_size=16, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4, time_step_rank=4)),
+    "jamba": ("Jamba", lambda: tf.JambaConfig(
+        vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+        num_experts=2, num_experts_per_tok=1, mamba_d_state=8, mamba_expand=2, mamba_dt_rank=4, mamba_d_conv=4,
+        max_position_embeddings=128)),
+    "lfm2": ("LFM2", lambda: tf.Lfm2Config(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"], conv_L_cache=3,
+        max_position_embeddings=128)),
+    "lfm2 (conv bias)": ("LFM2", lambda: tf.Lfm2Config(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, layer_types=["conv", "full_attention"], conv_L_cache=4, conv_bias=True,
+        max_position_embeddings=128)),
+    "lfm3": ("LFM3", lambda: tf.Lfm3Config(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, layer_types=["conv", "sliding_attention", "full_attention"],
+        sliding_window=4, conv_L_cache=7, max_position_embeddings=128, pad_token_id=0, bos_token_id=101,
+        eos_token_id=102)),
+    "lfm2_moe": ("LFM2-MoE", lambda: tf.Lfm2MoeConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=32, moe_intermediate_size=16, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
+        num_dense_layers=1, num_experts=2, num_experts_per_tok=1, max_position_embeddings=128)),
 }  # fmt: skip
 
 
@@ -210,6 +237,39 @@ def test_an_ssd_matrix_times_x_is_mamba2s_chunked_scan():
         assert ((wrong @ x.transpose(1, 2)).transpose(1, 2) - reference).abs().max() > 0.1 * reference.abs().max()
 
 
+def test_a_selective_scan_matrix_per_channel_is_mambas_scan():
+    """Mamba-1: one matrix per channel, its decay different for each state dim, equals transformers' selective scan;
+    with one decay per channel (the state dims' mean) or without D it does not."""
+    torch.manual_seed(0)
+    T, channels, N = 40, 6, 5
+    x, dt, B, C = torch.randn(channels, T), torch.randn(channels, T), torch.randn(T, N), torch.randn(T, N)
+    A, D, dt_bias = -torch.rand(channels, N) * 2 - 0.1, torch.randn(channels), torch.randn(channels)
+    reference = mamba_selective_scan(x[None], dt[None], A, B.T[None], C.T[None], D=D, delta_bias=dt_bias,
+                                     delta_softplus=True)[0]  # (channels, T)
+    step = F.softplus(dt + dt_bias[:, None])  # (channels, T)
+    M = SelectiveScan(C, B, step, A, D).matrix()  # (channels, T, T)
+    assert (torch.einsum("cts,cs->ct", M, x) - reference).abs().max() <= 1e-5 * reference.abs().max()
+    assert torch.equal(M.triu(1), torch.zeros_like(M))
+    rows = SelectiveScan(C, B, step, A, D).block(slice(7, 30), slice(3, 20), heads=[4, 1])  # any block, exactly
+    assert torch.allclose(rows, M[[4, 1], 7:30, 3:20], atol=1e-6)
+    for wrong in (SelectiveScan(C, B, step, A.mean(-1, keepdim=True).expand(-1, N), D), SelectiveScan(C, B, step, A)):
+        assert (torch.einsum("cts,cs->ct", wrong.matrix(), x) - reference).abs().max() > 0.05 * reference.abs().max()
+
+
+def test_a_short_convolution_matrix_per_channel_is_the_gated_convolution():
+    """LFM2: C * conv(B * x) per channel is a band of the kernel's taps; with the taps in the wrong order it is not."""
+    torch.manual_seed(0)
+    T, channels, K = 20, 5, 3
+    x, B, C, w = torch.randn(channels, T), torch.randn(channels, T), torch.randn(channels, T), torch.randn(channels, K)
+    reference = C * F.conv1d((B * x)[None], w[:, None], padding=K - 1, groups=channels)[0, :, :T]
+    M = ShortConv(C, B, w).matrix()
+    assert (torch.einsum("cts,cs->ct", M, x) - reference).abs().max() <= 1e-5 * reference.abs().max()
+    assert torch.equal(M.triu(1), torch.zeros_like(M)) and torch.equal(M.tril(-K), torch.zeros_like(M))  # a band
+    assert torch.allclose(ShortConv(C, B, w).block(slice(4, 9), slice(2, 8), heads=[3]), M[[3], 4:9, 2:8])
+    wrong = ShortConv(C, B, w.flip(-1)).matrix()
+    assert (torch.einsum("cts,cs->ct", wrong, x) - reference).abs().max() > 0.1 * reference.abs().max()
+
+
 def test_the_decay_matrix_is_a_product_of_decays_and_survives_long_sequences():
     log_decay = torch.full((2, 4000), -0.5)
     M = decay_matrix(log_decay)
@@ -237,6 +297,9 @@ def test_mixer_statistics_measure_reach_forgetting_and_sign():
     assert stats.diagonal[1] == pytest.approx(T / halving.sum())
     with pytest.raises(ValueError, match="softmax attention"):
         mixer_stats(replace(mixer_trace(M, M[:, 0]), kind="softmax"))
+    band = replace(mixer_trace(np.tril(M, 0) - np.tril(M, -3), M[:, 0]), kind="conv", head_arrays={})  # no decays
+    conv = mixer_stats(band)
+    assert np.isnan(conv.half_life).all() and np.isnan(conv.decay).all() and (conv.reach <= 2).all()
 
 
 # ------------------------------------------------------------------------------ tiny hybrid models
@@ -244,7 +307,8 @@ def test_mixer_statistics_measure_reach_forgetting_and_sign():
 
 def own_mixer_outputs(m: PretrainedModel, text: str) -> tuple[dict[int, torch.Tensor], dict[int, tuple]]:
     """The unmodified model's own numbers, hooked: each mixer's kernel output (its norm's first input; where no norm
-    follows the kernel, as in Falcon-H1 without mamba_rms_norm, what its module's mamba2_chunk_scan returned) and each
+    follows the kernel, as in Falcon-H1 without mamba_rms_norm, what its module's mamba2_chunk_scan returned; Mamba-1
+    and LFM2 gate their kernel's output straight into out_proj, whose input is then the kernel's own) and each
     layer's out_proj (input, output), from one forward pass."""
     kernel, projection, scans = {}, {}, []
 
@@ -257,8 +321,8 @@ def own_mixer_outputs(m: PretrainedModel, text: str) -> tuple[dict[int, torch.Te
         if module is not None and site.core is not None:  # the gated norm (Site.core): its input is the kernel's
             handles.append(site.core.register_forward_pre_hook(
                 lambda mod, args, layer=layer: keep(kernel, layer, args[0].detach())))
-        elif module is not None:
-            unnormed.append((layer, sys.modules[type(module).__module__]))
+        elif module is not None and hasattr(sys.modules[type(module).__module__], "mamba2_chunk_scan"):
+            unnormed.append((layer, sys.modules[type(module).__module__]))  # Mamba-1's and LFM2's: the concat is
         handles.append(site.out.register_forward_hook(
             lambda mod, args, output, layer=layer: keep(projection, layer, (args[0][0], output[0]))))
     with contextlib.ExitStack() as patches:
@@ -291,23 +355,30 @@ def test_every_layer_is_traced_and_equals_the_unmodified_modules(models, name):
                 "olmo_hybrid": ["linear", "softmax", "linear", "softmax"],
                 "olmo_hybrid (no positions)": ["linear", "softmax"], "nemotron_h": ["ssm", "softmax", "ssm"],
                 "nemotron_h (mixers only)": ["ssm", "softmax", "ssm"], "falcon_h1": ["softmax", "ssm"] * 2,
-                "falcon_h1 (gated norm)": ["softmax", "ssm"] * 2}[name]
+                "falcon_h1 (gated norm)": ["softmax", "ssm"] * 2, "mamba": ["ssm", "ssm"],
+                "falcon_mamba": ["ssm", "ssm"], "jamba": ["ssm", "softmax", "ssm"],
+                "lfm2": ["conv", "softmax", "conv"], "lfm2 (conv bias)": ["conv", "softmax"],
+                "lfm2_moe": ["conv", "softmax", "conv"], "lfm3": ["conv", "softmax", "softmax"]}[name]
     assert kinds == expected
     for layer, t in enumerate(traces):
         T = t.weights.shape[1]
         assert np.abs(t.concat - projection[layer][0].numpy()).max() <= 1e-6
         assert np.abs(t.output - projection[layer][1].numpy()).max() <= 1e-6
-        assert np.abs(t.concat @ t.W_O.T - t.output).max() <= 1e-5
+        assert np.abs(t.concat @ t.W_O.T + (0 if t.b_O is None else t.b_O) - t.output).max() <= 1e-5
         if t.kind == "softmax":
             continue
-        own = kernel[layer].reshape(T, t.num_heads, -1).transpose(1, 0).numpy()  # (H, T, d_v)
-        mixed = t.weights @ t.values
-        assert np.abs(mixed - own).max() <= 1e-4 * np.abs(own).max()
+        if layer in kernel:  # where a norm follows the kernel (else the concat above is the kernel's gated output)
+            own = kernel[layer].reshape(T, t.num_heads, -1).transpose(1, 0).numpy()  # (H, T, d_v)
+            assert np.abs(t.weights @ t.values - own).max() <= 1e-4 * np.abs(own).max()
         assert np.abs(t.head_outputs.transpose(1, 0, 2).reshape(T, -1) - t.concat).max() <= 1e-5
         assert np.all(np.triu(t.weights, 1) == 0) and (t.weights < 0).any()  # causal, signed
         assert t.signed and t.queries is None and "no softmax scores" in t.meta["unavailable"]
-        assert t.meta["matrix"] == KINDS[t.kind] and set(t.head_arrays) >= {"decay"}
+        assert t.meta["matrix"] == KINDS[t.kind]
         assert all(a.shape == (t.num_heads, T) for a in t.head_arrays.values())
+        if t.kind == "conv":  # a band as wide as the kernel, nothing before it
+            width = m.adapter.mixer(layer).conv_kernel_size
+            assert np.all(np.tril(t.weights, -width) == 0) and np.all(np.diagonal(t.weights, -(width - 1), 1, 2))
+            continue
         assert np.all((t.head_arrays["decay"] > 0) & (t.head_arrays["decay"] < 1))
         reach = np.abs(t.weights[:, -1, : T // 2]).sum() / np.abs(t.weights[:, -1]).sum()
         assert reach > 0.01  # the last token still reads the first half: slow decays, a matrix worth drawing
@@ -397,6 +468,42 @@ def _mamba_without_D(self, module, x):
     return replace(mix, factors=replace(mix.factors, D=None))
 
 
+def _mamba1_one_decay_per_channel(self, module, x):
+    """Mamba-1 with each channel's decays averaged over its state dims (one decay per channel, as Mamba-2's)."""
+    mix = ADAPTERS["mamba"].mixing(self, module, x)
+    A = mix.factors.A
+    return replace(mix, factors=replace(mix.factors, A=A.mean(-1, keepdim=True).expand_as(A)))
+
+
+def _falcon_mamba_without_its_norms(self, module, x):
+    """Falcon Mamba (and Jamba) read as Mamba: dt, B and C without their RMSNorms."""
+    norms = {name: getattr(module, name) for name in ("dt_layernorm", "b_layernorm", "c_layernorm")}
+    for name in norms:
+        delattr(module, name)
+    try:
+        return ADAPTERS["mamba"].mixing(self, module, x)
+    finally:
+        for name, norm in norms.items():
+            setattr(module, name, norm)
+
+
+def _some_rotary(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary cos, sin (T, d) for queries q (..., T, d): positions where the layer has none."""
+    T, d = q.shape[-2], q.shape[-1]
+    angles = torch.arange(T)[:, None] * 10000.0 ** (-torch.arange(0, d, 2) / d)  # (T, d/2)
+    return torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()
+
+
+def _jamba_with_rotary(self, part, site, rec, q, k):
+    """Jamba's attention (which has no positions) read as if it rotated its queries and keys."""
+    return replace(ADAPTERS["jamba"].variations(self, part, site, rec, q, k), rotary=_some_rotary(q))
+
+
+def _lfm2_taps_reversed(self, module, x):
+    mix = ADAPTERS["lfm2"].mixing(self, module, x)
+    return replace(mix, factors=replace(mix.factors, w=mix.factors.w.flip(-1)))
+
+
 NEGATIVE = {
     "qwen3_next": [("Gated DeltaNet without its decay", 0, {"mixing": _qwen_without_decay}),
                    ("gated attention without its output gate", 3, {"variations": lambda self, *a: replace(
@@ -405,6 +512,17 @@ NEGATIVE = {
                      {"mixing": _kimi_decay_per_head})],
     "minimax": [("lightning attention without its decay", 0, {"mixing": _minimax_without_decay})],
     "mamba2": [("Mamba-2 without D", 0, {"mixing": _mamba_without_D})],
+    "mamba": [("Mamba with one decay per channel, not per state dim", 0, {"mixing": _mamba1_one_decay_per_channel})],
+    "falcon_mamba": [("Falcon Mamba without its dt, B and C norms", 0, {"mixing": _falcon_mamba_without_its_norms})],
+    "jamba": [("Jamba without its dt, B and C norms", 0, {"mixing": _falcon_mamba_without_its_norms}),
+              ("Jamba's attention given rotary positions", 1, {"variations": _jamba_with_rotary})],
+    "lfm3": [("LFM3's attention without its head gate", 1, {"variations": lambda self, *a: replace(
+        ADAPTERS["lfm3"].variations(self, *a), gates=None)}),
+             ("LFM3's attention without its QK-norm", 2, {"variations": lambda self, *a: replace(
+                 ADAPTERS["lfm3"].variations(self, *a), q_norm=None, k_norm=None)})],
+    "lfm2": [("LFM2's convolution taps in the wrong order", 0, {"mixing": _lfm2_taps_reversed}),
+             ("LFM2's attention without its QK-norm", 1, {"variations": lambda self, *a: replace(
+                 ADAPTERS["lfm2"].variations(self, *a), q_norm=None, k_norm=None)})],
     "falcon_h1": [("Falcon-H1's keys without their multiplier", 0, {"scale": lambda self, site: site.attention.scaling}),
                   ("Falcon-H1's Mamba-2 projections without their muP multipliers", 1,
                    {"projected": lambda self, m, x: m.in_proj(x * m.ssm_in_multiplier)})],
@@ -442,8 +560,37 @@ def test_generation_steps_through_mixers_with_exact_rows(models, name):
     for t, step in enumerate(g.steps):
         maps = m.attentions_for_ids([*g.prompt_ids, *(s.token_id for s in g.steps[:t])])
         np.testing.assert_allclose(step.attentions, maps[:, :, -1], rtol=0, atol=1e-5)  # NaN where maps have NaN
-    with pytest.raises(ValueError, match=r"not softmax attention \((linear|ssm)\): its mixing matrix is traced on a"):
+    with pytest.raises(ValueError, match=r"not softmax attention \((linear|ssm|conv)\): its mixing matrix is traced"):
         cache_step(m)
+
+
+def test_mixing_matrices_past_the_memory_limit_are_refused_before_they_are_made(models, monkeypatch):
+    """Jamba's Mamba layers hold one [T, T] matrix per channel (32 each here; 8192 in the real Jamba): over
+    MAX_MIXER_BYTES the request is refused, before any matrix is made, with what fits; one layer alone fits."""
+    from mha_viz.pretrained import mixing
+
+    m = models["jamba"]
+    T = len(m.encode(TEXT).ids)
+    per_layer = 4 * 32 * T * T  # float32 bytes of one Mamba layer's 32 channel matrices
+    monkeypatch.setattr(mixing, "MAX_MIXER_BYTES", int(1.5 * per_layer))
+    made = mock.patch.object(SelectiveScan, "block", side_effect=AssertionError("a matrix was made"))
+    with made, pytest.raises(ValueError, match=r"2 mixer layer\(s\) of jamba hold 64 mixing matrices of \[23, 23\]"):
+        m.traces(TEXT)
+    with made, pytest.raises(ValueError, match="Use at most 19 tokens"):
+        m.attentions(TEXT)
+    assert m.trace(TEXT, 0).weights.shape == (32, T, T)  # one layer at a time fits
+
+
+def test_lfm3_generation_places_its_sliding_window_between_convolutions(models):
+    """LFM3's layers are a convolution, a sliding-window attention and a full one: generation labels the window of
+    the second alone, and its rows (the model's own, step by step) see no key before it."""
+    m = models["lfm3"]
+    g = m.generate("the cat sat on the mat and the dog", 4)
+    assert g.windows == (None, 4, None) and g.windowed_layers == (1,)
+    for k, step in enumerate(g.steps):
+        keys = len(g.prompt_ids) + k
+        row = np.nan_to_num(step.attentions[1])  # (H, keys): the sliding layer's row
+        assert not row[:, : keys - 4].any() and (row[:, keys - 4] > 0).any()
 
 
 def cache_step(m: PretrainedModel) -> None:
