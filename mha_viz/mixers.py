@@ -147,6 +147,8 @@ def ssd_matrix(C: Tensor, B: Tensor, dt: Tensor, A: Tensor, D: Tensor | None = N
 
 
 ROW_CELLS = 2**22  # Factors.row_chunks: about this many cells of work at a time (16 MB of float32)
+TILE = 64  # SelectiveScan.block: keys per tile
+MAX_EXP = 600.0  # SelectiveScan.block: the largest exponent a tile's factors may reach (float64 overflows past 709)
 
 
 class Factors:
@@ -305,16 +307,43 @@ class SelectiveScan(Factors):
         return self.dt.shape[-1]
 
     def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
+        """M[heads, rows, cols], a tile of TILE keys at a time: with G the running sum of A dt (per channel and state
+        dim) and g the tile's last step, exp(G_t - G_s) = exp(G_t - g) exp(g - G_s), so a tile is one matmul over
+        the state dims, (C_t e^(G_t - g)) . (B_s e^(g - G_s) dt_s), in float64. With A <= 0, G never rises: the
+        key factor is at most 1, the query factor at most e^(the tile's own decay) for the rows that reach it; a tile
+        that decays by more than e^MAX_EXP is computed from the differences instead (_exact_tile)."""
         dt, A, D = _pick(heads, self.dt, self.A, self.D)
-        C, B = self.C[rows], self.B[cols]  # (r, N), (c, N)
-        M = dt.new_zeros(dt.shape[0], C.shape[0], B.shape[0])  # (h, r, c)
-        for n in range(A.shape[-1]):  # one state dim at a time: (h, r, c) in memory, never (h, N, r, c)
-            M.addcmul_(decay_block(A[:, n, None] * dt, rows, cols), torch.outer(C[:, n], B[:, n]))
-        M.mul_(dt[:, None, cols])
+        T, N = self.length, A.shape[-1]
+        (r0, r1, _), (c0, c1, _) = rows.indices(T), cols.indices(T)
+        M = dt.new_zeros(dt.shape[0], max(0, r1 - r0), max(0, c1 - c0))  # (h, r, c)
+        if r1 <= r0 or c1 <= c0:
+            return M
+        per = max(1, ROW_CELLS // (N * (r1 - c0)))  # channels at a time: their G (per, N, r1 - c0) stays near ROW_CELLS
+        C, B = self.C.double(), self.B.double()  # (T, N)
+        for h0 in range(0, dt.shape[0], per):
+            h = slice(h0, h0 + per)
+            G = (A[h].double()[:, :, None] * dt[h, c0:r1].double()[:, None, :]).cumsum(-1)  # (per, N, r1 - c0) from c0
+            for b in range(c0, min(c1, r1), TILE):  # the key tiles some row reaches
+                b1, t0 = min(b + TILE, c1), max(r0, b)  # rows before the tile's first key see none of it
+                g = G[:, :, b1 - 1 - c0, None]  # (per, N, 1): the tile's last step
+                if (G[:, :, b - c0, None] - g).max() > MAX_EXP:  # e^(the tile's decay) would overflow float64
+                    M[h, t0 - r0:, b - c0:b1 - c0] = self._exact_tile(dt[h], A[h], slice(t0, r1), slice(b, b1))
+                    continue
+                left = C[t0:r1].T * (G[:, :, t0 - c0:r1 - c0] - g).exp()  # (per, N, R): <= e^(the tile's decay)
+                right = B[b:b1].T * (g - G[:, :, b - c0:b1 - c0]).exp() * dt[h, None, b:b1].double()  # (per, N, c) <= 1
+                M[h, t0 - r0:, b - c0:b1 - c0] = (left.transpose(1, 2) @ right).to(M.dtype)  # (per, R, c)
+        M.tril_(r0 - c0)  # keys after their query (s > t): 0
         if D is not None:
-            (r0, *_), (c0, *_) = rows.indices(self.length), cols.indices(self.length)
             M.diagonal(r0 - c0, dim1=-2, dim2=-1).add_(D[:, None])
         return M
+
+    def _exact_tile(self, dt: Tensor, A: Tensor, rows: slice, cols: slice) -> Tensor:
+        """The tile from the differences of the running sums (decay_block), one state dim at a time: no factor can
+        overflow, (h, r, c) in memory."""
+        M = dt.new_zeros(dt.shape[0], rows.stop - rows.start, cols.stop - cols.start)
+        for n in range(A.shape[-1]):
+            M.addcmul_(decay_block(A[:, n, None] * dt, rows, cols), torch.outer(self.C[rows, n], self.B[cols, n]))
+        return M.mul_(dt[:, None, cols])
 
 
 @dataclass(frozen=True, eq=False)
@@ -340,13 +369,17 @@ class ShortConv(Factors):
         return self.C.shape[-1]
 
     def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
+        """M[heads, rows, cols]: zeros, then the band's K diagonals t - s = j, each C_t w[K - 1 - j] B_s."""
         C, B, w = _pick(heads, self.C, self.B, self.w)
         (r0, r1, _), (c0, c1, _) = rows.indices(self.length), cols.indices(self.length)
-        lag = torch.arange(r0, r1)[:, None] - torch.arange(c0, c1)[None, :]  # (r, c): t - s
+        M = C.new_zeros(C.shape[0], max(0, r1 - r0), max(0, c1 - c0))  # (h, r, c)
         K = w.shape[-1]
-        inside = (lag >= 0) & (lag < K)
-        taps = w[:, (K - 1 - lag).clamp(0, K - 1)] * inside  # (h, r, c): the tap for each lag, 0 outside the band
-        return C[:, r0:r1, None] * taps * B[:, None, c0:c1]
+        for j in range(K):  # lag t - s = j: the block's diagonal (r0 - c0) - j, from entry (i, i + r0 - c0 - j)
+            t_lo, t_hi = max(r0, c0 + j), min(r1, c1 + j)  # queries t whose key s = t - j lies in cols
+            if t_lo < t_hi:
+                diagonal = M.diagonal(r0 - c0 - j, dim1=-2, dim2=-1)  # (h, t_hi - t_lo): queries t_lo .. t_hi - 1
+                diagonal.copy_(C[:, t_lo:t_hi] * w[:, K - 1 - j, None] * B[:, t_lo - j:t_hi - j])
+        return M
 
 
 def layer_marks(kinds: Sequence[str]) -> list[str] | None:
