@@ -237,21 +237,28 @@ def test_an_ssd_matrix_times_x_is_mamba2s_chunked_scan():
         assert ((wrong @ x.transpose(1, 2)).transpose(1, 2) - reference).abs().max() > 0.1 * reference.abs().max()
 
 
-def test_a_selective_scan_matrix_per_channel_is_mambas_scan():
-    """Mamba-1: one matrix per channel, its decay different for each state dim, equals transformers' selective scan;
-    with one decay per channel (the state dims' mean) or without D it does not."""
+@pytest.mark.parametrize("steps", [0.0, 40.0])
+def test_a_selective_scan_matrix_per_channel_is_mambas_scan(steps):
+    """Mamba-1: one matrix per channel, its decay different for each state dim, equals transformers' selective scan,
+    over several tiles of keys (mha_viz.mixers.TILE), and where a tile decays past float64's range (steps near 40:
+    those tiles come from the differences); with one decay per channel (the state dims' mean) or without D it does not."""
     torch.manual_seed(0)
-    T, channels, N = 40, 6, 5
-    x, dt, B, C = torch.randn(channels, T), torch.randn(channels, T), torch.randn(T, N), torch.randn(T, N)
+    T, channels, N = 150, 6, 5
+    x, B, C = torch.randn(channels, T), torch.randn(T, N), torch.randn(T, N)
+    dt = torch.randn(channels, T) + steps  # steps 40: softplus(dt + bias) near 40, decays of e^-4 to e^-84 a token
     A, D, dt_bias = -torch.rand(channels, N) * 2 - 0.1, torch.randn(channels), torch.randn(channels)
     reference = mamba_selective_scan(x[None], dt[None], A, B.T[None], C.T[None], D=D, delta_bias=dt_bias,
                                      delta_softplus=True)[0]  # (channels, T)
     step = F.softplus(dt + dt_bias[:, None])  # (channels, T)
-    M = SelectiveScan(C, B, step, A, D).matrix()  # (channels, T, T)
+    with mock.patch.object(SelectiveScan, "_exact_tile", autospec=True, side_effect=SelectiveScan._exact_tile) as exact:
+        M = SelectiveScan(C, B, step, A, D).matrix()  # (channels, T, T)
+    assert exact.called == (steps > 0)  # the tiles past float64's range, and only those
     assert (torch.einsum("cts,cs->ct", M, x) - reference).abs().max() <= 1e-5 * reference.abs().max()
     assert torch.equal(M.triu(1), torch.zeros_like(M))
-    rows = SelectiveScan(C, B, step, A, D).block(slice(7, 30), slice(3, 20), heads=[4, 1])  # any block, exactly
-    assert torch.allclose(rows, M[[4, 1], 7:30, 3:20], atol=1e-6)
+    rows = SelectiveScan(C, B, step, A, D).block(slice(70, 140), slice(3, 90), heads=[4, 1])  # any block, exactly
+    assert torch.allclose(rows, M[[4, 1], 70:140, 3:90], atol=1e-5 * float(M.abs().max()))
+    if steps:
+        return  # decays this fast leave each token itself alone: the negative controls below would not differ
     for wrong in (SelectiveScan(C, B, step, A.mean(-1, keepdim=True).expand(-1, N), D), SelectiveScan(C, B, step, A)):
         assert (torch.einsum("cts,cs->ct", wrong.matrix(), x) - reference).abs().max() > 0.05 * reference.abs().max()
 
