@@ -306,7 +306,6 @@ class Adapter:
     attribution_unavailable: str | None = None  # why direct logit attribution cannot split this model's logits
     norm_weight_offset = 0.0  # the RMSNorms multiply by (offset + weight): 1 for Gemma and Gemma2
     steps_from_cache = True  # generation feeds one token a step with the KV cache (False: the whole sequence again)
-    long_unavailable: str | None = None  # why model.long_trace() cannot run this family yet, else None
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -413,6 +412,12 @@ class Adapter:
         (Granite 4's residual_multiplier, Falcon-H1's per half): 1 by default. Logit attribution folds it into each
         head's term."""
         return 1.0
+
+    def own_square_tensors(self) -> int:
+        """How many [T, T] float32 tensors a layer of the model makes in its own code even during a long pass, outside
+        attention (DeepSeek-V3.2's indexer: one per indexer head); 0 by default. A long pass gives such a model its
+        causal mask as a [1, 1, T, T] tensor, and refuses beforehand what would pass long_hooked.EAGER_MAX_BYTES."""
+        return 0
 
     def logit_scale(self) -> float:
         """The factor on the logits after the unembedding (Cohere's logit_scale, Granite 4's 1 / logits_scaling): 1 by

@@ -142,7 +142,9 @@ class DeepseekV32Adapter(DeepseekAdapter):
     and head_arrays["dropped mass"] [H, T] the share the dropped keys would have had under dense attention."""
 
     architectures = ("deepseek_v32",)
-    long_unavailable = "mha-viz's long kernel does not yet apply DeepSeek-V3.2's indexer (each query's top-k keys)"
+
+    def own_square_tensors(self) -> int:
+        return int(self.model.config.index_n_heads)  # the indexer scores every key for every query, head by head
 
     def site(self, part: str, layer: int) -> Site:
         return replace(super().site(part, layer), watch=self.base.layers[layer].self_attn.indexer)

@@ -61,6 +61,7 @@ class Rules:
     sinks: Tensor | None = None  # (H,) one learned logit per head in each softmax, then dropped (gpt-oss)
     alibi: Tensor | None = None  # (H,) ALiBi slopes: slope_h * j added to the score of key j (BLOOM's form)
     chunk: int | None = None  # keys outside the query's chunk of this many positions are hidden (Llama 4's chunks)
+    kept: Tensor | None = None  # (T, k) the keys each query may see, the others hidden (DeepSeek-V3.2's indexer)
 
     def bias(self, heads: Sequence[int] | slice, c0: int, c: int) -> dict[str, Tensor]:
         """attend()'s bias terms for keys c0 ... c0 + c - 1 of heads: ALiBi's slope_h * j, (h, 1, c)."""
@@ -87,6 +88,10 @@ class Rules:
             hidden |= (i - j).abs() >= self.window
         if self.chunk is not None:
             hidden |= i // self.chunk != j // self.chunk
+        if self.kept is not None:  # every key but the query's kept ones; a spare last column takes the others
+            index = self.kept[r0:r0 + r].long() - c0  # (r, k)
+            index = torch.where((index >= 0) & (index < c), index, c)
+            hidden |= ~torch.zeros(r, c + 1, dtype=torch.bool).scatter_(1, index, True)[:, :c]
         return hidden if bool(hidden.any()) else None
 
 
@@ -263,15 +268,17 @@ class _Capture:
         self.progress = progress
         self.side = side
         self.layers: dict[int, LongBlocks] = {}
+        self.causal_mask: Tensor | None = None  # the [1, 1, T, T] mask given to a model that needs one (long_pass)
 
     def attention(self, module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
                   *, scaling: float | None = None, sliding_window: int | None = None, softcap: float | None = None,
-                  s_aux: Tensor | None = None, **_: Any) -> tuple[Tensor, None]:
+                  s_aux: Tensor | None = None, indices: Tensor | None = None, **_: Any) -> tuple[Tensor, None]:
         """transformers' attention-function signature: query (1, H, T, d), key (1, KV, S, d), value (1, KV, S, d_v)
-        -> output (1, T, H, d_v); records the layer of a traced module."""
+        -> output (1, T, H, d_v); records the layer of a traced module. indices (1, T, k): the keys each query may
+        see (DeepSeek-V3.2's indexer, which also needs the causal mask the pass gave the model: self.causal_mask)."""
         if query.shape[0] != 1:
             raise ValueError("a long trace reads one input (a batch of one)")
-        if attention_mask is not None:
+        if attention_mask is not None and attention_mask is not self.causal_mask:
             raise ValueError(f"{type(module).__name__} passed its own attention mask (a score bias); a long trace "
                              "cannot reproduce it")
         layer, causal, chunk = self.modules.get(module, (None, bool(getattr(module, "is_causal", False)), None))
@@ -279,6 +286,7 @@ class _Capture:
             scale=float(scaling if scaling is not None else module.scaling), causal=causal,
             window=int(sliding_window) if sliding_window else None, softcap=float(softcap) if softcap else None,
             sinks=None if s_aux is None else s_aux.detach().float(), chunk=chunk,
+            kept=None if indices is None else indices[0].detach(),
         )
         q, k, v = query[0].float(), key[0].float(), value[0].float()  # (H, T, d), (KV, S, d), (KV, S, d_v)
         output, record = run_layer(q, k, v, rules, side=self.side, keep=layer is not None and layer not in self.layers)
@@ -455,6 +463,8 @@ def _hide(scores: Tensor, rules: Rules, r0: int, c0: int) -> None:
         spans.append((c0, min(c0 + c, (r0 + r - 1) // rules.chunk * rules.chunk)))
         if not rules.causal:
             spans.append((max(c0, (r0 // rules.chunk + 1) * rules.chunk), c0 + c))
+    if rules.kept is not None:  # any key may be one the query's indexer dropped
+        spans = [(c0, c0 + c)]
     for a, b in spans:
         if a < b:
             hidden = rules.mask(r0, r, a, b - a)

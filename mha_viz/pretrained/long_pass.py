@@ -18,7 +18,7 @@ from ..trace import MIXING_KINDS
 from .adapter import Site
 from .encoded import CHARS_PER_TOKEN
 from .long import OVERVIEW_SIDE, STAT_NAMES, ModelLongTrace, _Capture, kept_bytes_per_token, long_kernel
-from .long_hooked import trace_hooked
+from .long_hooked import EAGER_MAX_BYTES, eager_bytes, trace_hooked
 from .long_mixer import long_mixer_layer
 
 
@@ -41,8 +41,6 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
                          "(an encoder or a decoder-only model)")
     if model.unavailable is not None:
         raise ValueError(f"{model.name} cannot be traced layer by layer: {model.unavailable}")
-    if getattr(adapter, "long_unavailable", None):
-        raise ValueError(f"{model.name} has no long trace yet: {adapter.long_unavailable}")
     ids = _long_ids(model, text, ids)
     n_layers = model.num_layers[part]
     chosen = tuple(range(n_layers)) if layers is None else tuple(sorted({model._layer(part, i) for i in layers}))
@@ -61,6 +59,13 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
         raise ValueError(f"a long trace of {len(ids)} tokens over {len(chosen)} layers of {model.name} keeps "
                          f"{need / 2**20:.0f} MiB, more than the {max_bytes / 2**20:.0f} MiB allowed: at most "
                          f"{fit} tokens of these layers fit (or trace fewer layers)")
+    square = adapter.own_square_tensors()
+    if square and eager_bytes(square, len(ids)) > EAGER_MAX_BYTES:
+        most = int((EAGER_MAX_BYTES / eager_bytes(square, 1)) ** 0.5)
+        raise ValueError(f"{model.name} ({model.architecture}) makes [tokens, tokens] scores in its own code (its "
+                         f"indexer, {square} head(s)): {eager_bytes(square, len(ids)) / 2**20:.0f} MiB at "
+                         f"{len(ids)} tokens, more than the {EAGER_MAX_BYTES / 2**20:.0f} MiB allowed: use at most "
+                         f"{most} tokens")
     if own_code and mixers:
         raise ValueError(f"{model.name} computes attention in its own code and has mixer layers: it has no long trace")
     tokens = token_labels(model.tokenizer, ids)
@@ -71,7 +76,7 @@ def trace_model(model: Any, text: str | None = None, *, ids: Sequence[int] | Non
     else:
         cores: dict[int, Tensor] = {}  # mixer layer -> what the norm after its kernel received (T, H*d_v)
         with long_kernel(model.model, capture), torch.no_grad(), _kernel_outputs(mixers, cores):
-            adapter.base(input_ids=torch.tensor([list(ids)], device=adapter.device()), use_cache=False)
+            _forward(adapter, ids, capture)
         for i in mixers:  # each mixer's input, as the forward pass gave it (MixerAdapter.taken_input)
             capture.layers[i] = long_mixer_layer(adapter, i, adapter.taken_input(i), cores.pop(i, None), tokens,
                                                  overview_side)
@@ -91,7 +96,7 @@ def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool, int | None]], m
     capture = _Capture(modules, ("a", "b"), None, OVERVIEW_SIDE)
     adapter = model.adapter
     with long_kernel(model.model, capture), torch.no_grad():
-        adapter.base(input_ids=torch.tensor([[0, 0]], device=adapter.device()), use_cache=False)
+        _forward(adapter, (0, 0), capture)
     missing = sorted(i for i, *_ in modules.values() if i not in capture.layers)
     if missing and capture.layers:
         raise ValueError(f"{model.name} ({model.architecture}) computes attention in its own code in layers "
@@ -102,6 +107,16 @@ def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool, int | None]], m
             factors = adapter.mixing(adapter.mixer(i), adapter.taken_input(i)).factors
         per_token[i] = factors.nbytes // 2 + 4 * len(STAT_NAMES) * site.num_heads  # factors, then row statistics
     return bool(missing), per_token
+
+
+def _forward(adapter: Any, ids: Sequence[int], capture: _Capture) -> None:
+    """The base model's forward pass on ids through the long kernel; a model whose own code needs the causal mask
+    (Adapter.own_square_tensors: DeepSeek-V3.2's indexer) gets it as a [1, 1, T, T] tensor, which the kernel knows."""
+    device, T = adapter.device(), len(ids)
+    kwargs: dict[str, Any] = {}
+    if adapter.own_square_tensors():
+        capture.causal_mask = kwargs["attention_mask"] = torch.ones(1, 1, T, T, dtype=torch.bool, device=device).tril()
+    adapter.base(input_ids=torch.tensor([list(ids)], device=device), use_cache=False, **kwargs)
 
 
 @contextmanager

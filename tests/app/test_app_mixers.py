@@ -87,9 +87,11 @@ def test_a_model_whose_mixing_matrices_do_not_fit_at_once_draws_layer_by_layer_o
     room for none, the page says so. Never an exception."""
     from mha_viz.pretrained import mixing
 
-    T = len(load_model(folders["jamba"]).encode("the cat sat on the mat").ids)
+    text = "a red cat and a grey dog sat on the mat"  # a text no other test traced: nothing of it is in the cache
+    T = len(load_model(folders["jamba"]).encode(text).ids)
     monkeypatch.setattr(mixing, "MAX_MIXER_BYTES", 4 * 32 * T * T + 1)  # one Mamba layer's matrices, not two
     at = app_with(folders["jamba"], "Heads", layer=0)
+    at.text_area(key="text").set_value(text).run()
     assert not at.exception and not at.error
     _, drawn = shown_layer(at)
     assert drawn.shape == (32, T, T)
@@ -100,7 +102,9 @@ def test_a_model_whose_mixing_matrices_do_not_fit_at_once_draws_layer_by_layer_o
     for section in SECTIONS.menu("Pretrained"):
         at.button_group(key="section").set_value(section).run()
         assert not at.exception and not at.error, section
-    monkeypatch.setattr(mixing, "MAX_MIXER_BYTES", 4 * 32 * T * T - 1)  # not even one layer (a new text: no cache)
+    other = "a grey cat and a red dog sat on the rug"  # a new text: none of it cached
+    T = len(load_model(folders["jamba"]).encode(other).ids)
+    monkeypatch.setattr(mixing, "MAX_MIXER_BYTES", 4 * 32 * T * T - 1)  # not even one layer
     at = app_with(folders["jamba"], "Heads", layer=0)
-    at.text_area(key="text").set_value("the dog sat on the rug").run()
+    at.text_area(key="text").set_value(other).run()
     assert not at.exception and any("This layer is too large to draw whole" in e.value for e in at.error)

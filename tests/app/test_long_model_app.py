@@ -34,6 +34,9 @@ CONFIGS = {
     "bloom": lambda: tf.BloomConfig(vocab_size=30522, hidden_size=32, n_layer=2, n_head=4),  # its own eager pass
     "qwen3_next": lambda: HYBRID["qwen3_next"][1]().__class__(**{  # Gated DeltaNet layers 0-2, attention in 3
         **HYBRID["qwen3_next"][1]().to_dict(), "max_position_embeddings": 4096}),
+    "deepseek_v32": lambda: tf.DeepseekV32Config(  # each query reads its indexer's top 64 keys
+        **{**BASE, "num_key_value_heads": 4}, q_lora_rank=12, kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=4,
+        v_head_dim=5, first_k_dense_replace=2, index_topk=64, index_head_dim=8, index_n_heads=2),
     "bart": lambda: tf.BartConfig(vocab_size=30522, d_model=32, encoder_layers=1, decoder_layers=1,
                                   encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
                                   decoder_ffn_dim=32, max_position_embeddings=4096),
@@ -224,3 +227,15 @@ def test_the_session_keeps_a_key_not_the_long_trace(folders):
     assert left == [], [sorted({type(r).__name__ for r in gc.get_referrers(o)}) for o in left]
     at.slider(key="zoom").set_value(300).run()
     assert not at.exception and heatmaps(chart(at, "heads_zoom"))[0]["y0"] == 300
+
+
+def test_deepseek_v32s_long_text_draws_only_the_keys_its_indexer_kept(folders):
+    """DeepSeek-V3.2 reads a long text too: the overview the page paints is the long trace's, whose rows hold only
+    the 64 keys each query's indexer kept."""
+    at = app_with(folders["deepseek_v32"], layer="1")
+    assert not at.error and not at.warning, [w.value for w in at.warning]
+    assert any("A long text: 1562 tokens" in i.value for i in at.info)
+    _, long = long_trace(folders["deepseek_v32"])
+    np.testing.assert_allclose(long_overview(at), long.overview(1).max, atol=2e-5)
+    row = long.row(1, 0, 1500)
+    assert (row > 0).sum() == 64 and row.sum() == pytest.approx(1.0, abs=1e-5)

@@ -9,6 +9,7 @@ then the refusals (encoder-decoders, positions, ids, bytes) and cancelling."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable
@@ -57,6 +58,8 @@ FAMILIES: dict[str, tuple[type, Callable[[], tf.PretrainedConfig]]] = {
         vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=POSITIONS, bos_token_id=101, eos_token_id=102)),
     "gpt_neox": (AutoModelForCausalLM, lambda: tf.GPTNeoXConfig(vocab_size=V, rotary_pct=0.5, **SMALL, **TOKENS)),
     "deepseek_v3": (AutoModelForCausalLM, lambda: tf.DeepseekV3Config(vocab_size=V, **MLA, **SMALL, **TOKENS)),
+    "deepseek_v32": (AutoModelForCausalLM, lambda: tf.DeepseekV32Config(  # each query keeps its indexer's top 40 keys
+        vocab_size=V, **MLA, **SMALL, **TOKENS, index_topk=40, index_head_dim=8, index_n_heads=2)),
     "bert": (AutoModel, lambda: tf.BertConfig(vocab_size=V, **SMALL)),
     "modernbert": (AutoModel, lambda: tf.ModernBertConfig(
         vocab_size=V, global_attn_every_n_layers=2, local_attention=64, cls_token_id=101, sep_token_id=102,
@@ -352,3 +355,20 @@ def test_weights_equal_the_models_own_at_2047_tokens(family):
         top, mean = exact_overview(own[layer], one.block_rows, one.block_cols)
         np.testing.assert_allclose(long.overview(layer).max, top, rtol=0, atol=TOLERANCE)
         np.testing.assert_allclose(long.overview(layer).mean, mean, rtol=0, atol=TOLERANCE)
+
+
+def test_deepseek_v32_keeps_its_indexers_keys_and_refuses_scores_that_would_not_fit(monkeypatch):
+    """Each query of DeepSeek-V3.2 reads only the 40 keys its indexer ranked highest: the long trace applies the
+    indexer's own choice (Rules.kept; the weights equal the model's above), and without it the weights differ. The
+    indexer scores every key for every query in the model's own code, so lengths whose scores would not fit are
+    refused before the pass."""
+    from mha_viz.pretrained import long_pass
+
+    long, own = traced("deepseek_v32")
+    for layer, one in long.layers.items():
+        assert one.rules.kept.shape == (T, 40) and (own[layer] > 0).sum(-1).max() == 40
+        dense = dataclasses.replace(one, rules=dataclasses.replace(one.rules, kept=None))
+        assert np.abs(dense.weights(slice(None), slice(None)) - own[layer]).max() > 1e-2
+    monkeypatch.setattr(long_pass, "EAGER_MAX_BYTES", 2**20)  # 1 MiB: 2 indexer heads' scores fit 209 tokens
+    with pytest.raises(ValueError, match=r"makes \[tokens, tokens\] scores in its own code .* use at most 209 tokens"):
+        model("deepseek_v32").long_trace(ids=random_ids(300))
