@@ -111,11 +111,14 @@ def _probe(model: Any, modules: dict[nn.Module, tuple[int, bool, int | None]], m
 
 def _forward(adapter: Any, ids: Sequence[int], capture: _Capture) -> None:
     """The base model's forward pass on ids through the long kernel; a model whose own code needs the causal mask
-    (Adapter.own_square_tensors: DeepSeek-V3.2's indexer) gets it as a [1, 1, T, T] tensor, which the kernel knows."""
+    (Adapter.own_square_tensors: DeepSeek-V3.2's indexer) gets it as a [1, 1, T, T] tensor, which the kernel knows:
+    additive (0 where a key is seen, the dtype's minimum after the query), which every transformers version reads."""
     device, T = adapter.device(), len(ids)
     kwargs: dict[str, Any] = {}
     if adapter.own_square_tensors():
-        capture.causal_mask = kwargs["attention_mask"] = torch.ones(1, 1, T, T, dtype=torch.bool, device=device).tril()
+        dtype = adapter.model.dtype
+        mask = torch.full((1, 1, T, T), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
+        capture.causal_mask = kwargs["attention_mask"] = mask
     adapter.base(input_ids=torch.tensor([list(ids)], device=device), use_cache=False, **kwargs)
 
 
