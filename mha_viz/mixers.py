@@ -158,13 +158,17 @@ class Factors:
     def tensors(self) -> tuple[Tensor, ...]:
         raise NotImplementedError
 
+    def per_token(self) -> Tensor:
+        """One of the factors with a value per head (or channel) and token, (..., H, T): their count and the length."""
+        raise NotImplementedError
+
     @property
     def num_heads(self) -> int:
-        return self.tensors()[0].shape[-3]
+        return self.per_token().shape[-2]
 
     @property
     def length(self) -> int:
-        return self.tensors()[0].shape[-2]
+        return self.per_token().shape[-1]
 
     @property
     def nbytes(self) -> int:
@@ -209,6 +213,9 @@ class DeltaRule(Factors):
     def tensors(self) -> tuple[Tensor, ...]:
         return self.q, self.k, self.log_decay, self.beta
 
+    def per_token(self) -> Tensor:
+        return self.beta  # (..., H, T)
+
     def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
         (r0, r1, _), (c0, c1, _) = rows.indices(self.length), cols.indices(self.length)
         q, k, log_decay, beta = _pick(heads, *self.tensors())
@@ -239,6 +246,9 @@ class DecayedLinear(Factors):
     def tensors(self) -> tuple[Tensor, ...]:
         return self.q, self.k, self.log_decay
 
+    def per_token(self) -> Tensor:
+        return self.log_decay  # (..., H, T)
+
     def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
         q, k, log_decay = _pick(heads, *self.tensors())
         return (q[..., rows, :] @ k[..., cols, :].transpose(-1, -2)).mul_(decay_block(log_decay, rows, cols))
@@ -258,13 +268,8 @@ class StateSpace(Factors):
     def tensors(self) -> tuple[Tensor, ...]:
         return self.C, self.B, self.dt
 
-    @property
-    def num_heads(self) -> int:
-        return self.dt.shape[-2]
-
-    @property
-    def length(self) -> int:
-        return self.dt.shape[-1]
+    def per_token(self) -> Tensor:
+        return self.dt  # (..., H, T)
 
     def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
         dt, A, D = _pick(heads, self.dt, self.A, self.D)
@@ -298,13 +303,8 @@ class SelectiveScan(Factors):
     def tensors(self) -> tuple[Tensor, ...]:
         return self.C, self.B, self.dt, self.A
 
-    @property
-    def num_heads(self) -> int:
-        return self.dt.shape[0]
-
-    @property
-    def length(self) -> int:
-        return self.dt.shape[-1]
+    def per_token(self) -> Tensor:
+        return self.dt  # (channels, T)
 
     def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
         """M[heads, rows, cols], a tile of TILE keys at a time: with G the running sum of A dt (per channel and state
@@ -360,13 +360,8 @@ class ShortConv(Factors):
     def tensors(self) -> tuple[Tensor, ...]:
         return self.C, self.B, self.w
 
-    @property
-    def num_heads(self) -> int:
-        return self.C.shape[0]
-
-    @property
-    def length(self) -> int:
-        return self.C.shape[-1]
+    def per_token(self) -> Tensor:
+        return self.C  # (channels, T)
 
     def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
         """M[heads, rows, cols]: zeros, then the band's K diagonals t - s = j, each C_t w[K - 1 - j] B_s."""
