@@ -115,14 +115,18 @@ class MixerAdapter(Adapter):
 
     def model_attentions(self, outputs: Any, part: str) -> tuple[Tensor, ...]:
         """One map (1, H, T, T) per layer: the model's own weights on softmax layers, the exact mixing matrix on the
-        others (from each mixer's input in the forward pass that made outputs)."""
-        return tuple(self._maps(outputs, range(len(self.blocks))).values())
+        others (from each mixer's input in the forward pass that made outputs). MixerSizeError where they would not
+        fit (_check_size)."""
+        layers = range(len(self.blocks))
+        inputs = [x for x, _ in self._inputs.values()]  # (1, T, d) each
+        if inputs:
+            self._check_size(layers, inputs[0].shape[1])
+        return tuple(self._maps(outputs, layers).values())
 
     def _maps(self, outputs: Any, layers: Iterable[int], keep: bool = False) -> dict[int, Tensor]:
         """{layer: its map (1, H, T, T)} for these layers, from the forward pass that made outputs: the model's own
         weights on a softmax layer, the exact mixing matrix on a mixer layer (keep: its Mixing kept for _rebuild)."""
         L = len(self.blocks)
-        self._check_size(layers)
         recorded = list(getattr(outputs, "attentions", None) or ())  # the softmax layers' weights, or (MiniMax) an
         own = iter(recorded[layer] for layer in range(L) if self.mixer(layer) is None) if len(recorded) == L else (
             iter(recorded))  # entry for every layer, the mixers' being their states
@@ -145,15 +149,13 @@ class MixerAdapter(Adapter):
                     self._mixed[layer] = mix
         return maps
 
-    def _check_size(self, layers: Iterable[int]) -> None:
-        """MixerSizeError (a ValueError), before any matrix is made, where these layers' whole mixing matrices
-        (float32) would take more than MAX_MIXER_BYTES: a mixer without heads (Mamba-1, LFM2) has one [T, T] matrix per
-        channel."""
-        wanted = [(layer, m) for layer in sorted(set(layers))
-                  if (m := self.mixer(layer)) is not None and m in self._inputs]
+    def _check_size(self, layers: Iterable[int], T: int) -> None:
+        """MixerSizeError (a ValueError), before any matrix is made, where these layers' whole mixing matrices at T
+        tokens (float32) would take more than MAX_MIXER_BYTES: a mixer without heads (Mamba-1, LFM2) has one [T, T]
+        matrix per channel."""
+        wanted = [(layer, m) for layer in sorted(set(layers)) if (m := self.mixer(layer)) is not None]
         if not wanted:
             return
-        T = self._inputs[wanted[0][1]][0].shape[1]
         matrices = sum(self.mixer_site(layer, m).num_heads for layer, m in wanted)  # [T, T] each
         need = 4 * matrices * T * T
         if need > MAX_MIXER_BYTES:
@@ -166,7 +168,9 @@ class MixerAdapter(Adapter):
 
     def recorded(self, request: TraceRequest, recorders: Sequence[Recorder]) -> dict[int, Tensor]:
         """Run the request's forward pass with the recorders' hooks on: the requested layers' maps, by layer (the
-        Mixing of a requested mixer layer is kept for _rebuild, computed once)."""
+        Mixing of a requested mixer layer is kept for _rebuild, computed once). MixerSizeError before the pass where
+        the requested mixer layers' matrices would not fit (_check_size)."""
+        self._check_size(request.layers, len(request.ids))
         with contextlib.ExitStack() as hooks:
             for rec in recorders:
                 hooks.enter_context(rec)

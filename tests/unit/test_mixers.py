@@ -241,7 +241,8 @@ def test_an_ssd_matrix_times_x_is_mamba2s_chunked_scan():
 def test_a_selective_scan_matrix_per_channel_is_mambas_scan(steps):
     """Mamba-1: one matrix per channel, its decay different for each state dim, equals transformers' selective scan,
     over several tiles of keys (mha_viz.mixers.TILE), and where a tile decays past float64's range (steps near 40:
-    those tiles come from the differences); with one decay per channel (the state dims' mean) or without D it does not."""
+    those tiles come from the differences); with one decay per channel (the state dims' mean) or without D it does
+    not."""
     torch.manual_seed(0)
     T, channels, N = 150, 6, 5
     x, B, C = torch.randn(channels, T), torch.randn(T, N), torch.randn(T, N)
@@ -573,7 +574,8 @@ def test_generation_steps_through_mixers_with_exact_rows(models, name):
 
 def test_mixing_matrices_past_the_memory_limit_are_refused_before_they_are_made(models, monkeypatch):
     """Jamba's Mamba layers hold one [T, T] matrix per channel (32 each here; 8192 in the real Jamba): over
-    MAX_MIXER_BYTES the request is refused, before any matrix is made, with what fits; one layer alone fits."""
+    MAX_MIXER_BYTES the request is refused before any matrix is made (a trace: before the model runs), with what
+    fits; one layer alone fits."""
     from mha_viz.pretrained import mixing
 
     m = models["jamba"]
@@ -581,8 +583,10 @@ def test_mixing_matrices_past_the_memory_limit_are_refused_before_they_are_made(
     per_layer = 4 * 32 * T * T  # float32 bytes of one Mamba layer's 32 channel matrices
     monkeypatch.setattr(mixing, "MAX_MIXER_BYTES", int(1.5 * per_layer))
     made = mock.patch.object(SelectiveScan, "block", side_effect=AssertionError("a matrix was made"))
-    with made, pytest.raises(ValueError, match=r"2 mixer layer\(s\) of jamba hold 64 mixing matrices of \[23, 23\]"):
-        m.traces(TEXT)
+    ran = mock.patch.object(m.adapter, "forward", side_effect=AssertionError("the model ran"))
+    refused = pytest.raises(ValueError, match=r"2 mixer layer\(s\) of jamba hold 64 mixing matrices of \[23, 23\]")
+    with made, ran, refused:
+        m.traces(TEXT)  # refused before the forward pass
     with made, pytest.raises(ValueError, match="Use at most 19 tokens"):
         m.attentions(TEXT)
     assert m.trace(TEXT, 0).weights.shape == (32, T, T)  # one layer at a time fits
