@@ -18,16 +18,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from ..attention import apply_rotary
 from .adapter import Recorder, Site, Variations, per_head, register, rotary_of
 from .llama import Gemma2Adapter, Gemma3Adapter
-
-
-def rotate_back(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """The inverse of the rotary x' = x cos + rotate_half(x) sin: x' cos - rotate_half(x') sin; x (..., T, d)."""
-    half = x.shape[-1] // 2
-    rotated = x.new_empty(x.shape)
-    rotated[..., :half], rotated[..., half:] = -x[..., half:], x[..., :half]  # rotate_half(x)
-    return x * cos - rotated * sin
 
 
 @register
@@ -72,7 +65,8 @@ class Gemma3nAdapter(Gemma3Adapter):
         key = getattr(a, "kv_shared_layer_index", None)  # transformers < 5.2x keyed them by layer, later by type
         k, v = (x[0] for x in shared[a.layer_type if key is None else key])
         cos, sin = rotary_of(rec)  # (T, d) each
-        return q, rotate_back(k.float(), cos.float(), sin.float()), v  # attend() rotates k again (no second norm)
+        back = apply_rotary(k.float(), cos.float(), -sin.float())  # the rotation by -angle undoes the model's
+        return q, back, v  # attend() rotates k again (no second norm)
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         a = site.attention  # a KV-shared layer has no k_norm: its keys come normed

@@ -19,9 +19,10 @@ from transformers import AutoModel, AutoTokenizer
 
 from mha_viz import TraceCheckWarning
 from mha_viz.analysis import score_terms, without_tokens
+from mha_viz.attention import apply_rotary
 from mha_viz.checks import failures
 from mha_viz.figures.steps import score_parts_figure
-from mha_viz.pretrained import ModelLoadError, PretrainedModel, bundled_model_dir, gemma3n, load_model
+from mha_viz.pretrained import ModelLoadError, PretrainedModel, bundled_model_dir, load_model
 from mha_viz.pretrained import generic as generic_module
 from mha_viz.pretrained.adapter import Adapter, HeadMasks, Recorder, register, rotary_of
 from mha_viz.pretrained.architectures import ADAPTERS, adapter_for
@@ -730,7 +731,7 @@ def shared_keys_as_stored(self, site, rec):
     """Gemma 3n's heads with a KV-shared layer's keys as its source layer stored them: not rotated back."""
     q, k, v = ADAPTERS["gemma3n_text"].heads(self, site, rec)
     cos, sin = rotary_of(rec)
-    return q, gemma3n.rotate_back(k, cos, -sin) if site.attention.is_kv_shared_layer else k, v  # rotated again
+    return q, apply_rotary(k, cos, sin) if site.attention.is_kv_shared_layer else k, v  # rotated again
 
 
 def wrong(name: str, **overrides) -> Callable:
