@@ -84,7 +84,10 @@ def main() -> None:
             continue
         m = PretrainedModel(model, tokenizer, name=label, max_tokens=args.tokens)
         ids = torch.randint(1000, tokenizer.vocab_size, (args.tokens - 2,), generator=torch.Generator().manual_seed(0))
-        text = tokenizer.decode(ids)
+        text, n = tokenizer.decode(ids), args.tokens - 2
+        while m.encode(text).dropped:  # decoded ids may tokenise into more: fewer, so that nothing is cut (and
+            n -= 4  # tokenised twice)
+            text = tokenizer.decode(ids[:n])
         enc = m.encode(text)
         x = torch.tensor([list(enc.ids)])
 

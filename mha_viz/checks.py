@@ -66,17 +66,24 @@ def epsilon(dtype: str) -> float:
         return float(np.finfo(np.float32).eps)
 
 
-def tolerance(trace: AttentionTrace, label: str) -> float:
-    """The most that rounding explains for the check `label` of trace (see the module docstring)."""
+def tolerance(trace: AttentionTrace, label: str, magnitude: float | None = None) -> float:
+    """The most that rounding explains for the check `label` of trace (see the module docstring); magnitude: the
+    trace's _magnitude, where the caller has it."""
     relative = max(FLOOR, ROUNDINGS * epsilon(str(trace.meta.get("model_dtype", "float32"))))
     if label.startswith(_WEIGHTS):
         return relative
     scale = (trace.meta.get("check_scale") or {}).get(label)
     if scale is not None:
         return relative * max(1.0, float(scale))
+    return relative * (_magnitude(trace) if magnitude is None else magnitude)
+
+
+def _magnitude(trace: AttentionTrace) -> float:
+    """The largest finite |entry| of the trace's vectors (queries ... output), at least 1: what they are rounded
+    against."""
     arrays = (np.asarray(a) for name in _VECTORS if (a := getattr(trace, name, None)) is not None)  # a long layer:
     tops = [float(np.abs(a[np.isfinite(a)]).max(initial=0.0)) for a in arrays]  # its q, k, v (tensors) bound its outputs
-    return relative * max([1.0, *tops])
+    return max([1.0, *tops])
 
 
 def _number(value: object) -> float:
@@ -92,9 +99,12 @@ def failures(trace: AttentionTrace) -> list[CheckFailure]:
     check = trace.meta.get("check")
     if not isinstance(check, Mapping):
         return []
-    out = []
+    out, magnitude = [], None
     for label, value in check.items():
-        error, tol = _number(value), tolerance(trace, str(label))
+        if magnitude is None and not str(label).startswith(_WEIGHTS) and str(label) not in (trace.meta.get(
+                "check_scale") or {}):
+            magnitude = _magnitude(trace)  # once for the trace's checks
+        error, tol = _number(value), tolerance(trace, str(label), magnitude)
         if not error <= tol:  # NaN fails too
             out.append(CheckFailure(str(label), error, tol))
     return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -52,6 +53,21 @@ def decay_block(log_decay: Tensor, rows: slice, cols: slice) -> Tensor:
 def decay_matrix(log_decay: Tensor) -> Tensor:
     """decay_block over every position: (..., T) -> (..., T, T)."""
     return decay_block(log_decay, slice(None), slice(None))
+
+
+def zeros(like: Tensor, *shape: int) -> Tensor:
+    """A zeroed tensor of like's dtype and device. On the CPU numpy allocates it: numpy asks the kernel for huge pages
+    for large arrays, so filling a whole [H, T, T] matrix faults once per 2 MiB instead of once per 4 KiB page (about
+    half the time of torch.zeros for 32 MiB, bench/RESULTS-mixers.md)."""
+    if like.device.type != "cpu" or like.dtype not in (torch.float32, torch.float64):
+        return like.new_zeros(shape)
+    return torch.from_numpy(np.zeros(shape, np.float32 if like.dtype == torch.float32 else np.float64))
+
+
+def largest_row_sum(M: Tensor, rows: int = 64) -> Tensor:
+    """max over t of sum_s |M[h, t, s]|, per head (H,), of M (H, T, T): `rows` rows at a time, so no temporary as
+    large as M is made."""
+    return torch.stack([M[:, r:r + rows].abs().sum(-1).amax(-1) for r in range(0, M.shape[-2], rows)]).amax(0)
 
 
 def gated_delta_rows(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, rows: slice, cols: slice,
@@ -143,12 +159,18 @@ def ssd_matrix(C: Tensor, B: Tensor, dt: Tensor, A: Tensor, D: Tensor | None = N
     A (H,) negative, D (H,) or None:
         M[t, s] = (C_t . B_s) exp(sum_{r = s+1..t} A dt_r) dt_s  (s <= t)   + D on the diagonal
     """
+    if dt.dim() > 2:  # leading batch dims: one StateSpace each
+        return torch.stack([ssd_matrix(c, b, step, A, D) for c, b, step in zip(C, B, dt)])
     return StateSpace(C, B, dt, A, D).matrix()
 
 
 ROW_CELLS = 2**22  # Factors.row_chunks: about this many cells of work at a time (16 MB of float32)
-TILE = 64  # SelectiveScan.block: keys per tile
-MAX_EXP = 600.0  # SelectiveScan.block: the largest exponent a tile's factors may reach (float64 overflows past 709)
+TILE, MIN_TILE = 64, 16  # scan_block: keys per tile computed from differences; the narrowest factorised tile
+# scan_block: the largest exponent a tile's factors may reach, by the matmul's dtype (float32 overflows past e^88,
+# float64 past e^709: a margin for the sum over the state dims); and the smallest a query factor keeps (below, 0: an
+# entry under e^-40 of |C_t B_s dt_s|, where float32's products would turn subnormal, a hundred times slower)
+MAX_EXP = {torch.float32: 30.0, torch.float64: 600.0}
+MIN_EXP = -40.0
 
 
 class Factors:
@@ -219,7 +241,7 @@ class DeltaRule(Factors):
     def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
         (r0, r1, _), (c0, c1, _) = rows.indices(self.length), cols.indices(self.length)
         q, k, log_decay, beta = _pick(heads, *self.tensors())
-        out = q.new_zeros(q.shape[0], max(0, r1 - r0), max(0, c1 - c0))  # rows before cols' first stay 0
+        out = zeros(q, q.shape[0], max(0, r1 - r0), max(0, c1 - c0))  # rows before cols' first stay 0
         for t0, m in gated_delta_rows(q, k, log_decay, beta, rows, cols):
             out[:, t0 - r0:t0 - r0 + m.shape[-2]] = m
         return out
@@ -257,7 +279,8 @@ class DecayedLinear(Factors):
 @dataclass(frozen=True, eq=False)
 class StateSpace(Factors):
     """Mamba-2's SSD factors (ssd_matrix): C, B (G, T, n) per group of heads (head h reads group h // (H / G); G = H
-    where each head has its own), dt (H, T), A (H,), D (H,) or None."""
+    where each head has its own), dt (H, T), A (H,), D (H,) or None: a selective scan (scan_block) whose decay is
+    the same for every state dim."""
 
     C: Tensor
     B: Tensor
@@ -269,22 +292,12 @@ class StateSpace(Factors):
         return self.C, self.B, self.dt
 
     def per_token(self) -> Tensor:
-        return self.dt  # (..., H, T)
+        return self.dt  # (H, T)
 
     def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
-        dt, A, D = _pick(heads, self.dt, self.A, self.D)
-        group = self.num_heads // self.C.shape[-3]  # heads per group
-        C, B = self.C[..., rows, :], self.B[..., cols, :]  # (..., G, r, n), (..., G, c, n)
-        if heads is not None:
-            C, B = _pick([h // group for h in heads], C, B)  # (h, ., n)
-        elif group > 1:
-            C, B = C.repeat_interleave(group, -3), B.repeat_interleave(group, -3)  # (..., H, ., n)
-        M = (C @ B.transpose(-1, -2)).mul_(decay_block(A[:, None] * dt, rows, cols))
-        M.mul_(dt[..., None, cols])  # (..., h, r, c)
-        if D is not None:  # on the diagonal t = s: the block's entries (t - r0, t - c0)
-            (r0, *_), (c0, *_) = rows.indices(self.length), cols.indices(self.length)
-            M.diagonal(r0 - c0, dim1=-2, dim2=-1).add_(D[:, None])
-        return M
+        group = torch.arange(self.num_heads) // (self.num_heads // self.C.shape[0])  # (H,) each head's group
+        dt, A, D, group = _pick(heads, self.dt, self.A[:, None], self.D, group)
+        return scan_block(self.C.transpose(-1, -2), self.B.transpose(-1, -2), group, dt, A, D, rows, cols)
 
 
 @dataclass(frozen=True, eq=False)
@@ -292,7 +305,8 @@ class SelectiveScan(Factors):
     """Mamba-1's selective scan, one matrix per channel c (the channel's x is its value, of width 1):
         M[c, t, s] = dt[c, s] sum_n C[t, n] B[s, n] exp(sum_{r = s+1..t} A[c, n] dt[c, r])  (s <= t)  + D[c] on the
         diagonal
-    C, B (T, N) shared by every channel, dt (channels, T) after softplus, A (channels, N) negative, D (channels,)."""
+    C, B (T, N) shared by every channel, dt (channels, T) after softplus, A (channels, N) negative, D (channels,): a
+    selective scan (scan_block) whose decay differs for each state dim."""
 
     C: Tensor
     B: Tensor
@@ -307,43 +321,83 @@ class SelectiveScan(Factors):
         return self.dt  # (channels, T)
 
     def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
-        """M[heads, rows, cols], a tile of TILE keys at a time: with G the running sum of A dt (per channel and state
-        dim) and g the tile's last step, exp(G_t - G_s) = exp(G_t - g) exp(g - G_s), so a tile is one matmul over
-        the state dims, (C_t e^(G_t - g)) . (B_s e^(g - G_s) dt_s), in float64. With A <= 0, G never rises: the
-        key factor is at most 1, the query factor at most e^(the tile's own decay) for the rows that reach it; a tile
-        that decays by more than e^MAX_EXP is computed from the differences instead (_exact_tile)."""
         dt, A, D = _pick(heads, self.dt, self.A, self.D)
-        T, N = self.length, A.shape[-1]
-        (r0, r1, _), (c0, c1, _) = rows.indices(T), cols.indices(T)
-        M = dt.new_zeros(dt.shape[0], max(0, r1 - r0), max(0, c1 - c0))  # (h, r, c)
-        if r1 <= r0 or c1 <= c0:
-            return M
-        per = max(1, ROW_CELLS // (N * (r1 - c0)))  # channels at a time: their G (per, N, r1 - c0) stays near ROW_CELLS
-        C, B = self.C.double(), self.B.double()  # (T, N)
-        for h0 in range(0, dt.shape[0], per):
-            h = slice(h0, h0 + per)
-            G = (A[h].double()[:, :, None] * dt[h, c0:r1].double()[:, None, :]).cumsum(-1)  # (per, N, r1 - c0) from c0
-            for b in range(c0, min(c1, r1), TILE):  # the key tiles some row reaches
-                b1, t0 = min(b + TILE, c1), max(r0, b)  # rows before the tile's first key see none of it
-                g = G[:, :, b1 - 1 - c0, None]  # (per, N, 1): the tile's last step
-                if (G[:, :, b - c0, None] - g).max() > MAX_EXP:  # e^(the tile's decay) would overflow float64
-                    M[h, t0 - r0:, b - c0:b1 - c0] = self._exact_tile(dt[h], A[h], slice(t0, r1), slice(b, b1))
-                    continue
-                left = C[t0:r1].T * (G[:, :, t0 - c0:r1 - c0] - g).exp()  # (per, N, R): <= e^(the tile's decay)
-                right = B[b:b1].T * (g - G[:, :, b - c0:b1 - c0]).exp() * dt[h, None, b:b1].double()  # (per, N, c) <= 1
-                M[h, t0 - r0:, b - c0:b1 - c0] = (left.transpose(1, 2) @ right).to(M.dtype)  # (per, R, c)
-        M.tril_(r0 - c0)  # keys after their query (s > t): 0
-        if D is not None:
-            M.diagonal(r0 - c0, dim1=-2, dim2=-1).add_(D[:, None])
-        return M
+        shared = torch.zeros(dt.shape[0], dtype=torch.long)  # every channel reads the one C and B
+        return scan_block(self.C.T[None], self.B.T[None], shared, dt, A, D, rows, cols)
 
-    def _exact_tile(self, dt: Tensor, A: Tensor, rows: slice, cols: slice) -> Tensor:
-        """The tile from the differences of the running sums (decay_block), one state dim at a time: no factor can
-        overflow, (h, r, c) in memory."""
-        M = dt.new_zeros(dt.shape[0], rows.stop - rows.start, cols.stop - cols.start)
-        for n in range(A.shape[-1]):
-            M.addcmul_(decay_block(A[:, n, None] * dt, rows, cols), torch.outer(self.C[rows, n], self.B[cols, n]))
-        return M.mul_(dt[:, None, cols])
+
+def scan_block(C: Tensor, B: Tensor, group: Tensor, dt: Tensor, A: Tensor, D: Tensor | None, rows: slice,
+               cols: slice) -> Tensor:
+    """M[:, rows, cols] (h, r, c) of a selective scan (Mamba-1: a decay per state dim; Mamba-2: one per head):
+        M[h, t, s] = dt[h, s] sum_n C[g, n, t] B[g, n, s] exp(G[h, n, t] - G[h, n, s])  (s <= t)  + D[h] on the diagonal
+    with g = group[h], C, B (groups, N, T), dt (h, T), A (h, N) or (h, 1) negative, D (h,) or None, G the running sum
+    of A dt over the tokens (in float64).
+
+    A tile of keys [b, b1) at a time: with g = G at the tile's last key, exp(G_t - G_s) = exp(G_t - g) exp(g - G_s),
+    so the tile is one matmul over the state dims, (C_t e^(G_t - g)) . (B_s e^(g - G_s) dt_s). With A <= 0, G never
+    rises: the key factor is at most 1, the query factor at most e^(the tile's own decay), which MAX_EXP bounds for
+    the matmul's dtype (a query factor under e^MIN_EXP counts as 0). So a tile is as wide as
+    its decay allows in M's dtype, written straight into M (the whole matrix at once where decays are slow), else
+    TILE keys in float64; where even MIN_TILE keys decay past float64's range, TILE keys come from the differences
+    (_exact_tile), exactly."""
+    (H, T), N = dt.shape, C.shape[-2]
+    (r0, r1, _), (c0, c1, _) = rows.indices(T), cols.indices(T)
+    M = zeros(dt, H, max(0, r1 - r0), max(0, c1 - c0))  # (h, r, c)
+    if r1 <= r0 or c1 <= c0:
+        return M
+    end = min(c1, r1)  # keys from `end` on come after every row
+    per = max(1, ROW_CELLS // (N * (r1 - c0)))  # heads at a time: their factors (per, N, r1 - c0) stay near ROW_CELLS
+    for h0 in range(0, H, per):
+        h = slice(h0, h0 + per)
+        Ch, Bh = (x if x.shape[0] == 1 else x[group[h]] for x in (C, B))  # (per or 1, N, T)
+        A_h, dt_h = A[h].double(), dt[h].double()  # (per, N or 1), (per, T)
+        G = (A_h[:, :, None] * dt_h[:, None, c0:r1]).cumsum(-1)  # (per, N or 1, r1 - c0) from c0
+        fastest = (-A_h[:, :, None] * dt_h[:, None, c0:end]).amax((0, 1)).cumsum(0)  # (end - c0,) bounds G_b - G_s
+        b = c0
+        while b < end:
+            t0 = max(r0, b)  # rows before the tile's first key see none of it
+            dtype = M.dtype
+            b1 = b + _reach(fastest, b - c0, MAX_EXP.get(dtype, MAX_EXP[torch.float32]))
+            if b1 - b < min(TILE, end - b):  # narrow in M's dtype: TILE keys in float64
+                dtype = torch.float64
+                b1 = b + min(TILE, _reach(fastest, b - c0, MAX_EXP[dtype]))
+            tile = M[h, t0 - r0:, b - c0:b1 - c0]  # (per, R, c)
+            if b1 - b < min(MIN_TILE, end - b):
+                b1 = min(b + TILE, end)
+                tile = M[h, t0 - r0:, b - c0:b1 - c0]
+                tile.copy_(_exact_tile(Ch, Bh, dt_h, A_h, slice(t0, r1), slice(b, b1)))
+            else:
+                g = G[:, :, b1 - 1 - c0, None]  # (per, N or 1, 1): the tile's last key
+                since = G[:, :, t0 - c0:r1 - c0] - g  # (per, N or 1, R) the decay from the tile's last key
+                left = Ch[:, :, t0:r1] * since.exp().masked_fill_(since < MIN_EXP, 0.0)  # (per, N, R) <= e^MAX_EXP
+                right = Bh[:, :, b:b1] * (g - G[:, :, b - c0:b1 - c0]).exp() * dt_h[:, None, b:b1]  # (per, N, c) <= 1
+                left, right = left.transpose(1, 2).to(dtype), right.to(dtype)  # (per, R, N), (per, N, c)
+                if dtype == M.dtype and not (left.requires_grad or right.requires_grad):
+                    torch.matmul(left, right, out=tile)  # straight into M
+                else:
+                    tile.copy_(left @ right)
+            tile[:, :max(0, b1 - t0)].tril_(t0 - b)  # keys after their query (s > t): 0
+            b = b1
+    if D is not None:  # on the diagonal t = s: the block's entries (t - r0, t - c0)
+        M.diagonal(r0 - c0, dim1=-2, dim2=-1).add_(D[:, None])
+    return M
+
+
+def _reach(fastest: Tensor, i: int, limit: float) -> int:
+    """How many keys from the i-th on decay by at most e^limit (>= 1), fastest (n,) the running sum of the fastest
+    decay at each step."""
+    return int(torch.searchsorted(fastest, fastest[i] + limit, right=True)) - i
+
+
+def _exact_tile(C: Tensor, B: Tensor, dt: Tensor, A: Tensor, rows: slice, cols: slice) -> Tensor:
+    """scan_block's tile from the differences of the running sums (decay_block), one decay at a time (each state
+    dim's, or the head's for all of them): no factor can overflow, (h, r, c) in memory."""
+    M = dt.new_zeros(dt.shape[0], rows.stop - rows.start, cols.stop - cols.start)
+    width = C.shape[-2] // A.shape[-1]  # state dims per decay: 1, or all of them
+    for j in range(A.shape[-1]):
+        dims = slice(j * width, (j + 1) * width)
+        M.add_(decay_block(A[:, j, None] * dt, rows, cols) * (C[:, dims, rows].transpose(-1, -2) @ B[:, dims, cols]))
+    return M.mul_(dt[:, None, cols])
 
 
 @dataclass(frozen=True, eq=False)
@@ -367,7 +421,7 @@ class ShortConv(Factors):
         """M[heads, rows, cols]: zeros, then the band's K diagonals t - s = j, each C_t w[K - 1 - j] B_s."""
         C, B, w = _pick(heads, self.C, self.B, self.w)
         (r0, r1, _), (c0, c1, _) = rows.indices(self.length), cols.indices(self.length)
-        M = C.new_zeros(C.shape[0], max(0, r1 - r0), max(0, c1 - c0))  # (h, r, c)
+        M = zeros(C, C.shape[0], max(0, r1 - r0), max(0, c1 - c0))  # (h, r, c)
         K = w.shape[-1]
         for j in range(K):  # lag t - s = j: the block's diagonal (r0 - c0) - j, from entry (i, i + r0 - c0 - j)
             t_lo, t_hi = max(r0, c0 + j), min(r1, c1 + j)  # queries t whose key s = t - j lies in cols

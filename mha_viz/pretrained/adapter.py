@@ -21,7 +21,7 @@ import inspect
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, Self, TypeVar
 
 import numpy as np
@@ -445,11 +445,15 @@ class Adapter:
             return torch.device("cpu")
         return next(self.base.parameters()).device
 
+    @cached_property
+    def _takes_use_cache(self) -> bool:
+        return "use_cache" in inspect.signature(self.base.forward).parameters
+
     def forward(self, ids: Sequence[int], decoder_ids: Sequence[int] | None = None) -> Any:
         """One forward pass of the base model (batch of one) with output_attentions, no cache."""
         device = self.device()
         kwargs: dict[str, Any] = {"output_attentions": True}
-        if "use_cache" in inspect.signature(self.base.forward).parameters:
+        if self._takes_use_cache:
             kwargs["use_cache"] = False
         if self.kind == "encoder-decoder":
             kwargs["decoder_input_ids"] = torch.tensor([list(decoder_ids)], device=device)

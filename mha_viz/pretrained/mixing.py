@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from ..limits import MAX_MIXER_BYTES
-from ..mixers import KINDS, Factors
+from ..mixers import KINDS, Factors, largest_row_sum
 from ..trace import AttentionTrace
 from .adapter import Adapter, Recorder, Site, TraceRequest, loaded, max_abs_diff, per_head, to_numpy
 from .errors import MixerSizeError
@@ -121,7 +122,8 @@ class MixerAdapter(Adapter):
         inputs = [x for x, _ in self._inputs.values()]  # (1, T, d) each
         if inputs:
             self._check_size(layers, inputs[0].shape[1])
-        return tuple(self._maps(outputs, layers).values())
+        with torch.no_grad():
+            return tuple(self._maps(outputs, layers).values())
 
     def _maps(self, outputs: Any, layers: Iterable[int], keep: bool = False) -> dict[int, Tensor]:
         """{layer: its map (1, H, T, T)} for these layers, from the forward pass that made outputs: the model's own
@@ -197,7 +199,7 @@ class MixerAdapter(Adapter):
             own = per_head(rec.core.float().reshape(x.shape[0], -1), site.num_heads)  # (H, T, d_v)
             label = "mixing matrix @ values vs the mixer's own output"
             check[label] = max_abs_diff(mixed, own)
-            reach = mix.matrix.abs().sum(-1).amax(-1) * mix.values.abs().amax((-1, -2))  # (H,) >= sum_s |M_ts| |v_s|
+            reach = largest_row_sum(mix.matrix) * mix.values.abs().amax((-1, -2))  # (H,) >= sum_s |M_ts| |v_s|
             scale[label] = float(reach.max())  # what rounding of the signed sum scales with (mha_viz.checks)
         with loaded(site.out):
             W_O, b_O = (None if w is None else w.float() for w in self.out_weights(site))  # (d_out, H*d_v), (d_out,)

@@ -27,7 +27,7 @@ from transformers.models.mamba.modeling_mamba import mamba_selective_scan
 from transformers.models.mamba2.modeling_mamba2 import mamba2_chunk_scan
 from transformers.models.qwen3_next import modeling_qwen3_next as qwen3_next
 
-from mha_viz import TraceCheckWarning
+from mha_viz import TraceCheckWarning, mixers
 from mha_viz.analysis import mixer_stats
 from mha_viz.checks import failures
 from mha_viz.mixers import KINDS, SelectiveScan, ShortConv, decay_matrix, gated_delta_matrix, ssd_matrix
@@ -222,27 +222,38 @@ def test_a_kimi_delta_matrix_with_a_decay_per_key_dim_is_the_kernels_output():
     assert ((per_head @ v.transpose(1, 2)).transpose(1, 2) - chunked).abs().max() > 0.01 * chunked.abs().max()
 
 
-def test_an_ssd_matrix_times_x_is_mamba2s_chunked_scan():
+@pytest.mark.parametrize("steps", [-5.0, 0.0, 40.0])
+def test_an_ssd_matrix_times_x_is_mamba2s_chunked_scan(steps):
+    """Mamba-2: the SSD matrix equals transformers' chunked scan, with slow decays (steps near 0.007: one float32
+    tile for all keys), faster ones (steps near 0.7: tiles of keys in float64, mha_viz.mixers.TILE) and where a tile
+    decays past float64's range (steps near 40: those tiles come from the differences); without D or without the
+    decay it does not."""
     torch.manual_seed(0)
-    T, H, G, n, p = 45, 4, 2, 6, 5  # chunks of 16: the matrix knows nothing of chunks
-    x, dt = torch.randn(1, T, H, p), torch.randn(1, T, H)
-    dt_bias, A, D = torch.randn(H), -torch.rand(H) * 2, torch.randn(H)
+    T, H, G, n, p = 150, 4, 2, 6, 5  # chunks of 16: the matrix knows nothing of chunks
+    x, dt = torch.randn(1, T, H, p), torch.randn(1, T, H) + steps
+    dt_bias, A, D = torch.randn(H), -torch.rand(H) * 2 - 0.1, torch.randn(H)
     B, C = torch.randn(1, T, G, n), torch.randn(1, T, G, n)
     reference = mamba2_chunk_scan(x, dt, A, B, C, chunk_size=16, D=D, dt_bias=dt_bias, dt_softplus=True)
     step = F.softplus(dt + dt_bias).transpose(1, 2)  # (1, H, T)
-    Bh, Ch = (y.repeat_interleave(H // G, dim=2).transpose(1, 2) for y in (B, C))  # (1, H, T, n)
-    mixed = (ssd_matrix(Ch, Bh, step, A, D) @ x.transpose(1, 2)).transpose(1, 2)
+    Ch, Bh = (y.transpose(1, 2) for y in (C, B))  # (1, G, T, n): head h reads group h // (H / G)
+    with mock.patch.object(mixers, "_exact_tile", side_effect=mixers._exact_tile) as exact:
+        M = ssd_matrix(Ch, Bh, step, A, D)  # (1, H, T, T)
+    assert exact.called == (steps > 1)  # the tiles past float64's range, and only those
+    mixed = (M @ x.transpose(1, 2)).transpose(1, 2)
     assert (mixed - reference).abs().max() <= 1e-5 * reference.abs().max()
+    assert torch.equal(M.triu(1), torch.zeros_like(M))
+    if steps > 1:
+        return  # decays this fast leave each token itself alone: the negative controls below would not differ
     for wrong in (ssd_matrix(Ch, Bh, step, A, None), ssd_matrix(Ch, Bh, step, torch.zeros_like(A), D)):
         assert ((wrong @ x.transpose(1, 2)).transpose(1, 2) - reference).abs().max() > 0.1 * reference.abs().max()
 
 
-@pytest.mark.parametrize("steps", [0.0, 40.0])
+@pytest.mark.parametrize("steps", [-5.0, 0.0, 40.0])
 def test_a_selective_scan_matrix_per_channel_is_mambas_scan(steps):
     """Mamba-1: one matrix per channel, its decay different for each state dim, equals transformers' selective scan,
-    over several tiles of keys (mha_viz.mixers.TILE), and where a tile decays past float64's range (steps near 40:
-    those tiles come from the differences); with one decay per channel (the state dims' mean) or without D it does
-    not."""
+    with slow decays (one float32 tile), faster ones (tiles of keys in float64, mha_viz.mixers.TILE) and where a tile
+    decays past float64's range (steps near 40: those tiles come from the differences); with one decay per channel
+    (the state dims' mean) or without D it does not."""
     torch.manual_seed(0)
     T, channels, N = 150, 6, 5
     x, B, C = torch.randn(channels, T), torch.randn(T, N), torch.randn(T, N)
@@ -251,15 +262,16 @@ def test_a_selective_scan_matrix_per_channel_is_mambas_scan(steps):
     reference = mamba_selective_scan(x[None], dt[None], A, B.T[None], C.T[None], D=D, delta_bias=dt_bias,
                                      delta_softplus=True)[0]  # (channels, T)
     step = F.softplus(dt + dt_bias[:, None])  # (channels, T)
-    with mock.patch.object(SelectiveScan, "_exact_tile", autospec=True, side_effect=SelectiveScan._exact_tile) as exact:
+    with mock.patch.object(mixers, "_exact_tile", side_effect=mixers._exact_tile) as exact:
         M = SelectiveScan(C, B, step, A, D).matrix()  # (channels, T, T)
-    assert exact.called == (steps > 0)  # the tiles past float64's range, and only those
+    assert exact.called == (steps > 1)  # the tiles past float64's range, and only those
     assert (torch.einsum("cts,cs->ct", M, x) - reference).abs().max() <= 1e-5 * reference.abs().max()
     assert torch.equal(M.triu(1), torch.zeros_like(M))
     rows = SelectiveScan(C, B, step, A, D).block(slice(70, 140), slice(3, 90), heads=[4, 1])  # any block, exactly
     assert torch.allclose(rows, M[[4, 1], 70:140, 3:90], atol=1e-5 * float(M.abs().max()))
     if steps:
-        return  # decays this fast leave each token itself alone: the negative controls below would not differ
+        return  # decays this fast leave each token itself alone, this slow hardly differ by state dim: the
+        # negative controls below would not differ
     for wrong in (SelectiveScan(C, B, step, A.mean(-1, keepdim=True).expand(-1, N), D), SelectiveScan(C, B, step, A)):
         assert (torch.einsum("cts,cs->ct", wrong.matrix(), x) - reference).abs().max() > 0.05 * reference.abs().max()
 
