@@ -418,16 +418,25 @@ class ShortConv(Factors):
         return self.C  # (channels, T)
 
     def block(self, rows: slice, cols: slice, heads: Sequence[int] | None = None) -> Tensor:
-        """M[heads, rows, cols]: zeros, then the band's K diagonals t - s = j, each C_t w[K - 1 - j] B_s."""
+        """M[heads, rows, cols]: zeros, then the band. A query whose K keys t - K + 1 .. t all lie in cols holds them
+        side by side, C_t w[k] B_(t - K + 1 + k): all such rows in one strided write; the diagonals t - s = j give the
+        rest (where cols cut a query's band), each C_t w[K - 1 - j] B_s."""
         C, B, w = _pick(heads, self.C, self.B, self.w)
         (r0, r1, _), (c0, c1, _) = rows.indices(self.length), cols.indices(self.length)
         M = zeros(C, C.shape[0], max(0, r1 - r0), max(0, c1 - c0))  # (h, r, c)
+        h, r, c = M.shape
         K = w.shape[-1]
+        f0, f1 = max(r0, c0 + K - 1), min(r1, c1)  # the queries with their whole band in cols
+        if f0 < f1:
+            band = C[:, f0:f1, None] * w[:, None, :] * B[:, f0 - K + 1:f1].unfold(-1, K, 1)  # (h, f1 - f0, K)
+            start = (f0 - r0) * c + (f0 - K + 1 - c0)  # entry (f0 - r0, f0 - K + 1 - c0); each next query: c + 1 on
+            M.as_strided((h, f1 - f0, K), (r * c, c + 1, 1), start).copy_(band)
         for j in range(K):  # lag t - s = j: the block's diagonal (r0 - c0) - j, from entry (i, i + r0 - c0 - j)
             t_lo, t_hi = max(r0, c0 + j), min(r1, c1 + j)  # queries t whose key s = t - j lies in cols
-            if t_lo < t_hi:
-                diagonal = M.diagonal(r0 - c0 - j, dim1=-2, dim2=-1)  # (h, t_hi - t_lo): queries t_lo .. t_hi - 1
-                diagonal.copy_(C[:, t_lo:t_hi] * w[:, K - 1 - j, None] * B[:, t_lo - j:t_hi - j])
+            diagonal = M.diagonal(r0 - c0 - j, dim1=-2, dim2=-1)  # (h, t_hi - t_lo): queries t_lo .. t_hi - 1
+            for a, b in ((t_lo, min(t_hi, f0)), (max(t_lo, f1), t_hi)) if f0 < f1 else ((t_lo, t_hi),):
+                if a < b:  # queries a .. b - 1, whose band cols cut
+                    diagonal[:, a - t_lo:b - t_lo] = C[:, a:b] * w[:, K - 1 - j, None] * B[:, a - j:b - j]
         return M
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mha_viz.checks import TraceCheckError, failures
-from mha_viz.mixers import DecayedLinear, DeltaRule, StateSpace
+from mha_viz.mixers import DecayedLinear, DeltaRule, ShortConv, StateSpace
 from mha_viz.pretrained import long_pass
 from mha_viz.pretrained.adapter import ADAPTERS
 from mha_viz.pretrained.architectures import adapter_for
@@ -35,6 +35,7 @@ def factors() -> dict[str, object]:
                                   torch.randn(H)),
         "state space, three heads reading one group": StateSpace(torch.randn(1, T, 4), torch.randn(1, T, 4),
                                                                  torch.rand(H, T), -torch.rand(H), torch.randn(H)),
+        "short convolution": ShortConv(torch.randn(H, T), torch.randn(H, T), torch.randn(H, 4)),
     }
 
 
