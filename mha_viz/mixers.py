@@ -13,6 +13,7 @@ transformers' kernels). What each kind's matrix means:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -38,16 +39,34 @@ MARKS = {"softmax": "attn", "linear": "lin", "ssm": "ssm", "conv": "conv", "spar
 __doc__ += "".join(f"\n    {kind:<8} {text}" for kind, text in KINDS.items()) + "\n"
 
 
+# The smallest decay kept: e^x for x < MIN_EXP is 0 (a share under 4e-18 of what it decays), and so is a product of
+# decays (a delta rule's state and rows, a scan's float64 tile) under e^MIN_EXP. Products of smaller float32 numbers
+# turn subnormal, which a CPU computes about a hundred times slower (bench/RESULTS-mixers.md).
+MIN_EXP = -40.0
+
+
+def decayed(x: Tensor) -> Tensor:
+    """exp(x), 0 where x < MIN_EXP."""
+    return flushed(x.exp())
+
+
+def flushed(x: Tensor) -> Tensor:
+    """x with every entry under e^MIN_EXP in size 0 (a new tensor)."""
+    return torch.nn.functional.hardshrink(x, math.exp(MIN_EXP))
+
+
 def decay_block(log_decay: Tensor, rows: slice, cols: slice) -> Tensor:
     """exp(G_t - G_s) for query positions t in rows and key positions s in cols where s <= t, else 0, with G the
     running sum of log_decay (..., T): the decay a state carries from step s to step t, (..., r, c). Differences of
-    running sums, so a long sequence neither overflows nor underflows where the decay itself does not."""
+    running sums, so a long sequence neither overflows nor underflows where the decay itself does not; below e^MIN_EXP,
+    0."""
     T = log_decay.shape[-1]
     (r0, r1, _), (c0, c1, _) = rows.indices(T), cols.indices(T)
     G = log_decay.cumsum(-1)  # (..., T)
     x = G[..., r0:r1, None] - G[..., None, c0:c1]  # (..., r, c)
     after = r0 - c0  # the key after the query: local column - local row > r0 - c0
-    return x.tril_(after).exp_().tril_(after)  # 0 before exp (no overflow), then 0
+    x.tril_(after).masked_fill_(x < MIN_EXP, float("-inf"))  # 0 before exp (no overflow); e^-inf = 0 (MIN_EXP)
+    return x.exp_().tril_(after)
 
 
 def decay_matrix(log_decay: Tensor) -> Tensor:
@@ -72,8 +91,9 @@ def largest_row_sum(M: Tensor, rows: int = 64) -> Tensor:
 
 def gated_delta_rows(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, rows: slice, cols: slice,
                      chunk: int = 64) -> Iterator[tuple[int, Tensor]]:
-    """The mixing matrix of a gated delta rule, chunk by chunk of rows: (first row, M[..., those rows, cols]) for the
-    rows of each chunk of `chunk` positions that meet rows, in order. Exact for any block: column s of M only depends
+    """The mixing matrix of a gated delta rule, chunk by chunk of rows: (first row, M[..., those rows, cols' first w])
+    for the rows of each chunk of `chunk` positions that meet rows, in order; w: up to the chunk's last position (the
+    columns after it are 0). Exact for any block: column s of M only depends
     on the steps from s on, so the recurrence starts at cols' first position and carries only cols' columns.
 
     Gated DeltaNet (Qwen3-Next, Qwen3.5: one decay per head and token, log_decay (..., H, T)) and Kimi Delta Attention
@@ -109,7 +129,7 @@ def gated_delta_rows(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, rows
     if per_dim:
         G = log_decay.unflatten(-2, (n, C)).cumsum(-2)  # (..., n, C, d) the decay from each chunk's start
         above = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)[..., None]
-        inside = (G[..., :, None, :] - G[..., None, :, :]).masked_fill(above, float("-inf")).exp()  # (.., C, C, d)
+        inside = decayed((G[..., :, None, :] - G[..., None, :, :]).masked_fill(above, float("-inf")))  # (.., C, C, d)
         kk = torch.einsum("...id,...jd,...ijd->...ij", k, k, inside)  # (..., n, C, C)
         scores = torch.einsum("...id,...jd,...ijd->...ij", q, k, inside)  # (..., n, C, C)
     else:
@@ -121,28 +141,34 @@ def gated_delta_rows(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, rows
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
     A = (beta[..., :, None] * kk).tril(-1)  # (..., n, C, C)
     writes = torch.linalg.solve_triangular(eye + A, torch.diag_embed(beta), upper=False, unitriangular=True)
-    reads_state = writes @ (k * G.exp())  # (..., n, C, d): (I + A)^-1 diag(b) (K * exp G), the old state's share
-    q_from_start = q * G.exp()  # (..., n, C, d)
-    k_to_end = k * (G[..., -1:, :] - G).exp()  # (..., n, C, d)
+    reads_state = writes @ (k * decayed(G))  # (..., n, C, d): (I + A)^-1 diag(b) (K * exp G), the old state's share
+    q_from_start = q * decayed(G)  # (..., n, C, d)
+    k_to_end = k * decayed(G[..., -1:, :] - G)  # (..., n, C, d)
     c = c1 - c0
     state = q.new_zeros(*lead, d, c)  # (..., d, c): column s is what value c0 + s has written so far
     for i in range(n):
         a, b = i * C, (i + 1) * C  # this chunk's steps, from c0
-        new = -reads_state[..., i, :, :] @ state  # (..., C, c): each write's correction by what the state predicts
+        w = min(b, c)  # the columns written up to this chunk's end: the state's later ones are still 0
+        written = state[..., :w]  # (..., d, w)
+        new = -reads_state[..., i, :, :] @ written  # (..., C, w): each write's correction by what the state predicts
         if a < c:  # columns written in this chunk: their own value, b_t v_t, through (I + A)^-1
-            new[..., :, a:min(b, c)] += writes[..., i, :, : min(b, c) - a]
+            new[..., :, a:w] += writes[..., i, :, :w - a]
+        new = flushed(new)  # no subnormal numbers (MIN_EXP), here and below
         lo, hi = max(a, r0 - c0), min(b, r1 - c0)  # the rows wanted in this chunk
         if lo < hi:
-            out = q_from_start[..., i, lo - a:hi - a, :] @ state + scores[..., i, lo - a:hi - a, :] @ new
-            yield c0 + lo, out  # (..., hi - lo, c)
+            out = q_from_start[..., i, lo - a:hi - a, :] @ written + scores[..., i, lo - a:hi - a, :] @ new
+            yield c0 + lo, flushed(out)  # (..., hi - lo, w)
         if b >= r1 - c0:
             return
-        state = state * G[..., i, -1, :].exp()[..., :, None] + k_to_end[..., i, :, :].transpose(-1, -2) @ new
+        written.copy_(flushed(written * decayed(G[..., i, -1, :])[..., :, None]
+                              + k_to_end[..., i, :, :].transpose(-1, -2) @ new))
 
 
 def gated_delta_matrix(q: Tensor, k: Tensor, log_decay: Tensor, beta: Tensor, chunk: int = 64) -> Tensor:
     """The whole mixing matrix of a gated delta rule, M (..., H, T, T) (gated_delta_rows: what it means)."""
-    return torch.cat([m for _, m in gated_delta_rows(q, k, log_decay, beta, slice(None), slice(None), chunk)], -2)
+    T = q.shape[-2]
+    rows = gated_delta_rows(q, k, log_decay, beta, slice(None), slice(None), chunk)
+    return torch.cat([torch.nn.functional.pad(m, (0, T - m.shape[-1])) for _, m in rows], -2)
 
 
 def decayed_linear_matrix(q: Tensor, k: Tensor, log_decay: Tensor) -> Tensor:
@@ -167,10 +193,8 @@ def ssd_matrix(C: Tensor, B: Tensor, dt: Tensor, A: Tensor, D: Tensor | None = N
 ROW_CELLS = 2**22  # Factors.row_chunks: about this many cells of work at a time (16 MB of float32)
 TILE, MIN_TILE = 64, 16  # scan_block: keys per tile computed from differences; the narrowest factorised tile
 # scan_block: the largest exponent a tile's factors may reach, by the matmul's dtype (float32 overflows past e^88,
-# float64 past e^709: a margin for the sum over the state dims); and the smallest a query factor keeps (below, 0: an
-# entry under e^-40 of |C_t B_s dt_s|, where float32's products would turn subnormal, a hundred times slower)
+# float64 past e^709: a margin for the sum over the state dims)
 MAX_EXP = {torch.float32: 30.0, torch.float64: 600.0}
-MIN_EXP = -40.0
 
 
 class Factors:
@@ -243,12 +267,12 @@ class DeltaRule(Factors):
         q, k, log_decay, beta = _pick(heads, *self.tensors())
         out = zeros(q, q.shape[0], max(0, r1 - r0), max(0, c1 - c0))  # rows before cols' first stay 0
         for t0, m in gated_delta_rows(q, k, log_decay, beta, rows, cols):
-            out[:, t0 - r0:t0 - r0 + m.shape[-2]] = m
+            out[:, t0 - r0:t0 - r0 + m.shape[-2], :m.shape[-1]] = m
         return out
 
     def row_chunks(self, cells: int = ROW_CELLS) -> Iterator[tuple[slice, int, Tensor]]:
-        """Every row in chunks of 64 (the recurrence's own), all columns, a few heads at a time: the state (d_k x T a
-        head) is carried, not recomputed, and a chunk's rows and state stay near `cells` cells."""
+        """Every row in chunks of 64 (the recurrence's own), the columns up to the chunk's end, a few heads at a time:
+        the state (d_k x T a head) is carried, not recomputed, and a chunk's rows and state stay near `cells` cells."""
         H, T, d = self.num_heads, self.length, self.q.shape[-1]
         per = max(1, cells // (T * (64 + d)))  # heads at a time
         for h0 in range(0, H, per):
@@ -369,13 +393,13 @@ def scan_block(C: Tensor, B: Tensor, group: Tensor, dt: Tensor, A: Tensor, D: Te
             else:
                 g = G[:, :, b1 - 1 - c0, None]  # (per, N or 1, 1): the tile's last key
                 since = G[:, :, t0 - c0:r1 - c0] - g  # (per, N or 1, R) the decay from the tile's last key
-                left = Ch[:, :, t0:r1] * since.exp().masked_fill_(since < MIN_EXP, 0.0)  # (per, N, R) <= e^MAX_EXP
+                left = Ch[:, :, t0:r1] * decayed(since)  # (per, N, R) <= e^MAX_EXP
                 right = Bh[:, :, b:b1] * (g - G[:, :, b - c0:b1 - c0]).exp() * dt_h[:, None, b:b1]  # (per, N, c) <= 1
                 left, right = left.transpose(1, 2).to(dtype), right.to(dtype)  # (per, R, N), (per, N, c)
                 if dtype == M.dtype and not (left.requires_grad or right.requires_grad):
                     torch.matmul(left, right, out=tile)  # straight into M
                 else:
-                    tile.copy_(left @ right)
+                    tile.copy_(flushed(left @ right))  # float64 products that float32 would hold subnormal: 0
             tile[:, :max(0, b1 - t0)].tril_(t0 - b)  # keys after their query (s > t): 0
             b = b1
     if D is not None:  # on the diagonal t = s: the block's entries (t - r0, t - c0)

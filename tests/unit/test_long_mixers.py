@@ -5,12 +5,16 @@ self-check (M @ values against the kernel's own output) passing, and failing for
 
 from __future__ import annotations
 
+import math
+from unittest import mock
+
 import numpy as np
 import pytest
 import torch
 
+from mha_viz import mixers
 from mha_viz.checks import TraceCheckError, failures
-from mha_viz.mixers import DecayedLinear, DeltaRule, ShortConv, StateSpace
+from mha_viz.mixers import DecayedLinear, DeltaRule, SelectiveScan, ShortConv, StateSpace
 from mha_viz.pretrained import long_pass
 from mha_viz.pretrained.adapter import ADAPTERS
 from mha_viz.pretrained.architectures import adapter_for
@@ -44,6 +48,33 @@ def test_heads_that_share_a_group_read_its_c_and_b():
     f = factors()["state space, three heads reading one group"]
     repeated = StateSpace(f.C.expand(3, -1, -1), f.B.expand(3, -1, -1), f.dt, f.A, f.D)
     assert torch.equal(f.matrix(), repeated.matrix()) and f.num_heads == 3 and f.length == 300
+
+
+def fast_decays() -> dict[str, object]:
+    """Factors that decay by about e^-1.5 a token: over 300 tokens their decays pass float32's subnormal range."""
+    torch.manual_seed(0)
+    H, T, d = 3, 300, 8
+    q, k = torch.nn.functional.normalize(torch.randn(2, H, T, d), dim=-1)
+    fast = -1.0 - torch.rand(H, T)  # log decay a token
+    return {
+        "gated delta rule": DeltaRule(q * d**-0.5, k, fast, torch.rand(H, T)),
+        "delta rule, a decay per key dim": DeltaRule(q * d**-0.5, k, fast[..., None].expand(H, T, d), torch.rand(H, T)),
+        "decayed linear": DecayedLinear(q, k, fast),
+        "state space": StateSpace(torch.randn(H, T, 4), torch.randn(H, T, 4), -fast, -torch.ones(H), torch.randn(H)),
+        "selective scan": SelectiveScan(torch.randn(T, 4), torch.randn(T, 4), -fast, -torch.ones(H, 4)),
+    }
+
+
+@pytest.mark.parametrize("name", list(fast_decays()))
+def test_fast_decays_leave_no_subnormal_entry(name):
+    """A mixer's matrix holds no subnormal float32 (which a CPU multiplies about a hundred times slower): decays under
+    e^MIN_EXP are 0. Without that floor the same factors give thousands of them."""
+    f = fast_decays()[name]
+    tiny = torch.finfo(torch.float32).tiny
+    assert not ((f.matrix().abs() < tiny) & (f.matrix() != 0)).any()
+    with mock.patch.object(mixers, "MIN_EXP", -math.inf):
+        M = f.matrix()
+    assert ((M.abs() < tiny) & (M != 0)).sum() > 100
 
 
 @pytest.mark.parametrize("name", list(factors()))
