@@ -171,16 +171,17 @@ def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: T
         scores = scores + sum(var.bias.values())  # (..., H, T, S)
     if var.softcap is not None:
         scores = var.softcap * torch.tanh(scores / var.softcap)  # (..., H, T, S)
+    # scores is this call's own tensor from here on (each line above made a new one): masked in place, no new [H, T, S]
     if var.mask is not None:
         mask = var.mask
-        scores = scores.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        scores = scores.masked_fill_(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     T, S = scores.shape[-2:]
     if var.causal:
-        scores = scores.masked_fill(causal_mask(T, S, scores.device), float("-inf"))  # (..., H, T, S)
+        scores.masked_fill_(causal_mask(T, S, scores.device), float("-inf"))  # (..., H, T, S)
     if var.window is not None:
-        scores = scores.masked_fill(window_mask(T, S, var.window, scores.device), float("-inf"))  # (..., H, T, S)
+        scores.masked_fill_(window_mask(T, S, var.window, scores.device), float("-inf"))  # (..., H, T, S)
     if var.chunk is not None:
-        scores = scores.masked_fill(chunk_mask(T, S, var.chunk, scores.device), float("-inf"))  # (..., H, T, S)
+        scores.masked_fill_(chunk_mask(T, S, var.chunk, scores.device), float("-inf"))  # (..., H, T, S)
     if var.sinks is None:
         maps = scores.softmax(dim=-1)  # (..., H, T, S)
     else:  # as transformers' gpt-oss: [scores | sink], minus the row max, softmax, the sink column dropped
