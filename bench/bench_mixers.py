@@ -5,6 +5,8 @@ side by side in one run. Prints a table; asserts nothing.
     python bench/bench_mixers.py --tokens 256 --n 5
     python bench/bench_mixers.py --long 16384        long traces and blocks on demand instead
     python bench/bench_mixers.py --only mamba,jamba  some families (tests/unit/test_mixers.py's HYBRID keys)
+    python bench/bench_mixers.py --kernels a84f8b5   each kind's whole matrix from its factors, this tree's
+                                                     mha_viz.mixers against a84f8b5's, alternately in one process
 
 Models: tests/unit/test_mixers.py's HYBRID configs (d_model 32) with 1024 positions, and a wider Mamba-2 (d_model 256,
 16 heads of 32, state 64: where the forward, not the [H, T, T] matrices, is most of the work), random weights (seed 0),
@@ -50,7 +52,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=3)
     parser.add_argument("--long", type=int, default=0, help="long traces of this many tokens instead")
     parser.add_argument("--only", default="", help="comma-separated families (HYBRID's keys) to run, else all")
+    parser.add_argument("--kernels", default="", help="a git revision: compare the mixers' matrices against it")
     args = parser.parse_args()
+    if args.kernels:
+        kernels_against(args.kernels, max(args.n, 20))
+        return
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, Mamba2Config
@@ -136,6 +142,57 @@ def long_row(label: str, model, tokenizer, T: int, n: int) -> None:
     kinds = " ".join(MARKS[layer.kind] for layer in long.layers.values())
     print(f"{label:<26} {own_s:>8.3f} {long_s:>8.2f} {long.nbytes / 1e6:>8.1f} {block_s:>8.3f} "
           f"{'<= ' + str(BLOCK_TARGET):>7}  {kinds}")
+
+
+def kernels_against(rev: str, n: int) -> None:
+    """Each kind's whole matrix [H, 512, 512] from random factors, by rev's mha_viz/mixers.py and by this tree's,
+    alternately (2 n calls each, the last 20 results kept alive, so that each call fills fresh memory as a trace
+    does): the fastest and the median call of each."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    import torch
+
+    from mha_viz import mixers as new
+
+    source = subprocess.run(["git", "show", f"{rev}:mha_viz/mixers.py"], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).resolve().parents[1]).stdout
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location("mixers_before", f.name)
+    old = importlib.util.module_from_spec(spec)
+    sys.modules["mixers_before"] = old  # its dataclasses look their module up
+    spec.loader.exec_module(old)
+    os.unlink(f.name)
+    torch.manual_seed(0)
+    T = 512
+    q, k = torch.nn.functional.normalize(torch.randn(2, 4, T, 8), dim=-1)
+    q = q * 8**-0.5
+    cases = {  # (the class in mha_viz.mixers, its factors); per-token decays: slow about e^-0.025, fast e^-0.5 or more
+        "Mamba-2, 8 heads, slow": ("StateSpace", (torch.randn(2, T, 8), torch.randn(2, T, 8), torch.rand(8, T) * 0.05,
+                                                  -torch.rand(8), torch.randn(8))),
+        "Mamba-2, 8 heads, fast": ("StateSpace", (torch.randn(2, T, 8), torch.randn(2, T, 8), torch.rand(8, T),
+                                                  -torch.rand(8), torch.randn(8))),
+        "Mamba-1, 32 channels": ("SelectiveScan", (torch.randn(T, 8), torch.randn(T, 8), torch.rand(32, T) * 0.1,
+                                                   -torch.rand(32, 8) * 2, torch.randn(32))),
+        "delta rule, 4 heads, slow": ("DeltaRule", (q, k, -torch.rand(4, T) * 0.05, torch.rand(4, T))),
+        "delta rule, 4 heads, fast": ("DeltaRule", (q, k, -torch.rand(4, T) * 1.4, torch.rand(4, T))),
+        "short conv, 32 channels": ("ShortConv", (torch.randn(32, T), torch.randn(32, T), torch.randn(32, 3))),
+    }
+    print(f"whole matrices at {T} tokens, {n} calls each, alternately; ms, {rev} -> this tree")
+    print(f"{'matrix':<28} {'min before':>10} {'min after':>10} {'median before':>14} {'median after':>13}")
+    for label, (kind, factors) in cases.items():
+        times: dict[str, list[float]] = {"before": [], "after": []}
+        kept = []
+        for _ in range(n):
+            for name, module in (("before", old), ("after", new)):
+                start = time.perf_counter()
+                kept.append(getattr(module, kind)(*factors).matrix())
+                times[name].append(time.perf_counter() - start)
+            del kept[:-20]
+        a, b = sorted(times["before"]), sorted(times["after"])
+        print(f"{label:<28} {a[0] * 1e3:>10.2f} {b[0] * 1e3:>10.2f} {a[n // 2] * 1e3:>14.2f} {b[n // 2] * 1e3:>13.2f}")
 
 
 if __name__ == "__main__":
