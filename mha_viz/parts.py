@@ -96,6 +96,7 @@ EVERY_MODE = ("Configurable", "Pretrained", "Train")  # the app's modes (mha_viz
 DOES = {
     "trains": "it trains (or reads from the cache) its own layer: the page neither trains nor traces before it",
     "draws_long": "it draws a long input whole (the other views read its first tokens)",
+    "reads_long": "it reads a long input whole without drawing it whole (Generate: the prompt goes into the KV cache)",
     "switches_layers": "its chart repaints another layer in the browser: the layer buttons carry every layer's weights",
 }
 

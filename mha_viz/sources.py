@@ -359,8 +359,19 @@ class ModelSource:
 
     def generate(self, max_new_tokens: int, sampling: Sampling = GREEDY,
                  should_stop: Callable[[], bool] | None = None) -> Generation:
-        """The model writing after the text (PretrainedModel.generate; should_stop: asked between tokens)."""
-        return self.model.generate(self.text, max_new_tokens, sampling, should_stop)
+        """The model writing after the text (PretrainedModel.generate; should_stop: asked between tokens), within
+        generation_limit()."""
+        limit = self.generation_limit()
+        return self.model.generate(self.text, max_new_tokens, sampling, should_stop,
+                                   **({} if limit is None else {"max_length": limit}))
+
+    def generation_limit(self) -> int | None:
+        """The most tokens generate() reads and writes past the model's max_tokens: long_limit() on a model that
+        steps from its KV cache (a longer prompt goes into the cache in chunks), else None (max_tokens)."""
+        if not getattr(getattr(self.model, "adapter", None), "steps_from_cache", False):
+            return None
+        limit = self.long_limit()
+        return limit if limit is not None and limit > self.model.max_tokens else None
 
     def logit_attribution(self, *, ids: tuple[int, ...] | None = None, position: int = -1,
                           token: int | str | None = None) -> LogitAttribution:

@@ -28,6 +28,8 @@ from .common import (
 )
 from .heads import colour_range
 
+LABEL_SLOT_PX = 22  # step_attention_figure: the width a slanted key label takes
+
 CHOSEN, OTHER = "#d62728", "#9ecae1"
 TITLE_GAP_PX = 8  # between a title and the plot under it
 
@@ -80,7 +82,9 @@ def step_attention_figure(attentions: np.ndarray, key_tokens: Sequence[str], *, 
         customdata=np.broadcast_to(keys, z.shape),
         hovertemplate="%{y}<br>key %{x}: <b>%{customdata}</b><br>weight %{z:.3f}<extra></extra>",
     ))
-    x_axis = token_axis(key_tokens, "key (prompt, then the tokens written so far)")
+    room = (width or WIDE_PX) - 160  # the head labels and the colour bar
+    x_axis = token_axis(key_tokens, "key (prompt, then the tokens written so far)",
+                        max_ticks=max(4, room // LABEL_SLOT_PX))  # slanted labels, one slot each
     fig.update_xaxes(x_axis, tickangle=token_tickangle(x_axis["ticktext"]))
     fig.update_yaxes({"tickmode": "array", "tickvals": list(range(L * H)), "ticktext": labels}, autorange="reversed")
     for layer in range(1, L):  # a line between layers

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from ..token_labels import id_label, token_labels, vocab_token
 from .adapter import Adapter, loaded
 from .encoded import Encoded
+from .long_hooked import EAGER_MAX_BYTES, eager_bytes
 from .norms import NormAffine, norm_affine
 
 if TYPE_CHECKING:
@@ -221,6 +222,12 @@ def logit_attribution(
     blocks, norm = layout
     enc, position = checked_request(model, text, ids, position)
     sites = [model.adapter.site("decoder", layer) for layer in range(len(blocks))]
+    widest, T = max(site.num_heads for site in sites), len(enc.ids)
+    if eager_bytes(widest, T) > EAGER_MAX_BYTES:  # ids past the views' window (a long prompt's generation)
+        most = int((EAGER_MAX_BYTES / eager_bytes(widest, 1)) ** 0.5)
+        raise ValueError(f"at {T:,} tokens the model's eager forward pass would make {eager_bytes(widest, T) / 2**20:,.0f} "
+                         f"MiB of [heads, tokens, tokens] attention work a layer, more than the "
+                         f"{EAGER_MAX_BYTES / 2**20:,.0f} MiB allowed: it splits the logit after at most {most:,} tokens")
     with _Capture(list(blocks), [site.out for site in sites], norm, position) as capture:
         ids = torch.tensor([list(enc.ids)], device=model.adapter.device())  # (1, T)
         logits = model.model(input_ids=ids, use_cache=False).logits[0, position]  # (V,)

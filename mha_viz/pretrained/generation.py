@@ -14,6 +14,10 @@ distribution its token was drawn from and the attention of the query that predic
               keeps every key and masks), so the model returns fewer keys. Each row is put back at its keys'
               positions (the cache keeps them in order, the newest last) and is 0 outside the window, as in a
               forward pass without a cache.
+A prompt longer than the model's max_tokens (the views' window) is written after when max_length allows it (up to
+the model's positions, on a model that steps from its KV cache): the prompt but its last token goes into the cache
+max_tokens positions at a time, without attention weights (a chunk's [H, max_tokens, T] at most), and the last token
+then asks for the first row, so every step's row is still the model's own and memory stays linear in the keys.
 Generation stops after max_new_tokens tokens, or right after an end-of-sequence token of the model's
 generation_config (kept in the output), as transformers' generate() does, or (stop_reason "stopped") before a token
 when the caller's should_stop() says so (asked before every token after the first: a time budget keeps the tokens
@@ -175,6 +179,23 @@ def stop_asked(should_stop: Callable[[], bool] | None, written: int) -> bool:
     return should_stop is not None and written > 0 and should_stop()
 
 
+def generation_limit(model: TextModel, max_length: int | None = None) -> int:
+    """The most tokens a prompt and its generation may have: max_length, or model.max_tokens. ValueError for a
+    max_length past the model's positions, or past max_tokens on a model that does not step from its KV cache (a
+    hybrid's mixers read the whole sequence at every step: its mixing matrices stay within the views' window)."""
+    if max_length is None or max_length == model.max_tokens:
+        return model.max_tokens
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1:
+        raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}")
+    positions = model.adapter.max_positions()
+    if positions is not None and max_length > positions:
+        raise ValueError(f"max_length {max_length} is past {model.name}'s {positions} positions")
+    if max_length > model.max_tokens and not model.adapter.steps_from_cache:
+        raise ValueError(f"{model.name} reads the whole sequence again at every step (its linear or state-space "
+                         f"layers have no KV cache): it generates within {model.max_tokens} tokens, not {max_length}")
+    return int(max_length)
+
+
 def check_request(model: TextModel, max_new_tokens: object, sampling: object) -> None:
     """ValueError for a model that cannot generate or a max_new_tokens that is not an integer >= 1, TypeError for a
     sampling that is not a Sampling."""
@@ -194,36 +215,46 @@ def generate(
     max_new_tokens: int,
     sampling: Sampling = GREEDY,
     should_stop: Callable[[], bool] | None = None,
+    max_length: int | None = None,
 ) -> Generation:
     """Let model write up to max_new_tokens tokens after prompt, picked as sampling says; see the module docstring.
     should_stop: asked before every token after the first; True ends the generation there (stop_reason "stopped").
+    max_length: the most tokens the prompt and the new ones may have together (default: model.max_tokens; more, up
+    to the model's positions, on a model that steps from its KV cache: generation_limit).
 
     ValueError for a model without a causal LM head, bad arguments, or when prompt + max_new_tokens
-    would not fit the model's positions (model.max_tokens); the prompt is never truncated. ValueError too when
-    a layer's cache returns fewer keys than its sliding window explains (its row's keys could not be labelled).
+    would not fit max_length; the prompt is never truncated. ValueError too when a layer's cache returns fewer keys
+    than its sliding window explains (its row's keys could not be labelled).
     """
     check_request(model, max_new_tokens, sampling)
+    limit = generation_limit(model, max_length)
     tokenizer, lm = model.tokenizer, model.model
     prompt_ids = tuple(tokenizer(prompt, verbose=False)["input_ids"])
     if not prompt_ids:
         raise ValueError(f"{prompt!r} has no tokens")
-    room = model.max_tokens - len(prompt_ids)
+    room = limit - len(prompt_ids)
     if max_new_tokens > room:
         raise ValueError(
-            f"the prompt has {len(prompt_ids)} tokens and {model.name} reads at most {model.max_tokens}: "
+            f"the prompt has {len(prompt_ids)} tokens and {model.name} reads at most {limit}: "
             + (f"at most {room} new tokens fit, not {max_new_tokens}" if room > 0 else "no room for new tokens")
         )
     device = model.adapter.device()
     generator = torch.Generator(device=device).manual_seed(sampling.seed)
     cache_argument = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
     eos = eos_token_ids(lm)
+    cached = model.adapter.steps_from_cache  # else (mixer layers) the whole sequence again, no cache
     cache, feed, steps, stop_reason = None, list(prompt_ids), [], "max_new_tokens"
+    if cached and len(prompt_ids) > model.max_tokens:  # into the cache a chunk at a time, without weights
+        for start in range(0, len(prompt_ids) - 1, model.max_tokens):
+            chunk = prompt_ids[start:min(start + model.max_tokens, len(prompt_ids) - 1)]
+            cache = lm(input_ids=torch.tensor([chunk], device=device), **({cache_argument: cache} if cache else {}),
+                       use_cache=True)[cache_argument]
+        feed = [prompt_ids[-1]]
     windows = sliding_windows(lm.config, model.num_layers["decoder"])
     for t in range(int(max_new_tokens)):
         if stop_asked(should_stop, t):
             stop_reason = "stopped"
             break
-        cached = model.adapter.steps_from_cache  # else (mixer layers) the whole sequence again, no cache
         outputs = lm(
             input_ids=torch.tensor([feed], device=device),  # the cache holds the rest
             **({cache_argument: cache} if cached else {}),

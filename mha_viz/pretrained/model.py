@@ -278,7 +278,8 @@ class PretrainedModel:
         return to_numpy(logits[0, -1].float().softmax(-1))  # (vocab,)
 
     def generate(self, prompt: str, max_new_tokens: int, sampling: Sampling = GREEDY,
-                 should_stop: Callable[[], bool] | None = None) -> generation.Generation:
+                 should_stop: Callable[[], bool] | None = None, *, max_length: int | None = None
+                 ) -> generation.Generation:
         """Write up to max_new_tokens tokens after prompt, one step at a time with the KV cache.
 
         sampling (mha_viz.sampling.Sampling): greedy by default (the tokens of transformers'
@@ -286,10 +287,11 @@ class PretrainedModel:
         reproducibly from its seed. Each step keeps its distribution (.probs) and the predicting query's attention
         [layers, heads, keys] (.attentions). Stops early after the model's end-of-sequence token, or before a token
         once should_stop() says so (asked from the second token on; stop_reason "stopped", the tokens so far kept).
-        ValueError if the prompt plus max_new_tokens would not fit max_tokens. See mha_viz.pretrained.generation.
+        ValueError if the prompt plus max_new_tokens would not fit max_length (default max_tokens; up to the model's
+        positions, a longer prompt is read into the cache in chunks). See mha_viz.pretrained.generation.
         """
         with self._lock:
-            return generation.generate(self, prompt, max_new_tokens, sampling, should_stop)
+            return generation.generate(self, prompt, max_new_tokens, sampling, should_stop, max_length)
 
     def logit_attribution(
         self,

@@ -31,6 +31,7 @@ PLAY_SECONDS = 0.8  # between two steps while playing
 RERUN_APP = "_rerun_app"  # session key: the fragment's next run reruns the whole page
 PLAY_FROM_START = "_play_from_start"  # session key: the first playing run shows step 1
 DLA_TOLERANCE = 1e-3  # the terms must add up to the model's logit within this (float32)
+PROMPT_SHOWN = 120  # the written text shows at most this many of a long prompt's tokens, the last ones
 
 
 def _step(by: int, last: int) -> None:
@@ -60,10 +61,15 @@ def _rerun_app() -> None:
 
 
 def _written(gen: Generation, step: int, model) -> str:
-    """The prompt, then the tokens written up to this step, the newest highlighted (Markdown, user text escaped)."""
+    """The prompt (its last PROMPT_SHOWN tokens, where it is longer), then the tokens written up to this step, the
+    newest highlighted (Markdown, user text escaped)."""
     prompt = len(gen.prompt_ids)
     ids = gen.input_ids(step - 1) + gen.token_ids[step - 1:step]  # the prompt and the tokens written up to this step
-    read, earlier, newest = (plain(p) for p in spelled(model.tokenizer, ids, (prompt, prompt + step - 1)))
+    skipped = max(0, prompt - PROMPT_SHOWN)
+    read, earlier, newest = (plain(p) for p in spelled(model.tokenizer, ids[skipped:],
+                                                        (prompt - skipped, prompt - skipped + step - 1)))
+    if skipped:
+        read = f"*(… {skipped:,} earlier tokens of the prompt)* … {read}"
     before = read + " **" + earlier + "**" if step > 1 else read
     return f"{before} :red-background[**{newest}**]"
 
@@ -219,6 +225,15 @@ def _opened_head(source: ModelSource, gen: Generation, step: int, name: str) -> 
     if not (0 <= layer < model.num_layers["decoder"] and 0 <= head < model.num_heads["decoder"]):
         return
     ids = gen.input_ids(step - 1)
+    if len(ids) > model.max_tokens:  # a long prompt: the step's row is exact, a whole [T, T] pattern is not drawn
+        row, keys = gen.steps[step - 1].attentions[layer, head], gen.key_tokens(step - 1)  # (T,)
+        top = int(np.nanargmax(row))
+        st.info(f"**Layer {layer}, head {head}** at step {step}: its last query (which predicted "
+                f"{plain(repr(gen.steps[step - 1].token))}) puts {row[top]:.0%} of its attention on position {top:,}, "
+                f"**{plain(keys[top])}** (row L{layer} H{head} of the chart above). Its whole pattern is drawn here "
+                f"for texts of up to {model.max_tokens} tokens; the model has read {len(ids):,} at this step. The "
+                "Heads view draws any block of a long text's pattern exactly.")
+        return
     weights = model.attentions_for_ids(list(ids))[layer]  # (H, T, T)
     tokens = token_labels(model.tokenizer, ids)
     trace = AttentionTrace(query_tokens=tokens, key_tokens=tokens, weights=weights, causal=True,

@@ -59,9 +59,11 @@ def window_notice(source: CachedModel, long: ModelLongTrace) -> str:
     rows = (f"for this causal model their first {same} rows are exactly those of the long run" if
             model.adapter.causal(source.part) else
             "this model reads both ways, so a window's weights differ from the long run's")
+    writes = (" Generate writes after all of them." if source.causal_lm and source.generation_limit() is not None
+              else "")
     return (f"A long text: {long.num_tokens} tokens, traced in {long.seconds:.1f} s. The Heads view draws all of them "
-            f"(the layer's overview and an exact zoom) and every layer's heads by a long-range statistic. The other "
-            f"views read a window: tokens 0–{len(window) - 1}, the first {len(window)} ({rows}).")
+            f"(the layer's overview and an exact zoom) and every layer's heads by a long-range statistic.{writes} The "
+            f"other views read a window: tokens 0–{len(window) - 1}, the first {len(window)} ({rows}).")
 
 
 def _trace_again(key: str) -> None:

@@ -329,7 +329,7 @@ def pretrained_page(s: ViewState, source: ModelSource, other_model: ModelLoader,
             put_default(f.name)
         long_model_view(long, s.layer, name, source.long_loader())
     else:
-        if long is not None:
+        if long is not None and not VIEWS.part(view).can("reads_long"):
             st.caption(f"This view draws the window: the first {len(trace.query_tokens)} tokens of {long.num_tokens}; "
                        "the Heads view draws all of them.")
         render_view(view, ViewContext(s, name, source, trace, shown, layer=s.layer, limits=limits, hidden=hidden,

@@ -1,6 +1,6 @@
 """The bundled long-context model mha-viz/recall-16k in the app (AppTest): its sidebar button opens Heads on a
 2,048-token haystack (a long trace; the other views read its first 512 tokens), and every view and every analysis
-section then draws or says why, never an exception."""
+section then draws or says why, never an exception; Generate writes after the whole haystack."""
 
 from __future__ import annotations
 
@@ -50,3 +50,25 @@ def test_its_button_opens_heads_on_a_long_haystack(opened: AppTest) -> None:
 @pytest.mark.slow
 def test_every_view_and_section_draws_or_says_why(opened: AppTest) -> None:
     assert_every_view_and_section_draws_or_says_why(opened)
+
+
+def test_generate_writes_after_the_whole_haystack(opened: AppTest) -> None:
+    """Generate reads all 2,048 tokens (the prompt goes into the KV cache in chunks): each key has its column in the
+    step's row, the row is the library's own generation's, and the views that cannot draw [2048, 2048] say why."""
+    import mha_viz
+    from tests.app.test_generate_app import chart
+    from tests.plotly_json import z_matrix
+
+    at = opened
+    at.button_group(key="view").set_value("Generate").run()
+    assert not at.exception and not at.error and not at.warning
+    assert any("Generate writes after all of them" in i.value for i in at.info)
+    assert not any("This view draws the window" in c.value for c in at.caption)
+    assert any(m.value.startswith("*(… 1,928 earlier tokens of the prompt)*") for m in at.markdown)
+    rows = z_matrix(chart(at, "gen_attention")["data"][0])  # (layers * heads, keys)
+    g = mha_viz.load_model(RECALL_MODEL).generate(RECALL_EXAMPLE, 8, max_length=16384)
+    assert rows.shape == (8, 2048) and len(g.prompt_ids) == 2048
+    assert abs(rows - g.steps[0].attentions.reshape(8, -1)).max() < 1e-6
+    assert any("whole pattern is drawn here for texts of up to 512 tokens" in i.value for i in at.info)
+    at.button(key="step_next").click().run()
+    assert not at.exception and z_matrix(chart(at, "gen_attention")["data"][0]).shape == (8, 2049)

@@ -1,11 +1,13 @@
 """The bundled long-context model mha-viz/recall-16k in Chromium: its sidebar button opens Heads on a 2,048-token
-haystack whose long view paints and fits at 390, 1024, 1400 and 2560 px, with no serious or critical axe violation.
+haystack whose long view paints and fits at 390, 1024, 1400 and 2560 px, with no serious or critical axe violation;
+Generate writes after the whole haystack, its step's row over 2,048 keys painted and fitting at the same widths.
 With --update-assets, the README's picture (assets/recall-16k.png): the model at 16,384 tokens, layer 1's retrieval
 heads, the zoom on the queries at the end and the keys around one needle."""
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -52,6 +54,27 @@ def test_its_button_opens_a_long_haystack_in_heads(server: str, browser, width: 
         page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=240_000)
         assert page.get_by_text("A long text: 2048 tokens").count() == 1
         assert painted(page)[0] == 4  # the layer's four heads
+        assert_fits_and_axe_clean(page, width)
+    finally:
+        assert page.errors == []
+        page.close()
+
+
+@pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
+def test_generate_writes_after_the_whole_haystack(server: str, browser, width: int) -> None:
+    """Generate on the 2,048-token haystack: the step's row over every key paints and fits, axe is clean."""
+    page = open_by_button(browser, server, BUTTON, "recall-16k", width)
+    try:
+        wait_for_query(page, r"text=")  # the haystack is in the URL: the link opens Generate on it
+        url = page.url
+        page.goto(re.sub(r"view=[^&]*", "view=Generate", url) if "view=" in url else f"{url}&view=Generate")
+        row = page.locator(".st-key-gen_attention .heatmaplayer image")
+        row.wait_for(timeout=240_000)
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=240_000)
+        assert page.get_by_text("Generate writes after all of them").count() == 1
+        assert page.get_by_text("earlier tokens of the prompt").count() == 1
+        box = page.locator(".st-key-gen_attention").bounding_box()
+        assert box is not None and box["width"] > min(width, 1400) / 2 - 40  # the main area's width, not a sliver
         assert_fits_and_axe_clean(page, width)
     finally:
         assert page.errors == []

@@ -12,7 +12,7 @@ from transformers import AutoModel, AutoTokenizer, BertConfig
 from mha_viz.pretrained import Generation, PretrainedModel, bundled_model_dir
 from mha_viz.pretrained.generation import sampling_distribution
 from mha_viz.sampling import Sampling
-from tests.tiny_causal import NAMES, tiny_causal
+from tests.tiny_causal import NAMES, build_lm, tiny_causal
 
 PROMPT = "the quick brown fox jumps over the lazy dog"
 
@@ -209,6 +209,49 @@ def test_the_prompt_and_the_new_tokens_must_fit_the_positions(models):
         m.generate(PROMPT, 64 - P + 1)
     with pytest.raises(ValueError, match="no room for new tokens"):
         m.generate("word " * 70, 1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_prompt_longer_than_max_tokens_is_read_into_the_cache_in_chunks(name):
+    """With max_length past max_tokens (the views' window, 16 here), a 3x longer prompt goes into the KV cache 16
+    positions at a time, without weights: the greedy tokens are still transformers' own and every step's row is the
+    model's own last row of a full forward pass; by default, or past the positions, the prompt is refused."""
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    m = PretrainedModel(build_lm(name), tokenizer, name=f"tiny-{name}", max_tokens=16)  # 64 positions
+    prompt = " ".join([PROMPT] * 4)
+    P = len(m.tokenizer(prompt)["input_ids"])
+    assert 32 < P < 56
+    fed = []  # each call's keyword arguments
+    hook = m.model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(kwargs), with_kwargs=True)
+    try:
+        g = m.generate(prompt, 8, max_length=64)
+    finally:
+        hook.remove()
+    chunks = [k["input_ids"].shape[1] for k in fed if not k.get("output_attentions")]
+    assert chunks == [16, 16, P - 1 - 32]  # the prompt but its last token, 16 at a time, without weights
+    assert g.token_ids == transformers_greedy(m, g.prompt_ids, 8)
+    ids = torch.tensor([[*g.prompt_ids, *g.token_ids]])
+    with torch.no_grad():
+        own = m.model(input_ids=ids, use_cache=False, output_attentions=True).attentions  # per layer (1, H, T, T)
+    for k, step in enumerate(g.steps):
+        assert step.attentions.shape == (2, 4, P + k)
+        np.testing.assert_allclose(step.attentions, np.stack([a[0, :, P - 1 + k, :P + k] for a in own]), atol=1e-5)
+    with pytest.raises(ValueError, match=f"the prompt has {P} tokens and tiny-{name} reads at most 16"):
+        m.generate(prompt, 8)
+    with pytest.raises(ValueError, match="max_length 65 is past tiny-.*'s 64 positions"):
+        m.generate(prompt, 8, max_length=65)
+
+
+def test_a_model_without_a_kv_cache_generates_within_its_window():
+    """A hybrid's mixers read the whole sequence at every step: max_length past max_tokens is refused, saying why."""
+    from tests.tiny_causal import random_causal_lm
+    from tests.unit.test_mixers import HYBRID
+
+    m = PretrainedModel(random_causal_lm(HYBRID["mamba2"][1]()), AutoTokenizer.from_pretrained(bundled_model_dir()),
+                        name="tiny-mamba2", max_tokens=16)
+    with pytest.raises(ValueError, match="reads the whole sequence again at every step .* within 16 tokens, not 40"):
+        m.generate(PROMPT, 4, max_length=40)
+    assert len(m.generate(PROMPT, 2, max_length=16).steps) == 2
 
 
 def test_generation_needs_a_causal_language_model():

@@ -158,6 +158,25 @@ def test_bad_positions_and_tokens_are_refused(models, kwargs, message):
         models["gpt2"].logit_attribution(TEXT, **kwargs)
 
 
+def test_ids_whose_eager_attention_would_not_fit_are_refused_before_the_model_runs(models, monkeypatch):
+    """A long prompt's ids (Generate past the views' window): over EAGER_MAX_BYTES of [H, T, T] work a layer, the
+    request is refused with how many tokens fit, before the model runs; within it, the terms still add up."""
+    from mha_viz.pretrained import attribution
+
+    m = models["gpt2"]  # 4 heads: 12 * 4 * T^2 bytes a layer
+    monkeypatch.setattr(attribution, "EAGER_MAX_BYTES", 12 * 4 * 40**2)
+    ids = m.tokenizer(TEXT * 5)["input_ids"]
+    assert len(ids) > 40
+    hook = m.model.register_forward_pre_hook(lambda *a: pytest.fail("the model ran"))
+    try:
+        with pytest.raises(ValueError, match="more than the 0 MiB allowed: it splits the logit after at most 40 tokens"):
+            m.logit_attribution(ids=ids)
+    finally:
+        hook.remove()
+    fits = m.logit_attribution(ids=ids[:40])
+    assert abs(fits.total - fits.logit) < 1e-4
+
+
 def test_models_without_a_known_residual_stream_are_refused():
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
     torch.manual_seed(0)

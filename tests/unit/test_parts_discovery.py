@@ -66,7 +66,8 @@ def test_capabilities_are_declared_not_named() -> None:
     assert not VIEWS.part("Lines").can("switches_layers")
     with pytest.raises(ValueError, match="unknown capability 'flies'"):
         Part("Kite", ("Configurable",), "x:y", does=("flies",))
-    assert set(DOES) == {"trains", "draws_long", "switches_layers"}
+    assert [v for v in VIEWS if VIEWS.part(v).can("reads_long")] == ["Generate"]
+    assert set(DOES) == {"trains", "draws_long", "reads_long", "switches_layers"}
 
 
 def test_discovery_refuses_a_module_without_its_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ...view_parts import ViewContext
 
 PART = Part(
-    "Generate", ("Pretrained",), f"{__name__}:render", needs=("causal_lm",), order=10,
+    "Generate", ("Pretrained",), f"{__name__}:render", needs=("causal_lm",), order=10, does=("reads_long",),
     help="A causal language model writes, token by token, with the attention behind each new token.",
     fields=(StateField("new_tokens", 8, lambda r: whole(r, 1, MAX_NEW_TOKENS),
                        f"a number of tokens from 1 to {MAX_NEW_TOKENS}"),
