@@ -247,8 +247,8 @@ def generate(
     if cached and len(prompt_ids) > model.max_tokens:  # into the cache a chunk at a time, without weights
         for start in range(0, len(prompt_ids) - 1, model.max_tokens):
             chunk = prompt_ids[start:min(start + model.max_tokens, len(prompt_ids) - 1)]
-            cache = lm(input_ids=torch.tensor([chunk], device=device), **({cache_argument: cache} if cache else {}),
-                       use_cache=True)[cache_argument]
+            held = {} if cache is None else {cache_argument: cache}
+            cache = lm(input_ids=torch.tensor([chunk], device=device), **held, use_cache=True)[cache_argument]
         feed = [prompt_ids[-1]]
     windows = sliding_windows(lm.config, model.num_layers["decoder"])
     for t in range(int(max_new_tokens)):
