@@ -16,9 +16,10 @@ notebook widget, the HTML report, the command line) says so with failure_message
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,16 +67,16 @@ def epsilon(dtype: str) -> float:
         return float(np.finfo(np.float32).eps)
 
 
-def tolerance(trace: AttentionTrace, label: str, magnitude: float | None = None) -> float:
-    """The most that rounding explains for the check `label` of trace (see the module docstring); magnitude: the
-    trace's _magnitude, where the caller has it."""
+def tolerance(trace: AttentionTrace, label: str, magnitude: Callable[[], float] | None = None) -> float:
+    """The most that rounding explains for the check `label` of trace (see the module docstring); magnitude: what
+    gives the trace's _magnitude (failures passes one that computes it once for all the trace's checks)."""
     relative = max(FLOOR, ROUNDINGS * epsilon(str(trace.meta.get("model_dtype", "float32"))))
     if label.startswith(_WEIGHTS):
         return relative
     scale = (trace.meta.get("check_scale") or {}).get(label)
     if scale is not None:
         return relative * max(1.0, float(scale))
-    return relative * (_magnitude(trace) if magnitude is None else magnitude)
+    return relative * (_magnitude(trace) if magnitude is None else magnitude())
 
 
 def _magnitude(trace: AttentionTrace) -> float:
@@ -99,11 +100,8 @@ def failures(trace: AttentionTrace) -> list[CheckFailure]:
     check = trace.meta.get("check")
     if not isinstance(check, Mapping):
         return []
-    out, magnitude = [], None
+    out, magnitude = [], functools.cache(functools.partial(_magnitude, trace))
     for label, value in check.items():
-        if magnitude is None and not str(label).startswith(_WEIGHTS) and str(label) not in (trace.meta.get(
-                "check_scale") or {}):
-            magnitude = _magnitude(trace)  # once for the trace's checks
         error, tol = _number(value), tolerance(trace, str(label), magnitude)
         if not error <= tol:  # NaN fails too
             out.append(CheckFailure(str(label), error, tol))

@@ -385,10 +385,11 @@ def scan_block(C: Tensor, B: Tensor, group: Tensor, dt: Tensor, A: Tensor, D: Te
             if b1 - b < min(TILE, end - b):  # narrow in M's dtype: TILE keys in float64
                 dtype = torch.float64
                 b1 = b + min(TILE, _reach(fastest, b - c0, MAX_EXP[dtype]))
-            tile = M[h, t0 - r0:, b - c0:b1 - c0]  # (per, R, c)
-            if b1 - b < min(MIN_TILE, end - b):
+            exact = b1 - b < min(MIN_TILE, end - b)  # even a narrow tile would overflow: from the differences
+            if exact:
                 b1 = min(b + TILE, end)
-                tile = M[h, t0 - r0:, b - c0:b1 - c0]
+            tile = M[h, t0 - r0:, b - c0:b1 - c0]  # (per, R, c)
+            if exact:
                 tile.copy_(_exact_tile(Ch, Bh, dt_h, A_h, slice(t0, r1), slice(b, b1)))
             else:
                 g = G[:, :, b1 - 1 - c0, None]  # (per, N or 1, 1): the tile's last key
