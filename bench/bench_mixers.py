@@ -7,6 +7,7 @@ side by side in one run. Prints a table; asserts nothing.
     python bench/bench_mixers.py --only mamba,jamba  some families (tests/unit/test_mixers.py's HYBRID keys)
     python bench/bench_mixers.py --kernels a84f8b5   each kind's whole matrix from its factors, this tree's
                                                      mha_viz.mixers against a84f8b5's, alternately in one process
+    python bench/bench_mixers.py --stages --only lfm2  where a trace's time goes, stage by stage
 
 Models: tests/unit/test_mixers.py's HYBRID configs (d_model 32) with 1024 positions, and a wider Mamba-2 (d_model 256,
 16 heads of 32, state 64: where the forward, not the [H, T, T] matrices, is most of the work), random weights (seed 0),
@@ -26,6 +27,7 @@ The two are interleaved so both see the same load; the load average is printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -53,6 +55,7 @@ def main() -> None:
     parser.add_argument("--long", type=int, default=0, help="long traces of this many tokens instead")
     parser.add_argument("--only", default="", help="comma-separated families (HYBRID's keys) to run, else all")
     parser.add_argument("--kernels", default="", help="a git revision: compare the mixers' matrices against it")
+    parser.add_argument("--stages", action="store_true", help="each trace's time by stage instead of the table")
     args = parser.parse_args()
     if args.kernels:
         kernels_against(args.kernels, max(args.n, 20))
@@ -71,6 +74,10 @@ def main() -> None:
           f"torch threads {torch.get_num_threads()}")
     if args.long:
         print(f"{'model':<26} {'own s':>8} {'long s':>8} {'kept MB':>8} {'block s':>8} {'target':>7}  kinds")
+    elif args.stages:
+        print(f"ms; own, traces: best of {args.n}; stages: in the fastest of {args.n} traces with timers on them")
+        print(f"{'model':<26} {'own':>6} {'traces':>7} " + " ".join(f"{name:>{len(name)}}" for name in STAGES)
+              + f" {'ratio':>6}")
     else:
         print(f"{'model':<26} {'layers':>6} {'own s':>8} {'traces s':>9} {'ratio':>6} {'target':>7} {'matrix s':>9}")
     models = {**HYBRID, "mamba2 (d_model 256)": ("Mamba-2", lambda: Mamba2Config(
@@ -103,6 +110,9 @@ def main() -> None:
 
         own()
         m.traces(text)  # warm both up
+        if args.stages:
+            stages_row(label, m, text, own, args.n)
+            continue
         own_s, traces_s = [], []
         for _ in range(args.n):  # interleaved
             own_s.append(best(own, 1))
@@ -115,6 +125,51 @@ def main() -> None:
         ratio = min(traces_s) / min(own_s)
         print(f"{label:<26} {m.num_layers['decoder']:>6} {min(own_s):>8.3f} {min(traces_s):>9.3f} {ratio:>6.2f} "
               f"{'<= ' + str(TARGET):>7} {matrix_s:>9.3f}   ({len(enc.ids)} tokens)")
+
+
+# What a trace of a hybrid does, in order, by the method that does it (mha_viz.pretrained): read the text into tokens;
+# run the model once with hooks on (output_attentions: its softmax layers' own weights, the reference); make each mixer
+# layer's whole matrix from its input in that pass; rebuild each softmax layer with attend() and check it; multiply each
+# mixer's matrix by its values and check that against the module's own output.
+STAGES = {
+    "tokens": ("model", "PretrainedModel", "encode"),
+    "hooked forward": ("adapter", "Adapter", "forward"),
+    "mixer matrices": ("mixing", "MixerAdapter", "_maps"),
+    "softmax rebuilds": ("adapter", "Adapter", "_rebuild"),
+    "mixer rebuilds": ("mixing", "MixerAdapter", "_rebuild"),  # its time holds the softmax rebuilds: subtracted
+}
+
+
+def stages_row(label: str, m, text: str, own, n: int) -> None:
+    """One family's trace stage by stage: ms spent in each STAGES method (each wrapped in a timer for the run, then
+    restored) in the fastest of n traces, beside the model's own forward and the whole trace (best of n, unwrapped)."""
+    import importlib
+    from unittest import mock
+
+    spent = dict.fromkeys(STAGES, 0.0)
+
+    def timed(name: str, method):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - start
+        return wrapper
+
+    own_s, whole_s = best(own, n), best(lambda: m.traces(text), n)
+    runs = []  # (the wrapped trace's time, its stages)
+    with contextlib.ExitStack() as patches:
+        for name, (module, cls, method) in STAGES.items():
+            owner = getattr(importlib.import_module(f"mha_viz.pretrained.{module}"), cls)
+            patches.enter_context(mock.patch.object(owner, method, timed(name, getattr(owner, method))))
+        for _ in range(n):
+            spent.update(dict.fromkeys(STAGES, 0.0))
+            runs.append((best(lambda: m.traces(text), 1), dict(spent)))
+    stages = min(runs, key=lambda run: run[0])[1]
+    stages["mixer rebuilds"] -= stages["softmax rebuilds"]
+    print(f"{label:<26} {own_s * 1e3:>6.2f} {whole_s * 1e3:>7.2f} "
+          + " ".join(f"{stages[name] * 1e3:>{len(name)}.2f}" for name in STAGES) + f" {whole_s / own_s:>6.2f}")
 
 
 def long_row(label: str, model, tokenizer, T: int, n: int) -> None:

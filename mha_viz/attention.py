@@ -17,6 +17,7 @@ pretrained grouped-query traces do, with trace.kv_heads naming the K/V head of e
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -138,6 +139,18 @@ class Variations:
     gates: Tensor | None = None  # (..., H, T): head h's output at token t times gates[h, t] before the concat (MoH)
 
 
+def hidden_keys(T: int, S: int, var: Variations, device: torch.device) -> Tensor | None:
+    """True where a query may not see a key: the model's boolean mask, causal, window and chunk, or'ed together on
+    their own small shapes ((..., T, S) at most, no head dim), so the scores are masked in a single pass."""
+    masks = [m for m in (
+        var.mask if var.mask is not None and var.mask.dtype == torch.bool else None,
+        causal_mask(T, S, device) if var.causal else None,
+        None if var.window is None else window_mask(T, S, var.window, device),
+        None if var.chunk is None else chunk_mask(T, S, var.chunk, device),
+    ) if m is not None]
+    return functools.reduce(torch.logical_or, masks) if masks else None
+
+
 def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: Tensor | None = None) -> Attended:
     """Scaled dot-product attention of every head at once, with the variations real models use.
 
@@ -171,17 +184,12 @@ def attend(q: Tensor, k: Tensor, v: Tensor, variations: Variations, head_mask: T
         scores = scores + sum(var.bias.values())  # (..., H, T, S)
     if var.softcap is not None:
         scores = var.softcap * torch.tanh(scores / var.softcap)  # (..., H, T, S)
-    # scores is this call's own tensor from here on (each line above made a new one): masked in place, no new [H, T, S]
-    if var.mask is not None:
-        mask = var.mask
-        scores = scores.masked_fill_(mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-    T, S = scores.shape[-2:]
-    if var.causal:
-        scores.masked_fill_(causal_mask(T, S, scores.device), float("-inf"))  # (..., H, T, S)
-    if var.window is not None:
-        scores.masked_fill_(window_mask(T, S, var.window, scores.device), float("-inf"))  # (..., H, T, S)
-    if var.chunk is not None:
-        scores.masked_fill_(chunk_mask(T, S, var.chunk, scores.device), float("-inf"))  # (..., H, T, S)
+    if var.mask is not None and var.mask.dtype != torch.bool:
+        scores = scores + var.mask  # (..., H, T, S) additive
+    # scores is this call's own tensor from here on (each line above made a new one): masked in place, in one pass
+    hidden = hidden_keys(scores.shape[-2], scores.shape[-1], var, scores.device)  # (..., T, S), None: none
+    if hidden is not None:
+        scores.masked_fill_(hidden, float("-inf"))  # (..., H, T, S)
     if var.sinks is None:
         maps = scores.softmax(dim=-1)  # (..., H, T, S)
     else:  # as transformers' gpt-oss: [scores | sink], minus the row max, softmax, the sink column dropped

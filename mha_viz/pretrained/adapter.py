@@ -282,7 +282,9 @@ def differential_columns(name: str, W: np.ndarray) -> np.ndarray:
 
 
 def max_abs_diff(a: Tensor, b: Tensor) -> float:
-    return float((a.float() - b.float()).detach().abs().max())
+    """max |a - b| in float32: the extremes of the one difference tensor, not a second one for its sizes."""
+    low, high = torch.aminmax(a.detach().float() - b.detach().float())
+    return max(-float(low), float(high))
 
 
 def to_numpy(x: Tensor) -> np.ndarray:
