@@ -46,6 +46,7 @@ from .patching import (
 from .readout import DirectLogits, Readout, direct_logits, model_readout, trained_readout
 from .redundancy import Redundancy, cluster_order, near_duplicates, redundancy
 from .rollout import attention_rollout
+from .score_attribution import ScoreAttribution, score_attribution, score_attribution_unavailable
 from .score_terms import ScoreTerms, score_terms
 from .tokens import without_tokens
 
@@ -69,6 +70,7 @@ __all__ = [
     "PeakOffset",
     "Readout",
     "Redundancy",
+    "ScoreAttribution",
     "ScoreTerms",
     "TokenCircuit",
     "ablation_values",
@@ -109,6 +111,8 @@ __all__ = [
     "redundancy",
     "relative_change",
     "repeated_tokens",
+    "score_attribution",
+    "score_attribution_unavailable",
     "score_terms",
     "singular_values",
     "special_positions",

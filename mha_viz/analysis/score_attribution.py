@@ -1,0 +1,314 @@
+"""Why a head looks where it looks: one attention score split exactly into (query source x key source) terms.
+
+Layer L's attention reads the residual stream x at its block's input, a sum of sources at every position p:
+    x_p = token_p + position_p + sum_(l < L) (sum_h r_l c_lh,p W_O^(l,h)T + r_l b_O^(l) + mlp_l,p)
+token: the input embedding of the token; position: the learned position embedding added to it (GPT-2), where the model
+has one; c_lh: head h's block of layer l's concat; mlp_l: whatever else block l adds; r_l: the residual scale (1 in
+most models). With the pre-attention norm's scale s_p frozen at its value on the real x_p, the norm is affine:
+    norm(x_p) = sum_a gamma * centre(src_a,p) / s_p + beta
+    LayerNorm: centre(v) = v - mean(v), s = sqrt(var(x) + eps);  RMSNorm: centre(v) = v, s = sqrt(mean(x^2) + eps)
+and so are head h's query and key (R_p: the rotary rotation at position p, where the model has one):
+    q_i = R_i (norm(x_i) W_Q^h + b_Q^h) = sum_a R_i (gamma centre(src_a,i) / s_i) W_Q^h + R_i (beta W_Q^h + b_Q^h)
+The score is bilinear in them, one term per (query source a, key source b):
+    score_ij = scale * q_i . k_j (+ score bias terms: ALiBi, ...) = sum_a sum_b scale * q_a,i . k_b,j (+ ...)
+"bias" is each side's constant part (the norm's beta and the projection's bias, rotated). The terms sum to the score
+that mha-viz's trace rebuilds (itself checked against the model's own attention weights), up to rounding; they are
+computed in float64.
+
+Removing a source is not linear (the norm's scale changes): removed[a] is the query's whole softmax row with source
+a taken out of the stream at every position, recomputed exactly with the real norm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..attention import apply_rotary, attend
+
+if TYPE_CHECKING:
+    from ..pretrained.adapter import Site
+    from ..pretrained.model import PretrainedModel
+
+MAX_TABLE_BYTES = 512 * 2**20  # every key's [sources, sources] table, float64
+
+
+@dataclass(frozen=True, eq=False)
+class ScoreAttribution:
+    """The pre-softmax scores of one query of one head, each split into (query source x key source) terms."""
+
+    tokens: tuple[str, ...]  # the input as the model read it
+    layer: int
+    head: int
+    query: int  # the query position, 0-based
+    keys: tuple[int, ...]  # the key positions explained: the one asked for, or every key the query sees
+    sources: tuple[str, ...]  # what the residual stream is made of, in the order it is added; "bias" last
+    terms: np.ndarray  # (keys, sources, sources) float64: [k, a, b] = scale * q_a . k_b (query source a, key source b)
+    other: dict[str, np.ndarray]  # score terms outside scale * q . k by name (ALiBi, ...), each (keys,)
+    scores: np.ndarray  # (keys,) the scores as the trace rebuilds them (checked against the model's own weights)
+    weights: np.ndarray  # (T,) the query's softmax row
+    removed: np.ndarray  # (sources, T): that row with the source taken out of the stream, recomputed exactly
+    norm: str  # "LayerNorm" or "RMSNorm": the pre-attention norm, frozen at norm_scales
+    norm_scales: np.ndarray  # (T,) s_p, measured on the real stream
+    check: dict[str, float]  # max abs differences: the terms' sums vs the scores, the sources vs the stream
+
+    def table(self, key: int) -> np.ndarray:
+        """(sources, sources): the terms of the score of `key` (a position in keys)."""
+        if key not in self.keys:
+            raise ValueError(f"key {key} is not among the explained keys (the query sees {self.keys[0]}..{self.keys[-1]})")
+        return self.terms[self.keys.index(key)]
+
+    def total(self, key: int) -> float:
+        """The sum of key's terms and its other terms: its score again, up to rounding."""
+        i = self.keys.index(key)
+        return float(self.terms[i].sum() + sum(o[i] for o in self.other.values()))
+
+    def versus(self, key: int, other: int) -> np.ndarray:
+        """(sources, sources): which terms make `key` score above `other` (key's table minus other's)."""
+        return self.table(key) - self.table(other)
+
+    @property
+    def winner(self) -> int:
+        """The key the query weights most."""
+        return int(np.argmax(self.weights))
+
+    def largest(self, key: int, n: int = 3) -> list[tuple[str, str, float]]:
+        """The n terms of key's score largest in size: (query source, key source, term)."""
+        table = self.table(key)
+        order = np.argsort(-np.abs(table), axis=None)[:n]
+        return [(self.sources[a], self.sources[b], float(table[a, b])) for a, b in zip(*np.unravel_index(order, table.shape))]
+
+
+def score_attribution_unavailable(model: PretrainedModel) -> str | None:
+    """Why score_attribution cannot split this model's scores, or None where it can: it needs a decoder-only model
+    whose residual stream, pre-attention norms and projections mha-viz knows, of softmax layers only."""
+    adapter = model.adapter
+    if adapter.residual_stream() is None or adapter.kind != "decoder":
+        return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
+                "residual stream mha-viz knows (the families logit attribution splits)")
+    if any(kind != "softmax" for kind in model.layer_kinds()):
+        return f"{model.name} has layers that are not softmax attention; their scores are not split yet"
+    blocks, _ = adapter.residual_stream()
+    if len(set(blocks)) < len(blocks):
+        return f"{model.name} traces a block as two layers; its scores are not split yet"
+    return adapter.attribution_unavailable
+
+
+@torch.no_grad()
+def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: int, query: int,
+                      key: int | None = None) -> ScoreAttribution:
+    """Split the score of (query, key) of one head (every key the query sees when key is None) into the terms of the
+    module docstring. ValueError for a model, layer, head or position it cannot split, saying why."""
+    reason = score_attribution_unavailable(model)
+    if reason is not None:
+        raise ValueError(f"score attribution is unavailable: {reason}")
+    adapter = model.adapter
+    blocks, _ = adapter.residual_stream()
+    if not 0 <= layer < len(blocks):
+        raise ValueError(f"layer {layer} is not a layer of {model.name} (0..{len(blocks) - 1})")
+    site = adapter.site("decoder", layer)
+    if not 0 <= head < site.num_heads:
+        raise ValueError(f"head {head} is not a head of layer {layer} (0..{site.num_heads - 1})")
+    norm = adapter.pre_norm("decoder", layer)
+    if norm is None:
+        raise ValueError(f"score attribution is unavailable: mha-viz does not know the norm before layer {layer}")
+    enc = model.encode(text)
+    T = len(enc.ids)
+    if not 0 <= query < T:
+        raise ValueError(f"query {query} is not a position of the {T}-token input (0..{T - 1})")
+    if key is not None and not 0 <= key < T:
+        raise ValueError(f"key {key} is not a position of the {T}-token input (0..{T - 1})")
+
+    stream = _Stream(model, enc.ids, layer)
+    var = stream.variations
+    for name, value in (("a norm on each query and key head (QK-norm)", var.q_norm or var.k_norm),
+                        ("logit soft-capping", var.softcap), ("differential heads", var.differential)):
+        if value is not None:
+            raise ValueError(f"score attribution is unavailable: layer {layer} has {name}, not split yet")
+    affine = stream.affine(norm)
+    names = (*stream.sources, "bias")
+    normed = torch.stack([affine.frozen(src) for src in stream.sources.values()] + [affine.constant(T)])  # (S, T, d)
+    W, b = stream.projection(site, head)
+    q, k = normed @ W["Q"], normed @ W["K"]  # (S, T, d_k) each: every source's part of the query and the key
+    q[-1] += b["Q"]  # the projections' biases join the constant part
+    k[-1] += b["K"]
+    if var.rotary is not None:
+        cos, sin = (t.double() for t in var.rotary)  # (T, r)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (S, T, d_k) each
+    scores = stream.scores[head, query]  # (T,) the trace's rebuilt row, masked -inf
+    visible = [j for j in range(T) if torch.isfinite(scores[j])] if key is None else [key]
+    if key is not None and not torch.isfinite(scores[key]):
+        raise ValueError(f"query {query} does not see key {key} in layer {layer} (masked): its score is -inf")
+    need = len(visible) * len(names) ** 2 * 8
+    if need > MAX_TABLE_BYTES:
+        raise ValueError(f"{len(visible):,} keys x {len(names)} x {len(names)} sources would take "
+                         f"{need / 2**20:,.0f} MiB, more than {MAX_TABLE_BYTES / 2**20:,.0f} MiB: ask for one key")
+    terms = var.scale * torch.einsum("ad,bkd->kab", q[:, query], k[:, visible])  # (keys, S, S)
+    other = {n: bias[head, query, visible].double().numpy() for n, bias in stream.score_bias.items()}
+    rebuilt = terms.sum((1, 2)) + sum(torch.as_tensor(o) for o in other.values())  # (keys,)
+    check = {"sum of terms vs score": float((rebuilt - scores[visible].double()).abs().max()),
+             "sum of sources vs stream": stream.residual_error,
+             "frozen norm vs the attention's input": float((normed.sum(0) - stream.attention_input).abs().max())}
+    return ScoreAttribution(
+        tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
+        terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
+        weights=stream.weights[head, query].double().numpy(),
+        removed=stream.removed(norm, site, head, query).numpy(), norm=affine.kind,
+        norm_scales=affine.scales.numpy(), check=check)
+
+
+@dataclass(frozen=True)
+class _Frozen:
+    """A pre-attention norm frozen at its scales on the real stream: affine per position."""
+
+    kind: str
+    gamma: Tensor  # (d,)
+    beta: Tensor | None  # (d,)
+    scales: Tensor  # (T,)
+
+    def frozen(self, src: Tensor) -> Tensor:
+        """gamma * centre(src) / s, (T, d)."""
+        centred = src - src.mean(-1, keepdim=True) if self.kind == "LayerNorm" else src
+        return self.gamma * centred / self.scales[:, None]
+
+    def constant(self, T: int) -> Tensor:
+        """beta at every position (T, d), 0 without it."""
+        return (self.gamma.new_zeros(self.gamma.shape) if self.beta is None else self.beta).expand(T, -1)
+
+
+class _Stream:
+    """One forward pass of the model, hooked: layer L's block input x (T, d) split into its sources, and layer L's
+    attention as the trace rebuilds it (its variations, scores and weights)."""
+
+    def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
+        from ..pretrained.adapter import Recorder, loaded
+
+        adapter, self.model, self.layer = model.adapter, model, layer
+        blocks, _ = adapter.residual_stream()
+        sites = [adapter.site("decoder", layer_) for layer_ in range(layer + 1)]
+        block_in: dict[int, Tensor] = {}
+        attention_out: dict[int, Tensor] = {}
+        concat: dict[int, Tensor] = {}
+        with contextlib.ExitStack() as hooks:
+            for i in range(layer + 1):
+                hooks.enter_context(_hook(blocks[i].register_forward_pre_hook(_keep(block_in, i), with_kwargs=True)))
+            for i, site in enumerate(sites[:-1]):
+                hooks.enter_context(_hook(site.out.register_forward_pre_hook(_keep_concat(concat, i))))
+                hooks.enter_context(_hook(site.out.register_forward_hook(_keep_output(attention_out, i))))
+            rec = hooks.enter_context(Recorder(sites[-1]))
+            outputs = adapter.forward(list(ids))
+        x = block_in[layer]  # (T, d)
+        ids_t = torch.tensor([list(ids)], device=adapter.device())
+        token = model.model.get_input_embeddings()(ids_t)[0].double().cpu()  # (T, d)
+        embeddings = block_in[0]
+        self.sources: dict[str, Tensor] = {}
+        position = embeddings - token
+        wpe = getattr(adapter.base, "wpe", None)
+        if not position.abs().max() > 0:
+            self.sources["token"] = embeddings
+        elif wpe is not None and torch.allclose(position, wpe.weight[:len(ids)].double().cpu(), atol=1e-5):
+            self.sources |= {"token": token, "position": position}
+        else:  # scaled (Gemma) or normed (Bloom) embeddings: one source
+            self.sources["embeddings"] = embeddings
+        for i, site in enumerate(sites[:-1]):
+            r = adapter.residual_scale(i)
+            with loaded(site.out):
+                W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)
+            H = site.num_heads
+            W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
+            c = concat[i].view(len(ids), H, -1)  # (T, H, d_v)
+            for h in range(H):
+                self.sources[f"{i}.{h}"] = r * c[:, h] @ W_h[h]  # (T, d)
+            if b_O is not None:
+                self.sources[f"{i} attention bias"] = (r * b_O.detach().double().cpu()).expand(len(ids), -1)
+            self.sources[f"{i} MLP"] = block_in[i + 1] - block_in[i] - r * attention_out[i]
+        self.x = x
+        self.residual_error = float((sum(self.sources.values()) - x).abs().max())
+        hidden = rec.arguments.get("hidden_states")  # (1, T, d): the norm's output, as the attention received it
+        if hidden is None:
+            raise ValueError(f"score attribution is unavailable: layer {layer}'s attention takes no hidden_states")
+        self.attention_input, self.dtype = hidden[0].double().cpu(), hidden.dtype
+        q, k, v = (t.float() for t in adapter.heads(sites[-1], rec))
+        self.variations = adapter.variations("decoder", sites[-1], rec, q, k)
+        kv = list(sites[-1].kv_heads)
+        a = attend(q, k[kv], v[kv], self.variations)
+        self.scores, self.weights = a.scores, a.weights  # (H, T, T) each
+        reference = adapter.model_attentions(outputs, "decoder")[layer][0]
+        if not torch.allclose(a.weights, reference.float(), atol=1e-4):
+            raise RuntimeError(f"layer {layer}'s rebuilt weights differ from the model's own")
+        T = len(ids)
+        self.score_bias = {n: b.double().expand(q.shape[0], T, T) for n, b in self.variations.bias.items()}
+        self._site = sites[-1]
+
+    def affine(self, norm: nn.Module) -> _Frozen:
+        from ..pretrained.norms import norm_affine
+
+        try:
+            a = norm_affine(norm, self.x.shape[-1], self.model.adapter.norm_weight_offset)
+        except ValueError as error:
+            raise ValueError(f"score attribution is unavailable: {error}") from None
+        x = self.x
+        s = ((x.var(-1, unbiased=False) if a.kind == "LayerNorm" else x.pow(2).mean(-1)) + a.eps).sqrt()  # (T,)
+        return _Frozen(a.kind, a.gamma, a.beta, s)
+
+    def projection(self, site: Site, head: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """Head's W_Q, W_K (d, d_k) and b_Q, b_K (d_k,), float64 (zeros where the model has no bias)."""
+        from ..pretrained.adapter import loaded
+
+        kv = site.kv_heads[head]
+        with loaded(site.q, site.k):
+            P = self.model.adapter.projection_weights(site)
+        W = {"Q": P["W_Q"][head], "K": P["W_K"][kv]}
+        W = {n: w.detach().double().cpu() for n, w in W.items()}
+        b = {n: (torch.zeros(W[n].shape[-1], dtype=torch.float64) if P[f"b_{n}"] is None
+                 else P[f"b_{n}"][head if n == "Q" else kv].detach().double().cpu()) for n in "QK"}
+        return W, b
+
+    def removed(self, norm: nn.Module, site: Site, head: int, query: int) -> Tensor:
+        """(sources, T): the query's softmax row with each source taken out of x at every position, through the
+        real norm, the head's projections and its attention (its rotary, mask and bias), in float32 as the model."""
+        W, b = self.projection(site, head)
+        rows = []
+        var = self.variations
+        one = replace(var, bias={n: t[head:head + 1] for n, t in var.bias.items()},
+                      sinks=None if var.sinks is None else var.sinks[head:head + 1], gates=None,
+                      mask=var.mask if var.mask is None or var.mask.shape[0] == 1 else var.mask[head:head + 1])
+        for src in self.sources.values():
+            a = norm((self.x - src).to(self.dtype)).double()  # (T, d)
+            q, k = a @ W["Q"] + b["Q"], a @ W["K"] + b["K"]  # (T, d_k)
+            weights = attend(q[None].float(), k[None].float(), k[None].float(), one).weights[0]  # (T, T)
+            rows.append(weights[query].double())
+        return torch.stack(rows)
+
+
+@contextlib.contextmanager
+def _hook(handle: torch.utils.hooks.RemovableHandle) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _keep(store: dict[int, Tensor], i: int):
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        x = args[0] if args else kwargs["hidden_states"]
+        store[i] = x[0].detach().double().cpu()
+    return hook
+
+
+def _keep_concat(store: dict[int, Tensor], i: int):
+    def hook(module: nn.Module, args: tuple) -> None:
+        store.setdefault(i, args[0][0].detach().double().cpu())
+    return hook
+
+
+def _keep_output(store: dict[int, Tensor], i: int):
+    def hook(module: nn.Module, args: tuple, output: Tensor) -> None:
+        store.setdefault(i, output[0].detach().double().cpu())
+    return hook

@@ -1,0 +1,181 @@
+"""Score attribution (mha_viz.analysis.score_attribution) on the bundled induction-2l (GPT-2) and tiny random GPT-2
+and LLaMA (rotary, grouped-query, biases): the (query source x key source) terms sum to the model's own pre-softmax
+score, recomputed here from the model's own modules; the sources sum to the residual stream; a source taken out
+gives the row a hooked forward pass of the unmodified model gives; and a dropped source breaks the sum."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import Qwen3Config
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from mha_viz.analysis import score_attribution
+from mha_viz.pretrained import PretrainedModel, load_model
+from tests.tiny_causal import NAMES, random_causal_lm, tiny_causal
+
+TEXT = "the cat sat on the mat . the cat sat on the mat ."
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, PretrainedModel]:
+    return {"induction-2l": load_model("mha-viz/induction-2l"), **{name: tiny_causal(name) for name in NAMES}}
+
+
+def blocks(m: PretrainedModel) -> torch.nn.ModuleList:
+    return m.model.transformer.h if m.architecture == "gpt2" else m.model.model.layers
+
+
+def own_scores(m: PretrainedModel, text: str, layer: int) -> torch.Tensor:
+    """(H, T, T) scale * q k^T of the layer, from what its attention module received (hooked here) through the
+    model's own projections and rotary function; no mask."""
+    seen = {}
+    attention = blocks(m)[layer].attn if m.architecture == "gpt2" else blocks(m)[layer].self_attn
+    handle = attention.register_forward_pre_hook(lambda mod, args, kwargs: seen.update(args=args, kwargs=kwargs),
+                                                 with_kwargs=True)
+    try:
+        with torch.no_grad():
+            m.model(input_ids=torch.tensor([m.encode(text).ids]), use_cache=False)
+    finally:
+        handle.remove()
+    x = seen["args"][0] if seen["args"] else seen["kwargs"]["hidden_states"]  # (1, T, d)
+    with torch.no_grad():
+        if m.architecture == "gpt2":
+            q, k, _ = attention.c_attn(x).split(m.model.config.n_embd, dim=-1)  # (1, T, d) each
+            H = m.model.config.n_head
+            q, k = (t.view(1, -1, H, t.shape[-1] // H).transpose(1, 2) for t in (q, k))  # (1, H, T, d_k)
+            scale = q.shape[-1] ** -0.5
+        else:
+            H, KV = m.model.config.num_attention_heads, m.model.config.num_key_value_heads
+            q = attention.q_proj(x).view(1, x.shape[1], H, -1).transpose(1, 2)  # (1, H, T, d_k)
+            k = attention.k_proj(x).view(1, x.shape[1], KV, -1).transpose(1, 2)  # (1, KV, T, d_k)
+            if getattr(attention, "q_norm", None) is not None:
+                q, k = attention.q_norm(q), attention.k_norm(k)
+            cos, sin = seen["kwargs"]["position_embeddings"]
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            k = k.repeat_interleave(H // KV, dim=1)  # (1, H, T, d_k)
+            scale = attention.scaling
+        return (scale * q @ k.transpose(-1, -2))[0]  # (H, T, T)
+
+
+@pytest.mark.parametrize("name", ["induction-2l", *NAMES])
+def test_the_terms_sum_to_the_models_own_score_for_every_head_and_key(models, name):
+    m = models[name]
+    T = len(m.encode(TEXT).ids)
+    for layer in range(len(blocks(m))):
+        own = own_scores(m, TEXT, layer)
+        for head in range(own.shape[0]):
+            for query in (0, T // 2, T - 1):
+                sa = score_attribution(m, TEXT, layer=layer, head=head, query=query)
+                assert sa.keys == tuple(range(query + 1))  # causal: every key up to the query
+                sums = sa.terms.sum((1, 2))  # (keys,)
+                assert np.abs(sums - own[head, query, :query + 1].double().numpy()).max() <= 1e-5
+                assert sa.check["sum of sources vs stream"] <= 1e-5
+                assert sa.check["frozen norm vs the attention's input"] <= 1e-5
+                assert sa.total(query) == pytest.approx(float(own[head, query, query]), abs=1e-5)
+                assert np.isclose(sa.weights.sum(), 1, atol=1e-5) and (sa.weights[query + 1:] == 0).all()
+                # negative control: the source that adds most, dropped from both sides, no longer adds up
+                share = np.abs(sa.terms.sum(2) + sa.terms.sum(1) - np.diagonal(sa.terms, axis1=1, axis2=2)).max(0)
+                i = int(np.argmax(share))  # (sources,) each one's largest part of a key's score
+                kept = np.delete(np.delete(sa.terms, i, axis=1), i, axis=2).sum((1, 2))
+                assert np.abs(kept - sums).max() > 1e-3
+
+
+def test_sources_name_the_stream_in_order_with_positions_where_the_model_learns_them(models):
+    assert models["induction-2l"].encode(TEXT).ids
+    gpt2 = score_attribution(models["gpt2"], TEXT, layer=1, head=0, query=3)
+    assert gpt2.sources == ("token", "position", "0.0", "0.1", "0.2", "0.3", "0 attention bias", "0 MLP", "bias")
+    llama = score_attribution(models["llama"], TEXT, layer=1, head=0, query=3)  # rotary: no position source
+    assert llama.sources == ("token", "0.0", "0.1", "0.2", "0.3", "0 attention bias", "0 MLP", "bias")
+    assert score_attribution(models["llama"], TEXT, layer=0, head=3, query=3).sources == ("token", "bias")
+    assert llama.norm == "RMSNorm" and gpt2.norm == "LayerNorm" and (gpt2.norm_scales > 0).all()
+
+
+def stream_source(m: PretrainedModel, text: str, source: str) -> torch.Tensor:
+    """(T, d) one source of the residual stream, computed here: the token or position embeddings (GPT-2), or head
+    L.H's output, its block of the concat (hooked at the output projection) times its columns of W_O."""
+    ids = torch.tensor([m.encode(text).ids])
+    if source == "token":
+        return m.model.get_input_embeddings()(ids)[0].detach()
+    if source == "position":
+        return m.model.transformer.wpe.weight[:ids.shape[1]].detach()
+    layer, head = map(int, source.split("."))
+    out = blocks(m)[layer].attn.c_proj
+    seen = []
+    handle = out.register_forward_pre_hook(lambda mod, args: seen.append(args[0][0]))
+    try:
+        with torch.no_grad():
+            m.model(input_ids=ids, use_cache=False)
+    finally:
+        handle.remove()
+    d_v = seen[0].shape[-1] // m.model.config.n_head
+    block = slice(head * d_v, (head + 1) * d_v)
+    return seen[0][:, block] @ out.weight[block].detach()  # GPT-2's Conv1D: (in, out)
+
+
+@pytest.mark.parametrize("source", ["token", "position", "0.2", "0.3"])
+def test_a_removed_sources_row_is_a_hooked_forward_pass_without_it(models, source):
+    """removed[a]: the row with the source taken out of layer 1's input, against the unmodified model's own
+    attention weights with a pre-hook on block 1 subtracting the source computed by this test."""
+    m = models["induction-2l"]
+    T = len(m.encode(TEXT).ids)
+    src = stream_source(m, TEXT, source)
+
+    def without(module, args, kwargs):
+        if args:
+            return (args[0] - src,) + args[1:], kwargs
+        return args, {**kwargs, "hidden_states": kwargs["hidden_states"] - src}
+
+    handle = blocks(m)[1].register_forward_pre_hook(without, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            own = m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False, output_attentions=True)
+    finally:
+        handle.remove()
+    for head in range(4):
+        sa = score_attribution(m, TEXT, layer=1, head=head, query=T - 4)
+        expected = own.attentions[1][0, head, T - 4].double().numpy()
+        assert np.abs(sa.removed[sa.sources.index(source)] - expected).max() <= 1e-5
+        assert np.abs(expected - sa.weights).max() > 1e-4  # the source mattered: 10x the tolerance
+
+
+def test_an_induction_heads_winning_key_is_made_by_the_previous_token_heads_output(models):
+    """induction-2l at the second 'on': each layer-1 head puts most of its weight on the token after the first 'on',
+    and the largest term of that key's score reads head 0.2's output on the key side (the previous-token head:
+    K-composition); the score's margin over the runner-up is the difference of the two tables."""
+    m = models["induction-2l"]
+    tokens = m.encode(TEXT).tokens
+    query = len(tokens) - 4  # the second "on"
+    target = tokens.index("on") + 1  # the token after the first "on"
+    for head in range(4):
+        sa = score_attribution(m, TEXT, layer=1, head=head, query=query)
+        assert sa.winner == target and sa.weights[target] > 0.9
+        _, key_source, term = sa.largest(target, 1)[0]
+        assert key_source == "0.2" and term > 0
+        key_side = sa.table(target).sum(0)  # (sources,) each key source's share, over every query source
+        assert sa.sources[int(np.argmax(key_side))] == "0.2"
+        runner = max((j for j in sa.keys if j != target), key=lambda j: sa.scores[sa.keys.index(j)])
+        margin = sa.versus(target, runner).sum()
+        assert margin == pytest.approx(sa.scores[sa.keys.index(target)] - sa.scores[sa.keys.index(runner)], abs=1e-5)
+
+
+def test_one_key_bad_positions_and_unsupported_layers_are_refused_with_reasons(models):
+    m = models["llama"]
+    one = score_attribution(m, TEXT, layer=1, head=2, query=5, key=3)
+    every = score_attribution(m, TEXT, layer=1, head=2, query=5)
+    assert one.keys == (3,) and np.allclose(one.table(3), every.table(3))
+    with pytest.raises(ValueError, match="does not see key 6"):
+        score_attribution(m, TEXT, layer=1, head=2, query=5, key=6)
+    with pytest.raises(ValueError, match="not among the explained keys"):
+        one.table(4)
+    for bad, match in (({"layer": 2}, "not a layer"), ({"head": 4}, "not a head"), ({"query": 99}, "not a position")):
+        with pytest.raises(ValueError, match=match):
+            score_attribution(m, TEXT, **{"layer": 1, "head": 0, "query": 2, **bad})
+    qwen3 = PretrainedModel(random_causal_lm(Qwen3Config(
+        vocab_size=30522, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64)), m.tokenizer, name="tiny-qwen3")
+    with pytest.raises(ValueError, match="QK-norm"):
+        score_attribution(qwen3, TEXT, layer=1, head=0, query=2)
