@@ -4,7 +4,8 @@ Layer L's attention reads the residual stream x at its block's input, a sum of s
     x_p = token_p + position_p + sum_(l < L) (sum_h r_l c_lh,p W_O^(l,h)T + r_l b_O^(l) + mlp_l,p)
 token: the input embedding of the token; position: the learned position embedding added to it (GPT-2), where the model
 has one; c_lh: head h's block of layer l's concat; mlp_l: whatever else block l adds; r_l: the residual scale (1 in
-most models). With the pre-attention norm's scale s_p frozen at its value on the real x_p, the norm is affine:
+most models); a source that is 0 at every position, to float32 rounding (an attention-only model's MLP), is left out. With the
+pre-attention norm's scale s_p frozen at its value on the real x_p, the norm is affine:
     norm(x_p) = sum_a gamma * centre(src_a,p) / s_p + beta
     LayerNorm: centre(v) = v - mean(v), s = sqrt(var(x) + eps);  RMSNorm: centre(v) = v, s = sqrt(mean(x^2) + eps)
 and so are head h's query and key (R_p: the rotary rotation at position p, where the model has one):
@@ -53,7 +54,8 @@ class ScoreAttribution:
     other: dict[str, np.ndarray]  # score terms outside scale * q . k by name (ALiBi, ...), each (keys,)
     scores: np.ndarray  # (keys,) the scores as the trace rebuilds them (checked against the model's own weights)
     weights: np.ndarray  # (T,) the query's softmax row
-    removed: np.ndarray  # (sources, T): that row with the source taken out of the stream, recomputed exactly
+    removed: np.ndarray  # (sources - 1, T): the row with each source but "bias" (not in the stream) taken out of it,
+    # recomputed exactly
     norm: str  # "LayerNorm" or "RMSNorm": the pre-attention norm, frozen at norm_scales
     norm_scales: np.ndarray  # (T,) s_p, measured on the real stream
     check: dict[str, float]  # max abs differences: the terms' sums vs the scores, the sources vs the stream
@@ -88,7 +90,9 @@ class ScoreAttribution:
 def score_attribution_unavailable(model: PretrainedModel) -> str | None:
     """Why score_attribution cannot split this model's scores, or None where it can: it needs a decoder-only model
     whose residual stream, pre-attention norms and projections mha-viz knows, of softmax layers only."""
-    adapter = model.adapter
+    adapter = getattr(model, "adapter", None)
+    if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
+        return f"{model.name} is a TransformerLens model: score attribution reads a Hugging Face model's modules"
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
                 "residual stream mha-viz knows (the families logit attribution splits)")
@@ -127,10 +131,6 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
 
     stream = _Stream(model, enc.ids, layer)
     var = stream.variations
-    for name, value in (("a norm on each query and key head (QK-norm)", var.q_norm or var.k_norm),
-                        ("logit soft-capping", var.softcap), ("differential heads", var.differential)):
-        if value is not None:
-            raise ValueError(f"score attribution is unavailable: layer {layer} has {name}, not split yet")
     affine = stream.affine(norm)
     names = (*stream.sources, "bias")
     normed = torch.stack([affine.frozen(src) for src in stream.sources.values()] + [affine.constant(T)])  # (S, T, d)
@@ -228,6 +228,8 @@ class _Stream:
             if b_O is not None:
                 self.sources[f"{i} attention bias"] = (r * b_O.detach().double().cpu()).expand(len(ids), -1)
             self.sources[f"{i} MLP"] = block_in[i + 1] - block_in[i] - r * attention_out[i]
+        zero = 1e-6 * float(x.abs().max())  # what a difference of two float32 streams leaves of a part that adds 0
+        self.sources = {name: src for name, src in self.sources.items() if src.abs().max() > zero}
         self.x = x
         self.residual_error = float((sum(self.sources.values()) - x).abs().max())
         hidden = rec.arguments.get("hidden_states")  # (1, T, d): the norm's output, as the attention received it
@@ -235,7 +237,11 @@ class _Stream:
             raise ValueError(f"score attribution is unavailable: layer {layer}'s attention takes no hidden_states")
         self.attention_input, self.dtype = hidden[0].double().cpu(), hidden.dtype
         q, k, v = (t.float() for t in adapter.heads(sites[-1], rec))
-        self.variations = adapter.variations("decoder", sites[-1], rec, q, k)
+        self.variations = var = adapter.variations("decoder", sites[-1], rec, q, k)
+        for name, value in (("a norm on each query and key head (QK-norm)", var.q_norm or var.k_norm),
+                            ("logit soft-capping", var.softcap), ("differential heads", var.differential)):
+            if value is not None:
+                raise ValueError(f"score attribution is unavailable: layer {layer} has {name}, not split yet")
         kv = list(sites[-1].kv_heads)
         a = attend(q, k[kv], v[kv], self.variations)
         self.scores, self.weights = a.scores, a.weights  # (H, T, T) each
@@ -264,6 +270,9 @@ class _Stream:
         kv = site.kv_heads[head]
         with loaded(site.q, site.k):
             P = self.model.adapter.projection_weights(site)
+        if P["W_Q"] is None or P["W_K"] is None:
+            raise ValueError("score attribution is unavailable: this layer has no W_Q and W_K per head (latent "
+                             "attention: its queries and keys come through a low-rank latent), not split yet")
         W = {"Q": P["W_Q"][head], "K": P["W_K"][kv]}
         W = {n: w.detach().double().cpu() for n, w in W.items()}
         b = {n: (torch.zeros(W[n].shape[-1], dtype=torch.float64) if P[f"b_{n}"] is None

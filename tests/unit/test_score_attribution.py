@@ -5,6 +5,8 @@ gives the row a hooked forward pass of the unmodified model gives; and a dropped
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -85,12 +87,14 @@ def test_the_terms_sum_to_the_models_own_score_for_every_head_and_key(models, na
 
 
 def test_sources_name_the_stream_in_order_with_positions_where_the_model_learns_them(models):
-    assert models["induction-2l"].encode(TEXT).ids
     gpt2 = score_attribution(models["gpt2"], TEXT, layer=1, head=0, query=3)
     assert gpt2.sources == ("token", "position", "0.0", "0.1", "0.2", "0.3", "0 attention bias", "0 MLP", "bias")
     llama = score_attribution(models["llama"], TEXT, layer=1, head=0, query=3)  # rotary: no position source
     assert llama.sources == ("token", "0.0", "0.1", "0.2", "0.3", "0 attention bias", "0 MLP", "bias")
     assert score_attribution(models["llama"], TEXT, layer=0, head=3, query=3).sources == ("token", "bias")
+    induction = score_attribution(models["induction-2l"], TEXT, layer=1, head=0, query=3)
+    assert "0 MLP" not in induction.sources  # attention only: its MLPs add nothing, and are left out
+    assert gpt2.removed.shape == (len(gpt2.sources) - 1, len(gpt2.tokens))  # every source but "bias" taken out
     assert llama.norm == "RMSNorm" and gpt2.norm == "LayerNorm" and (gpt2.norm_scales > 0).all()
 
 
@@ -179,3 +183,42 @@ def test_one_key_bad_positions_and_unsupported_layers_are_refused_with_reasons(m
         num_key_value_heads=2, head_dim=8, max_position_embeddings=64)), m.tokenizer, name="tiny-qwen3")
     with pytest.raises(ValueError, match="QK-norm"):
         score_attribution(qwen3, TEXT, layer=1, head=0, query=2)
+
+
+FAMILIES = ("bloom", "gpt_oss", "cohere2")  # ALiBi; sinks and sliding windows; parallel attention and MLP
+REFUSED = {"diffllama": "differential heads", "deepseek_v3": "latent attention", "llama4_text": "QK-norm",
+           "gemma2": "post_attention_layernorm", "deepseek_v32": "not softmax"}
+
+
+@pytest.fixture(scope="module")
+def families() -> dict[str, PretrainedModel]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mha_viz.pretrained import bundled_model_dir
+    from tests.app.test_app_families import CONFIGS
+    from tests.tiny_causal import random_model
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    return {name: PretrainedModel(random_model(AutoModelForCausalLM, CONFIGS[name][0]()), tokenizer, name=name)
+            for name in (*FAMILIES, *REFUSED)}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_other_families_terms_sum_to_their_checked_scores(families, name):
+    """The sum of terms against the score the trace rebuilds, which score_attribution holds to the model's own
+    weights before it splits anything (ALiBi's bias is a term of its own, outside q . k)."""
+    m = families[name]
+    T = len(m.encode(TEXT).ids)
+    for layer, head in itertools.product(range(2), range(4)):
+        sa = score_attribution(m, TEXT, layer=layer, head=head, query=T - 1)
+        assert sa.check["sum of terms vs score"] <= 1e-5 and sa.check["sum of sources vs stream"] <= 1e-5
+        assert sa.check["frozen norm vs the attention's input"] <= 1e-5
+        assert (name == "bloom") == ("ALiBi" in sa.other)
+        window = name in ("gpt_oss", "cohere2") and layer == 0  # a sliding window of 4: the query's last 4 keys
+        assert sa.keys == (tuple(range(T - 4, T)) if window else tuple(range(T)))
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_families_not_split_yet_are_refused_with_their_reason(families, name):
+    with pytest.raises(ValueError, match=REFUSED[name]):
+        score_attribution(families[name], TEXT, layer=1, head=0, query=3)

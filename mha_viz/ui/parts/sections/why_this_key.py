@@ -1,0 +1,117 @@
+"""Why this key: one attention score split into (query source x key source) terms of the residual stream, the margin
+over the runner-up key, and what taking each source out does to the key's weight (analysis.score_attribution)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ....fields import optional_int
+from ....limits import MAX_TOKENS
+from ....parts import EVERY_MODE, Part, StateField
+
+if TYPE_CHECKING:
+    from ....analysis import ScoreAttribution
+    from ...analysis import SectionContext
+
+PART = Part("Why this key", EVERY_MODE, f"{__name__}:render", order=85,
+            help="Why a query puts its weight on a key: its score split by where the query and the key came from.",
+            fields=(StateField("why_query", None, optional_int(MAX_TOKENS - 1),  # None: the last position
+                               f"last or a position from 0 to {MAX_TOKENS - 1}"),
+                    StateField("why_key", None, optional_int(MAX_TOKENS - 1),  # None: the query's top key
+                               f"auto or a position from 0 to {MAX_TOKENS - 1}")))
+
+
+def render(c: SectionContext) -> None:
+    import streamlit as st
+
+    from ....analysis import score_attribution, score_attribution_unavailable
+    from ....figures.common import visible_token
+    from ....figures.score_attribution import score_attribution_figure
+    from ...analysis import clamp_heads
+    from ...state import fit, put
+    from ...state import value as field_value
+    from ...style import page_width
+    from ...text import plain
+    from ...views import chart
+
+    model = c.source.model
+    if model is None:
+        st.info("Why this key needs a model's residual stream: it splits a score by the stream's sources (embeddings, "
+                "every earlier head, every MLP). This layer reads one input, X: the Heads view's *Why one score* "
+                "splits its q·k dimension by dimension.")
+        return
+    reason = score_attribution_unavailable(model)
+    if reason is not None:
+        st.info(f"Why this key is unavailable: {plain(reason)}.")
+        return
+    trace, tokens = c.trace, c.trace.query_tokens
+    T = len(tokens)
+    clamp_heads(trace.num_heads)
+    for name, default in (("why_query", T - 1), ("why_key", None)):
+        if field_value(name) is not None and field_value(name) >= T:
+            fit(name, default, f"a position from 0 to {T - 1}: this text has {T} tokens")
+    if field_value("why_query") is None:
+        put("why_query", T - 1)  # "last"
+
+    def label(i: int) -> str:
+        return f"{i}: {visible_token(tokens[i])}"
+
+    a, b, d = st.columns(3)
+    head = a.selectbox("Head", list(range(trace.num_heads)), key="head", format_func=lambda h: f"head {h}")
+    query = b.selectbox("Query", list(range(T)), key="why_query", format_func=label,
+                        help="The token whose attention row is explained.")
+    row = trace.weights[head, query]
+    seen = [j for j in range(T) if trace.scores is None or trace.scores[head, query, j] > float("-inf")]
+    if field_value("why_key") is not None and field_value("why_key") not in seen:
+        fit("why_key", None, f"a key query {query} sees (0 to {seen[-1]})", "its top key")
+    top = f"top: {label(int(row.argmax()))}"  # None: the key the query weights most (shown as the placeholder)
+    key = d.selectbox("Key", [None, *seen], key="why_key", format_func=lambda j: top if j is None else label(j),
+                      placeholder=top, help="The key whose score is explained; by default the one the query weights "
+                      "most.")
+    try:
+        sa = c.source.memo(("score attribution", c.layer, head, query), lambda: score_attribution(
+            model, c.source.text, layer=c.layer, head=head, query=query))
+    except ValueError as err:
+        st.warning(f"Cannot split this score: {plain(str(err))}")
+        return
+    key = sa.winner if key is None else key
+    st.markdown(_sentence(sa, key, lambda i: f"{i} (**{plain(visible_token(tokens[i]))}**)"))
+    chart(score_attribution_figure(
+        sa.table(key), sa.sources, sa.removed[:, key], float(sa.weights[key]), width=page_width(),
+        title=f"Layer {c.layer}, head {head}: why {query} ({visible_token(tokens[query])}) looks at {key} "
+              f"({visible_token(tokens[key])})"),
+        "analysis_why_key", f"{c.name}-L{c.layer}H{head}-q{query}-k{key}")
+    error = abs(sa.total(key) - sa.scores[sa.keys.index(key)])
+    st.caption(f"The terms add up to **{sa.total(key):.5f}**; the score the trace rebuilds (checked against the "
+               f"model's own weights) is **{sa.scores[sa.keys.index(key)]:.5f}** (|difference| {error:.1e}). Each "
+               f"side reads the stream through the layer's {sa.norm}, frozen at the scale it measured at each "
+               f"position (at the query: {sa.norm_scales[query]:.4g}); *bias* is what does not depend on the input "
+               "(the norm's shift and the projection's bias). The bars recompute the row exactly, norm included.")
+
+
+def _sentence(sa: ScoreAttribution, key: int, label) -> str:
+    """What the numbers say: the key's weight and score, its largest terms and their share, its margin over the
+    runner-up and where that margin comes from, and the source whose removal moves its weight most."""
+    import numpy as np
+
+    i = sa.keys.index(key)
+    score, weight = float(sa.scores[i]), float(sa.weights[key])
+    terms = sa.largest(key, 2)
+    parts = [f"Query {label(sa.query)} gives key {label(key)} weight **{weight:.3f}** (score {score:.3f})."]
+    described = " and ".join(f"(query: **{a}**) × (key: **{b}**) = {t:+.3f}" for a, b, t in terms)
+    share = f", {terms[0][2] / score:.0%} of the score" if score > 0 and terms[0][2] > 0 else ""
+    parts.append(f"Its largest terms: {described}{share}.")
+    others = [j for j in sa.keys if j != key]
+    if others:
+        runner = max(others, key=lambda j: sa.scores[sa.keys.index(j)])
+        margin = float(sa.scores[i] - sa.scores[sa.keys.index(runner)])
+        diff = sa.versus(key, runner)
+        a, b = np.unravel_index(np.argmax(diff if margin >= 0 else -diff), diff.shape)
+        parts.append(f"Against the next-highest key {label(runner)} it scores {margin:+.3f}; the largest part of that "
+                     f"margin is (query: **{sa.sources[a]}**) × (key: **{sa.sources[b]}**), {diff[a, b]:+.3f}.")
+    change = sa.removed[:, key] - weight
+    drop = int(np.argmin(change))
+    if change[drop] < -1e-3:
+        parts.append(f"Taking **{sa.sources[drop]}** out of the stream moves its weight most: {weight:.3f} → "
+                     f"{sa.removed[drop, key]:.3f}.")
+    return " ".join(parts)

@@ -1,0 +1,62 @@
+"""Analysis -> Why this key (AppTest): on induction-2l the section splits the induction heads' score at the repeated
+token into the library's terms, says in words what carries it, follows the query, key and head controls and a link;
+bad link values are replaced with a notice; a model or layer it cannot split says why."""
+
+from __future__ import annotations
+
+import pytest
+
+from mha_viz.analysis import score_attribution
+from mha_viz.params import CAUSAL_EXAMPLE
+from mha_viz.pretrained import INDUCTION_MODEL, load_model
+from tests.app.test_app import new_app, z_matrix
+from tests.app.test_generate_app import chart
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+CAUSAL = {"mode": "Pretrained", "model": INDUCTION_MODEL, "text": CAUSAL_EXAMPLE, "view": "Analysis",
+          "section": "Why this key", "layer": "1"}
+
+
+def test_the_induction_heads_key_is_split_as_the_library_splits_it() -> None:
+    at = new_app(**CAUSAL).run()
+    assert not at.exception and not at.error and not at.warning
+    tokens = load_model(INDUCTION_MODEL).tokens(CAUSAL_EXAMPLE)
+    query = len(tokens) - 1  # the last "a": the token after the first "a" is "big"
+    assert at.selectbox(key="why_query").value == query and at.selectbox(key="why_key").value is None
+    sa = score_attribution(load_model(INDUCTION_MODEL), CAUSAL_EXAMPLE, layer=1, head=0, query=query)
+    assert tokens[sa.winner] == "big"
+    fig = chart(at, "analysis_why_key")
+    z = z_matrix(fig["data"][0])
+    assert z.shape == (len(sa.sources),) * 2 and abs(z - sa.table(sa.winner)).max() < 1e-5  # float32 on the wire
+    assert [t for t in fig["layout"]["yaxis"]["ticktext"]] == list(sa.sources)
+    sentence = " ".join(m.value for m in at.markdown)
+    a, b, _ = sa.largest(sa.winner, 1)[0]
+    assert f"(query: **{a}**) × (key: **{b}**)" in sentence and f"key {sa.winner} (**big**)" in sentence
+    assert any("add up to" in c.value and "frozen" in c.value for c in at.caption)
+
+
+def test_the_controls_and_a_link_pick_the_query_key_and_head() -> None:
+    at = new_app(**CAUSAL, why_query="5", why_key="2", head="3").run()
+    assert not at.exception and not at.warning
+    assert (at.selectbox(key="why_query").value, at.selectbox(key="why_key").value, at.selectbox(key="head").value) == (
+        5, 2, 3)
+    sa = score_attribution(load_model(INDUCTION_MODEL), CAUSAL_EXAMPLE, layer=1, head=3, query=5)
+    assert abs(z_matrix(chart(at, "analysis_why_key")["data"][0]) - sa.table(2)).max() < 1e-5
+    at.selectbox(key="why_key").set_value(4).run()
+    assert abs(z_matrix(chart(at, "analysis_why_key")["data"][0]) - sa.table(4)).max() < 1e-5
+    assert at.query_params["why_key"] == "4"  # the link follows
+
+
+@pytest.mark.parametrize("params, notice", [({"why_query": "400"}, "why_query"), ({"why_key": "9", "why_query": "3"},
+                                                                                    "why_key")])
+def test_a_link_with_a_position_the_text_lacks_is_corrected_with_a_notice(params, notice) -> None:
+    at = new_app(**CAUSAL, **params).run()
+    assert not at.exception and not at.error and at.get("plotly_chart")
+    assert any(f"URL parameter {notice}" in w.value.replace("\\_", "_") for w in at.warning)
+
+
+def test_an_encoder_and_a_configurable_layer_say_why_not() -> None:
+    at = new_app(mode="Pretrained", view="Analysis", section="Why this key").run()  # MiniLM: an encoder
+    assert not at.exception and any("needs a decoder-only model" in i.value for i in at.info)
+    at = new_app(view="Analysis", section="Why this key").run()  # the configurable layer
+    assert not at.exception and any("needs a model's residual stream" in i.value for i in at.info)
