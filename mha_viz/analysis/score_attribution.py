@@ -133,14 +133,6 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     var = stream.variations
     affine = stream.affine(norm)
     names = (*stream.sources, "bias")
-    normed = torch.stack([affine.frozen(src) for src in stream.sources.values()] + [affine.constant(T)])  # (S, T, d)
-    W, b = stream.projection(site, head)
-    q, k = normed @ W["Q"], normed @ W["K"]  # (S, T, d_k) each: every source's part of the query and the key
-    q[-1] += b["Q"]  # the projections' biases join the constant part
-    k[-1] += b["K"]
-    if var.rotary is not None:
-        cos, sin = (t.double() for t in var.rotary)  # (T, r)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (S, T, d_k) each
     scores = stream.scores[head, query]  # (T,) the trace's rebuilt row, masked -inf
     visible = [j for j in range(T) if torch.isfinite(scores[j])] if key is None else [key]
     if key is not None and not torch.isfinite(scores[key]):
@@ -149,12 +141,20 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     if need > MAX_TABLE_BYTES:
         raise ValueError(f"{len(visible):,} keys x {len(names)} x {len(names)} sources would take "
                          f"{need / 2**20:,.0f} MiB, more than {MAX_TABLE_BYTES / 2**20:,.0f} MiB: ask for one key")
-    terms = var.scale * torch.einsum("ad,bkd->kab", q[:, query], k[:, visible])  # (keys, S, S)
+    W, b = stream.projection(site, head)
+    sources = list(stream.sources.values())
+    q = affine.projected(sources, [query], W["Q"], b["Q"])  # (S, 1, d_k): each source's part of the query
+    k = affine.projected(sources, visible, W["K"], b["K"])  # (S, keys, d_k): and of each key
+    if var.rotary is not None:
+        cos, sin = (t.double() for t in var.rotary)  # (T, r)
+        q, k = apply_rotary(q, cos[[query]], sin[[query]]), apply_rotary(k, cos[visible], sin[visible])
+    terms = var.scale * torch.einsum("ad,bkd->kab", q[:, 0], k)  # (keys, S, S)
     other = {n: bias[head, query, visible].double().numpy() for n, bias in stream.score_bias.items()}
     rebuilt = terms.sum((1, 2)) + sum(torch.as_tensor(o) for o in other.values())  # (keys,)
+    whole = affine.projected([sum(s.double() for s in sources)], range(T), torch.eye(stream.x.shape[-1]).double())
     check = {"sum of terms vs score": float((rebuilt - scores[visible].double()).abs().max()),
              "sum of sources vs stream": stream.residual_error,
-             "frozen norm vs the attention's input": float((normed.sum(0) - stream.attention_input).abs().max())}
+             "frozen norm vs the attention's input": float((whole.sum(0) - stream.attention_input).abs().max())}
     return ScoreAttribution(
         tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
         terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
@@ -172,14 +172,20 @@ class _Frozen:
     beta: Tensor | None  # (d,)
     scales: Tensor  # (T,)
 
-    def frozen(self, src: Tensor) -> Tensor:
-        """gamma * centre(src) / s, (T, d)."""
-        centred = src - src.mean(-1, keepdim=True) if self.kind == "LayerNorm" else src
-        return self.gamma * centred / self.scales[:, None]
-
-    def constant(self, T: int) -> Tensor:
-        """beta at every position (T, d), 0 without it."""
-        return (self.gamma.new_zeros(self.gamma.shape) if self.beta is None else self.beta).expand(T, -1)
+    def projected(self, sources: Sequence[Tensor], positions: Sequence[int], W: Tensor, b: Tensor | None = None
+                  ) -> Tensor:
+        """(S + 1, P, n): each source (T, d) at positions through the frozen norm, gamma * centre(src) / s, times W
+        (d, n); last, the constant part beta W + b. 16 sources at a time, in float64."""
+        scales = self.scales[list(positions), None]  # (P, 1)
+        parts = []
+        for i in range(0, len(sources), 16):
+            chunk = torch.stack([src[list(positions)] for src in sources[i:i + 16]]).double()  # (c, P, d)
+            if self.kind == "LayerNorm":
+                chunk = chunk - chunk.mean(-1, keepdim=True)
+            parts.append((self.gamma * chunk / scales) @ W)  # (c, P, n)
+        constant = 0 * W[0] if self.beta is None else self.beta @ W  # (n,)
+        parts.append((constant + (0 if b is None else b)).expand(1, len(positions), -1))  # (1, P, n)
+        return torch.cat(parts)
 
 
 class _Stream:
@@ -221,17 +227,20 @@ class _Stream:
             with loaded(site.out):
                 W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)
             H = site.num_heads
-            W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
-            c = concat[i].view(len(ids), H, -1)  # (T, H, d_v)
-            for h in range(H):
-                self.sources[f"{i}.{h}"] = r * c[:, h] @ W_h[h]  # (T, d)
+            W_h = W_O.detach().float().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
+            c = concat[i].view(len(ids), H, -1).transpose(0, 1).float()  # (H, T, d_v)
+            heads = r * torch.bmm(c, W_h)  # (H, T, d): each head's part of the stream, in float32 as the model's
+            self.sources |= {f"{i}.{h}": heads[h] for h in range(H)}
             if b_O is not None:
                 self.sources[f"{i} attention bias"] = (r * b_O.detach().double().cpu()).expand(len(ids), -1)
             self.sources[f"{i} MLP"] = block_in[i + 1] - block_in[i] - r * attention_out[i]
         zero = 1e-6 * float(x.abs().max())  # what a difference of two float32 streams leaves of a part that adds 0
-        self.sources = {name: src for name, src in self.sources.items() if src.abs().max() > zero}
-        self.x = x
-        self.residual_error = float((sum(self.sources.values()) - x).abs().max())
+        self.sources = {name: src.float() for name, src in self.sources.items() if src.abs().amax() > zero}  # kept
+        self.x = x  # in float32, as the model computed them (a GPT-2-small-sized layer 11: 146 x [T, 768])
+        total = torch.zeros_like(x)
+        for src in self.sources.values():
+            total += src
+        self.residual_error = float((total - x).abs().max())
         hidden = rec.arguments.get("hidden_states")  # (1, T, d): the norm's output, as the attention received it
         if hidden is None:
             raise ValueError(f"score attribution is unavailable: layer {layer}'s attention takes no hidden_states")
@@ -281,19 +290,20 @@ class _Stream:
 
     def removed(self, norm: nn.Module, site: Site, head: int, query: int) -> Tensor:
         """(sources, T): the query's softmax row with each source taken out of x at every position, through the
-        real norm, the head's projections and its attention (its rotary, mask and bias), in float32 as the model."""
+        real norm, the head's projections and its attention (its rotary, mask and bias), in float32 as the model;
+        16 sources at a time, each one a head of attend()."""
         W, b = self.projection(site, head)
-        rows = []
+        W, b = {n: w.float() for n, w in W.items()}, {n: v.float() for n, v in b.items()}
         var = self.variations
         one = replace(var, bias={n: t[head:head + 1] for n, t in var.bias.items()},
                       sinks=None if var.sinks is None else var.sinks[head:head + 1], gates=None,
                       mask=var.mask if var.mask is None or var.mask.shape[0] == 1 else var.mask[head:head + 1])
-        for src in self.sources.values():
-            a = norm((self.x - src).to(self.dtype)).double()  # (T, d)
-            q, k = a @ W["Q"] + b["Q"], a @ W["K"] + b["K"]  # (T, d_k)
-            weights = attend(q[None].float(), k[None].float(), k[None].float(), one).weights[0]  # (T, T)
-            rows.append(weights[query].double())
-        return torch.stack(rows)
+        x, sources, rows = self.x.float(), list(self.sources.values()), []
+        for i in range(0, len(sources), 16):
+            a = norm((x - torch.stack(sources[i:i + 16])).to(self.dtype)).float()  # (c, T, d)
+            q, k = a @ W["Q"] + b["Q"], a @ W["K"] + b["K"]  # (c, T, d_k)
+            rows.append(attend(q, k, k, one).weights[:, query].double())  # (c, T)
+        return torch.cat(rows)
 
 
 @contextlib.contextmanager

@@ -98,9 +98,9 @@ def _sentence(sa: ScoreAttribution, key: int, label) -> str:
     score, weight = float(sa.scores[i]), float(sa.weights[key])
     terms = sa.largest(key, 2)
     parts = [f"Query {label(sa.query)} gives key {label(key)} weight **{weight:.3f}** (score {score:.3f})."]
-    described = " and ".join(f"(query: **{a}**) × (key: **{b}**) = {t:+.3f}" for a, b, t in terms)
-    share = f", {terms[0][2] / score:.0%} of the score" if score > 0 and terms[0][2] > 0 else ""
-    parts.append(f"Its largest terms: {described}{share}.")
+    described = [f"(query: **{a}**) × (key: **{b}**) = {t:+.3f}" + (
+        f" ({t / score:.0%} of the score)" if score > 0 and t > 0 else "") for a, b, t in terms]
+    parts.append(f"Its largest terms: {' and '.join(described)}.")
     others = [j for j in sa.keys if j != key]
     if others:
         runner = max(others, key=lambda j: sa.scores[sa.keys.index(j)])
