@@ -337,6 +337,33 @@ def k_composition(state: ViewState) -> dict[str, Any]:
 
 
 @measure
+def key_sources(state: ViewState) -> dict[str, Any]:
+    """Score attribution at the text's last token in layer 1 (Analysis → Why this key), every head at its top key:
+    the share of the score carried by head 0.2's output on the key side, the weight left on that key with 0.2 taken
+    out of the stream, the largest term's query source, and the rank and share of (query: token) x (key: 0.2)."""
+    from ..analysis import score_attribution
+
+    model = _model(state.model)
+    query = len(model.tokens(state.text)) - 1
+    shares, removed, tops, token_shares, ranks = [], [], [], [], []
+    for head in range(model.adapter.site("decoder", 1).num_heads):
+        sa = score_attribution(model, state.text, layer=1, head=head, query=query)
+        key, source = sa.winner, sa.sources.index("0.2")
+        table, score = sa.table(key), float(sa.scores[sa.keys.index(key)])
+        shares.append(table[:, source].sum() / score)
+        removed.append(float(sa.removed[source, key]))
+        tops.append(sa.largest(key, 1)[0][0])
+        token_term = table[sa.sources.index("token"), source]
+        token_shares.append(token_term / score)
+        ranks.append(int((np.abs(table) > abs(token_term)).sum()) + 1)
+    rank = max(ranks)
+    return {"share_low": min(shares), "share_high": max(shares), "removed": max(removed),
+            "top_query": max(set(tops), key=tops.count), "token_low": min(token_shares),
+            "token_high": max(token_shares),
+            "token_rank": "first" if rank == 1 else "second" if rank == 2 else f"at most {rank}th"}
+
+
+@measure
 def kv_sharing(state: ViewState) -> dict[str, Any]:
     """The page's grouped-query layer: query heads per key/value head, and the numbers one token caches per layer
     beside MHA's (g·(d_k + d_v) against h·(d_k + d_v), mha_viz.variants_cost)."""

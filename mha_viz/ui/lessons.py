@@ -51,7 +51,8 @@ CHART_NAMES = {"heads": "the heatmaps of the heads", "accuracy_by_heads": "the b
                "analysis_divergence": "the Redundancy matrix", "analysis_next_token": "the next-token chart",
                "analysis_ranking": "the ranking of the heads", "analysis_detectors": "the Head detectors chart",
                "analysis_stats_chart": "the Head statistics chart", "analysis_dla": "the Logit attribution chart",
-               "analysis_composition": "the Composition chart", "kv_cache": "the KV cache bar chart",
+               "analysis_composition": "the Composition chart", "analysis_why_key": "the Why this key table",
+               "kv_cache": "the KV cache bar chart",
                "mla_cache": "the cache bar chart", "window_reach_back": "the reach chart",
                "layer_switch": "the heatmaps of the layer's heads", "analysis_stats_head": "the picked head's matrix"}
 VALUE_WORDS = {"true": "on", "false": "off"}

@@ -137,6 +137,16 @@ def _k_composition(at: AppTest) -> None:
     assert z.size > 0
 
 
+def _induction_key(at: AppTest) -> None:
+    """Why this key at the last "a" of layer 1, head 0: the key is "big", and the key-side column that adds most to
+    its score is the source the lesson calls right."""
+    fig = figure(at, "analysis_why_key")
+    table = z_matrix(fig["data"][0])  # (sources, sources): query side x key side
+    sources = fig["layout"]["xaxis"]["ticktext"]
+    assert "looks at" in fig["layout"]["title"]["text"] and "(big)" in fig["layout"]["title"]["text"]
+    assert right("induction.toml", 6) == f"Head {sources[int(np.argmax(table.sum(0)))]}'s output" == "Head 0.2's output"
+
+
 def _kv_groups(at: AppTest) -> None:
     labels = " ".join(drawn_heads(at)[0])
     group = int(right("long_contexts.toml", 1))
@@ -199,6 +209,7 @@ ON_SCREEN: dict[tuple[str, int], Callable[[AppTest], None]] = {
     ("induction.toml", 3): _detector("induction", 3),
     ("induction.toml", 4): _logit_writers,
     ("induction.toml", 5): _k_composition,
+    ("induction.toml", 6): _induction_key,
     ("long_contexts.toml", 1): _kv_groups,
     ("long_contexts.toml", 2): _mqa_task,
     ("long_contexts.toml", 3): _llama_ratio,

@@ -142,6 +142,25 @@ def test_k_composition_singles_out_the_previous_token_head() -> None:
     assert values["low"] > values["other"] > values["baseline"]
 
 
+def test_key_sources_single_out_the_previous_token_heads_output_on_the_key_side() -> None:
+    from mha_viz.analysis import score_attribution
+
+    values, state, s = measured("induction.toml", 6)
+    m = model(state.model)
+    query = len(m.tokens(state.text)) - 1
+    shares = []
+    for head in range(4):
+        sa = score_attribution(m, state.text, layer=1, head=head, query=query)
+        table = sa.table(sa.winner)
+        columns = table.sum(0)  # (sources,) each key source's part of the score
+        assert sa.sources[int(np.argmax(columns))] == "0.2"  # the answer the lesson calls right, for every head
+        shares.append(columns[sa.sources.index("0.2")] / sa.scores[sa.keys.index(sa.winner)])
+        assert values["removed"] >= sa.removed[sa.sources.index("0.2"), sa.winner]
+    assert values["share_low"] == pytest.approx(min(shares)) and values["share_high"] == pytest.approx(max(shares))
+    assert right(s) == "Head 0.2's output" and values["share_low"] > 0.5 and values["removed"] < 0.05
+    assert values["top_query"] in ("token", "0.3") and values["token_rank"] in ("first", "second")
+
+
 def test_kv_sharing_is_the_arithmetic_of_the_shapes() -> None:
     values, state, s = measured("long_contexts.toml", 1)
     d_k = state.d_model // state.h
