@@ -49,6 +49,7 @@ from .rollout import attention_rollout
 from .score_attribution import ScoreAttribution, score_attribution, score_attribution_unavailable
 from .score_terms import ScoreTerms, score_terms
 from .tokens import without_tokens
+from .visibility import LayerReach, Visibility, visibility
 
 __all__ = [
     "ABLATIONS",
@@ -62,6 +63,7 @@ __all__ = [
     "DirectLogits",
     "HeadSingularValues",
     "HeadStats",
+    "LayerReach",
     "MixerStats",
     "ModelKnockout",
     "PatchingPair",
@@ -73,6 +75,7 @@ __all__ = [
     "ScoreAttribution",
     "ScoreTerms",
     "TokenCircuit",
+    "Visibility",
     "ablation_values",
     "activation_patching",
     "attention_rollout",
@@ -119,6 +122,7 @@ __all__ = [
     "trace_head_stats",
     "trained_readout",
     "transformed_value_norms",
+    "visibility",
     "visible_keys",
     "without_tokens",
 ]

@@ -23,7 +23,7 @@ a taken out of the stream at every position, recomputed exactly with the real no
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -203,10 +203,10 @@ class _Stream:
         concat: dict[int, Tensor] = {}
         with contextlib.ExitStack() as hooks:
             for i in range(layer + 1):
-                hooks.enter_context(_hook(blocks[i].register_forward_pre_hook(_keep(block_in, i), with_kwargs=True)))
+                hooks.callback(blocks[i].register_forward_pre_hook(_keep(block_in, i), with_kwargs=True).remove)
             for i, site in enumerate(sites[:-1]):
-                hooks.enter_context(_hook(site.out.register_forward_pre_hook(_keep_concat(concat, i))))
-                hooks.enter_context(_hook(site.out.register_forward_hook(_keep_output(attention_out, i))))
+                hooks.callback(site.out.register_forward_pre_hook(_keep_concat(concat, i)).remove)
+                hooks.callback(site.out.register_forward_hook(_keep_output(attention_out, i)).remove)
             rec = hooks.enter_context(Recorder(sites[-1]))
             outputs = adapter.forward(list(ids))
         x = block_in[layer]  # (T, d)
@@ -304,14 +304,6 @@ class _Stream:
             q, k = a @ W["Q"] + b["Q"], a @ W["K"] + b["K"]  # (c, T, d_k)
             rows.append(attend(q, k, k, one).weights[:, query].double())  # (c, T)
         return torch.cat(rows)
-
-
-@contextlib.contextmanager
-def _hook(handle: torch.utils.hooks.RemovableHandle) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        handle.remove()
 
 
 def _keep(store: dict[int, Tensor], i: int):

@@ -1,0 +1,139 @@
+"""The visibility X-ray (mha_viz.analysis.visibility): on tiny random models of nine families (causal, an encoder,
+sliding windows on every layer or alternating, chunked attention, ALiBi) each layer's reach measured by probing the
+model equals the reach its config declares; on bugs planted by patching one layer's mask in the test (dropped, a
+window off by one either way, a window lost, a chunk boundary shifted, a causal mask on an encoder), exactly that
+layer is flagged, at the first pair the bug changes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from mha_viz.analysis import visibility
+from mha_viz.pretrained import PretrainedModel, bundled_model_dir, load_model
+from tests.app.test_app_families import CONFIGS
+from tests.tiny_causal import random_model, tiny_causal
+
+T = 12
+MISTRAL = {"vocab_size": 30522, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "sliding_window": 4, "max_position_embeddings": 64}
+RULES = {  # family -> each layer's declared rule
+    "gpt2": ["causal", "causal"], "llama": ["causal", "causal"], "minilm": ["both ways"] * 6,
+    "mistral": ["causal, window 4"] * 2, "gemma2": ["causal, window 4", "causal"],
+    "gemma3": ["causal, window 4", "causal"], "cohere2": ["causal, window 4", "causal"],
+    "gpt_oss": ["causal, window 4", "causal"], "llama4_text": ["causal, chunks of 4", "causal"],
+    "bloom": ["causal", "causal"],
+}  # fmt: skip
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, PretrainedModel]:
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    out = {"gpt2": tiny_causal("gpt2"), "llama": tiny_causal("llama"), "minilm": load_model(None),
+           "mistral": PretrainedModel(random_model(AutoModelForCausalLM, tf.MistralConfig(**MISTRAL)), tokenizer,
+                                      name="mistral")}
+    for name in ("gemma2", "gemma3", "cohere2", "gpt_oss", "llama4_text", "bloom"):
+        out[name] = PretrainedModel(random_model(AutoModelForCausalLM, CONFIGS[name][0]()), tokenizer, name=name)
+    return out
+
+
+def expected(rule: str) -> np.ndarray:
+    """(T, T) bool: the reach a rule means, written out here position by position."""
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    reach = np.ones((T, T), dtype=bool) if rule == "both ways" else j <= i
+    if "window 4" in rule:
+        reach &= i - j < 4  # the query and the 3 keys before it
+    if "chunks of 4" in rule:
+        reach &= i // 4 == j // 4
+    return reach
+
+
+@pytest.mark.parametrize("name", RULES)
+def test_every_layers_measured_reach_is_the_declared_one(models, name):
+    v = visibility(models[name], T)
+    assert [r.rule for r in v.layers] == RULES[name] and v.disagreeing == ()
+    for r in v.layers:
+        assert np.array_equal(r.measured, expected(r.rule)) and np.array_equal(r.declared, expected(r.rule))
+        assert r.verdict == "as declared"
+
+
+def on_mask(change: Callable[[np.ndarray], np.ndarray]):
+    """A forward pre-hook that rewrites the attention mask a module receives: change maps the allowed (T, T) pairs to
+    the bug's (the mask's own form kept: additive float or boolean)."""
+    def hook(module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        if mask is None:  # no mask (an encoder without padding): every pair allowed, as an additive mask
+            hidden = args[0] if args else kwargs["hidden_states"]
+            mask = hidden.new_zeros(1, 1, hidden.shape[1], hidden.shape[1])
+        allowed = mask == 0 if mask.is_floating_point() else mask
+        new = torch.as_tensor(change(allowed[0, 0].numpy().copy()))[None, None].expand_as(allowed)
+        fill = torch.zeros((), dtype=mask.dtype) if mask.is_floating_point() else None
+        kwargs["attention_mask"] = (torch.where(new, fill, torch.finfo(mask.dtype).min).to(mask.dtype)
+                                    if fill is not None else new)
+        return args, kwargs
+    return hook
+
+
+def dropped(allowed):  # the layer attends everywhere
+    return np.ones_like(allowed)
+
+
+def wider(allowed):  # a window off by one: one more key back
+    return allowed | np.eye(len(allowed), k=-4, dtype=bool)
+
+
+def narrower(allowed):  # a window off by one: one key fewer
+    return allowed & ~np.eye(len(allowed), k=-3, dtype=bool)
+
+
+def unwindowed(allowed):  # a sliding layer given full causal attention
+    return np.tril(np.ones_like(allowed))
+
+
+def shifted(allowed):  # chunk boundaries one position late
+    i, j = np.arange(len(allowed))[:, None], np.arange(len(allowed))[None, :]
+    return (j <= i) & ((i + 3) // 4 == (j + 3) // 4)
+
+
+def causal(allowed):  # an encoder layer given a causal mask
+    return np.tril(allowed)
+
+
+BUGS = [  # (family, layer, bug, the first (query, key) it changes)
+    ("gpt2", 1, dropped, (0, 1)),
+    ("llama", 0, dropped, (0, 1)),
+    ("bloom", 1, dropped, (0, 1)),
+    ("mistral", 0, wider, (4, 0)),
+    ("mistral", 1, narrower, (3, 0)),
+    ("gemma3", 0, unwindowed, (4, 0)),
+    ("gpt_oss", 0, wider, (4, 0)),
+    ("llama4_text", 0, shifted, (1, 0)),
+    ("minilm", 3, causal, (0, 1)),
+]
+
+
+@pytest.mark.parametrize("name, layer, bug, first", BUGS, ids=[f"{b[0]}-{b[1]}-{b[2].__name__}" for b in BUGS])
+def test_a_planted_mask_bug_is_flagged_at_its_layer(models, name, layer, bug, first):
+    m = models[name]
+    part = "encoder" if m.adapter.kind == "encoder" else "decoder"
+    handle = m.adapter.site(part, layer).attention.register_forward_pre_hook(on_mask(bug), with_kwargs=True)
+    try:
+        v = visibility(m, T)
+    finally:
+        handle.remove()
+    assert v.disagreeing == (layer,)
+    (flagged,) = [r for r in v.layers if r.layer == layer]
+    assert flagged.first_difference == first and f"query {first[0]}" in flagged.verdict
+    assert np.array_equal(flagged.measured, bug(expected(flagged.rule)))  # the probe sees the bug's exact reach
+
+
+def test_a_length_the_model_cannot_read_is_refused(models):
+    with pytest.raises(ValueError, match="from 2 to"):
+        visibility(models["gpt2"], 10_000)
