@@ -113,7 +113,9 @@ def declared_reach(T: int, causal: bool, window: int | None, chunk: int | None) 
 def visibility(model: PretrainedModel, length: int, *, seed: int = 0) -> Visibility:
     """Each attention layer's measured reach on `length` random tokens (seed) against its declared one (module
     docstring). ValueError for a length the model cannot read or a model whose attention cannot be probed."""
-    adapter = model.adapter
+    adapter = getattr(model, "adapter", None)
+    if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
+        raise ValueError(f"{model.name} is a TransformerLens model: visibility probes a Hugging Face model's modules")
     limit = model.max_tokens
     if not 2 <= length <= limit:
         raise ValueError(f"length {length} is not one {model.name} reads here: from 2 to {limit} tokens")
@@ -138,7 +140,12 @@ def visibility(model: PretrainedModel, length: int, *, seed: int = 0) -> Visibil
     for layer in layers:
         site = sites[layer]
         args, kwargs = calls[site.attention][site.call]
-        measured = _probe(site.attention, args, kwargs, generator)
+        try:
+            measured = _probe(site.attention, args, kwargs, generator)
+        except (RuntimeError, TypeError, AttributeError, KeyError, IndexError) as error:
+            # a module that needs more than its call's arguments (a cache another layer filled, say)
+            raise ValueError(f"layer {layer}'s attention module cannot be called again on its own input "
+                             f"({type(error).__name__}: {error}), so its reach is not probed") from error
         rule, window, chunk = declared_rule(model.model.config, layer, causal)
         reaches.append(LayerReach(layer, rule, measured, declared_reach(length, causal, window, chunk)))
     return Visibility(model.name, part, length, tuple(reaches))

@@ -1,4 +1,4 @@
-"""Analysis -> Why this key in Debian's headless Chromium, on the bundled induction model at 390, 1024, 1400 and
+"""Analysis -> Why this key (and Layer reach) in Debian's headless Chromium, on the bundled induction model at 390, 1024, 1400 and
 2560 px: the source table paints with the library's numbers, fits the page, its sentence names what carries the
 score, its controls work from the keyboard, and axe finds no serious or critical violation; the README's
 screenshot (assets/why-this-key.png, written only with --update-assets)."""
@@ -71,6 +71,37 @@ def test_the_key_is_picked_from_the_keyboard(server: str, browser) -> None:
         pick_with_keyboard(page, "Key", "1: ")  # Tab to the select box, type the option, Enter
         wait_for_query(page, r"why_key=1\b")
         page.get_by_text("gives key 1 (the)", exact=False).wait_for(timeout=60_000)  # the sentence follows
+    finally:
+        assert page.errors == []
+        page.close()
+
+
+REACH_URL = ("/?mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section=" + urllib.parse.quote("Layer reach")
+             + "&layer=1&text=" + urllib.parse.quote(CAUSAL_EXAMPLE))
+REACH_JS = """() => {
+    """ + VALUES + """
+    const gd = [...document.querySelectorAll('.js-plotly-plot')].find(g => g.data && g.data[0].type === 'heatmap'
+        && String(g.data[0].hovertemplate).startsWith('query %{y}, key'));
+    return gd ? {z: values(gd.data[0].z), right: gd.getBoundingClientRect().right} : null;
+}"""
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_layer_reach_paints_the_causal_reach_fits_and_passes_axe(server: str, browser, width: int) -> None:
+    """Analysis -> Layer reach (the same page, another section): layer 1 probed as declared, causal, drawn whole."""
+    page = new_page(browser, viewport={"width": width, "height": 1400}, is_mobile=width == 390)
+    try:
+        page.goto(server + REACH_URL)
+        settle(page)
+        page.wait_for_function(REACH_JS, timeout=120_000)
+        reach = page.evaluate(REACH_JS)
+        T = len(reach["z"])
+        assert reach["z"] == [[int(j <= i) for j in range(T)] for i in range(T)]
+        assert 0 < reach["right"] <= width and page.evaluate("() => document.documentElement.scrollWidth") <= width
+        assert page.get_by_text("as declared").count() >= 1
+        if axe_path() is not None:
+            violations = axe_violations(page)
+            assert violations == [], summary(violations)
     finally:
         assert page.errors == []
         page.close()

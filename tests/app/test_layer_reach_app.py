@@ -1,0 +1,31 @@
+"""Analysis -> Layer reach (AppTest): on induction-2l and MiniLM every layer's probed reach is its declared one, in
+the table and in the picture (causal on the decoder, both ways on the encoder); a configurable layer says why not."""
+
+from __future__ import annotations
+
+import pytest
+
+from mha_viz.params import CAUSAL_EXAMPLE
+from mha_viz.pretrained import INDUCTION_MODEL
+from tests.app.test_app import new_app, z_matrix
+from tests.app.test_generate_app import chart
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.mark.parametrize("params, rule", [({"model": INDUCTION_MODEL, "text": CAUSAL_EXAMPLE, "layer": "1"}, "causal"),
+                                          ({}, "both ways")])
+def test_every_layer_is_as_declared_and_drawn(params, rule) -> None:
+    at = new_app(mode="Pretrained", view="Analysis", section="Layer reach", **params).run()
+    assert not at.exception and not at.error and not at.warning
+    table = at.dataframe[0].value
+    assert set(table["declared"]) == {rule} and set(table["verdict"]) == {"as declared"}
+    z = z_matrix(chart(at, "analysis_reach")["data"][0])  # 0: not reached, 1: reached, both as declared
+    T = z.shape[0]
+    expected = [[int(j <= i or rule == "both ways") for j in range(T)] for i in range(T)]
+    assert z.tolist() == expected
+
+
+def test_a_configurable_layer_says_why_not() -> None:
+    at = new_app(view="Analysis", section="Layer reach").run()
+    assert not at.exception and any("needs a model to probe" in i.value for i in at.info)
