@@ -4,10 +4,13 @@ declares.
 Measured: for layer L, the attention module is called again on the input it received in one forward pass, with key
 position j's input changed (a random vector of the input's own scale added); query i can reach key j when its output
 changes. Nothing of the config is read: a mask the code builds wrong, a window off by one, a layer that skips its mask
-all show. Declared, from the config alone (transformers' conventions):
+all show. A query always reaches its own position: changing a token's input changes its query too, so the probe cannot
+tell whether a query sees its own key. Declared, from the config alone (transformers' conventions):
     causal                       a decoder: key j <= query i; an encoder sees both ways
-    layer_types[L] / window      "sliding_attention": the last `sliding_window` keys (i - j < sliding_window); a
-                                 config with a sliding_window and no layer_types (Mistral) slides on every layer
+    layer_types[L] / window      "sliding_attention": keys less than `sliding_window` back (i - j < sliding_window),
+                                 or in an encoder up to sliding_window away each way (|i - j| <= sliding_window); a
+                                 config with a sliding_window and no layer_types (Mistral, Phi-3) slides on every
+                                 layer; GPT-Neo's "local" layers slide by window_size
     chunked_attention            Llama 4: keys in the query's chunk of attention_chunk_size (i // C == j // C)
 The report gives, per layer, "as declared" or the first (query, key) where the two differ, and which way.
 """
@@ -85,11 +88,12 @@ class Visibility:
 
 def declared_rule(config: Any, layer: int, causal: bool) -> tuple[str, int | None, int | None]:
     """(the rule in words, window, chunk) the config declares for this layer."""
-    types = getattr(config, "layer_types", None)
+    types = getattr(config, "layer_types", None) or getattr(config, "attention_layers", None)  # GPT-Neo: local, global
     kind = types[layer] if types is not None and layer < len(types) else None
+    size = getattr(config, "sliding_window", None) or getattr(config, "window_size", None)
     window = chunk = None
-    if kind == "sliding_attention" or (kind is None and getattr(config, "sliding_window", None)):
-        window = int(config.sliding_window)
+    if kind in ("sliding_attention", "local") or (kind is None and size):
+        window = int(size)
     elif kind == "chunked_attention":
         chunk = int(config.attention_chunk_size)
     words = "causal" if causal else "both ways"
@@ -98,12 +102,14 @@ def declared_rule(config: Any, layer: int, causal: bool) -> tuple[str, int | Non
 
 
 def declared_reach(T: int, causal: bool, window: int | None, chunk: int | None) -> np.ndarray:
-    """(T, T) bool: the keys each query may see under this rule (attention.py's masks, inverted)."""
+    """(T, T) bool: the keys each query may see under this rule (attention.py's masks, inverted). A causal window
+    holds the query and the window - 1 keys before it; a window both ways the keys up to `window` away on each side
+    (ModernBERT's sliding_window: half its local_attention)."""
     hidden = torch.zeros(T, T, dtype=torch.bool)
     if causal:
         hidden |= causal_mask(T, T)
     if window is not None:
-        hidden |= window_mask(T, T, window)
+        hidden |= window_mask(T, T, window if causal else window + 1)
     if chunk is not None:
         hidden |= chunk_mask(T, T, chunk)
     return (~hidden).numpy()

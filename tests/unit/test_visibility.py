@@ -1,7 +1,8 @@
-"""The visibility X-ray (mha_viz.analysis.visibility): on tiny random models of nine families (causal, an encoder,
-sliding windows on every layer or alternating, chunked attention, ALiBi) each layer's reach measured by probing the
-model equals the reach its config declares; on bugs planted by patching one layer's mask in the test (dropped, a
-window off by one either way, a window lost, a chunk boundary shifted, a causal mask on an encoder), exactly that
+"""The visibility X-ray (mha_viz.analysis.visibility): on tiny random models of sixteen families (causal, encoders,
+sliding windows on every layer, alternating or local/global, windows both ways, chunked attention, ALiBi, latent
+attention) each layer's reach measured by probing the model equals the reach its config declares; on twenty bugs
+planted by patching one layer's mask in the test (dropped, a window off by one either way, a window lost or added, a
+chunk boundary shifted, a future key let through, the first key hidden, a causal mask on an encoder), exactly that
 layer is flagged, at the first pair the bug changes."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import transformers as tf
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from mha_viz.analysis import visibility
 from mha_viz.pretrained import PretrainedModel, bundled_model_dir, load_model
@@ -20,14 +21,31 @@ from tests.app.test_app_families import CONFIGS
 from tests.tiny_causal import random_model, tiny_causal
 
 T = 12
-MISTRAL = {"vocab_size": 30522, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "sliding_window": 4, "max_position_embeddings": 64}
+SMALL = {"vocab_size": 30522, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "max_position_embeddings": 64}
+MORE = {  # family -> (auto class, config) of the families test_app_families does not build
+    "mistral": (AutoModelForCausalLM, lambda: tf.MistralConfig(**SMALL, num_key_value_heads=2, sliding_window=4)),
+    "gpt_neo": (AutoModelForCausalLM, lambda: tf.GPTNeoConfig(
+        vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
+        window_size=4, max_position_embeddings=64)),
+    "qwen2": (AutoModelForCausalLM, lambda: tf.Qwen2Config(**SMALL, num_key_value_heads=2, use_sliding_window=True,
+                                                            sliding_window=4, max_window_layers=1)),
+    "phi3": (AutoModelForCausalLM, lambda: tf.Phi3Config(**SMALL, num_key_value_heads=2, sliding_window=4,
+                                                          pad_token_id=0)),
+    "starcoder2": (AutoModelForCausalLM, lambda: tf.Starcoder2Config(**SMALL, num_key_value_heads=2, sliding_window=4,
+                                                                      bos_token_id=0, eos_token_id=0)),
+    "modernbert": (AutoModel, lambda: tf.ModernBertConfig(
+        vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        local_attention=8, global_attn_every_n_layers=3, max_position_embeddings=64, pad_token_id=0)),
+}
 RULES = {  # family -> each layer's declared rule
     "gpt2": ["causal", "causal"], "llama": ["causal", "causal"], "minilm": ["both ways"] * 6,
     "mistral": ["causal, window 4"] * 2, "gemma2": ["causal, window 4", "causal"],
     "gemma3": ["causal, window 4", "causal"], "cohere2": ["causal, window 4", "causal"],
     "gpt_oss": ["causal, window 4", "causal"], "llama4_text": ["causal, chunks of 4", "causal"],
-    "bloom": ["causal", "causal"],
+    "bloom": ["causal", "causal"], "deepseek_v3": ["causal", "causal"], "gpt_neo": ["causal", "causal, window 4"],
+    "qwen2": ["causal", "causal, window 4"], "phi3": ["causal, window 4"] * 2, "starcoder2": ["causal, window 4"] * 2,
+    "modernbert": ["both ways", "both ways, window 4", "both ways, window 4"],
 }  # fmt: skip
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,20 +54,21 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def models() -> dict[str, PretrainedModel]:
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
-    out = {"gpt2": tiny_causal("gpt2"), "llama": tiny_causal("llama"), "minilm": load_model(None),
-           "mistral": PretrainedModel(random_model(AutoModelForCausalLM, tf.MistralConfig(**MISTRAL)), tokenizer,
-                                      name="mistral")}
-    for name in ("gemma2", "gemma3", "cohere2", "gpt_oss", "llama4_text", "bloom"):
+    out = {"gpt2": tiny_causal("gpt2"), "llama": tiny_causal("llama"), "minilm": load_model(None)}
+    for name in ("gemma2", "gemma3", "cohere2", "gpt_oss", "llama4_text", "bloom", "deepseek_v3"):
         out[name] = PretrainedModel(random_model(AutoModelForCausalLM, CONFIGS[name][0]()), tokenizer, name=name)
+    for name, (auto, config) in MORE.items():
+        out[name] = PretrainedModel(random_model(auto, config()), tokenizer, name=name)
     return out
 
 
 def expected(rule: str) -> np.ndarray:
     """(T, T) bool: the reach a rule means, written out here position by position."""
     i, j = np.arange(T)[:, None], np.arange(T)[None, :]
-    reach = np.ones((T, T), dtype=bool) if rule == "both ways" else j <= i
+    both = rule.startswith("both ways")
+    reach = np.ones((T, T), dtype=bool) if both else j <= i
     if "window 4" in rule:
-        reach &= i - j < 4  # the query and the 3 keys before it
+        reach &= np.abs(i - j) <= 4 if both else i - j < 4  # 4 keys each way; or the query and the 3 keys before it
     if "chunks of 4" in rule:
         reach &= i // 4 == j // 4
     return reach
@@ -106,6 +125,27 @@ def causal(allowed):  # an encoder layer given a causal mask
     return np.tril(allowed)
 
 
+def leak(allowed):  # a causal mask off by one: the next key let through
+    return allowed | np.eye(len(allowed), k=1, dtype=bool)
+
+
+def windowed(allowed):  # a global layer given a sliding window of 4
+    i, j = np.arange(len(allowed))[:, None], np.arange(len(allowed))[None, :]
+    return allowed & (i - j < 4)
+
+
+def windowed_both_ways(allowed):  # a global encoder layer given a window of 4 each way
+    i, j = np.arange(len(allowed))[:, None], np.arange(len(allowed))[None, :]
+    return allowed & (np.abs(i - j) <= 4)
+
+
+def sink_missing(allowed):  # the first key hidden from every later query
+    out = allowed.copy()
+    out[1:, 0] = False
+    return out
+
+
+
 BUGS = [  # (family, layer, bug, the first (query, key) it changes)
     ("gpt2", 1, dropped, (0, 1)),
     ("llama", 0, dropped, (0, 1)),
@@ -116,6 +156,17 @@ BUGS = [  # (family, layer, bug, the first (query, key) it changes)
     ("gpt_oss", 0, wider, (4, 0)),
     ("llama4_text", 0, shifted, (1, 0)),
     ("minilm", 3, causal, (0, 1)),
+    ("gpt2", 0, leak, (0, 1)),
+    ("qwen2", 1, narrower, (3, 0)),
+    ("phi3", 1, wider, (4, 0)),
+    ("starcoder2", 0, unwindowed, (4, 0)),
+    ("gpt_neo", 1, narrower, (3, 0)),
+    ("cohere2", 0, wider, (4, 0)),
+    ("gemma2", 1, windowed, (4, 0)),
+    ("llama", 1, sink_missing, (1, 0)),
+    ("deepseek_v3", 1, dropped, (0, 1)),
+    ("modernbert", 1, causal, (0, 1)),
+    ("modernbert", 0, windowed_both_ways, (0, 5)),
 ]
 
 
