@@ -24,16 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.bench_mixers import best
+
 ONE_KEY, EVERY_KEY, XRAY = 0.5, 2.0, 10.0  # issue 34's targets, seconds
-
-
-def best(f, n: int) -> float:
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:
