@@ -68,8 +68,8 @@ class ScoreAttribution:
 
     def total(self, key: int) -> float:
         """The sum of key's terms and its other terms: its score again, up to rounding."""
-        i = self.keys.index(key)
-        return float(self.terms[i].sum() + sum(o[i] for o in self.other.values()))
+        table = self.table(key)  # ValueError for a key not explained
+        return float(table.sum() + sum(o[self.keys.index(key)] for o in self.other.values()))
 
     def versus(self, key: int, other: int) -> np.ndarray:
         """(sources, sources): which terms make `key` score above `other` (key's table minus other's)."""
