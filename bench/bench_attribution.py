@@ -11,7 +11,7 @@ bundled MiniLM tokenizer; its last layer reads 157 sources (token, position, 132
 and the constant part). Random token ids (seed 0) decoded to text. Each call runs the model once (hooked), splits the
 scores, and recomputes the row with each source taken out (156 rows); "own forward" is the model's own forward pass
 on the same ids, for scale. Targets (issue 34): one key <= 0.5 s, every key of one query <= 2 s; the X-ray of a
-12-layer model at 256 tokens <= 10 s (it calls each layer's attention module once per key position, 32 at a time).
+12-layer model at 256 tokens <= 10 s (each layer's attention module runs three probes per key position, 33 to a call).
 """
 
 from __future__ import annotations

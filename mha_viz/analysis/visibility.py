@@ -1,11 +1,10 @@
 """What a layer lets a token see: each attention layer's reach measured by probing the model, against what its config
 declares.
 
-Measured: for layer L, the attention module is called again on the input it received in one forward pass, with key
-position j's input changed (a random vector of the input's own scale added); query i can reach key j when its output
-changes. Nothing of the config is read: a mask the code builds wrong, a window off by one, a layer that skips its mask
-all show. A query always reaches its own position: changing a token's input changes its query too, so the probe cannot
-tell whether a query sees its own key. Declared, from the config alone (transformers' conventions):
+Measured: for layer L, the attention module is called again with the arguments it received in one forward pass (its
+mask, its positions), on the mean of its input at every position, with key position j's input pushed far along a
+random direction, both ways, and nudged (_probe says why); query i can reach key j when its output changes. Nothing of the config is read: a mask the code builds wrong, a window off by one, a layer that skips its mask
+all show. Declared, from the config alone (transformers' conventions):
     causal                       a decoder: key j <= query i; an encoder sees both ways
     layer_types[L] / window      "sliding_attention": keys less than `sliding_window` back (i - j < sliding_window),
                                  or in an encoder up to sliding_window away each way (|i - j| <= sliding_window); a
@@ -30,7 +29,8 @@ from ..attention import causal_mask, chunk_mask, window_mask
 if TYPE_CHECKING:
     from ..pretrained.model import PretrainedModel
 
-PROBES_AT_ONCE = 32  # key positions probed in one batched call of a layer's attention module
+PROBES_AT_ONCE = 33  # changed inputs in one batched call of a layer's attention module (11 keys, three changes each)
+PUSHES = (64.0, 1.0)  # how far a key's input is pushed, then nudged, in units of the input's root mean square
 CHANGED = 1e-6  # an output changed when it moved by more than this share of the output's largest entry
 
 
@@ -158,29 +158,43 @@ def visibility(model: PretrainedModel, length: int, *, seed: int = 0) -> Visibil
 
 
 def _probe(module: nn.Module, args: tuple, kwargs: dict, generator: torch.Generator) -> np.ndarray:
-    """(T, T) bool: [i, j] True where the module's output at i changes when its input at j does. Each call holds the
-    unchanged input first, so that the changed ones are compared with an output of the same batched kernels."""
-    hidden, rest_args, rest_kwargs, positional = _split(args, kwargs)
-    T = hidden.shape[1]
-    scale = float(hidden.float().std()) or 1.0
-    deltas = torch.randn(T, hidden.shape[-1], generator=generator).to(hidden) * scale  # (T, d): one per key
+    """(T, T) bool: [i, j] True where the module's output at i changes when its input at j does.
+
+    The input is the mean of what the module received, the same vector at every position, so that no key scores far
+    above another for its content: a trained head's peaks would leave other keys at a weight too small to move the
+    output in float32, looking unreached. Key j's input then changes three ways along a random direction u_j: pushed
+    far both ways (+- PUSHES[0] * rms * u_j), so that in one of the two it scores high for any query that can see it
+    even where positions alone make a head peaked, and nudged (PUSHES[1]), which shows the query's own position (a
+    push far enough moves its query too, and may leave all its weight on keys whose values are the same vector).
+    Each call holds the unchanged input first, so that the changed ones are compared with an output of the same
+    batched kernels."""
+    received, rest_args, rest_kwargs, positional = _split(args, kwargs)
+    T, d = received.shape[1:]
+    hidden = received.mean(1, keepdim=True).expand(-1, T, -1)  # (1, T, d): one vector at every position
+    rms = float(received.float().pow(2).mean().sqrt()) or 1.0
+    directions = torch.randn(T, d, generator=generator)
+    unit = (rms * directions / directions.pow(2).mean(-1, keepdim=True).sqrt()).to(received)  # (T, d)
+    changes = (PUSHES[0], -PUSHES[0], PUSHES[1])  # per key
+    n = len(changes)
     reach = np.zeros((T, T), dtype=bool)
     batched = True
-    for start in range(0, T, PROBES_AT_ONCE):
-        keys = range(start, min(T, start + PROBES_AT_ONCE))
-        probes = hidden.expand(len(keys) + 1, -1, -1).clone()  # (1 + c, T, d): the input, then one change per key
-        for b, j in enumerate(keys, start=1):
-            probes[b, j] += deltas[j]
+    step = max(1, PROBES_AT_ONCE // n)  # keys a call
+    for start in range(0, T, step):
+        keys = range(start, min(T, start + step))
+        probes = hidden.expand(n * len(keys) + 1, -1, -1).clone()  # (1 + n c, T, d): the input, then the changes
+        for b, j in enumerate(keys):
+            for c, push in enumerate(changes):
+                probes[1 + n * b + c, j] += push * unit[j]
         try:
             if not batched:
                 raise RuntimeError("one at a time")
-            out = _output(module, probes, rest_args, rest_kwargs, positional).float()  # (1 + c, T, n)
+            out = _output(module, probes, rest_args, rest_kwargs, positional).float()  # (1 + n c, T, n_out)
         except RuntimeError:  # a module whose arguments carry the batch (Bloom's ALiBi): one input per call
             batched = False
             out = torch.cat([_output(module, probes[b:b + 1], rest_args, rest_kwargs, positional).float()
-                             for b in range(len(keys) + 1)])
-        moved = (out[1:] - out[0]).abs().amax(-1) > CHANGED * float(out[0].abs().max())  # (c, T): [key j, query i]
-        reach[:, keys.start:keys.stop] = moved.T.numpy()
+                             for b in range(len(probes))])
+        moved = (out[1:] - out[0]).abs().amax(-1) > CHANGED * float(out[0].abs().max())  # (n c, T)
+        reach[:, keys.start:keys.stop] = moved.unflatten(0, (len(keys), n)).any(1).T.numpy()  # [query i, key j]
     return reach
 
 

@@ -38,9 +38,10 @@ def render(c: SectionContext) -> None:
     except ValueError as err:
         st.info(f"Layer reach is unavailable: {plain(str(err))}.")
         return
-    st.caption(f"Each layer's attention module is called again on {T} random tokens with one key's input changed at "
-               "a time; a query reaches the key when its output moves. Nothing of the config is read for that; the "
-               "declared reach is what the config says (causal or both ways, sliding windows, chunks).")
+    st.caption(f"Each layer's attention module is called again with the mask and positions it got on {T} random "
+               "tokens, on one vector at every position, one key's input pushed at a time: a query reaches the key "
+               "when its output moves. Nothing of the config is read for that; the declared reach is what the config "
+               "says (causal or both ways, sliding windows, chunks).")
     st.dataframe(report.table(), hide_index=True, width="stretch")
     layer = next((r for r in report.layers if r.layer == c.layer), None)
     if layer is None:
