@@ -24,15 +24,25 @@ if not Path(CHROMIUM).exists():
         raise RuntimeError(f"{CHROMIUM} is missing: .ci/run must install Debian's chromium")
     pytest.skip(f"{CHROMIUM} not installed (apt-get install -y --no-install-recommends chromium)", allow_module_level=True)
 
-URL = ("/?mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section=" + urllib.parse.quote("Why this key")
-       + "&layer=1&text=" + urllib.parse.quote(CAUSAL_EXAMPLE))
-# The source table's z and its width as Plotly holds them in the page (public state: gd.data, gd.layout), or null.
-TABLE_JS = """() => {
+
+def section_url(section: str) -> str:
+    """The induction model's layer 1 on its example text, in this Analysis section."""
+    return (f"/?mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section={urllib.parse.quote(section)}"
+            f"&layer=1&text={urllib.parse.quote(CAUSAL_EXAMPLE)}")
+
+
+def heatmap_js(hover: str) -> str:
+    """JS: the z and right edge of the heatmap whose hover text starts with `hover`, as Plotly holds them in the page
+    (public state: gd.data), or null before it paints."""
+    return """() => {
     """ + VALUES + """
     const gd = [...document.querySelectorAll('.js-plotly-plot')].find(g => g.data && g.data[0].type === 'heatmap'
-        && String(g.data[0].hovertemplate).startsWith('query side'));
+        && String(g.data[0].hovertemplate).startsWith(""" + repr(hover) + """));
     return gd ? {z: values(gd.data[0].z), right: gd.getBoundingClientRect().right} : null;
 }"""
+
+
+URL, TABLE_JS = section_url("Why this key"), heatmap_js("query side")  # the source table
 
 
 @pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
@@ -76,14 +86,7 @@ def test_the_key_is_picked_from_the_keyboard(server: str, browser) -> None:
         page.close()
 
 
-REACH_URL = ("/?mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section=" + urllib.parse.quote("Layer reach")
-             + "&layer=1&text=" + urllib.parse.quote(CAUSAL_EXAMPLE))
-REACH_JS = """() => {
-    """ + VALUES + """
-    const gd = [...document.querySelectorAll('.js-plotly-plot')].find(g => g.data && g.data[0].type === 'heatmap'
-        && String(g.data[0].hovertemplate).startsWith('query %{y}, key'));
-    return gd ? {z: values(gd.data[0].z), right: gd.getBoundingClientRect().right} : null;
-}"""
+REACH_URL, REACH_JS = section_url("Layer reach"), heatmap_js("query %{y}, key")  # the reach picture
 
 
 @pytest.mark.parametrize("width", [390, 1400])
