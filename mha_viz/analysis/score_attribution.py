@@ -22,8 +22,7 @@ a taken out of the stream at every position, recomputed exactly with the real no
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -159,18 +158,20 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
         tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
         terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
         weights=stream.weights[head, query].double().numpy(),
-        removed=stream.removed(norm, site, head, query).numpy(), norm=affine.kind,
+        removed=stream.removed(norm, W, b, head, query).numpy(), norm=affine.kind,
         norm_scales=affine.scales.numpy(), check=check)
 
 
 @dataclass(frozen=True)
 class _Frozen:
-    """A pre-attention norm frozen at its scales on the real stream: affine per position."""
+    """A pre-attention norm frozen at its scales on the real stream (pretrained.attribution.frozen): affine per
+    position."""
 
     kind: str
+    scales: Tensor  # (T,)
+    centre: Callable[[Tensor], Tensor]  # v - mean(v) for a LayerNorm, v for an RMSNorm
     gamma: Tensor  # (d,)
     beta: Tensor | None  # (d,)
-    scales: Tensor  # (T,)
 
     def projected(self, sources: Sequence[Tensor], positions: Sequence[int], W: Tensor, b: Tensor | None = None
                   ) -> Tensor:
@@ -180,9 +181,7 @@ class _Frozen:
         parts = []
         for i in range(0, len(sources), 16):
             chunk = torch.stack([src[list(positions)] for src in sources[i:i + 16]]).double()  # (c, P, d)
-            if self.kind == "LayerNorm":
-                chunk = chunk - chunk.mean(-1, keepdim=True)
-            parts.append((self.gamma * chunk / scales) @ W)  # (c, P, n)
+            parts.append((self.gamma * self.centre(chunk) / scales) @ W)  # (c, P, n)
         constant = 0 * W[0] if self.beta is None else self.beta @ W  # (n,)
         parts.append((constant + (0 if b is None else b)).expand(1, len(positions), -1))  # (1, P, n)
         return torch.cat(parts)
@@ -194,21 +193,15 @@ class _Stream:
 
     def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
         from ..pretrained.adapter import Recorder, loaded
+        from ..pretrained.attribution import Capture
 
-        adapter, self.model, self.layer = model.adapter, model, layer
+        adapter, self.model = model.adapter, model
         blocks, _ = adapter.residual_stream()
         sites = [adapter.site("decoder", layer_) for layer_ in range(layer + 1)]
-        block_in: dict[int, Tensor] = {}
-        attention_out: dict[int, Tensor] = {}
-        concat: dict[int, Tensor] = {}
-        with contextlib.ExitStack() as hooks:
-            for i in range(layer + 1):
-                hooks.callback(blocks[i].register_forward_pre_hook(_keep(block_in, i), with_kwargs=True).remove)
-            for i, site in enumerate(sites[:-1]):
-                hooks.callback(site.out.register_forward_pre_hook(_keep_concat(concat, i)).remove)
-                hooks.callback(site.out.register_forward_hook(_keep_output(attention_out, i)).remove)
-            rec = hooks.enter_context(Recorder(sites[-1]))
+        with (Capture(blocks[:layer + 1], [site.out for site in sites[:-1]], None, slice(None)) as capture,
+              Recorder(sites[-1]) as rec):  # every position of each block's input, each concat and attention output
             outputs = adapter.forward(list(ids))
+        block_in, concat, attention_out = capture.block_in, capture.concat, capture.attention  # float64, (T, .) each
         x = block_in[layer]  # (T, d)
         ids_t = torch.tensor([list(ids)], device=adapter.device())
         token = model.model.get_input_embeddings()(ids_t)[0].double().cpu()  # (T, d)
@@ -236,7 +229,8 @@ class _Stream:
             self.sources[f"{i} MLP"] = block_in[i + 1] - block_in[i] - r * attention_out[i]
         zero = 1e-6 * float(x.abs().max())  # what a difference of two float32 streams leaves of a part that adds 0
         self.sources = {name: src.float() for name, src in self.sources.items() if src.abs().amax() > zero}  # kept
-        self.x = x  # in float32, as the model computed them (a GPT-2-small-sized layer 11: 146 x [T, 768])
+        # in float32, as the model computed them (a GPT-2-small-sized layer 11: 146 x [T, 768])
+        self.x = x  # (T, d) float64
         total = torch.zeros_like(x)
         for src in self.sources.values():
             total += src
@@ -259,18 +253,16 @@ class _Stream:
             raise RuntimeError(f"layer {layer}'s rebuilt weights differ from the model's own")
         T = len(ids)
         self.score_bias = {n: b.double().expand(q.shape[0], T, T) for n, b in self.variations.bias.items()}
-        self._site = sites[-1]
 
     def affine(self, norm: nn.Module) -> _Frozen:
+        from ..pretrained.attribution import frozen
         from ..pretrained.norms import norm_affine
 
         try:
-            a = norm_affine(norm, self.x.shape[-1], self.model.adapter.norm_weight_offset)
+            affine = norm_affine(norm, self.x.shape[-1], self.model.adapter.norm_weight_offset)
         except ValueError as error:
             raise ValueError(f"score attribution is unavailable: {error}") from None
-        x = self.x
-        s = ((x.var(-1, unbiased=False) if a.kind == "LayerNorm" else x.pow(2).mean(-1)) + a.eps).sqrt()  # (T,)
-        return _Frozen(a.kind, a.gamma, a.beta, s)
+        return _Frozen(*frozen(affine, self.x))  # its scales (T,), one per position
 
     def projection(self, site: Site, head: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """Head's W_Q, W_K (d, d_k) and b_Q, b_K (d_k,), float64 (zeros where the model has no bias)."""
@@ -288,11 +280,10 @@ class _Stream:
                  else P[f"b_{n}"][head if n == "Q" else kv].detach().double().cpu()) for n in "QK"}
         return W, b
 
-    def removed(self, norm: nn.Module, site: Site, head: int, query: int) -> Tensor:
+    def removed(self, norm: nn.Module, W: dict[str, Tensor], b: dict[str, Tensor], head: int, query: int) -> Tensor:
         """(sources, T): the query's softmax row with each source taken out of x at every position, through the
-        real norm, the head's projections and its attention (its rotary, mask and bias), in float32 as the model;
-        16 sources at a time, each one a head of attend()."""
-        W, b = self.projection(site, head)
+        real norm, the head's projections W, b (projection()) and its attention (its rotary, mask and bias), in
+        float32 as the model; 16 sources at a time, each one a head of attend()."""
         W, b = {n: w.float() for n, w in W.items()}, {n: v.float() for n, v in b.items()}
         var = self.variations
         one = replace(var, bias={n: t[head:head + 1] for n, t in var.bias.items()},
@@ -305,21 +296,3 @@ class _Stream:
             rows.append(attend(q, k, k, one).weights[:, query].double())  # (c, T)
         return torch.cat(rows)
 
-
-def _keep(store: dict[int, Tensor], i: int):
-    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-        x = args[0] if args else kwargs["hidden_states"]
-        store[i] = x[0].detach().double().cpu()
-    return hook
-
-
-def _keep_concat(store: dict[int, Tensor], i: int):
-    def hook(module: nn.Module, args: tuple) -> None:
-        store.setdefault(i, args[0][0].detach().double().cpu())
-    return hook
-
-
-def _keep_output(store: dict[int, Tensor], i: int):
-    def hook(module: nn.Module, args: tuple, output: Tensor) -> None:
-        store.setdefault(i, output[0].detach().double().cpu())
-    return hook

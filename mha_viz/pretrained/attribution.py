@@ -63,11 +63,13 @@ class LogitAttribution:
         return {"sum of terms vs logit": abs(self.total - self.logit), "sum of parts vs residual": self.residual_error}
 
 
-class _Capture:
+class Capture:
     """Hooks for one forward pass: block 0's input, every block's output, each attention's concat and output,
-    and the final norm's input; every tensor kept as float64 at one position."""
+    and the final norm's input (where a norm is given); every tensor kept as float64 at one position (an int: (n,)),
+    or at every one (slice(None): (T, n))."""
 
-    def __init__(self, blocks: list[nn.Module], outs: list[nn.Module], norm: nn.Module, position: int) -> None:
+    def __init__(self, blocks: Sequence[nn.Module], outs: Sequence[nn.Module], norm: nn.Module | None,
+                 position: int | slice) -> None:
         self.position = position
         self.embeddings: Tensor | None = None  # (d,)
         self.block_in: dict[int, Tensor] = {}  # layer -> (d,) its block's input
@@ -81,7 +83,7 @@ class _Capture:
             *((b, "post", self._keep(self.block_out, layer)) for layer, b in enumerate(blocks)),
             *((o, "pre", self._keep_input(self.concat, layer)) for layer, o in enumerate(outs)),
             *((o, "post", self._keep(self.attention, layer)) for layer, o in enumerate(outs)),
-            (norm, "pre", self._on_final),
+            *(((norm, "pre", self._on_final),) if norm is not None else ()),
         ]
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
 
@@ -99,7 +101,7 @@ class _Capture:
         self._handles.clear()
 
     def _at(self, x: Tensor) -> Tensor:
-        return x.detach()[0, self.position].double().cpu()  # (1, T, n) -> (n,)
+        return x.detach()[0, self.position].double().cpu()  # (1, T, n) -> (n,) or (T, n)
 
     @staticmethod
     def _first(args: tuple, kwargs: dict) -> Tensor:
@@ -124,13 +126,14 @@ class _Capture:
         return hook
 
 
-def frozen(affine: NormAffine, x: Tensor) -> tuple[str, float, Callable[[Tensor], Tensor], Tensor, Tensor | None]:
-    """(kind, s, centre, gamma, beta) of a norm whose scale s is measured on x (d,) and then frozen: linear."""
+def frozen(affine: NormAffine, x: Tensor) -> tuple[str, Tensor, Callable[[Tensor], Tensor], Tensor, Tensor | None]:
+    """(kind, s, centre, gamma, beta) of a norm whose scale s is measured on x (..., d), one per vector (...), and
+    then frozen: linear."""
     kind, gamma, beta, eps = affine
     if kind == "LayerNorm":
-        s = float(torch.sqrt(x.var(unbiased=False) + eps))  # sqrt(var(x) + eps)
+        s = torch.sqrt(x.var(-1, unbiased=False) + eps)  # sqrt(var(x) + eps)
         return kind, s, lambda part: part - part.mean(-1, keepdim=True), gamma, beta
-    s = float(torch.sqrt(x.pow(2).mean() + eps))  # sqrt(mean(x^2) + eps)
+    s = torch.sqrt(x.pow(2).mean(-1) + eps)  # sqrt(mean(x^2) + eps)
     return kind, s, lambda part: part, gamma, None
 
 
@@ -157,7 +160,7 @@ def split_logit(enc: Encoded, position: int, token_id: int, token: str, logits: 
         logit=float(logits[token_id]),
         probability=float(logits.softmax(-1)[token_id]),
         norm=kind,
-        norm_scale=s,
+        norm_scale=float(s),
         residual_error=residual_error,
     )
 
@@ -228,7 +231,7 @@ def logit_attribution(
         raise ValueError(f"at {T:,} tokens the model's eager forward pass would make {eager_bytes(widest, T) / 2**20:,.0f} "
                          f"MiB of [heads, tokens, tokens] attention work a layer, more than the "
                          f"{EAGER_MAX_BYTES / 2**20:,.0f} MiB allowed: it splits the logit after at most {most:,} tokens")
-    with _Capture(list(blocks), [site.out for site in sites], norm, position) as capture:
+    with Capture(list(blocks), [site.out for site in sites], norm, position) as capture:
         ids = torch.tensor([list(enc.ids)], device=model.adapter.device())  # (1, T)
         logits = model.model(input_ids=ids, use_cache=False).logits[0, position]  # (V,)
     token_id = int(logits.argmax()) if token is None else vocab_id(model, token, len(logits))
