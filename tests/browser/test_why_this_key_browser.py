@@ -1,12 +1,14 @@
-"""Analysis -> Why this key (and Layer reach) in Debian's headless Chromium, on the bundled induction model at 390, 1024, 1400 and
-2560 px: the source table paints with the library's numbers, fits the page, its sentence names what carries the
-score, its controls work from the keyboard, and axe finds no serious or critical violation; the README's
+"""Analysis -> Why this key (and Layer reach) in Debian's headless Chromium, on the bundled induction model at 390,
+1024, 1400 and 2560 px: the source table paints with the library's numbers, fits the page, its sentence names what
+carries the score, its controls work from the keyboard, and axe finds no serious or critical violation; the README's
 screenshot (assets/why-this-key.png, written only with --update-assets)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,86 +27,65 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} not installed (apt-get install -y --no-install-recommends chromium)", allow_module_level=True)
 
 
-def section_url(section: str) -> str:
-    """The induction model's layer 1 on its example text, in this Analysis section."""
-    return (f"/?mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section={urllib.parse.quote(section)}"
-            f"&layer=1&text={urllib.parse.quote(CAUSAL_EXAMPLE)}")
-
-
-def heatmap_js(hover: str) -> str:
-    """JS: the z and right edge of the heatmap whose hover text starts with `hover`, as Plotly holds them in the page
-    (public state: gd.data), or null before it paints."""
-    return """() => {
+@contextlib.contextmanager
+def painted(browser, server: str, section: str, hover: str, width: int = 1400) -> Iterator[tuple[object, dict]]:
+    """A page at this width on the induction model's layer 1 and its example text, in this Analysis section, once
+    the heatmap whose hover text starts with `hover` has painted: (the page, that heatmap's z and right edge, as
+    Plotly holds them in the page: public state, gd.data). No page error, and the page closed, afterwards."""
+    heatmap_js = """() => {
     """ + VALUES + """
     const gd = [...document.querySelectorAll('.js-plotly-plot')].find(g => g.data && g.data[0].type === 'heatmap'
         && String(g.data[0].hovertemplate).startsWith(""" + repr(hover) + """));
     return gd ? {z: values(gd.data[0].z), right: gd.getBoundingClientRect().right} : null;
 }"""
+    page = new_page(browser, viewport={"width": width, "height": 1400}, is_mobile=width == 390)
+    try:
+        page.goto(f"{server}/?mode=Pretrained&model=mha-viz/induction-2l&view=Analysis&section="
+                  f"{urllib.parse.quote(section)}&layer=1&text={urllib.parse.quote(CAUSAL_EXAMPLE)}")
+        settle(page)
+        page.wait_for_function(heatmap_js, timeout=120_000)
+        yield page, page.evaluate(heatmap_js)
+    finally:
+        assert page.errors == []
+        page.close()
 
 
-URL, TABLE_JS = section_url("Why this key"), heatmap_js("query side")  # the source table
+def assert_fits_and_axe_clean(page, heatmap: dict, width: int) -> None:
+    """The heatmap and the page within the width, and no serious or critical axe violation."""
+    assert 0 < heatmap["right"] <= width and page.evaluate("() => document.documentElement.scrollWidth") <= width
+    if axe_path() is not None:
+        violations = axe_violations(page)
+        assert violations == [], summary(violations)
 
 
 @pytest.mark.parametrize("width", [390, 1024, 1400, 2560])
 def test_the_source_table_paints_fits_and_passes_axe(server: str, browser, width: int, assets: Path) -> None:
-    page = new_page(browser, viewport={"width": width, "height": 1400}, is_mobile=width == 390)
-    try:
-        page.goto(server + URL)
-        settle(page)
-        page.wait_for_function(TABLE_JS, timeout=60_000)
-        table = page.evaluate(TABLE_JS)
+    with painted(browser, server, "Why this key", "query side", width) as (page, table):
         model = load_model(INDUCTION_MODEL)
         sa = score_attribution(model, CAUSAL_EXAMPLE, layer=1, head=0, query=len(model.tokens(CAUSAL_EXAMPLE)) - 1)
         expected = sa.table(sa.winner)
         assert len(table["z"]) == len(sa.sources) and max(
             abs(a - b) for row, want in zip(table["z"], expected, strict=True) for a, b in zip(row, want, strict=True)
         ) < 1e-5
-        assert 0 < table["right"] <= width and page.evaluate("() => document.documentElement.scrollWidth") <= width
         a, b, _ = sa.largest(sa.winner, 1)[0]
         assert page.get_by_text(f"Its largest terms: (query: {a}) × (key: {b})", exact=False).count() == 1
-        if axe_path() is not None:
-            violations = axe_violations(page)
-            assert violations == [], summary(violations)
+        assert_fits_and_axe_clean(page, table, width)
         if width == 1400:
             page.screenshot(path=str(assets / "why-this-key.png"), full_page=True)
-    finally:
-        assert page.errors == []
-        page.close()
 
 
 def test_the_key_is_picked_from_the_keyboard(server: str, browser) -> None:
-    page = new_page(browser, viewport={"width": 1400, "height": 1400})
-    try:
-        page.goto(server + URL)
-        settle(page)
-        page.wait_for_function(TABLE_JS, timeout=60_000)
+    with painted(browser, server, "Why this key", "query side") as (page, _):
         pick_with_keyboard(page, "Key", "1: ")  # Tab to the select box, type the option, Enter
         wait_for_query(page, r"why_key=1\b")
         page.get_by_text("gives key 1 (the)", exact=False).wait_for(timeout=60_000)  # the sentence follows
-    finally:
-        assert page.errors == []
-        page.close()
-
-
-REACH_URL, REACH_JS = section_url("Layer reach"), heatmap_js("query %{y}, key")  # the reach picture
 
 
 @pytest.mark.parametrize("width", [390, 1400])
 def test_layer_reach_paints_the_causal_reach_fits_and_passes_axe(server: str, browser, width: int) -> None:
     """Analysis -> Layer reach (the same page, another section): layer 1 probed as declared, causal, drawn whole."""
-    page = new_page(browser, viewport={"width": width, "height": 1400}, is_mobile=width == 390)
-    try:
-        page.goto(server + REACH_URL)
-        settle(page)
-        page.wait_for_function(REACH_JS, timeout=120_000)
-        reach = page.evaluate(REACH_JS)
+    with painted(browser, server, "Layer reach", "query %{y}, key", width) as (page, reach):
         T = len(reach["z"])
         assert reach["z"] == [[int(j <= i) for j in range(T)] for i in range(T)]
-        assert 0 < reach["right"] <= width and page.evaluate("() => document.documentElement.scrollWidth") <= width
         assert page.get_by_text("as declared").count() >= 1
-        if axe_path() is not None:
-            violations = axe_violations(page)
-            assert violations == [], summary(violations)
-    finally:
-        assert page.errors == []
-        page.close()
+        assert_fits_and_axe_clean(page, reach, width)
