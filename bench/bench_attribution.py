@@ -4,14 +4,15 @@ then every layer's reach probed (mha_viz.analysis.visibility). Prints a table; a
 
     python bench/bench_attribution.py               256 tokens, the last layer's head 0, best of 3
     python bench/bench_attribution.py --tokens 512 --n 5
-    python bench/bench_attribution.py --visibility  the X-ray of the GPT-2-small-sized model instead (one run)
+    python bench/bench_attribution.py --visibility  the X-ray of the GPT-2-small-sized model instead (one run a kernel)
 
 GPT-2-small-sized: 12 layers x 12 heads, d_model 768, random weights from its config (seed 0), eager attention, the
 bundled MiniLM tokenizer; its last layer reads 157 sources (token, position, 132 heads, 11 attention biases, 11 MLPs,
 and the constant part). Random token ids (seed 0) decoded to text. Each call runs the model once (hooked), splits the
 scores, and recomputes the row with each source taken out (156 rows); "own forward" is the model's own forward pass
 on the same ids, for scale. Targets (issue 34): one key <= 0.5 s, every key of one query <= 2 s; the X-ray of a
-12-layer model at 256 tokens <= 10 s (each layer's attention module runs three probes per key position, 33 to a call).
+12-layer model at 256 tokens <= 10 s (each layer's attention module runs once on two inputs, then its kernel on two
+probes per key position), through sdpa (transformers' default) and through eager.
 """
 
 from __future__ import annotations
@@ -55,12 +56,13 @@ def main() -> None:
     if args.visibility:
         from mha_viz.analysis import visibility
 
-        start = time.perf_counter()
-        report = visibility(small, args.tokens)
         print(f"load average {os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}")
-        print(f"visibility of {small.name}, {len(report.layers)} layers at {args.tokens} tokens: "
-              f"{time.perf_counter() - start:.1f} s (target <= {XRAY} s); layers not as declared: "
-              f"{report.disagreeing or 'none'}")
+        for kernel in ("sdpa", "eager"):
+            start = time.perf_counter()
+            report = visibility(small, args.tokens, kernel=kernel)
+            print(f"visibility of {small.name}, {len(report.layers)} layers at {args.tokens} tokens, {kernel} kernel: "
+                  f"{time.perf_counter() - start:.1f} s (target <= {XRAY} s); layers not as declared: "
+                  f"{report.disagreeing or 'none'}")
         return
     induction = load_model("mha-viz/induction-2l")
     print(f"best of {args.n}; load average {os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}")

@@ -1,22 +1,29 @@
 """What a layer lets a token see: each attention layer's reach measured by probing the model, against what its config
 declares.
 
-Measured: for layer L, the attention module is called again with the arguments it received in one forward pass (its
-mask, its positions), on the mean of its input at every position, with key position j's input pushed far along a
-random direction, both ways, and nudged (_probe says why); query i can reach key j when its output changes. Nothing of the config is read: a mask the code builds wrong, a window off by one, a layer that skips its mask
-all show. Declared, from the config alone (transformers' conventions):
+Measured: one forward pass on `length` random tokens keeps what each layer's attention module receives (its mask,
+its positions). The module is then called again, on the mean of its input at every position, and its attention
+kernel (transformers' AttentionInterface: sdpa or eager, the family's own code) is run with key j's key and value
+rows replaced by those of an input pushed far along a random direction, both ways (_kernel_reach says why); query i
+reaches key j when its output moves, head by head. A module that does not call the interface (Bloom, GPT-Neo) is
+probed whole instead (_module_reach). Nothing of the config is read: a mask the code builds wrong, a window off by
+one, a layer that skips its mask all show. Declared, from the config alone (transformers' conventions):
     causal                       a decoder: key j <= query i; an encoder sees both ways
     layer_types[L] / window      "sliding_attention": keys less than `sliding_window` back (i - j < sliding_window),
                                  or in an encoder up to sliding_window away each way (|i - j| <= sliding_window); a
                                  config with a sliding_window and no layer_types (Mistral, Phi-3) slides on every
                                  layer; GPT-Neo's "local" layers slide by window_size
     chunked_attention            Llama 4: keys in the query's chunk of attention_chunk_size (i // C == j // C)
-The report gives, per layer, "as declared" or the first (query, key) where the two differ, and which way.
+The report gives, per layer, "as declared" or the first (query, key) where the two differ, and which way, and names
+the heads whose reach is not the layer's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,23 +36,37 @@ from ..attention import causal_mask, chunk_mask, window_mask
 if TYPE_CHECKING:
     from ..pretrained.model import PretrainedModel
 
-PROBES_AT_ONCE = 33  # changed inputs in one batched call of a layer's attention module (11 keys, three changes each)
-PUSHES = (64.0, 1.0)  # how far a key's input is pushed, then nudged, in units of the input's root mean square
+KERNELS = ("sdpa", "eager")  # the attention kernels a probe runs (transformers' AttentionInterface names)
+PROBE = "mha_viz_probe"  # the probe's registered attention function is PROBE + "_" + the kernel it runs
+PUSH = 64.0  # how far a key's input is pushed, in units of the input's root mean square
+KEY_GAIN = 256.0  # a kernel probe's key moves this many times as far as the pushed input moves it (_kernel_probes)
 CHANGED = 1e-6  # an output changed when it moved by more than this share of the output's largest entry
+KERNEL_BYTES = 64 * 2**20  # one kernel call's probes: about this many bytes of [probe, head, query, key] scores
+PROBES_AT_ONCE = 33  # a whole module's probes in one call (11 keys, three changes each)
+NUDGE = 1.0  # a whole module's third change of a key (PUSH, -PUSH, NUDGE), in input rms
 
 
 @dataclass(frozen=True, eq=False)
 class LayerReach:
-    """One layer's reach: measured [query, key] (True: the query's output moves with the key's input) and declared."""
+    """One layer's reach: measured [query, key] (True: the query's output moves with the key's input) and declared;
+    heads: the same per query head [head, query, key], where the kernel was probed (None: the module, whole)."""
 
     layer: int
     rule: str  # what the config declares, in words: "causal", "causal, window 4", "causal, chunks of 4", "both ways"
-    measured: np.ndarray  # (T, T) bool
+    measured: np.ndarray  # (T, T) bool: reached by any head
     declared: np.ndarray  # (T, T) bool
+    heads: np.ndarray | None = None  # (H, T, T) bool
 
     @property
     def as_declared(self) -> bool:
-        return bool((self.measured == self.declared).all())
+        return bool((self.measured == self.declared).all()) and not self.differing_heads
+
+    @property
+    def differing_heads(self) -> tuple[int, ...]:
+        """The heads whose reach is not the layer's (the union of its heads')."""
+        if self.heads is None:
+            return ()
+        return tuple(int(h) for h in np.flatnonzero((self.heads != self.measured).any((1, 2))))
 
     @property
     def first_difference(self) -> tuple[int, int] | None:
@@ -55,34 +76,42 @@ class LayerReach:
 
     @property
     def verdict(self) -> str:
-        """ "as declared", or where and which way the layer differs from its config."""
-        first = self.first_difference
-        if first is None:
-            return "as declared"
-        i, j = first
-        seen = "sees" if self.measured[i, j] else "does not see"
-        more = int((self.measured & ~self.declared).sum())
-        fewer = int((~self.measured & self.declared).sum())
-        return (f"query {i} {seen} key {j}, against the declared {self.rule} ({more} pairs reached that should not be, "
-                f"{fewer} not reached that should be)")
+        """ "as declared", or where and which way the layer differs from its config, and which heads see less."""
+        first, heads = self.first_difference, self.differing_heads
+        words = []
+        if first is not None:
+            i, j = first
+            seen = "sees" if self.measured[i, j] else "does not see"
+            more = int((self.measured & ~self.declared).sum())
+            fewer = int((~self.measured & self.declared).sum())
+            words.append(f"query {i} {seen} key {j}, against the declared {self.rule} ({more} pairs reached that should "
+                         f"not be, {fewer} not reached that should be)")
+        if heads:
+            assert self.heads is not None
+            missing = ", ".join(f"{h} ({int((self.measured & ~self.heads[h]).sum())})" for h in heads)
+            words.append(f"heads not reaching every pair the layer reaches (pairs missed): {missing}")
+        return "; ".join(words) or "as declared"
 
 
 @dataclass(frozen=True, eq=False)
 class Visibility:
-    """Every attention layer's reach on one input of `length` tokens."""
+    """Every attention layer's reach on one input of `length` tokens, probed through `kernel`."""
 
     model: str
     part: str
     length: int
+    kernel: str  # the attention implementation probed: "sdpa", "eager", or the model's own where it cannot be switched
     layers: tuple[LayerReach, ...]
 
     def table(self) -> list[dict[str, Any]]:
-        """One row per layer: its number, the declared rule and the verdict."""
-        return [{"layer": r.layer, "declared": r.rule, "verdict": r.verdict} for r in self.layers]
+        """One row per layer: its number, the declared rule, the verdict and what was probed."""
+        return [{"layer": r.layer, "declared": r.rule, "verdict": r.verdict,
+                 "probed": f"{self.kernel} kernel, per head" if r.heads is not None else "the whole module"}
+                for r in self.layers]
 
     @property
     def disagreeing(self) -> tuple[int, ...]:
-        """The layers whose measured reach is not their declared one."""
+        """The layers whose measured reach is not their declared one, or whose heads differ."""
         return tuple(r.layer for r in self.layers if not r.as_declared)
 
 
@@ -116,9 +145,10 @@ def declared_reach(T: int, causal: bool, window: int | None, chunk: int | None) 
 
 
 @torch.no_grad()
-def visibility(model: PretrainedModel, length: int, *, seed: int = 0) -> Visibility:
+def visibility(model: PretrainedModel, length: int, *, seed: int = 0, kernel: str | None = None) -> Visibility:
     """Each attention layer's measured reach on `length` random tokens (seed) against its declared one (module
-    docstring). ValueError for a length the model cannot read or a model whose attention cannot be probed."""
+    docstring). kernel: "sdpa" or "eager" (None: sdpa where the family has it, the default transformers loads).
+    ValueError for a length the model cannot read, an unknown kernel, or a model whose attention cannot be probed."""
     adapter = getattr(model, "adapter", None)
     if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
         raise ValueError(f"{model.name} is a TransformerLens model: visibility probes a Hugging Face model's modules")
@@ -127,6 +157,13 @@ def visibility(model: PretrainedModel, length: int, *, seed: int = 0) -> Visibil
         raise ValueError(f"length {length} is not one {model.name} reads here: from 2 to {limit} tokens")
     if adapter.kind == "encoder-decoder":
         raise ValueError(f"{model.name} is an encoder-decoder: its visibility is not probed yet")
+    hf = model.model
+    sdpa = bool(getattr(type(hf), "_supports_sdpa", False))
+    kernel = kernel or ("sdpa" if sdpa else "eager")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel {kernel!r} is not one the probe runs: {', '.join(KERNELS)}")
+    if kernel == "sdpa" and not sdpa:
+        raise ValueError(f"{model.name} has no sdpa kernel in transformers: its attention runs eager")
     part = "decoder" if adapter.kind == "decoder" else "encoder"
     vocab = model.tokenizer.vocab_size
     special = set(getattr(model.tokenizer, "all_special_ids", ()))
@@ -135,46 +172,143 @@ def visibility(model: PretrainedModel, length: int, *, seed: int = 0) -> Visibil
     layers = [layer for layer in range(model.num_layers[part]) if model.layer_kinds(part)[layer] == "softmax"]
     sites = {layer: adapter.site(part, layer) for layer in layers}
     calls: dict[nn.Module, list[tuple[tuple, dict]]] = {}
-    with contextlib.ExitStack() as hooks:
-        for module in {id(s.attention): s.attention for s in sites.values()}.values():
-            calls[module] = []
-            hooks.callback(module.register_forward_pre_hook(_keep_call(calls[module]), with_kwargs=True).remove)
-        adapter.forward(ids)
-    causal = adapter.causal(part)
     reaches = []
     generator = torch.Generator().manual_seed(seed)
-    for layer in layers:
-        site = sites[layer]
-        args, kwargs = calls[site.attention][site.call]
-        try:
-            measured = _probe(site.attention, args, kwargs, generator)
-        except (RuntimeError, TypeError, AttributeError, KeyError, IndexError) as error:
-            # a module that needs more than its call's arguments (a cache another layer filled, say)
-            raise ValueError(f"layer {layer}'s attention module cannot be called again on its own input "
-                             f"({type(error).__name__}: {error}), so its reach is not probed") from error
-        rule, window, chunk = declared_rule(model.model.config, layer, causal)
-        reaches.append(LayerReach(layer, rule, measured, declared_reach(length, causal, window, chunk)))
-    return Visibility(model.name, part, length, tuple(reaches))
+    with _probing(hf, kernel, [s.attention for s in sites.values()]) as probed:
+        with contextlib.ExitStack() as hooks:
+            for module in {id(s.attention): s.attention for s in sites.values()}.values():
+                calls[module] = []
+                hooks.callback(module.register_forward_pre_hook(_keep_call(calls[module]), with_kwargs=True).remove)
+            adapter.forward(ids)
+        causal = adapter.causal(part)
+        for layer in layers:
+            site = sites[layer]
+            args, kwargs = calls[site.attention][site.call]
+            try:
+                heads = _kernel_reach(site.attention, args, kwargs, generator) if probed else None
+                measured = heads.any(0) if heads is not None else _module_reach(site.attention, args, kwargs, generator)
+            except (RuntimeError, TypeError, AttributeError, KeyError, IndexError) as error:
+                # a module that needs more than its call's arguments (a cache another layer filled, say)
+                raise ValueError(f"layer {layer}'s attention module cannot be called again on its own input "
+                                 f"({type(error).__name__}: {error}), so its reach is not probed") from error
+            rule, window, chunk = declared_rule(hf.config, layer, causal)
+            reaches.append(LayerReach(layer, rule, measured, declared_reach(length, causal, window, chunk), heads))
+        used = kernel if probed else str(hf.config._attn_implementation)
+    return Visibility(model.name, part, length, used, tuple(reaches))
 
 
-def _probe(module: nn.Module, args: tuple, kwargs: dict, generator: torch.Generator) -> np.ndarray:
-    """(T, T) bool: [i, j] True where the module's output at i changes when its input at j does.
+_ACTIVE = threading.local()  # the probe running in this thread: (module, its input at each change, reach found)
 
-    The input is the mean of what the module received, the same vector at every position, so that no key scores far
-    above another for its content: a trained head's peaks would leave other keys at a weight too small to move the
-    output in float32, looking unreached. Key j's input then changes three ways along a random direction u_j: pushed
-    far both ways (+- PUSHES[0] * rms * u_j), so that in one of the two it scores high for any query that can see it
-    even where positions alone make a head peaked, and nudged (PUSHES[1]), which shows the query's own position (a
-    push far enough moves its query too, and may leave all its weight on keys whose values are the same vector).
-    Each call holds the unchanged input first, so that the changed ones are compared with an output of the same
-    batched kernels."""
+
+@contextlib.contextmanager
+def _probing(hf: nn.Module, kernel: str, modules: list[nn.Module]) -> Iterator[bool]:
+    """While open, hf's attention runs `kernel` through the probe's registered function (True), which does what
+    `kernel` does except for the module this thread probes; False (and nothing changed) where the model cannot be
+    switched: a family whose modules do not call transformers' AttentionInterface, or without `kernel`'s code."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    if kernel == "eager" and not all(_eager(m) for m in modules):
+        yield False
+        return
+    name = f"{PROBE}_{kernel}"
+    AttentionInterface.register(name, _probe_function(kernel))  # the same function each time
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[kernel])  # the kernel's own masks
+    before = hf.config._attn_implementation
+    try:
+        hf.set_attn_implementation(name)
+    except (ValueError, ImportError):
+        yield False
+        return
+    try:
+        yield hf.config._attn_implementation == name
+    finally:
+        hf.set_attn_implementation(before)
+
+
+def _eager(module: nn.Module) -> Callable | None:
+    """The family's own eager attention function (what its modules run when no other kernel is set), or None."""
+    return getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+
+
+def _probe_function(kernel: str) -> Callable:
+    def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+        from transformers import AttentionInterface
+
+        real = _eager(module) if kernel == "eager" else AttentionInterface()[kernel]
+        if kernel != "eager":
+            kwargs.pop("output_attentions", None)  # only eager returns weights (the hooked forward asks every kernel)
+        probe = getattr(_ACTIVE, "probe", None)
+        if probe is not None and probe["module"] is module:
+            probe["heads"] = _kernel_probes(real, module, query, key, value, attention_mask, kwargs)
+        return real(module, query, key, value, attention_mask, **kwargs)
+    return attention
+
+
+def _kernel_reach(module: nn.Module, args: tuple, kwargs: dict, generator: torch.Generator) -> np.ndarray | None:
+    """(H, T, T) bool [head, query i, key j]: head h's output at i moves with key j (None: the module did not call
+    the probe's kernel). The module runs once on three inputs: the mean of what it received, at every position, and
+    that pushed far along a random direction per position, both ways; its projections are position by position, so
+    row j of their keys and values is what key j's input pushed alone gives (_kernel_probes)."""
     received, rest_args, rest_kwargs, positional = _split(args, kwargs)
+    hidden, unit = _probe_input(received, generator)
+    two = torch.cat([hidden, hidden + PUSH * unit])  # (2, T, d)
+    _ACTIVE.probe = {"module": module, "heads": None}
+    try:
+        _output(module, two, rest_args, rest_kwargs, positional)
+        return _ACTIVE.probe["heads"]
+    finally:
+        _ACTIVE.probe = None
+
+
+def _kernel_probes(real: Callable, module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   mask: Any, kwargs: dict) -> np.ndarray:
+    """query (3, H, T, d), key and value (3, H_kv, T, d): the unchanged input's, then pushed both ways (_kernel_reach).
+
+    Each probe keeps the unchanged queries and every key and value but key j's, which is replaced by a pushed one:
+    key j then scores far above or below its neighbours for every query, so one of the two pushes lifts it over any
+    weighting the positions give (ALiBi's far keys, say, whose weight underflows to 0 unpushed), and its value moves.
+    The queries stay as they were, so that a query's own key is probed like any other. A call holds the unchanged
+    input first, so that the changed ones are compared with an output of the same batched kernel."""
+    H, T = query.shape[1], key.shape[2]
+    moved_key, moved_value = key[1] - key[0], value[1] - value[0]  # (H_kv, T, d): what the pushed input moves
+    per_call = max(1, KERNEL_BYTES // (8 * H * T * T))  # keys a call: two probes each, scores and weights in float32
+    heads = np.zeros((H, T, T), dtype=bool)
+    for start in range(0, T, per_call):
+        keys = torch.arange(start, min(T, start + per_call))
+        n = 2 * len(keys) + 1
+        k, v = key[:1].repeat(n, 1, 1, 1), value[:1].repeat(n, 1, 1, 1)  # (n, H_kv, T, d)
+        for way, sign in ((0, 1.0), (1, -1.0)):  # key j moved one way, then the other
+            rows = 1 + 2 * torch.arange(len(keys)) + way
+            k[rows, :, keys] = (key[0] + sign * KEY_GAIN * moved_key)[:, keys].transpose(0, 1)  # (keys, H_kv, d)
+            v[rows, :, keys] = (value[0] + sign * moved_value)[:, keys].transpose(0, 1)
+        out = real(module, query[:1].expand(n, -1, -1, -1), k, v, mask, **kwargs)[0].float()  # (n, T, H, d)
+        moved = (out[1:] - out[0]).abs().amax(-1) > CHANGED * float(out[0].abs().max())  # (2 keys, T, H)
+        heads[:, :, start:start + len(keys)] = moved.unflatten(0, (len(keys), 2)).any(1).permute(2, 1, 0).numpy()
+    return heads
+
+
+def _probe_input(received: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(1, T, d) the mean of what the module received, the same vector at every position, so that no key scores far
+    above another for its content (a trained head's peaks would leave other keys at a weight too small to move the
+    output in float32); (T, d) a random direction per position, scaled to the input's root mean square."""
     T, d = received.shape[1:]
-    hidden = received.mean(1, keepdim=True).expand(-1, T, -1)  # (1, T, d): one vector at every position
+    hidden = received.mean(1, keepdim=True).expand(-1, T, -1)
     rms = float(received.float().pow(2).mean().sqrt()) or 1.0
     directions = torch.randn(T, d, generator=generator)
-    unit = (rms * directions / directions.pow(2).mean(-1, keepdim=True).sqrt()).to(received)  # (T, d)
-    changes = (PUSHES[0], -PUSHES[0], PUSHES[1])  # per key
+    return hidden, (rms * directions / directions.pow(2).mean(-1, keepdim=True).sqrt()).to(received)
+
+
+def _module_reach(module: nn.Module, args: tuple, kwargs: dict, generator: torch.Generator) -> np.ndarray:
+    """(T, T) bool: [i, j] True where the whole module's output at i changes when its input at j does (for a module
+    whose kernel cannot be reached). Key j's input changes three ways: pushed far both ways, as in _kernel_probes,
+    and nudged, which shows the query's own position (a push far enough moves its query too, and may leave all its
+    weight on keys whose values are the same vector). Each call holds the unchanged input first."""
+    received, rest_args, rest_kwargs, positional = _split(args, kwargs)
+    hidden, unit = _probe_input(received, generator)
+    T = received.shape[1]
+    changes = (PUSH, -PUSH, NUDGE)  # per key
     n = len(changes)
     reach = np.zeros((T, T), dtype=bool)
     batched = True

@@ -27,8 +27,8 @@ def reach_figure(measured: np.ndarray, declared: np.ndarray, tokens: Sequence[st
         hovertemplate="query %{y}, key %{x}: %{customdata}<extra></extra>", xgap=1, ygap=1,
         colorbar={"tickvals": [0, 1, 2, 3], "ticktext": list(STATES), "len": 0.9}))
     side = min((width or WIDE_PX) - 260, 16 * T + 80)
-    fig.update_xaxes(**token_axis(tokens, "key"), tickangle=-90, constrain="domain")
-    fig.update_yaxes(**token_axis(tokens, "query"), autorange="reversed", scaleanchor="x")
+    fig.update_xaxes(**token_axis(tokens, "key"), tickangle=-90, constrain="domain", automargin=True)
+    fig.update_yaxes(**token_axis(tokens, "query"), autorange="reversed", scaleanchor="x", automargin=True)
     title_layout, top = title_block(title, (width or WIDE_PX) - 20)
     fig.update_layout(title=title_layout, height=top + side + 120, margin={"l": 10, "r": 10, "t": top, "b": 10},
                       dragmode=False, hovermode="closest")

@@ -1,5 +1,6 @@
 """Analysis -> Layer reach (AppTest): on induction-2l and MiniLM every layer's probed reach is its declared one, in
-the table and in the picture (causal on the decoder, both ways on the encoder); a configurable layer says why not."""
+the table and in the picture (causal on the decoder, both ways on the encoder), through either kernel, from the
+control or a link; a link's unknown kernel gets a notice; a configurable layer says why not."""
 
 from __future__ import annotations
 
@@ -13,13 +14,18 @@ from tests.app.test_generate_app import chart
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.parametrize("params, rule", [({"model": INDUCTION_MODEL, "text": CAUSAL_EXAMPLE, "layer": "1"}, "causal"),
-                                          ({}, "both ways")])
-def test_every_layer_is_as_declared_and_drawn(params, rule) -> None:
-    at = new_app(mode="Pretrained", view="Analysis", section="Layer reach", **params).run()
+INDUCTION = {"model": INDUCTION_MODEL, "text": CAUSAL_EXAMPLE, "layer": "1"}
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "eager"])
+@pytest.mark.parametrize("params, rule", [(INDUCTION, "causal"), ({}, "both ways")])
+def test_every_layer_is_as_declared_and_drawn(params, rule, kernel) -> None:
+    at = new_app(mode="Pretrained", view="Analysis", section="Layer reach", reach_kernel=kernel, **params).run()
     assert not at.exception and not at.error and not at.warning
+    assert at.radio(key="reach_kernel").value == kernel
     table = at.dataframe[0].value
     assert set(table["declared"]) == {rule} and set(table["verdict"]) == {"as declared"}
+    assert set(table["probed"]) == {f"{kernel} kernel, per head"}
     z = z_matrix(chart(at, "analysis_reach")["data"][0])  # 0: not reached, 1: reached, both as declared
     T = z.shape[0]
     expected = [[int(j <= i or rule == "both ways") for j in range(T)] for i in range(T)]
@@ -29,3 +35,13 @@ def test_every_layer_is_as_declared_and_drawn(params, rule) -> None:
 def test_a_configurable_layer_says_why_not() -> None:
     at = new_app(view="Analysis", section="Layer reach").run()
     assert not at.exception and any("needs a model to probe" in i.value for i in at.info)
+
+
+def test_the_kernel_control_reprobes_and_a_bad_link_gets_a_notice() -> None:
+    at = new_app(mode="Pretrained", view="Analysis", section="Layer reach", **INDUCTION).run()
+    assert set(at.dataframe[0].value["probed"]) == {"sdpa kernel, per head"}  # transformers' default
+    at.radio(key="reach_kernel").set_value("eager").run()
+    assert not at.exception and set(at.dataframe[0].value["probed"]) == {"eager kernel, per head"}
+    at = new_app(mode="Pretrained", view="Analysis", section="Layer reach", reach_kernel="flash", **INDUCTION).run()
+    assert not at.exception and any("URL parameter reach_kernel" in w.value.replace("\\_", "_") for w in at.warning)
+    assert at.radio(key="reach_kernel").value == "sdpa"

@@ -75,13 +75,49 @@ def expected(rule: str) -> np.ndarray:
     return reach
 
 
+WHOLE_MODULE = {"bloom", "gpt_neo"}  # families whose modules do not call transformers' AttentionInterface
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "eager"])
 @pytest.mark.parametrize("name", RULES)
-def test_every_layers_measured_reach_is_the_declared_one(models, name):
-    v = visibility(models[name], T)
+def test_every_layers_measured_reach_is_the_declared_one(models, name, kernel):
+    m = models[name]
+    if kernel == "sdpa" and not type(m.model)._supports_sdpa:  # Gemma 2's soft cap, gpt-oss's sinks, Bloom, GPT-Neo
+        with pytest.raises(ValueError, match="no sdpa kernel"):
+            visibility(m, T, kernel=kernel)
+        return
+    v = visibility(m, T, kernel=kernel)
     assert [r.rule for r in v.layers] == RULES[name] and v.disagreeing == ()
     for r in v.layers:
         assert np.array_equal(r.measured, expected(r.rule)) and np.array_equal(r.declared, expected(r.rule))
         assert r.verdict == "as declared"
+        if name in WHOLE_MODULE:  # probed whole, on the model's own kernel
+            assert r.heads is None and v.kernel == "eager"
+        else:  # probed through the kernel, head by head: every head reaches what the layer does
+            assert r.heads.shape == (m.model.config.num_attention_heads, T, T) and (r.heads == r.measured).all()
+    if name not in WHOLE_MODULE:
+        assert v.kernel == kernel
+    assert m.model.config._attn_implementation == "eager"  # the model's own implementation is back
+
+
+def test_the_model_computes_as_before_during_and_after_a_probe(models):
+    """The probe's attention function runs the real kernel for every call but the probed one: a forward pass while it
+    is set (another session's, say) gives the model's own logits, and so does one after."""
+    sys = __import__("sys")
+    probe = sys.modules["mha_viz.analysis.visibility"]
+    m = models["llama"]
+    ids = torch.arange(1, 11)[None]
+    with torch.no_grad():
+        before = m.model(input_ids=ids).logits
+        with probe._probing(m.model, "sdpa", [m.adapter.site("decoder", 0).attention]) as switched:
+            during = m.model(input_ids=ids).logits
+        after = m.model(input_ids=ids).logits
+    assert switched and torch.allclose(during, before, atol=1e-5) and torch.equal(after, before)
+
+
+def test_an_unknown_kernel_is_refused(models):
+    with pytest.raises(ValueError, match="sdpa, eager"):
+        visibility(models["gpt2"], T, kernel="flash_attention_2")
 
 
 def on_mask(change: Callable[[np.ndarray], np.ndarray]):
@@ -89,9 +125,11 @@ def on_mask(change: Callable[[np.ndarray], np.ndarray]):
     the bug's (the mask's own form kept: additive float or boolean)."""
     def hook(module, args, kwargs):
         mask = kwargs.get("attention_mask")
-        if mask is None:  # no mask (an encoder without padding): every pair allowed, as an additive mask
+        if mask is None:  # no mask: every pair allowed (an encoder), or causal by the kernel's flag (sdpa), additive
             hidden = args[0] if args else kwargs["hidden_states"]
-            mask = hidden.new_zeros(1, 1, hidden.shape[1], hidden.shape[1])
+            T = hidden.shape[1]
+            hidden_pairs = torch.ones(T, T).triu(1).bool() if getattr(module, "is_causal", False) else torch.zeros(T, T)
+            mask = hidden.new_zeros(1, 1, T, T).masked_fill(hidden_pairs.bool(), torch.finfo(hidden.dtype).min)
         allowed = mask == 0 if mask.is_floating_point() else mask
         new = torch.as_tensor(change(allowed[0, 0].numpy().copy()))[None, None].expand_as(allowed)
         fill = torch.zeros((), dtype=mask.dtype) if mask.is_floating_point() else None
@@ -178,19 +216,53 @@ BUGS = [  # (family, layer, bug, the first (query, key) it changes)
 ]
 
 
+@pytest.mark.parametrize("kernel", ["sdpa", "eager"])
 @pytest.mark.parametrize("name, layer, bug, first", BUGS, ids=[f"{b[0]}-{b[1]}-{b[2].__name__}" for b in BUGS])
-def test_a_planted_mask_bug_is_flagged_at_its_layer(models, name, layer, bug, first):
+def test_a_planted_mask_bug_is_flagged_at_its_layer(models, name, layer, bug, first, kernel):
     m = models[name]
     part = "encoder" if m.adapter.kind == "encoder" else "decoder"
     handle = m.adapter.site(part, layer).attention.register_forward_pre_hook(on_mask(bug), with_kwargs=True)
+    if kernel == "sdpa" and not type(m.model)._supports_sdpa:
+        pytest.skip(f"{name} has no sdpa kernel")
     try:
-        v = visibility(m, T)
+        v = visibility(m, T, kernel=kernel)
     finally:
         handle.remove()
     assert v.disagreeing == (layer,)
     (flagged,) = [r for r in v.layers if r.layer == layer]
     assert flagged.first_difference == first and f"query {first[0]}" in flagged.verdict
     assert np.array_equal(flagged.measured, bug(expected(flagged.rule)))  # the probe sees the bug's exact reach
+
+
+def one_head_windowed(module, args, kwargs):
+    """A forward pre-hook: head 1 alone kept to a causal window of 4 (the mask given one [head, query, key] plane a
+    head, as an additive mask)."""
+    hidden = args[0] if args else kwargs["hidden_states"]
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = (j <= i).expand(module.config.num_attention_heads, T, T).clone()
+    allowed[1] &= i - j < 4
+    kwargs["attention_mask"] = torch.zeros(1, *allowed.shape, dtype=hidden.dtype).masked_fill(
+        ~allowed, torch.finfo(hidden.dtype).min)
+    return args, kwargs
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "eager"])
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_a_head_whose_reach_differs_is_named(models, name, kernel):
+    """Per head where it differs: a mask that windows head 1 alone leaves the layer's reach (any head's) causal, so
+    only the heads say it, and the verdict names head 1 and the pairs it misses."""
+    m = models[name]
+    handle = m.adapter.site("decoder", 1).attention.register_forward_pre_hook(one_head_windowed, with_kwargs=True)
+    try:
+        v = visibility(m, T, kernel=kernel)
+    finally:
+        handle.remove()
+    (flagged,) = [r for r in v.layers if not r.as_declared]
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    assert flagged.layer == 1 and flagged.first_difference is None and flagged.differing_heads == (1,)
+    assert np.array_equal(flagged.heads[1], (j <= i) & (i - j < 4)) and np.array_equal(flagged.heads[0], j <= i)
+    missed = int(((j <= i) & (i - j >= 4)).sum())
+    assert f"heads not reaching every pair the layer reaches (pairs missed): 1 ({missed})" in flagged.verdict
 
 
 def test_a_length_the_model_cannot_read_is_refused(models):

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ....fields import choice
 from ....parts import EVERY_MODE, Part
 
 if TYPE_CHECKING:
     from ...analysis import SectionContext
 
-MAX_PROBED = 64  # tokens probed: every key costs one call of each layer's attention module
+MAX_PROBED = 64  # tokens probed: every key costs two probes of each layer's attention kernel
+KERNELS = ("sdpa", "eager")  # analysis.visibility.KERNELS, in the order the control offers them
 PART = Part("Layer reach", EVERY_MODE, f"{__name__}:render", order=88,
             help="Which keys each layer lets a token see, measured by probing the model, beside what its config "
-            "declares.")
+            "declares.", fields=(choice("reach_kernel", "sdpa", KERNELS),))
 
 
 def render(c: SectionContext) -> None:
@@ -22,6 +24,8 @@ def render(c: SectionContext) -> None:
     from ....analysis import visibility
     from ....figures.reach import reach_figure
     from ...fair import heavy
+    from ...state import put
+    from ...state import value as field_value
     from ...style import page_width
     from ...text import plain
     from ...views import chart
@@ -32,16 +36,25 @@ def render(c: SectionContext) -> None:
                 "drawn in the Heads view.")
         return
     T = min(len(c.trace.query_tokens), MAX_PROBED)
+    kernels = KERNELS if getattr(type(model.model), "_supports_sdpa", False) else ("eager",)
+    if field_value("reach_kernel") not in kernels:
+        put("reach_kernel", "eager")  # this family has no sdpa kernel: not a bad link, the only choice
+    kernel = st.radio("Attention kernel probed", kernels, key="reach_kernel", horizontal=True,
+                      help="The code that applies the mask: sdpa, transformers' default, or eager, the plain one "
+                      "mha-viz reads weights from. A bug can live in one and not the other.")
     try:
         with heavy("Probing every layer"):
-            report = c.source.memo(("visibility", T), lambda: visibility(model, T))
+            report = c.source.memo(("visibility", T, kernel), lambda: visibility(model, T, kernel=kernel))
     except ValueError as err:
         st.info(f"Layer reach is unavailable: {plain(str(err))}.")
         return
-    st.caption(f"Each layer's attention module is called again with the mask and positions it got on {T} random "
-               "tokens, on one vector at every position, one key's input pushed at a time: a query reaches the key "
-               "when its output moves. Nothing of the config is read for that; the declared reach is what the config "
-               "says (causal or both ways, sliding windows, chunks).")
+    st.caption(f"One forward pass on {T} random tokens keeps the mask and positions each layer's attention module "
+               "gets. The module is then run again on one vector at every position, and its attention kernel "
+               f"({report.kernel}) with one key's key and value pushed far one way, then the other: a query reaches "
+               "the key when its output moves, head by head (a family whose module does not call transformers' "
+               "attention interface is probed whole: the table's last column says which). Nothing of the config is "
+               "read for that; the declared reach is what the config says (causal or both ways, sliding windows, "
+               "chunks).")
     st.dataframe(report.table(), hide_index=True, width="stretch")
     layer = next((r for r in report.layers if r.layer == c.layer), None)
     if layer is None:
