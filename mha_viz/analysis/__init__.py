@@ -49,7 +49,7 @@ from .rollout import attention_rollout
 from .score_attribution import ScoreAttribution, score_attribution, score_attribution_unavailable
 from .score_terms import ScoreTerms, score_terms
 from .tokens import without_tokens
-from .visibility import LayerReach, Visibility, visibility
+from .visibility import LayerReach, Visibility, probe_kernels, visibility
 
 __all__ = [
     "ABLATIONS",
@@ -110,6 +110,7 @@ __all__ = [
     "patching_unavailable",
     "path_patching",
     "path_patching_scan",
+    "probe_kernels",
     "qk_circuit",
     "redundancy",
     "relative_change",

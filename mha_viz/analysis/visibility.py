@@ -158,11 +158,10 @@ def visibility(model: PretrainedModel, length: int, *, seed: int = 0, kernel: st
     if adapter.kind == "encoder-decoder":
         raise ValueError(f"{model.name} is an encoder-decoder: its visibility is not probed yet")
     hf = model.model
-    sdpa = bool(getattr(type(hf), "_supports_sdpa", False))
-    kernel = kernel or ("sdpa" if sdpa else "eager")
+    kernel = kernel or probe_kernels(model)[0]
     if kernel not in KERNELS:
         raise ValueError(f"kernel {kernel!r} is not one the probe runs: {', '.join(KERNELS)}")
-    if kernel == "sdpa" and not sdpa:
+    if kernel not in probe_kernels(model):
         raise ValueError(f"{model.name} has no sdpa kernel in transformers: its attention runs eager")
     part = "decoder" if adapter.kind == "decoder" else "encoder"
     vocab = model.tokenizer.vocab_size
@@ -195,6 +194,14 @@ def visibility(model: PretrainedModel, length: int, *, seed: int = 0, kernel: st
             reaches.append(LayerReach(layer, rule, measured, declared_reach(length, causal, window, chunk), heads))
         used = kernel if probed else str(hf.config._attn_implementation)
     return Visibility(model.name, part, length, used, tuple(reaches))
+
+
+def probe_kernels(model: Any) -> tuple[str, ...]:
+    """The kernels visibility probes on this model, its default first: sdpa where the family has it, and eager; ()
+    for a model without a Hugging Face module (TransformerLens)."""
+    if getattr(model, "adapter", None) is None:
+        return ()
+    return KERNELS if getattr(type(model.model), "_supports_sdpa", False) else ("eager",)
 
 
 _ACTIVE = threading.local()  # the probe running in this thread: (module, its input at each change, reach found)

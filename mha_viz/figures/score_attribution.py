@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..limits import client_int
 from .common import PANEL_TITLE_PX, WIDE_PX, f32, lines_px, symmetric_range, title_block, wrap
 
 VALUES_UP_TO = 14  # sources per side with every value printed in its cell
@@ -57,3 +58,42 @@ def score_attribution_figure(table: np.ndarray, sources: Sequence[str], removed:
     fig.update_layout(title=title_layout, height=top + grid_px + gap_px + bar_px + 60,
                       margin={"l": 10, "r": 10, "t": top, "b": 10}, dragmode=False, hovermode="closest")
     return fig
+
+
+def with_cell_picker(fig: go.Figure, weights: np.ndarray, allowed: np.ndarray,
+                     chosen: tuple[int, int] | None = None) -> go.Figure:
+    """fig (one head's [query, key] heatmap of weights (T, S) on axes x, y) with a click target on every allowed
+    cell: a transparent marker carrying (query, key), read back by picked_cell, and the hover (Plotly reports no
+    click on a heatmap's own cells, so the heatmap's hover is left to the markers); chosen (query, key): outlined."""
+    T, S = allowed.shape
+    queries, keys = (a.astype(np.int32) for a in np.nonzero(allowed))  # Plotly.js reads no 64-bit integers
+    fig.update_traces(hoverinfo="skip", hovertemplate=None, selector={"type": "heatmap"})
+    fig.add_trace(go.Scatter(
+        x=keys, y=queries, mode="markers", customdata=np.stack([queries, keys], 1), showlegend=False,
+        text=[f"{w:.3f}" for w in np.asarray(weights)[queries, keys]], name="pick a cell",
+        marker={"size": 14, "opacity": 0, "symbol": "square"},
+        hovertemplate="query %{customdata[0]}, key %{customdata[1]}: weight %{text}. Click to explain this score"
+                      "<extra></extra>",
+        selected={"marker": {"opacity": 0}}, unselected={"marker": {"opacity": 0}}, xaxis="x", yaxis="y"))
+    if chosen is not None:
+        q, k = chosen
+        fig.add_shape(type="rect", x0=k - 0.5, x1=k + 0.5, y0=q - 0.5, y1=q + 0.5, xref="x", yref="y",
+                      line={"color": "crimson", "width": 3})
+    fig.update_xaxes(range=[-0.5, S - 0.5], autorange=False)  # the cells, not the markers' reach
+    fig.update_yaxes(range=[T - 0.5, -0.5], autorange=False, scaleanchor="x")  # reversed: query 0 on top; square cells
+    fig.update_layout(hovermode="closest", dragmode=False)
+    return fig
+
+
+def picked_cell(points: object, T: int, S: int) -> tuple[int, int] | None:
+    """(query, key) of the cell a click on with_cell_picker's figure landed on, from a Plotly selection's points;
+    None for anything else a (crafted) browser sends: values are checked like URL values."""
+    for point in points if isinstance(points, (list, tuple)) else ():
+        custom = point.get("customdata") if isinstance(point, dict) else None
+        if isinstance(custom, dict):  # a typed array's row arrives as {"0": query, "1": key}
+            custom = [custom.get("0"), custom.get("1")] if len(custom) == 2 else None
+        if isinstance(custom, (list, tuple)) and len(custom) == 2:
+            query, key = client_int(custom[0], 0, T - 1), client_int(custom[1], 0, S - 1)
+            if query is not None and key is not None:
+                return query, key
+    return None

@@ -153,6 +153,7 @@ def test_values_a_crafted_browser_sends_back_are_checked_like_url_values() -> No
     anything but a whole number in range is refused (None), as the URL's own values are."""
     from mha_viz.figures.lines import picked_token
     from mha_viz.figures.overview import picked_head
+    from mha_viz.figures.score_attribution import picked_cell
     from mha_viz.limits import MAX_LAYERS, client_int
     from mha_viz.ui.heads_component import picked, zoom_cell
 
@@ -161,12 +162,19 @@ def test_values_a_crafted_browser_sends_back_are_checked_like_url_values() -> No
         assert picked({"layer": bad}, "layer", MAX_LAYERS) is None
         assert picked_head([{"customdata": [bad, 0]}]) is None and picked_head([{"customdata": [0, bad]}]) is None
         assert picked_token([{"customdata": ["query", bad]}]) is None
+        assert picked_cell([{"customdata": [bad, 0]}], 16, 16) is None and picked_cell([{"customdata": [0, bad]}], 16, 16) is None
+        assert picked_cell([{"customdata": {"0": bad, "1": 0}}], 16, 16) is None
         assert zoom_cell({"zoom": {"row": bad, "col": 0}}, 16, 16) is None
         assert zoom_cell({"zoom": {"row": 0, "col": bad}}, 16, 16) is None
     for bad_shape in (None, "x", 3, [], [3], [1, 2, 3]):
         assert picked(bad_shape, "layer", MAX_LAYERS) is None and picked_head(bad_shape) is None
         assert zoom_cell(bad_shape, 16, 16) is None and zoom_cell({"zoom": bad_shape}, 16, 16) is None
     assert picked_token("points") is None and picked_head([None, "x", {"customdata": "ab"}]) is None
+    for bad_shape in (None, "x", 3, [], [3], [1, 2, 3], {"0": 1}, {"0": 1, "2": 3}):
+        assert picked_cell([{"customdata": bad_shape}], 16, 16) is None and picked_cell(bad_shape, 16, 16) is None
+    # the pattern's cell as a browser sends it (a typed array's row as an object) and as a list
+    assert picked_cell([{"customdata": {"0": 5, "1": 2}}], 16, 16) == (5, 2) == picked_cell([{"customdata": [5, 2.0]}], 16, 16)
+    assert picked_cell([{"customdata": [16, 2]}], 16, 16) is None  # past the text's end
     # what a real browser sends still works (JSON numbers may come as floats)
     assert picked({"layer": 3}, "layer", MAX_LAYERS) == 3 and picked({"layer": 3.0}, "layer", MAX_LAYERS) == 3
     assert picked({"layer": MAX_LAYERS}, "layer", MAX_LAYERS) is None

@@ -1,5 +1,6 @@
 """Analysis -> Why this key (AppTest): on induction-2l the section splits the induction heads' score at the repeated
-token into the library's terms, says in words what carries it, follows the query, key and head controls and a link;
+token into the library's terms, says in words what carries it, draws the head's pattern with a click target on every
+cell the query sees and the explained cell outlined, follows the query, key and head controls and a link;
 bad link values are replaced with a notice; a model or layer it cannot split says why."""
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ def test_the_induction_heads_key_is_split_as_the_library_splits_it() -> None:
 def test_the_controls_and_a_link_pick_the_query_key_and_head() -> None:
     at = new_app(**CAUSAL, why_query="5", why_key="2", head="3").run()
     assert not at.exception and not at.warning
+    pattern = chart(at, "analysis_why_pattern")  # head 3's weights, every seen (query, key) a click target
+    T = len(load_model(INDUCTION_MODEL).tokens(CAUSAL_EXAMPLE))
+    (picker,) = [t for t in pattern["data"] if t.get("name") == "pick a cell"]
+    cells = z_matrix({"z": picker["customdata"]}).astype(int).tolist()
+    assert cells == [[i, j] for i in range(T) for j in range(i + 1)]  # causal: the keys up to the query
+    (outline,) = pattern["layout"]["shapes"]
+    assert (outline["x0"], outline["y0"]) == (1.5, 4.5)  # key 2, query 5
     assert (at.selectbox(key="why_query").value, at.selectbox(key="why_key").value, at.selectbox(key="head").value) == (
         5, 2, 3)
     sa = score_attribution(load_model(INDUCTION_MODEL), CAUSAL_EXAMPLE, layer=1, head=3, query=5)

@@ -81,6 +81,32 @@ def test_the_key_is_picked_from_the_keyboard(server: str, browser) -> None:
         page.get_by_text("gives key 1 (the)", exact=False).wait_for(timeout=60_000)  # the sentence follows
 
 
+CELL_JS = """([query, key]) => {
+    """ + VALUES + """
+    const gd = [...document.querySelectorAll('.js-plotly-plot')].find(g => g.data && g.data.some(t => t.name === 'pick a cell'));
+    if (!gd) return null;
+    const trace = gd.data.find(t => t.name === 'pick a cell'), cells = values(trace.customdata);
+    const i = cells.findIndex(c => c[0] === query && c[1] === key);
+    const [x0, x1] = gd.layout.xaxis.range, [y0, y1] = gd.layout.yaxis.range;
+    const box = gd.querySelector('.nsewdrag[data-subplot="xy"]').getBoundingClientRect();
+    const x = values(trace.x)[i], y = values(trace.y)[i];
+    return [box.left + (x - x0) / (x1 - x0) * box.width, box.top + (y1 - y) / (y1 - y0) * box.height];
+}"""
+
+
+def test_a_click_on_the_heads_pattern_picks_the_query_and_key(server: str, browser) -> None:
+    """The head's pattern above the table: every cell a query sees is a click target; a click explains that cell."""
+    with painted(browser, server, "Why this key", "query side") as (page, _):
+        page.wait_for_function(f"() => ({CELL_JS})([5, 2]) !== null", timeout=60_000)
+        x, y = page.evaluate(CELL_JS, [5, 2])
+        page.mouse.move(x, y)
+        page.get_by_text("query 5, key 2: weight", exact=False).wait_for(timeout=30_000)
+        page.mouse.click(x, y)
+        wait_for_query(page, r"why_query=5.*why_key=2|why_key=2.*why_query=5")
+        page.get_by_text("Query 5 (", exact=False).first.wait_for(timeout=60_000)  # the sentence follows
+        page.get_by_text("gives key 2 (", exact=False).first.wait_for(timeout=60_000)
+
+
 @pytest.mark.parametrize("width", [390, 1400])
 def test_layer_reach_paints_the_causal_reach_fits_and_passes_axe(server: str, browser, width: int) -> None:
     """Analysis -> Layer reach (the same page, another section): layer 1 probed as declared, causal, drawn whole."""

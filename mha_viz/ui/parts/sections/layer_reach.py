@@ -21,7 +21,7 @@ PART = Part("Layer reach", EVERY_MODE, f"{__name__}:render", order=88,
 def render(c: SectionContext) -> None:
     import streamlit as st
 
-    from ....analysis import visibility
+    from ....analysis import probe_kernels, visibility
     from ....figures.reach import reach_figure
     from ...fair import heavy
     from ...state import put
@@ -36,7 +36,7 @@ def render(c: SectionContext) -> None:
                 "drawn in the Heads view.")
         return
     T = min(len(c.trace.query_tokens), MAX_PROBED)
-    kernels = KERNELS if getattr(type(model.model), "_supports_sdpa", False) else ("eager",)
+    kernels = probe_kernels(model) or ("eager",)  # (): not probed, which visibility says below
     if field_value("reach_kernel") not in kernels:
         put("reach_kernel", "eager")  # this family has no sdpa kernel: not a bad link, the only choice
     kernel = st.radio("Attention kernel probed", kernels, key="reach_kernel", horizontal=True,

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from ....analysis import ScoreAttribution
     from ...analysis import SectionContext
 
+MAX_CLICKABLE = 96  # tokens up to which the head's pattern is drawn with a click target on every cell
 PART = Part("Why this key", EVERY_MODE, f"{__name__}:render", order=85,
             help="Why a query puts its weight on a key: its score split by where the query and the key came from.",
             fields=(StateField("why_query", None, optional_int(MAX_TOKENS - 1),  # None: the last position
@@ -22,11 +23,13 @@ PART = Part("Why this key", EVERY_MODE, f"{__name__}:render", order=85,
 
 
 def render(c: SectionContext) -> None:
+    import numpy as np
     import streamlit as st
 
     from ....analysis import score_attribution, score_attribution_unavailable
+    from ....figures import heads_figure
     from ....figures.common import visible_token
-    from ....figures.score_attribution import score_attribution_figure
+    from ....figures.score_attribution import score_attribution_figure, with_cell_picker
     from ...analysis import clamp_heads
     from ...state import fit, put
     from ...state import value as field_value
@@ -75,6 +78,12 @@ def render(c: SectionContext) -> None:
         st.warning(f"Cannot split this score: {plain(str(err))}")
         return
     key = sa.winner if key is None else key
+    if T <= MAX_CLICKABLE:
+        allowed = np.isfinite(trace.scores[head]) if trace.scores is not None else np.ones((T, T), dtype=bool)
+        fig = heads_figure(trace, [head], cols=1, cell_px=18, width=page_width(),
+                           title=f"Layer {c.layer}, head {head}: click a cell to explain its score")
+        chart(with_cell_picker(fig, trace.weights[head], allowed, (query, key)), "analysis_why_pattern",
+              f"{c.name}-L{c.layer}H{head}-pattern", on_select=lambda: _on_cell_click(T))
     st.markdown(_sentence(sa, key, lambda i: f"{i} (**{plain(visible_token(tokens[i]))}**)"))
     chart(score_attribution_figure(
         sa.table(key), sa.sources, sa.removed[:, key], float(sa.weights[key]), width=page_width(),
@@ -87,6 +96,17 @@ def render(c: SectionContext) -> None:
                f"side reads the stream through the layer's {sa.norm}, frozen at the scale it measured at each "
                f"position (at the query: {sa.norm_scales[query]:.4g}); *bias* is what does not depend on the input "
                "(the norm's shift and the projection's bias). The bars recompute the row exactly, norm included.")
+
+
+def _on_cell_click(T: int) -> None:
+    """A click on the head's pattern picks that cell's query and key."""
+    from ....figures.score_attribution import picked_cell
+    from ...state import put_all, widget
+
+    event = widget("analysis_why_pattern")
+    picked = picked_cell(event.selection.points, T, T) if event is not None else None
+    if picked is not None:
+        put_all(why_query=picked[0], why_key=picked[1])
 
 
 def _sentence(sa: ScoreAttribution, key: int, label) -> str:
