@@ -14,8 +14,11 @@ one, a layer that skips its mask all show. Declared, from the config alone (tran
                                  config with a sliding_window and no layer_types (Mistral, Phi-3) slides on every
                                  layer; GPT-Neo's "local" layers slide by window_size
     chunked_attention            Llama 4: keys in the query's chunk of attention_chunk_size (i // C == j // C)
-The report gives, per layer, "as declared" or the first (query, key) where the two differ, and which way, and names
-the heads whose reach is not the layer's.
+Positions, too: swapping two adjacent keys that a query reaches moves its output only where the layer itself reads
+positions (rotary, ALiBi), not in a NoPE layer or one whose positions are in its input (GPT-2's); declared from the
+config's rope_parameters, no_rope_layers (SmolLM3, Llama 4), ALiBi (Bloom), and Cohere 2's rotary-free global layers.
+The report gives, per layer, "as declared" or the first (query, key) where the two differ, and which way, whether the
+key order moves the output against the declared positions, and names the heads whose reach is not the layer's.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ PROBE = "mha_viz_probe"  # the probe's registered attention function is PROBE + 
 PUSH = 64.0  # how far a key's input is pushed, in units of the input's root mean square
 KEY_GAIN = 256.0  # a kernel probe's key moves this many times as far as the pushed input moves it (_kernel_probes)
 CHANGED = 1e-6  # an output changed when it moved by more than this share of the output's largest entry
+SWAPS = 3  # adjacent key pairs swapped to see whether a layer reads positions (_reads_positions)
+ORDER_CHANGED = 1e-4  # a swap changed an output when it moved by more than this share of the output's largest entry
 KERNEL_BYTES = 64 * 2**20  # one kernel call's probes: about this many bytes of [probe, head, query, key] scores
 PROBES_AT_ONCE = 33  # a whole module's probes in one call (11 keys, three changes each)
 NUDGE = 1.0  # a whole module's third change of a key (PUSH, -PUSH, NUDGE), in input rms
@@ -56,10 +61,17 @@ class LayerReach:
     measured: np.ndarray  # (T, T) bool: reached by any head
     declared: np.ndarray  # (T, T) bool
     heads: np.ndarray | None = None  # (H, T, T) bool
+    positions: str = ""  # what the config declares of positions inside the layer: "rotary", "ALiBi", "none (NoPE)"
+    reads_positions: bool | None = None  # measured: swapping two keys moves a query that sees both (None: no such query)
+
+    @property
+    def positions_as_declared(self) -> bool:
+        return self.reads_positions is None or self.reads_positions == (not self.positions.startswith("none"))
 
     @property
     def as_declared(self) -> bool:
-        return bool((self.measured == self.declared).all()) and not self.differing_heads
+        return (bool((self.measured == self.declared).all()) and not self.differing_heads
+                and self.positions_as_declared)
 
     @property
     def differing_heads(self) -> tuple[int, ...]:
@@ -86,6 +98,9 @@ class LayerReach:
             fewer = int((~self.measured & self.declared).sum())
             words.append(f"query {i} {seen} key {j}, against the declared {self.rule} ({more} pairs reached that should "
                          f"not be, {fewer} not reached that should be)")
+        if not self.positions_as_declared:
+            words.append(f"the order of its keys {'moves' if self.reads_positions else 'does not move'} its output, "
+                         f"against the declared positions: {self.positions}")
         if heads:
             assert self.heads is not None
             missing = ", ".join(f"{h} ({int((self.measured & ~self.heads[h]).sum())})" for h in heads)
@@ -105,7 +120,7 @@ class Visibility:
 
     def table(self) -> list[dict[str, Any]]:
         """One row per layer: its number, the declared rule, the verdict and what was probed."""
-        return [{"layer": r.layer, "declared": r.rule, "verdict": r.verdict,
+        return [{"layer": r.layer, "declared": r.rule, "positions": r.positions, "verdict": r.verdict,
                  "probed": f"{self.kernel} kernel, per head" if r.heads is not None else "the whole module"}
                 for r in self.layers]
 
@@ -128,6 +143,23 @@ def declared_rule(config: Any, layer: int, causal: bool) -> tuple[str, int | Non
     words = "causal" if causal else "both ways"
     words += f", window {window}" if window is not None else f", chunks of {chunk}" if chunk is not None else ""
     return words, window, chunk
+
+
+def declared_positions(config: Any, layer: int) -> str:
+    """What the config says the layer itself does with positions: "rotary", "ALiBi", or "none (...)" where it reads
+    none (a NoPE layer of SmolLM3 or Llama 4, Cohere 2's full-attention layers, or a family that adds learned
+    positions to the input)."""
+    nope = getattr(config, "no_rope_layers", None)  # 1: rotary, 0: none
+    if nope is not None and layer < len(nope):
+        return "rotary" if nope[layer] else "none (NoPE layer)"
+    types = getattr(config, "layer_types", None)
+    if config.model_type == "cohere2" and types is not None and types[layer] == "full_attention":
+        return "none (NoPE: Cohere 2's full-attention layers)"  # its code rotates on sliding layers only
+    if getattr(config, "alibi", False) or config.model_type in ("bloom", "mpt"):
+        return "ALiBi"
+    if getattr(config, "rope_parameters", None) is not None:
+        return "rotary"
+    return "none (positions are added to the input)"
 
 
 def declared_reach(T: int, causal: bool, window: int | None, chunk: int | None) -> np.ndarray:
@@ -186,12 +218,14 @@ def visibility(model: PretrainedModel, length: int, *, seed: int = 0, kernel: st
             try:
                 heads = _kernel_reach(site.attention, args, kwargs, generator) if probed else None
                 measured = heads.any(0) if heads is not None else _module_reach(site.attention, args, kwargs, generator)
+                reads = _reads_positions(site.attention, args, kwargs, measured)
             except (RuntimeError, TypeError, AttributeError, KeyError, IndexError) as error:
                 # a module that needs more than its call's arguments (a cache another layer filled, say)
                 raise ValueError(f"layer {layer}'s attention module cannot be called again on its own input "
                                  f"({type(error).__name__}: {error}), so its reach is not probed") from error
             rule, window, chunk = declared_rule(hf.config, layer, causal)
-            reaches.append(LayerReach(layer, rule, measured, declared_reach(length, causal, window, chunk), heads))
+            reaches.append(LayerReach(layer, rule, measured, declared_reach(length, causal, window, chunk), heads,
+                                      declared_positions(hf.config, layer), reads))
         used = kernel if probed else str(hf.config._attn_implementation)
     return Visibility(model.name, part, length, used, tuple(reaches))
 
@@ -294,6 +328,35 @@ def _kernel_probes(real: Callable, module: nn.Module, query: torch.Tensor, key: 
         moved = (out[1:] - out[0]).abs().amax(-1) > CHANGED * float(out[0].abs().max())  # (2 keys, T, H)
         heads[:, :, start:start + len(keys)] = moved.unflatten(0, (len(keys), 2)).any(1).permute(2, 1, 0).numpy()
     return heads
+
+
+def _reads_positions(module: nn.Module, args: tuple, kwargs: dict, reach: np.ndarray) -> bool | None:
+    """Whether the layer reads positions: on the input it received (a different vector at each position), SWAPS
+    pairs of adjacent keys (j, j + 1) swap places, and a query that reaches both, and is neither, sees the same set of
+    keys in another order. A layer without positions (a NoPE layer, GPT-2's, whose positions are in its input) gives
+    it the same output, to float rounding; rotary or ALiBi move it. None: no query reaches both keys of any pair."""
+    received, rest_args, rest_kwargs, positional = _split(args, kwargs)
+    T = received.shape[1]
+    both = reach[:, :-1] & reach[:, 1:]  # (T, T - 1): query i reaches keys j and j + 1
+    both[np.arange(T - 1), np.arange(T - 1)] = both[np.arange(1, T), np.arange(T - 1)] = False  # i is neither
+    useful = [(j, j + 1) for j in np.flatnonzero(both.any(0))]
+    chosen = [useful[int(n)] for n in np.linspace(0, len(useful) - 1, min(SWAPS, len(useful)))] if useful else []
+    if not chosen:
+        return None
+    probes = received.expand(len(chosen) + 1, -1, -1).clone()  # (1 + pairs, T, d): the input, then each swap
+    for b, (j, k) in enumerate(chosen, 1):
+        probes[b, [j, k]] = received[0, [k, j]]
+    try:
+        out = _output(module, probes, rest_args, rest_kwargs, positional).float()
+    except RuntimeError:  # a module whose arguments carry the batch (Bloom's ALiBi): one input per call
+        out = torch.cat([_output(module, probes[b:b + 1], rest_args, rest_kwargs, positional).float()
+                         for b in range(len(probes))])
+    scale = float(out[0].abs().max()) or 1.0
+    for b, (j, k) in enumerate(chosen, 1):
+        queries = [i for i in range(T) if i not in (j, k) and reach[i, j] and reach[i, k]]
+        if float((out[b, queries] - out[0, queries]).abs().max()) > ORDER_CHANGED * scale:
+            return True
+    return False
 
 
 def _probe_input(received: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -75,6 +75,11 @@ def expected(rule: str) -> np.ndarray:
     return reach
 
 
+POSITIONS = {  # family -> what each layer itself does with positions, from its config (the first layer's; Llama 4's
+    # second is a NoPE layer)
+    "gpt2": "none (positions are added to the input)", "minilm": "none (positions are added to the input)",
+    "gpt_neo": "none (positions are added to the input)", "bloom": "ALiBi", "llama4_text": "rotary",
+}  # every other family: "rotary"; and Cohere 2's full-attention layers none (its code rotates on sliding layers only)
 WHOLE_MODULE = {"bloom", "gpt_neo"}  # families whose modules do not call transformers' AttentionInterface
 
 
@@ -91,6 +96,9 @@ def test_every_layers_measured_reach_is_the_declared_one(models, name, kernel):
     for r in v.layers:
         assert np.array_equal(r.measured, expected(r.rule)) and np.array_equal(r.declared, expected(r.rule))
         assert r.verdict == "as declared"
+        words = {("llama4_text", 1): "none (NoPE layer)", ("cohere2", 1): "none (NoPE: Cohere 2's full-attention layers)"
+                 }.get((name, r.layer), POSITIONS.get(name, "rotary"))
+        assert r.positions == words and r.reads_positions == (not words.startswith("none"))  # measured, not read
         if name in WHOLE_MODULE:  # probed whole, on the model's own kernel
             assert r.heads is None and v.kernel == "eager"
         else:  # probed through the kernel, head by head: every head reaches what the layer does
@@ -265,6 +273,66 @@ def test_a_head_whose_reach_differs_is_named(models, name, kernel):
     assert f"heads not reaching every pair the layer reaches (pairs missed): 1 ({missed})" in flagged.verdict
 
 
+def rotary_given(module, args, kwargs):  # a NoPE layer given rotary: the module's own switch flipped
+    return None
+
+
+def no_rotary(module, args, kwargs):  # a rotary layer given cos 1 and sin 0: positions ignored
+    cos, sin = kwargs["position_embeddings"]
+    kwargs["position_embeddings"] = (torch.ones_like(cos), torch.zeros_like(sin))
+    return args, kwargs
+
+
+def distance_bias(module, args, kwargs):  # a position-free layer given a bias by distance (ALiBi where none is declared)
+    mask = kwargs.get("attention_mask")
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    if mask is None:  # sdpa's causal flag
+        allowed = j <= i
+    else:  # the same pairs however often the hook runs on its own output
+        allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    low = torch.finfo(torch.float32).min
+    kwargs["attention_mask"] = torch.where(allowed, -0.5 * (i - j).abs().float(), low).expand(1, 1, T, T)
+    return args, kwargs
+
+
+def no_alibi(module, args, kwargs):  # Bloom's ALiBi bias dropped
+    kwargs["alibi"] = torch.zeros_like(kwargs["alibi"])
+    return args, kwargs
+
+
+POSITION_BUGS = [  # (family, layer, hook, what the layer then does with key order)
+    ("llama4_text", 1, rotary_given, True),
+    ("llama", 0, no_rotary, False),
+    ("gpt2", 1, distance_bias, True),
+    ("bloom", 0, no_alibi, False),
+]
+
+
+@pytest.mark.parametrize("name, layer, bug, reads", POSITION_BUGS, ids=[f"{b[0]}-{b[1]}-{b[2].__name__}" for b in
+                                                                       POSITION_BUGS])
+def test_a_planted_position_bug_is_flagged_at_its_layer(models, name, layer, bug, reads):
+    """Not reach but positions: a layer that reads key order where its config declares none, or ignores it where it
+    declares rotary or ALiBi, is flagged at that layer, its reach unchanged."""
+    m = models[name]
+    site = m.adapter.site("decoder", layer).attention
+    if bug is rotary_given:
+        site.use_rope = True
+        handle = None
+    else:
+        handle = site.register_forward_pre_hook(bug, with_kwargs=True)
+    try:
+        v = visibility(m, T)
+    finally:
+        if handle is None:
+            site.use_rope = False
+        else:
+            handle.remove()
+    assert v.disagreeing == (layer,)
+    (flagged,) = [r for r in v.layers if r.layer == layer]
+    assert flagged.reads_positions is reads and flagged.first_difference is None
+    assert f"the order of its keys {'moves' if reads else 'does not move'} its output" in flagged.verdict
+
+
 def test_a_length_the_model_cannot_read_is_refused(models):
     with pytest.raises(ValueError, match="from 2 to"):
         visibility(models["gpt2"], 10_000)
@@ -282,3 +350,5 @@ def test_trained_models_peaked_heads_are_not_mistaken_for_missing_reach(name):
     position, and each key is pushed far both ways, so every layer of the bundled trained models is as declared."""
     report = visibility(load_model(name), 128)
     assert report.disagreeing == () and report.layers
+    if name == "mha-viz/recall-16k":  # rotary, then a NoPE layer
+        assert [r.reads_positions for r in report.layers] == [True, False]
