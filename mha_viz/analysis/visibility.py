@@ -162,25 +162,31 @@ def declared_positions(config: Any, layer: int) -> str:
     return "none (positions are added to the input)"
 
 
-def declared_reach(T: int, causal: bool, window: int | None, chunk: int | None) -> np.ndarray:
+def declared_reach(T: int, causal: bool, window: int | None, chunk: int | None, start: int = 0) -> np.ndarray:
     """(T, T) bool: the keys each query may see under this rule (attention.py's masks, inverted). A causal window
     holds the query and the window - 1 keys before it; a window both ways the keys up to `window` away on each side
-    (ModernBERT's sliding_window: half its local_attention)."""
+    (ModernBERT's sliding_window: half its local_attention); chunks count from position `start` (the first token
+    after left padding, as transformers counts them)."""
     hidden = torch.zeros(T, T, dtype=torch.bool)
     if causal:
         hidden |= causal_mask(T, T)
     if window is not None:
         hidden |= window_mask(T, T, window if causal else window + 1)
     if chunk is not None:
-        hidden |= chunk_mask(T, T, chunk)
+        shifted = chunk_mask(T + chunk - start % chunk, T + chunk - start % chunk, chunk)  # chunk k starts at start + kC
+        hidden |= shifted[chunk - start % chunk:, chunk - start % chunk:]
     return (~hidden).numpy()
 
 
 @torch.no_grad()
-def visibility(model: PretrainedModel, length: int, *, seed: int = 0, kernel: str | None = None) -> Visibility:
+def visibility(model: PretrainedModel, length: int, *, seed: int = 0, kernel: str | None = None,
+               padding: int = 0) -> Visibility:
     """Each attention layer's measured reach on `length` random tokens (seed) against its declared one (module
     docstring). kernel: "sdpa" or "eager" (None: sdpa where the family has it, the default transformers loads).
-    ValueError for a length the model cannot read, an unknown kernel, or a model whose attention cannot be probed."""
+    padding: the first `padding` positions are padding (attention_mask 0, as batched generation pads on the left):
+    declared hidden from every query; a padding query's own row is not compared (no key is declared for it).
+    ValueError for a length the model cannot read, an unknown kernel, padding that leaves fewer than 2 tokens, or a
+    model whose attention cannot be probed."""
     adapter = getattr(model, "adapter", None)
     if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
         raise ValueError(f"{model.name} is a TransformerLens model: visibility probes a Hugging Face model's modules")
@@ -195,6 +201,8 @@ def visibility(model: PretrainedModel, length: int, *, seed: int = 0, kernel: st
         raise ValueError(f"kernel {kernel!r} is not one the probe runs: {', '.join(KERNELS)}")
     if kernel not in probe_kernels(model):
         raise ValueError(f"{model.name} has no sdpa kernel in transformers: its attention runs eager")
+    if not 0 <= padding <= length - 2:
+        raise ValueError(f"padding {padding} leaves fewer than 2 of {length} positions as tokens")
     part = "decoder" if adapter.kind == "decoder" else "encoder"
     vocab = model.tokenizer.vocab_size
     special = set(getattr(model.tokenizer, "all_special_ids", ()))
@@ -210,7 +218,7 @@ def visibility(model: PretrainedModel, length: int, *, seed: int = 0, kernel: st
             for module in {id(s.attention): s.attention for s in sites.values()}.values():
                 calls[module] = []
                 hooks.callback(module.register_forward_pre_hook(_keep_call(calls[module]), with_kwargs=True).remove)
-            adapter.forward(ids)
+            adapter.forward(ids, attention_mask=[0] * padding + [1] * (length - padding) if padding else None)
         causal = adapter.causal(part)
         for layer in layers:
             site = sites[layer]
@@ -218,14 +226,21 @@ def visibility(model: PretrainedModel, length: int, *, seed: int = 0, kernel: st
             try:
                 heads = _kernel_reach(site.attention, args, kwargs, generator) if probed else None
                 measured = heads.any(0) if heads is not None else _module_reach(site.attention, args, kwargs, generator)
-                reads = _reads_positions(site.attention, args, kwargs, measured)
+                tokens = measured.copy()
+                tokens[:padding] = False  # a padding query's row is not read
+                reads = _reads_positions(site.attention, args, kwargs, tokens)
             except (RuntimeError, TypeError, AttributeError, KeyError, IndexError) as error:
                 # a module that needs more than its call's arguments (a cache another layer filled, say)
                 raise ValueError(f"layer {layer}'s attention module cannot be called again on its own input "
                                  f"({type(error).__name__}: {error}), so its reach is not probed") from error
             rule, window, chunk = declared_rule(hf.config, layer, causal)
-            reaches.append(LayerReach(layer, rule, measured, declared_reach(length, causal, window, chunk), heads,
-                                      declared_positions(hf.config, layer), reads))
+            declared = declared_reach(length, causal, window, chunk, start=padding)
+            if padding:
+                rule += f", the first {padding} positions padding"
+                declared[:, :padding] = False
+                declared[:padding] = measured[:padding]  # a padding query: no key declared, its row not compared
+            reaches.append(LayerReach(layer, rule, measured, declared, heads, declared_positions(hf.config, layer),
+                                      reads))
         used = kernel if probed else str(hf.config._attn_implementation)
     return Visibility(model.name, part, length, used, tuple(reaches))
 
@@ -325,7 +340,7 @@ def _kernel_probes(real: Callable, module: nn.Module, query: torch.Tensor, key: 
             k[rows, :, keys] = (key[0] + sign * KEY_GAIN * moved_key)[:, keys].transpose(0, 1)  # (keys, H_kv, d)
             v[rows, :, keys] = (value[0] + sign * moved_value)[:, keys].transpose(0, 1)
         out = real(module, query[:1].expand(n, -1, -1, -1), k, v, mask, **kwargs)[0].float()  # (n, T, H, d)
-        moved = (out[1:] - out[0]).abs().amax(-1) > CHANGED * float(out[0].abs().max())  # (2 keys, T, H)
+        moved = (out[1:] - out[0]).abs().amax(-1) > CHANGED * _largest(out[0])  # (2 keys, T, H)
         heads[:, :, start:start + len(keys)] = moved.unflatten(0, (len(keys), 2)).any(1).permute(2, 1, 0).numpy()
     return heads
 
@@ -351,12 +366,17 @@ def _reads_positions(module: nn.Module, args: tuple, kwargs: dict, reach: np.nda
     except RuntimeError:  # a module whose arguments carry the batch (Bloom's ALiBi): one input per call
         out = torch.cat([_output(module, probes[b:b + 1], rest_args, rest_kwargs, positional).float()
                          for b in range(len(probes))])
-    scale = float(out[0].abs().max()) or 1.0
+    scale = _largest(out[0]) or 1.0
     for b, (j, k) in enumerate(chosen, 1):
         queries = [i for i in range(T) if i not in (j, k) and reach[i, j] and reach[i, k]]
         if float((out[b, queries] - out[0, queries]).abs().max()) > ORDER_CHANGED * scale:
             return True
     return False
+
+
+def _largest(out: torch.Tensor) -> float:
+    """The largest |entry| of an output, rows a kernel left NaN left out (a padding query with no key to see)."""
+    return float(torch.nan_to_num(out, nan=0.0).abs().max())
 
 
 def _probe_input(received: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -397,7 +417,7 @@ def _module_reach(module: nn.Module, args: tuple, kwargs: dict, generator: torch
             batched = False
             out = torch.cat([_output(module, probes[b:b + 1], rest_args, rest_kwargs, positional).float()
                              for b in range(len(probes))])
-        moved = (out[1:] - out[0]).abs().amax(-1) > CHANGED * float(out[0].abs().max())  # (n c, T)
+        moved = (out[1:] - out[0]).abs().amax(-1) > CHANGED * _largest(out[0])  # (n c, T)
         reach[:, keys.start:keys.stop] = moved.unflatten(0, (len(keys), n)).any(1).T.numpy()  # [query i, key j]
     return reach
 

@@ -451,10 +451,14 @@ class Adapter:
     def _takes_use_cache(self) -> bool:
         return "use_cache" in inspect.signature(self.base.forward).parameters
 
-    def forward(self, ids: Sequence[int], decoder_ids: Sequence[int] | None = None) -> Any:
-        """One forward pass of the base model (batch of one) with output_attentions, no cache."""
+    def forward(self, ids: Sequence[int], decoder_ids: Sequence[int] | None = None,
+                attention_mask: Sequence[int] | None = None) -> Any:
+        """One forward pass of the base model (batch of one) with output_attentions, no cache; attention_mask: 1 for
+        a token, 0 for padding (None: every position a token)."""
         device = self.device()
         kwargs: dict[str, Any] = {"output_attentions": True}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = torch.tensor([list(attention_mask)], device=device)
         if self._takes_use_cache:
             kwargs["use_cache"] = False
         if self.kind == "encoder-decoder":

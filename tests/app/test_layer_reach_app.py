@@ -45,3 +45,17 @@ def test_the_kernel_control_reprobes_and_a_bad_link_gets_a_notice() -> None:
     at = new_app(mode="Pretrained", view="Analysis", section="Layer reach", reach_kernel="flash", **INDUCTION).run()
     assert not at.exception and any("URL parameter reach_kernel" in w.value.replace("\\_", "_") for w in at.warning)
     assert at.radio(key="reach_kernel").value == "sdpa"
+
+
+def test_left_padding_is_probed_and_hidden_from_every_query() -> None:
+    at = new_app(mode="Pretrained", view="Analysis", section="Layer reach", reach_padding="3", **INDUCTION).run()
+    assert not at.exception and not at.warning and at.number_input(key="reach_padding").value == 3
+    table = at.dataframe[0].value
+    assert set(table["verdict"]) == {"as declared"}
+    assert set(table["declared"]) == {"causal, the first 3 positions padding"}
+    z = z_matrix(chart(at, "analysis_reach")["data"][0])
+    assert not z[3:, :3].any() and z[3:, 3:].tolist() == [[int(j <= i) for j in range(3, len(z))]
+                                                          for i in range(3, len(z))]
+    at = new_app(mode="Pretrained", view="Analysis", section="Layer reach", reach_padding="62", **INDUCTION).run()
+    assert any("URL parameter reach_padding" in w.value.replace("\\_", "_") for w in at.warning)  # 17 tokens here
+    assert at.number_input(key="reach_padding").value == len(z) - 2

@@ -63,15 +63,15 @@ def models() -> dict[str, PretrainedModel]:
     return out
 
 
-def expected(rule: str) -> np.ndarray:
-    """(T, T) bool: the reach a rule means, written out here position by position."""
+def expected(rule: str, start: int = 0) -> np.ndarray:
+    """(T, T) bool: the reach a rule means, written out here position by position (chunks counted from start)."""
     i, j = np.arange(T)[:, None], np.arange(T)[None, :]
     both = rule.startswith("both ways")
     reach = np.ones((T, T), dtype=bool) if both else j <= i
     if "window 4" in rule:
         reach &= np.abs(i - j) <= 4 if both else i - j < 4  # 4 keys each way; or the query and the 3 keys before it
     if "chunks of 4" in rule:
-        reach &= i // 4 == j // 4
+        reach &= (i - start) // 4 == (j - start) // 4
     return reach
 
 
@@ -331,6 +331,48 @@ def test_a_planted_position_bug_is_flagged_at_its_layer(models, name, layer, bug
     (flagged,) = [r for r in v.layers if r.layer == layer]
     assert flagged.reads_positions is reads and flagged.first_difference is None
     assert f"the order of its keys {'moves' if reads else 'does not move'} its output" in flagged.verdict
+
+
+PAD = 3  # left padding: the first 3 positions
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "eager"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "mistral", "gemma3", "llama4_text", "bloom", "minilm", "modernbert"])
+def test_left_padding_is_hidden_from_every_query(models, name, kernel):
+    m = models[name]
+    if kernel not in probe_kernels(m):
+        pytest.skip(f"{name} has no sdpa kernel")
+    v = visibility(m, T, kernel=kernel, padding=PAD)
+    assert v.disagreeing == ()
+    for r in v.layers:
+        want = expected(r.rule.split(", the first")[0], start=PAD)  # Llama 4's chunks start at the first token
+        want[:, :PAD] = False
+        assert np.array_equal(r.measured[PAD:], want[PAD:]) and r.rule.endswith(f"the first {PAD} positions padding")
+
+
+def padding_flipped(allowed):  # the padding mask applied from the wrong end: the last PAD keys hidden, the first seen
+    out = allowed.copy()
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    unpadded = (j <= i) if not allowed[PAD:, PAD:].all() else np.ones((T, T), dtype=bool)  # causal, or an encoder
+    out[:, :PAD] = unpadded[:, :PAD]
+    out[:, T - PAD:] = False
+    return out
+
+
+@pytest.mark.parametrize("name, layer", [("gpt2", 1), ("llama", 0), ("minilm", 2)])
+def test_padding_on_the_wrong_side_is_flagged_at_its_layer(models, name, layer):
+    m = models[name]
+    part = "encoder" if m.adapter.kind == "encoder" else "decoder"
+    handle = m.adapter.site(part, layer).attention.register_forward_pre_hook(on_mask(padding_flipped),
+                                                                              with_kwargs=True)
+    try:
+        v = visibility(m, T, padding=PAD, kernel="eager")
+    finally:
+        handle.remove()
+    assert v.disagreeing == (layer,)
+    (flagged,) = [r for r in v.layers if r.layer == layer]
+    assert flagged.first_difference == (PAD, 0) and "query 3 sees key 0" in flagged.verdict
+    assert not flagged.measured[PAD:, T - PAD:].any()  # the text's last keys lost
 
 
 def test_a_length_the_model_cannot_read_is_refused(models):

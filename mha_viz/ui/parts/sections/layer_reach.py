@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ....fields import choice
+from ....fields import choice, ranged
 from ....parts import EVERY_MODE, Part
 
 if TYPE_CHECKING:
@@ -15,7 +15,8 @@ MAX_PROBED = 64  # tokens probed: every key costs two probes of each layer's att
 KERNELS = ("sdpa", "eager")  # analysis.visibility.KERNELS, in the order the control offers them
 PART = Part("Layer reach", EVERY_MODE, f"{__name__}:render", order=88,
             help="Which keys each layer lets a token see, measured by probing the model, beside what its config "
-            "declares.", fields=(choice("reach_kernel", "sdpa", KERNELS),))
+            "declares.", fields=(choice("reach_kernel", "sdpa", KERNELS),
+                                 ranged("reach_padding", 0, 0, MAX_PROBED - 2, "a whole number from {lo} to {hi}")))
 
 
 def render(c: SectionContext) -> None:
@@ -24,7 +25,7 @@ def render(c: SectionContext) -> None:
     from ....analysis import probe_kernels, visibility
     from ....figures.reach import reach_figure
     from ...fair import heavy
-    from ...state import put
+    from ...state import fit, put
     from ...state import value as field_value
     from ...style import page_width
     from ...text import plain
@@ -39,12 +40,19 @@ def render(c: SectionContext) -> None:
     kernels = probe_kernels(model) or ("eager",)  # (): not probed, which visibility says below
     if field_value("reach_kernel") not in kernels:
         put("reach_kernel", "eager")  # this family has no sdpa kernel: not a bad link, the only choice
-    kernel = st.radio("Attention kernel probed", kernels, key="reach_kernel", horizontal=True,
-                      help="The code that applies the mask: sdpa, transformers' default, or eager, the plain one "
-                      "mha-viz reads weights from. A bug can live in one and not the other.")
+    if field_value("reach_padding") > T - 2:
+        fit("reach_padding", T - 2, f"a whole number from 0 to {T - 2}: {T} positions are probed")
+    a, b = st.columns(2)
+    kernel = a.radio("Attention kernel probed", kernels, key="reach_kernel", horizontal=True,
+                     help="The code that applies the mask: sdpa, transformers' default, or eager, the plain one "
+                     "mha-viz reads weights from. A bug can live in one and not the other.")
+    padding = b.number_input("Left padding", 0, T - 2, key="reach_padding", step=1,
+                             help="The first positions are padding (attention mask 0), as batched generation pads: "
+                             "no query should reach them, and a padding query's own row is not compared.")
     try:
         with heavy("Probing every layer"):
-            report = c.source.memo(("visibility", T, kernel), lambda: visibility(model, T, kernel=kernel))
+            report = c.source.memo(("visibility", T, kernel, padding),
+                                   lambda: visibility(model, T, kernel=kernel, padding=padding))
     except ValueError as err:
         st.info(f"Layer reach is unavailable: {plain(str(err))}.")
         return
