@@ -10,7 +10,9 @@ pre-attention norm's scale s_p frozen at its value on the real x_p, the norm is 
     LayerNorm: centre(v) = v - mean(v), s = sqrt(var(x) + eps);  RMSNorm: centre(v) = v, s = sqrt(mean(x^2) + eps)
 and so are head h's query and key (R_p: the rotary rotation at position p, where the model has one):
     q_i = R_i (norm(x_i) W_Q^h + b_Q^h) = sum_a R_i (gamma centre(src_a,i) / s_i) W_Q^h + R_i (beta W_Q^h + b_Q^h)
-The score is bilinear in them, one term per (query source a, key source b):
+A per-head norm on queries and keys (QK-norm: Qwen 3, OLMo-style) is frozen the same way, at its scale on each
+position's whole query or key, before the rotation. The score is bilinear in them, one term per (query source a, key
+source b):
     score_ij = scale * q_i . k_j (+ score bias terms: ALiBi, ...) = sum_a sum_b scale * q_a,i . k_b,j (+ ...)
 "bias" is each side's constant part (the norm's beta and the projection's bias, rotated). The terms sum to the score
 that mha-viz's trace rebuilds (itself checked against the model's own attention weights), up to rounding; they are
@@ -144,6 +146,9 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     sources = list(stream.sources.values())
     q = affine.projected(sources, [query], W["Q"], b["Q"])  # (S, 1, d_k): each source's part of the query
     k = affine.projected(sources, visible, W["K"], b["K"])  # (S, keys, d_k): and of each key
+    offset = model.adapter.norm_weight_offset
+    q = _head_normed(var.q_norm, q, offset, [query])  # QK-norm, frozen too
+    k = _head_normed(var.k_norm, k, offset, visible)
     if var.rotary is not None:
         cos, sin = (t.double() for t in var.rotary)  # (T, r)
         q, k = apply_rotary(q, cos[[query]], sin[[query]]), apply_rotary(k, cos[visible], sin[visible])
@@ -160,6 +165,33 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
         weights=stream.weights[head, query].double().numpy(),
         removed=stream.removed(norm, W, b, head, query).numpy(), norm=affine.kind,
         norm_scales=affine.scales.numpy(), check=check)
+
+
+def _head_normed(norm: Callable[[Tensor], Tensor] | None, parts: Tensor, offset: float, positions: Sequence[int]
+                 ) -> Tensor:
+    """parts (S + 1, P, d_k) at positions, the constant part last, through what the layer does to each query or key
+    head before the rotation: a norm over d_k (QK-norm) frozen at its scale on their sum, one per position, as the
+    pre-attention norm is (gamma * centre(part) / s, beta on the constant part), or Llama 4's temperature (a scale
+    per position: linear). ValueError for anything else."""
+    from ..pretrained.attribution import frozen
+    from ..pretrained.llama4 import Temperature
+    from ..pretrained.norms import norm_affine
+
+    if norm is None:
+        return parts
+    if isinstance(norm, Temperature):
+        return parts * norm.scales.double()[list(positions), None]
+    if not isinstance(norm, nn.Module):
+        raise ValueError(f"score attribution is unavailable: the per-head step {type(norm).__name__} is not split yet")
+    try:
+        affine = norm_affine(norm, parts.shape[-1], offset)
+    except ValueError as error:
+        raise ValueError(f"score attribution is unavailable: its QK-norm: {error}") from None
+    _, s, centre, gamma, beta = frozen(affine, parts.sum(0))  # s (P,)
+    normed = gamma * centre(parts) / s[:, None]
+    if beta is not None:
+        normed[-1] += beta
+    return normed
 
 
 @dataclass(frozen=True)
@@ -241,8 +273,7 @@ class _Stream:
         self.attention_input, self.dtype = hidden[0].double().cpu(), hidden.dtype
         q, k, v = (t.float() for t in adapter.heads(sites[-1], rec))
         self.variations = var = adapter.variations("decoder", sites[-1], rec, q, k)
-        for name, value in (("a norm on each query and key head (QK-norm)", var.q_norm or var.k_norm),
-                            ("logit soft-capping", var.softcap), ("differential heads", var.differential)):
+        for name, value in (("logit soft-capping", var.softcap), ("differential heads", var.differential)):
             if value is not None:
                 raise ValueError(f"score attribution is unavailable: layer {layer} has {name}, not split yet")
         kv = list(sites[-1].kv_heads)

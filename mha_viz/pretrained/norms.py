@@ -31,6 +31,6 @@ def norm_affine(norm: nn.Module, d: int, offset: float = 0.0) -> NormAffine:
     name = type(norm).__name__
     if name in ("CohereLayerNorm", "Cohere2LayerNorm"):
         return NormAffine("LayerNorm", gamma, None, norm.variance_epsilon)
-    if name.endswith("RMSNorm") or name == "T5LayerNorm":
+    if name.endswith("RMSNorm") or name in ("T5LayerNorm", "Llama4TextL2Norm"):  # Llama 4's: an RMSNorm, no weight
         return NormAffine("RMSNorm", gamma, None, getattr(norm, "variance_epsilon", None) or norm.eps)
     raise ValueError(f"{name} is not a norm mha-viz knows (LayerNorm or RMSNorm)")

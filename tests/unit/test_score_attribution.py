@@ -24,7 +24,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def models() -> dict[str, PretrainedModel]:
-    return {"induction-2l": load_model("mha-viz/induction-2l"), **{name: tiny_causal(name) for name in NAMES}}
+    induction = load_model("mha-viz/induction-2l")
+    qwen3 = PretrainedModel(random_causal_lm(Qwen3Config(  # QK-norm: an RMSNorm on each query and key head
+        vocab_size=30522, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64)), induction.tokenizer, name="tiny-qwen3")
+    return {"induction-2l": induction, "qwen3": qwen3, **{name: tiny_causal(name) for name in NAMES}}
 
 
 def blocks(m: PretrainedModel) -> torch.nn.ModuleList:
@@ -63,7 +67,7 @@ def own_scores(m: PretrainedModel, text: str, layer: int) -> torch.Tensor:
         return (scale * q @ k.transpose(-1, -2))[0]  # (H, T, T)
 
 
-@pytest.mark.parametrize("name", ["induction-2l", *NAMES])
+@pytest.mark.parametrize("name", ["induction-2l", "qwen3", *NAMES])
 def test_the_terms_sum_to_the_models_own_score_for_every_head_and_key(models, name):
     m = models[name]
     T = len(m.encode(TEXT).ids)
@@ -178,15 +182,11 @@ def test_one_key_bad_positions_and_unsupported_layers_are_refused_with_reasons(m
     for bad, match in (({"layer": 2}, "not a layer"), ({"head": 4}, "not a head"), ({"query": 99}, "not a position")):
         with pytest.raises(ValueError, match=match):
             score_attribution(m, TEXT, **{"layer": 1, "head": 0, "query": 2, **bad})
-    qwen3 = PretrainedModel(random_causal_lm(Qwen3Config(
-        vocab_size=30522, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=64)), m.tokenizer, name="tiny-qwen3")
-    with pytest.raises(ValueError, match="QK-norm"):
-        score_attribution(qwen3, TEXT, layer=1, head=0, query=2)
 
 
-FAMILIES = ("bloom", "gpt_oss", "cohere2")  # ALiBi; sinks and sliding windows; parallel attention and MLP
-REFUSED = {"diffllama": "differential heads", "deepseek_v3": "latent attention", "llama4_text": "QK-norm",
+FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text")  # ALiBi; sinks and sliding windows; parallel attention and
+# MLP; Llama 4: a weightless QK-norm and chunks on layer 0, a NoPE layer with a temperature per position on layer 1
+REFUSED = {"diffllama": "differential heads", "deepseek_v3": "latent attention",
            "gemma2": "post_attention_layernorm", "deepseek_v32": "not softmax"}
 
 
@@ -215,7 +215,9 @@ def test_other_families_terms_sum_to_their_checked_scores(families, name):
         assert sa.check["frozen norm vs the attention's input"] <= 1e-5
         assert (name == "bloom") == ("ALiBi" in sa.other)
         window = name in ("gpt_oss", "cohere2") and layer == 0  # a sliding window of 4: the query's last 4 keys
-        assert sa.keys == (tuple(range(T - 4, T)) if window else tuple(range(T)))
+        chunk = name == "llama4_text" and layer == 0  # chunks of 4: the keys of the query's chunk
+        start = T - 4 if window else (T - 1) // 4 * 4 if chunk else 0
+        assert sa.keys == tuple(range(start, T))
 
 
 @pytest.mark.parametrize("name", REFUSED)
