@@ -97,8 +97,6 @@ def score_attribution_unavailable(model: PretrainedModel) -> str | None:
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
                 "residual stream mha-viz knows (the families logit attribution splits)")
-    if any(kind != "softmax" for kind in model.layer_kinds()):
-        return f"{model.name} has layers that are not softmax attention; their scores are not split yet"
     blocks, _ = adapter.residual_stream()
     if len(set(blocks)) < len(blocks):
         return f"{model.name} traces a block as two layers; its scores are not split yet"
@@ -117,6 +115,10 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     blocks, _ = adapter.residual_stream()
     if not 0 <= layer < len(blocks):
         raise ValueError(f"layer {layer} is not a layer of {model.name} (0..{len(blocks) - 1})")
+    kind = model.layer_kinds()[layer]
+    if kind != "softmax":
+        raise ValueError(f"layer {layer} of {model.name} is a {kind} mixer, not softmax attention: it has no scores "
+                         "to split")
     site = adapter.site("decoder", layer)
     if not 0 <= head < site.num_heads:
         raise ValueError(f"head {head} is not a head of layer {layer} (0..{site.num_heads - 1})")
@@ -181,9 +183,7 @@ def _head_normed(norm: Callable[[Tensor], Tensor] | None, parts: Tensor, offset:
         return parts
     if isinstance(norm, Temperature):
         return parts * norm.scales.double()[list(positions), None]
-    if not isinstance(norm, nn.Module):
-        raise ValueError(f"score attribution is unavailable: the per-head step {type(norm).__name__} is not split yet")
-    try:
+    try:  # a step that is not a norm module (a callable of an adapter's own) is refused as an unknown norm
         affine = norm_affine(norm, parts.shape[-1], offset)
     except ValueError as error:
         raise ValueError(f"score attribution is unavailable: its QK-norm: {error}") from None
@@ -318,7 +318,7 @@ class _Stream:
         W, b = {n: w.float() for n, w in W.items()}, {n: v.float() for n, v in b.items()}
         var = self.variations
         one = replace(var, bias={n: t[head:head + 1] for n, t in var.bias.items()},
-                      sinks=None if var.sinks is None else var.sinks[head:head + 1], gates=None,
+                      sinks=None if var.sinks is None else var.sinks[head:head + 1], gates=None, head_norm=None,
                       mask=var.mask if var.mask is None or var.mask.shape[0] == 1 else var.mask[head:head + 1])
         x, sources, rows = self.x.float(), list(self.sources.values()), []
         for i in range(0, len(sources), 16):

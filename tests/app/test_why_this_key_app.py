@@ -68,3 +68,16 @@ def test_an_encoder_and_a_configurable_layer_say_why_not() -> None:
     assert not at.exception and any("needs a decoder-only model" in i.value for i in at.info)
     at = new_app(view="Analysis", section="Why this key").run()  # the configurable layer
     assert not at.exception and any("needs a model's residual stream" in i.value for i in at.info)
+
+
+def test_a_hybrids_attention_layer_is_split_and_its_mixer_layer_says_why_not() -> None:
+    params = {"mode": "Pretrained", "model": "mha-viz/hybrid-2l", "view": "Analysis", "section": "Why this key",
+              "text": CAUSAL_EXAMPLE}
+    at = new_app(**params, layer="1").run()
+    assert not at.exception and not at.warning
+    sa = score_attribution(load_model("mha-viz/hybrid-2l"), CAUSAL_EXAMPLE, layer=1, head=0,
+                           query=len(load_model("mha-viz/hybrid-2l").tokens(CAUSAL_EXAMPLE)) - 1)
+    assert abs(z_matrix(chart(at, "analysis_why_key")["data"][0]) - sa.table(sa.winner)).max() < 1e-5
+    at = new_app(**params, layer="0").run()
+    assert not at.exception and not at.warning
+    assert any("layer 0 is a linear mixer" in i.value and "(1)" in i.value for i in at.info)

@@ -224,3 +224,20 @@ def test_other_families_terms_sum_to_their_checked_scores(families, name):
 def test_families_not_split_yet_are_refused_with_their_reason(families, name):
     with pytest.raises(ValueError, match=REFUSED[name]):
         score_attribution(families[name], TEXT, layer=1, head=0, query=3)
+
+
+def test_a_hybrids_attention_layer_is_split_into_its_mixer_heads():
+    """hybrid-2l: a Gated DeltaNet layer, then softmax attention with QK-norm and an output gate. Layer 1's scores
+    split over the token and each mixer head's output (their out_proj blocks, as logit attribution splits them), and
+    add up; at the repeated "a" every head finds "big" through a mixer head on the key side. Layer 0 has no scores."""
+    m = load_model("mha-viz/hybrid-2l")
+    text = "the red fox saw a big owl by the lake . the red fox saw a"
+    T = len(m.encode(text).ids)
+    for head in range(m.adapter.site("decoder", 1).num_heads):
+        sa = score_attribution(m, text, layer=1, head=head, query=T - 1)
+        assert sa.check["sum of terms vs score"] <= 1e-5 and sa.check["sum of sources vs stream"] <= 1e-5
+        assert sa.sources[:2] == ("token", "0.0") and m.tokens(text)[sa.winner] == "big"
+        query_side, key_side, _ = sa.largest(sa.winner, 1)[0]
+        assert query_side == "token" and key_side.startswith("0.")  # a layer-0 mixer head carries the key
+    with pytest.raises(ValueError, match="linear mixer, not softmax attention"):
+        score_attribution(m, text, layer=0, head=0, query=3)

@@ -47,6 +47,12 @@ def render(c: SectionContext) -> None:
     if reason is not None:
         st.info(f"Why this key is unavailable: {plain(reason)}.")
         return
+    kinds = model.layer_kinds()
+    if kinds[c.layer] != "softmax":
+        attention = [i for i, kind in enumerate(kinds) if kind == "softmax"]
+        st.info(f"Why this key splits softmax attention scores: layer {c.layer} is a {kinds[c.layer]} mixer. "
+                f"Pick an attention layer ({', '.join(map(str, attention))}) with the Layer control.")
+        return
     trace, tokens = c.trace, c.trace.query_tokens
     T = len(tokens)
     clamp_heads(trace.num_heads)
