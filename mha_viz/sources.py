@@ -11,6 +11,8 @@ and says what else it can do, so that a view asks what a source can do, not what
     source.trainable         mha-viz's own layer (d_model, h), which mha_viz.training can train on a task
     source.long              is_long() and long_trace() read inputs longer than max_tokens
     source.composable        two or more self-attention layers with known weights: heads compose across layers
+    source.score_attribution(head, query)  a single layer's scores split by its input's parts (the configurable
+                             layer: token vectors and positional encoding); absent where the model's stream is split
     source.token_readout     a known readout over a small vocabulary, to follow each head's W_O to (a trained layer's
                              relation readouts, a small language model's unembedding): mha_viz.analysis.readout
 Sources are frozen dataclasses: equal arguments, equal sources (an app can cache on them).
@@ -30,11 +32,12 @@ from .config import MHAConfig
 from .limits import MAX_LONG_TOKENS, MAX_TOKENS
 from .long import LongTrace, long_trace
 from .sampling import GREEDY, Sampling
-from .text import embed_tokens, tokenize
+from .text import embed_tokens, positional_encoding, tokenize
 from .trace import MIXING_KINDS, AttentionTrace
 from .variants import VARIANTS, LayerVariant, variant_layer
 
 if TYPE_CHECKING:
+    from .analysis.score_attribution import ScoreAttribution
     from .pretrained import PretrainedModel
     from .pretrained.attribution import LogitAttribution
     from .pretrained.generation import Generation
@@ -128,6 +131,26 @@ def configurable_trace(
                                 "variant": kind})
 
 
+def configurable_score_attribution(
+    text: str, cfg: MHAConfig, *, head: int, query: int, key: int | None = None, seed: int = 0, causal: bool = False,
+    positional: bool = True, max_tokens: int = MAX_TOKENS, variant: LayerVariant | None = None,
+) -> ScoreAttribution:
+    """The configurable layer's score of (query, key) of one head split into (token, position, bias) x (token,
+    position, bias) terms: its input is the token vectors plus the positional encoding (analysis.score_attribution's
+    input_score_attribution). ValueError where the layer's queries are not affine in its input."""
+    from .analysis.score_attribution import input_score_attribution
+
+    mha, _, _, q_tokens, _, _ = _configurable_inputs(text, cfg, seed, positional, None, max_tokens, variant)
+    parts = {"token": embed_tokens(list(q_tokens), cfg.d_model, seed=seed, positional=False)}  # (T, d_model)
+    if positional:
+        parts["position"] = positional_encoding(len(q_tokens), cfg.d_model)  # x = token + position, as embed_tokens
+    def run(inputs: torch.Tensor) -> AttentionTrace:
+        with torch.inference_mode():
+            return mha(inputs, None, causal=causal, query_tokens=q_tokens, key_tokens=None)
+
+    return input_score_attribution(run, parts, head=head, query=query, key=key)
+
+
 def long_configurable_trace(
     text: str,
     cfg: MHAConfig,
@@ -207,6 +230,14 @@ class ConfigurableSource:
 
     def attentions(self) -> np.ndarray | None:
         return None
+
+    def score_attribution(self, head: int, query: int) -> ScoreAttribution:
+        """The score of every key the query sees, split by the layer's input parts (token, position, bias)."""
+        if self.context is not None:
+            raise ValueError("score attribution splits self-attention: this layer reads a second sentence")
+        return configurable_score_attribution(self.text, self.cfg, head=head, query=query, seed=self.seed,
+                                              causal=self.causal, positional=self.positional,
+                                              max_tokens=self.max_tokens, variant=self.variant)
 
 
 @dataclass(frozen=True, eq=False)

@@ -46,7 +46,12 @@ from .patching import (
 from .readout import DirectLogits, Readout, direct_logits, model_readout, trained_readout
 from .redundancy import Redundancy, cluster_order, near_duplicates, redundancy
 from .rollout import attention_rollout
-from .score_attribution import ScoreAttribution, score_attribution, score_attribution_unavailable
+from .score_attribution import (
+    ScoreAttribution,
+    input_score_attribution,
+    score_attribution,
+    score_attribution_unavailable,
+)
 from .score_terms import ScoreTerms, score_terms
 from .tokens import without_tokens
 from .visibility import LayerReach, Visibility, probe_kernels, visibility
@@ -93,6 +98,7 @@ __all__ = [
     "head_mask",
     "head_scores",
     "head_stats",
+    "input_score_attribution",
     "js_divergence",
     "knocked_output",
     "knockout_effect",

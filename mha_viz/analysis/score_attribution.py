@@ -37,6 +37,7 @@ from ..attention import apply_rotary, attend
 if TYPE_CHECKING:
     from ..pretrained.adapter import Site
     from ..pretrained.model import PretrainedModel
+    from ..trace import AttentionTrace
 
 MAX_TABLE_BYTES = 512 * 2**20  # every key's [sources, sources] table, float64
 
@@ -167,6 +168,57 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
         weights=stream.weights[head, query].double().numpy(),
         removed=stream.removed(norm, W, b, head, query).numpy(), norm=affine.kind,
         norm_scales=affine.scales.numpy(), check=check)
+
+
+@torch.no_grad()
+def input_score_attribution(run: Callable[[Tensor], AttentionTrace], parts: dict[str, Tensor], *, head: int,
+                            query: int, key: int | None = None) -> ScoreAttribution:
+    """One layer whose queries and keys are affine in its input x = sum of parts (each (T, d)): the configurable
+    layer, whose x is token vectors plus the positional encoding. run(x) is the layer's trace on an input. Each
+    part's share of a query or key is run(part) - run(0), and run(0) is the constant part "bias" (the projections'
+    biases, rotated where the layer rotates), so the scores split into (query part x key part) terms as in a model;
+    no norm to freeze. removed[a] is the row of run(x - part a), recomputed. ValueError for a layer whose queries
+    or keys are not affine in x (a norm on them), cross-attention, soft-capping or differential maps."""
+    names, x = list(parts), sum(parts.values())
+    full = run(x)
+    if full.cross or full.queries is None or full.keys is None or full.scores is None or full.scale is None:
+        raise ValueError("score attribution splits a self-attention layer that keeps its queries, keys and scores")
+    if full.softcap is not None or full.maps is not None:
+        raise ValueError("score attribution does not split soft-capped scores or differential maps yet")
+    H, T = full.weights.shape[:2]
+    if not 0 <= head < H:
+        raise ValueError(f"head {head} is not a head of this layer (0..{H - 1})")
+    if not 0 <= query < T:
+        raise ValueError(f"query {query} is not a position of the {T}-token input (0..{T - 1})")
+    seen = [j for j in range(T) if np.isfinite(full.scores[head, query, j])]
+    if key is not None and key not in seen:
+        raise ValueError(f"query {query} does not see key {key} (masked): its score is -inf")
+    visible = seen if key is None else [key]
+    zero = run(torch.zeros_like(x))
+    each = [run(parts[n]) for n in names]
+
+    def split(field: str, positions: Sequence[int]) -> Tensor:  # (S + 1, P, d): each part's share, then the constant
+        base = torch.from_numpy(getattr(zero, field)[head, positions]).double()
+        shares = [torch.from_numpy(getattr(t, field)[head, positions]).double() - base for t in each]
+        return torch.stack([*shares, base])
+
+    q, k = split("queries", [query]), split("keys", visible)
+    affine = max(float((q.sum(0) - torch.from_numpy(full.queries[head, [query]]).double()).abs().max()),
+                 float((k.sum(0) - torch.from_numpy(full.keys[head, visible]).double()).abs().max()))
+    if affine > 1e-4 * max(1.0, float(np.abs(full.queries).max())):
+        raise ValueError("this layer's queries or keys are not affine in its input (a norm on them, say): its scores "
+                         "do not split into parts of the input")
+    terms = full.scale * torch.einsum("ad,bkd->kab", q[:, 0], k)  # (keys, S + 1, S + 1)
+    other = {n: np.broadcast_to(b, full.scores.shape)[head, query, visible].astype(np.float64)
+             for n, b in full.score_bias.items()}
+    scores = full.scores[head, query, visible].astype(np.float64)
+    rebuilt = terms.sum((1, 2)).numpy() + sum(other.values(), np.zeros(len(visible)))
+    removed = np.stack([run(x - parts[n]).weights[head, query] for n in names]).astype(np.float64)
+    return ScoreAttribution(
+        tokens=full.query_tokens, layer=0, head=head, query=query, keys=tuple(visible), sources=(*names, "bias"),
+        terms=terms.numpy(), other=other, scores=scores, weights=full.weights[head, query].astype(np.float64),
+        removed=removed, norm="none", norm_scales=np.ones(T),
+        check={"sum of terms vs score": float(np.abs(rebuilt - scores).max()), "parts vs the input": affine})
 
 
 def _head_normed(norm: Callable[[Tensor], Tensor] | None, parts: Tensor, offset: float, positions: Sequence[int]

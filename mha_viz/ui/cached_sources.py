@@ -11,7 +11,7 @@ from typing import ClassVar, TypeVar
 
 import numpy as np
 
-from ..analysis import DetectorScores, detect_heads
+from ..analysis import DetectorScores, ScoreAttribution, detect_heads
 from ..long import LongTrace
 from ..pretrained import (
     BUNDLED_INSTALL,
@@ -45,6 +45,10 @@ class CachedConfigurable(ConfigurableSource):
 
     def long_trace(self) -> LongTrace:
         return cached(("long", self.key()), super().long_trace, spinner="Computing attention over a long input…", heavy=True)
+
+    def score_attribution(self, head: int, query: int) -> ScoreAttribution:
+        return cached(("score attribution", head, query, self.key()),
+                      lambda: super(CachedConfigurable, self).score_attribution(head, query))
 
 
 @dataclass(frozen=True, eq=False)

@@ -63,11 +63,31 @@ def test_a_link_with_a_position_the_text_lacks_is_corrected_with_a_notice(params
     assert any(f"URL parameter {notice}" in w.value.replace("\\_", "_") for w in at.warning)
 
 
-def test_an_encoder_and_a_configurable_layer_say_why_not() -> None:
+def test_an_encoder_a_trained_layer_and_a_latent_layer_say_why_not() -> None:
     at = new_app(mode="Pretrained", view="Analysis", section="Why this key").run()  # MiniLM: an encoder
     assert not at.exception and any("needs a decoder-only model" in i.value for i in at.info)
-    at = new_app(view="Analysis", section="Why this key").run()  # the configurable layer
+    at = new_app(view="Analysis", section="Why this key", weights="trained").run()  # a trained layer: no parts known
     assert not at.exception and any("needs a model's residual stream" in i.value for i in at.info)
+    at = new_app(view="Analysis", section="Why this key", variant="mla").run()  # an RMSNorm on its latent
+    assert not at.exception and any("not affine in its input" in w.value for w in at.warning)
+
+
+def test_the_configurable_layer_splits_by_token_and_position() -> None:
+    """The default page's layer: its input is token vectors plus the positional encoding, and the table is the
+    library's split of the same layer (token, position, bias on each side)."""
+    from mha_viz.config import MHAConfig
+    from mha_viz.params import DEFAULT_TEXT
+    from mha_viz.sources import configurable_score_attribution
+
+    at = new_app(view="Analysis", section="Why this key", causal="true").run()
+    assert not at.exception and not at.warning
+    query, head = at.selectbox(key="why_query").value, at.selectbox(key="head").value
+    state = at.session_state
+    sa = configurable_score_attribution(DEFAULT_TEXT, MHAConfig(state["d_model"], state["h"]), head=head, query=query,
+                                        causal=True)
+    z = z_matrix(chart(at, "analysis_why_key")["data"][0])
+    assert sa.sources == ("token", "position", "bias") and abs(z - sa.table(sa.winner)).max() < 1e-5
+    assert any("no norm" in c.value for c in at.caption)
 
 
 def test_a_hybrids_attention_layer_is_split_and_its_mixer_layer_says_why_not() -> None:

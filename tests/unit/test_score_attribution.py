@@ -241,3 +241,36 @@ def test_a_hybrids_attention_layer_is_split_into_its_mixer_heads():
         assert query_side == "token" and key_side.startswith("0.")  # a layer-0 mixer head carries the key
     with pytest.raises(ValueError, match="linear mixer, not softmax attention"):
         score_attribution(m, text, layer=0, head=0, query=3)
+
+
+@pytest.mark.parametrize("kind", ["mha", "gqa", "window", "moh"])
+def test_the_configurable_layer_splits_by_token_and_position(kind):
+    """A single layer whose input is token vectors plus the positional encoding: the terms add up to its own scores,
+    and taking a part out equals the layer run without it, computed here the app's way (positional off: the token
+    part alone)."""
+    from mha_viz.config import MHAConfig
+    from mha_viz.sources import configurable_score_attribution, configurable_trace
+    from mha_viz.variants import LayerVariant
+
+    cfg, variant = MHAConfig(32, 4), LayerVariant(kind, kv_heads=2) if kind == "gqa" else LayerVariant(kind)
+    own = configurable_trace(TEXT, cfg, causal=True, variant=variant)
+    tokens_only = configurable_trace(TEXT, cfg, causal=True, positional=False, variant=variant)
+    T = own.weights.shape[1]
+    for head, query in itertools.product(range(4), (0, T // 2, T - 1)):
+        sa = configurable_score_attribution(TEXT, cfg, head=head, query=query, causal=True, variant=variant)
+        assert sa.sources == ("token", "position", "bias") and sa.check["parts vs the input"] <= 1e-5
+        keys = list(sa.keys)
+        assert np.abs(sa.terms.sum((1, 2)) - own.scores[head, query, keys]).max() <= 1e-5
+        assert np.abs(sa.removed[1] - tokens_only.weights[head, query]).max() <= 1e-6  # position taken out
+        assert np.allclose(sa.weights, own.weights[head, query], atol=1e-7)
+
+
+def test_a_configurable_layer_not_affine_in_its_input_is_refused():
+    from mha_viz.config import MHAConfig
+    from mha_viz.sources import configurable_score_attribution
+    from mha_viz.variants import LayerVariant
+
+    with pytest.raises(ValueError, match="not affine in its input"):  # MLA: an RMSNorm on its latent
+        configurable_score_attribution(TEXT, MHAConfig(32, 4), head=0, query=3, variant=LayerVariant("mla"))
+    with pytest.raises(ValueError, match="differential"):
+        configurable_score_attribution(TEXT, MHAConfig(32, 4), head=0, query=3, variant=LayerVariant("diff"))

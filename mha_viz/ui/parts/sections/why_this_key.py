@@ -38,16 +38,17 @@ def render(c: SectionContext) -> None:
     from ...views import chart
 
     model = c.source.model
-    if model is None:
-        st.info("Why this key needs a model's residual stream: it splits a score by the stream's sources (embeddings, "
-                "every earlier head, every MLP). This layer reads one input, X: the Heads view's *Why one score* "
-                "splits its q·k dimension by dimension.")
+    by_input = getattr(c.source, "score_attribution", None)  # a single layer: its input's parts
+    if model is None and by_input is None:
+        st.info("Why this key needs a model's residual stream, or a layer whose input it knows the parts of: it "
+                "splits a score by where the query and the key came from. This layer reads one input, X: the Heads "
+                "view's *Why one score* splits its q·k dimension by dimension.")
         return
-    reason = score_attribution_unavailable(model)
+    reason = None if model is None else score_attribution_unavailable(model)
     if reason is not None:
         st.info(f"Why this key is unavailable: {plain(reason)}.")
         return
-    kinds = model.layer_kinds()
+    kinds = ("softmax",) if model is None else model.layer_kinds()
     if kinds[c.layer] != "softmax":
         attention = [i for i, kind in enumerate(kinds) if kind == "softmax"]
         st.info(f"Why this key splits softmax attention scores: layer {c.layer} is a {kinds[c.layer]} mixer. "
@@ -78,8 +79,9 @@ def render(c: SectionContext) -> None:
                       placeholder=top, help="The key whose score is explained; by default the one the query weights "
                       "most.")
     try:
-        sa = c.source.memo(("score attribution", c.layer, head, query), lambda: score_attribution(
-            model, c.source.text, layer=c.layer, head=head, query=query))
+        sa = by_input(head, query) if model is None else c.source.memo(
+            ("score attribution", c.layer, head, query),
+            lambda: score_attribution(model, c.source.text, layer=c.layer, head=head, query=query))
     except ValueError as err:
         st.warning(f"Cannot split this score: {plain(str(err))}")
         return
@@ -97,6 +99,13 @@ def render(c: SectionContext) -> None:
               f"({visible_token(tokens[key])})"),
         "analysis_why_key", f"{c.name}-L{c.layer}H{head}-q{query}-k{key}")
     error = abs(sa.total(key) - sa.scores[sa.keys.index(key)])
+    if model is None:
+        st.caption(f"The terms add up to **{sa.total(key):.5f}**; the layer's own score is "
+                   f"**{sa.scores[sa.keys.index(key)]:.5f}** (|difference| {error:.1e}). The layer reads its input X "
+                   "directly, no norm: X is the token vectors plus the positional encoding, so each query and key is "
+                   "a token part, a position part and *bias* (the projections' biases). The bars rerun the layer "
+                   "with each part taken out of X.")
+        return
     st.caption(f"The terms add up to **{sa.total(key):.5f}**; the score the trace rebuilds (checked against the "
                f"model's own weights) is **{sa.scores[sa.keys.index(key)]:.5f}** (|difference| {error:.1e}). Each "
                f"side reads the stream through the layer's {sa.norm}, frozen at the scale it measured at each "
