@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -95,9 +95,11 @@ def score_attribution_unavailable(model: PretrainedModel) -> str | None:
     adapter = getattr(model, "adapter", None)
     if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
         return f"{model.name} is a TransformerLens model: score attribution reads a Hugging Face model's modules"
+    if adapter.kind == "encoder" and adapter.post_norms() is not None:
+        return None  # a post-norm encoder whose norms mha-viz knows (BERT, MiniLM)
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
-                "residual stream mha-viz knows (the families logit attribution splits)")
+                "residual stream mha-viz knows (the families logit attribution splits), or a BERT-style encoder")
     blocks, _ = adapter.residual_stream()
     if len(set(blocks)) < len(blocks):
         return f"{model.name} traces a block as two layers; its scores are not split yet"
@@ -113,17 +115,18 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     if reason is not None:
         raise ValueError(f"score attribution is unavailable: {reason}")
     adapter = model.adapter
-    blocks, _ = adapter.residual_stream()
-    if not 0 <= layer < len(blocks):
-        raise ValueError(f"layer {layer} is not a layer of {model.name} (0..{len(blocks) - 1})")
-    kind = model.layer_kinds()[layer]
+    part = "encoder" if adapter.kind == "encoder" else "decoder"
+    L = model.num_layers[part]
+    if not 0 <= layer < L:
+        raise ValueError(f"layer {layer} is not a layer of {model.name} (0..{L - 1})")
+    kind = model.layer_kinds(part)[layer]
     if kind != "softmax":
         raise ValueError(f"layer {layer} of {model.name} is a {kind} mixer, not softmax attention: it has no scores "
                          "to split")
-    site = adapter.site("decoder", layer)
+    site = adapter.site(part, layer)
     if not 0 <= head < site.num_heads:
         raise ValueError(f"head {head} is not a head of layer {layer} (0..{site.num_heads - 1})")
-    norm = adapter.pre_norm("decoder", layer)
+    norm = nn.Identity() if part == "encoder" else adapter.pre_norm("decoder", layer)  # post-norm: none before it
     if norm is None:
         raise ValueError(f"score attribution is unavailable: mha-viz does not know the norm before layer {layer}")
     enc = model.encode(text)
@@ -133,7 +136,7 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     if key is not None and not 0 <= key < T:
         raise ValueError(f"key {key} is not a position of the {T}-token input (0..{T - 1})")
 
-    stream = _Stream(model, enc.ids, layer)
+    stream = (_EncoderStream if part == "encoder" else _Stream)(model, enc.ids, layer)
     var = stream.variations
     affine = stream.affine(norm)
     names = (*stream.sources, "bias")
@@ -319,22 +322,28 @@ class _Stream:
         for src in self.sources.values():
             total += src
         self.residual_error = float((total - x).abs().max())
+        self._rebuild(sites[-1], rec, outputs, layer, "decoder")
+
+    def _rebuild(self, site: Site, rec: Any, outputs: Any, layer: int, part: str) -> None:
+        """Layer's attention as the trace rebuilds it from what it received (rec), checked against the model's own
+        weights: its input, variations, scores (H, T, T), weights and score bias terms."""
+        adapter = self.model.adapter
         hidden = rec.arguments.get("hidden_states")  # (1, T, d): the norm's output, as the attention received it
         if hidden is None:
             raise ValueError(f"score attribution is unavailable: layer {layer}'s attention takes no hidden_states")
         self.attention_input, self.dtype = hidden[0].double().cpu(), hidden.dtype
-        q, k, v = (t.float() for t in adapter.heads(sites[-1], rec))
-        self.variations = var = adapter.variations("decoder", sites[-1], rec, q, k)
+        q, k, v = (t.float() for t in adapter.heads(site, rec))
+        self.variations = var = adapter.variations(part, site, rec, q, k)
         for name, value in (("logit soft-capping", var.softcap), ("differential heads", var.differential)):
             if value is not None:
                 raise ValueError(f"score attribution is unavailable: layer {layer} has {name}, not split yet")
-        kv = list(sites[-1].kv_heads)
+        kv = list(site.kv_heads)
         a = attend(q, k[kv], v[kv], self.variations)
         self.scores, self.weights = a.scores, a.weights  # (H, T, T) each
-        reference = adapter.model_attentions(outputs, "decoder")[layer][0]
+        reference = adapter.model_attentions(outputs, part)[layer][0]
         if not torch.allclose(a.weights, reference.float(), atol=1e-4):
             raise RuntimeError(f"layer {layer}'s rebuilt weights differ from the model's own")
-        T = len(ids)
+        T = q.shape[-2]
         self.score_bias = {n: b.double().expand(q.shape[0], T, T) for n, b in self.variations.bias.items()}
 
     def affine(self, norm: nn.Module) -> _Frozen:
@@ -379,3 +388,65 @@ class _Stream:
             rows.append(attend(q, k, k, one).weights[:, query].double())  # (c, T)
         return torch.cat(rows)
 
+
+
+class _EncoderStream(_Stream):
+    """A post-norm encoder (BERT, MiniLM): layer L's input x (T, d) split into its sources. Each LayerNorm on the way,
+    the embeddings' and each earlier layer's two, is frozen at its scale at each position, so it is affine and every
+    source goes through it: gamma * centre(src) / s, its beta into the constant source "biases (norms, W_O)" (with
+    each W_O's bias). An earlier layer's MLP is its output norm's input minus its attention norm's output."""
+
+    def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
+        from ..pretrained.adapter import Recorder, loaded
+        from ..pretrained.attribution import Capture
+
+        adapter, self.model = model.adapter, model
+        post = adapter.post_norms()
+        norms = [post.embeddings, *(n for i in range(layer) for n in (post.attention[i], post.output[i]))]
+        sites = [adapter.site("encoder", i) for i in range(layer + 1)]
+        with (Capture(norms, [site.out for site in sites[:-1]], None, slice(None)) as capture,
+              Recorder(sites[-1]) as rec):  # every norm's input and output, each concat
+            outputs = adapter.forward(list(ids))
+        ids_t = torch.tensor([list(ids)], device=adapter.device())
+        sources = {"token": post.word(ids_t)[0].detach().double().cpu()}  # (T, d)
+        if post.token_type is not None:
+            sources["token type"] = post.token_type(torch.zeros_like(ids_t))[0].detach().double().cpu()
+        sources["position"] = capture.block_in[0] - sum(sources.values())  # what the embeddings add by position
+        constant = torch.zeros_like(sources["token"])  # (T, d)
+        self.residual_error = 0.0
+        sources, constant = self._normed(post.embeddings, sources, constant, capture.block_in[0])
+        for i, site in enumerate(sites[:-1]):
+            with loaded(site.out):
+                W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)
+            H = site.num_heads
+            W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
+            c = capture.concat[i].view(len(ids), H, -1).transpose(0, 1)  # (H, T, d_v)
+            sources |= {f"{i}.{h}": head for h, head in enumerate(torch.bmm(c, W_h))}  # (T, d) each
+            if b_O is not None:
+                constant = constant + b_O.detach().double().cpu()
+            sources, constant = self._normed(post.attention[i], sources, constant, capture.block_in[1 + 2 * i])
+            sources[f"{i} MLP"] = capture.block_in[2 + 2 * i] - capture.block_out[1 + 2 * i]
+            sources, constant = self._normed(post.output[i], sources, constant, capture.block_in[2 + 2 * i])
+        sources["biases (norms, W_O)"] = constant
+        self.sources = {name: src.float() for name, src in sources.items()}
+        self._rebuild(sites[-1], rec, outputs, layer, "encoder")
+        self.x = self.attention_input  # (T, d) no norm before the attention
+        self.residual_error = max(self.residual_error, float((sum(sources.values()) - self.x).abs().max()))
+
+    def _normed(self, norm: nn.Module, sources: dict[str, Tensor], constant: Tensor, received: Tensor
+                ) -> tuple[dict[str, Tensor], Tensor]:
+        """sources and the constant through norm frozen at its scale on what it received (T, d); the sources' sum
+        against that input goes into residual_error."""
+        from ..pretrained.attribution import frozen
+        from ..pretrained.norms import norm_affine
+
+        self.residual_error = max(self.residual_error, float((sum(sources.values()) + constant - received).abs().max()))
+        _, s, centre, gamma, beta = frozen(norm_affine(norm, received.shape[-1]), received)  # s (T,)
+        normed = {name: gamma * centre(src) / s[:, None] for name, src in sources.items()}
+        return normed, gamma * centre(constant) / s[:, None] + (0 if beta is None else beta)
+
+    def affine(self, norm: nn.Module) -> _Frozen:
+        """No norm between the stream and the attention: the identity, as a frozen norm."""
+        d = self.x.shape[-1]
+        return _Frozen("no norm", torch.ones(len(self.x), dtype=torch.float64), lambda v: v,
+                       torch.ones(d, dtype=torch.float64), None)

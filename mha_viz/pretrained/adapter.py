@@ -409,6 +409,11 @@ class Adapter:
         None where this adapter does not know them."""
         return None
 
+    def post_norms(self) -> Any:
+        """A post-norm encoder's stream (mha_viz.pretrained.bert.PostNorms: BERT's embeddings and each layer's two
+        LayerNorms), for score attribution; None where this adapter does not know it."""
+        return None
+
     def residual_scale(self, layer: int) -> float:
         """The factor on the traced layer's attention (or mixer) output as its block adds it to the residual stream
         (Granite 4's residual_multiplier, Falcon-H1's per half): 1 by default. Logit attribution folds it into each

@@ -6,7 +6,23 @@ ALBERT shares one layer's weights among all layers: layer l is the l-th call of 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from torch import nn
+
 from .adapter import Adapter, Site, register
+
+
+@dataclass(frozen=True)
+class PostNorms:
+    """A post-norm encoder's residual stream (BERT): the embeddings' sum goes through a LayerNorm, and so does each
+    layer's input plus its attention output, then that plus its MLP output."""
+
+    word: nn.Embedding  # the token embedding; the embeddings' norm input minus it (and token types) is positions
+    token_type: nn.Embedding | None
+    embeddings: nn.Module  # the embeddings' LayerNorm
+    attention: tuple[nn.Module, ...]  # each layer's LayerNorm after its attention
+    output: tuple[nn.Module, ...]  # and after its MLP
 
 
 @register
@@ -21,6 +37,14 @@ class BertAdapter(Adapter):
         s = attention.self
         H = s.num_attention_heads
         return Site(s, s.query, s.key, s.value, attention.output.dense, H, H, s.attention_head_size)
+
+    def post_norms(self) -> PostNorms | None:
+        e, layers = self.base.embeddings, self.base.encoder.layer
+        if hasattr(self.base, "embeddings_project"):  # ELECTRA's smaller embeddings, projected: not split yet
+            return None
+        return PostNorms(e.word_embeddings, getattr(e, "token_type_embeddings", None), e.LayerNorm,
+                         tuple(layer.attention.output.LayerNorm for layer in layers),
+                         tuple(layer.output.LayerNorm for layer in layers))
 
 
 @register

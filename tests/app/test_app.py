@@ -185,7 +185,7 @@ def test_every_analysis_section_renders_for_the_configurable_model() -> None:
         assert not at.exception and not at.error, section
         if section == "Rollout":  # one layer: nothing to chain, and the app says so
             assert any("single attention layer" in i.value for i in at.info)
-        elif section in ("Logit attribution", "Head detectors", "Why this key", "Layer reach"):  # they need a model
+        elif section in ("Logit attribution", "Head detectors", "Layer reach"):  # they need a model
             assert any("need" in i.value for i in at.info) and not at.get("plotly_chart")
         else:
             assert at.get("plotly_chart"), section

@@ -63,9 +63,24 @@ def test_a_link_with_a_position_the_text_lacks_is_corrected_with_a_notice(params
     assert any(f"URL parameter {notice}" in w.value.replace("\\_", "_") for w in at.warning)
 
 
-def test_an_encoder_a_trained_layer_and_a_latent_layer_say_why_not() -> None:
-    at = new_app(mode="Pretrained", view="Analysis", section="Why this key").run()  # MiniLM: an encoder
-    assert not at.exception and any("needs a decoder-only model" in i.value for i in at.info)
+def test_the_bundled_encoder_is_split_through_its_post_norms() -> None:
+    at = new_app(mode="Pretrained", view="Analysis", section="Why this key", layer="3").run()  # MiniLM
+    assert not at.exception and not at.warning
+    model = load_model(None)
+    query, head = at.selectbox(key="why_query").value, at.selectbox(key="head").value
+    sa = score_attribution(model, model_text(at), layer=3, head=head, query=query)
+    assert sa.sources[:3] == ("token", "token type", "position") and "2 MLP" in sa.sources
+    assert abs(z_matrix(chart(at, "analysis_why_key")["data"][0]) - sa.table(sa.winner)).max() < 1e-5
+    assert any("post-norm encoder" in c.value for c in at.caption)
+
+
+def model_text(at) -> str:
+    from mha_viz.params import DEFAULT_TEXT
+
+    return at.query_params.get("text", DEFAULT_TEXT)
+
+
+def test_a_trained_layer_and_a_latent_layer_say_why_not() -> None:
     at = new_app(view="Analysis", section="Why this key", weights="trained").run()  # a trained layer: no parts known
     assert not at.exception and any("needs a model's residual stream" in i.value for i in at.info)
     at = new_app(view="Analysis", section="Why this key", variant="mla").run()  # an RMSNorm on its latent

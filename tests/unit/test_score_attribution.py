@@ -6,6 +6,7 @@ gives the row a hooked forward pass of the unmodified model gives; and a dropped
 from __future__ import annotations
 
 import itertools
+import sys
 
 import numpy as np
 import pytest
@@ -274,3 +275,55 @@ def test_a_configurable_layer_not_affine_in_its_input_is_refused():
         configurable_score_attribution(TEXT, MHAConfig(32, 4), head=0, query=3, variant=LayerVariant("mla"))
     with pytest.raises(ValueError, match="differential"):
         configurable_score_attribution(TEXT, MHAConfig(32, 4), head=0, query=3, variant=LayerVariant("diff"))
+
+
+def test_a_post_norm_encoder_is_split_through_its_frozen_norms():
+    """MiniLM (BERT's layout: a LayerNorm after the embeddings and after each sublayer, none before attention): for
+    every layer and head, the terms add up to the module's own scale * q . k, recomputed here from what its
+    attention received and its query and key Linear layers; a removed source's row is that attention on its input
+    without the source, recomputed here; dropping the largest source breaks the sum."""
+    m = load_model(None)
+    text = "The animal didn't cross the street because it was too tired"
+    ids = torch.tensor([m.encode(text).ids])
+    T = ids.shape[1]
+    layers = m.model.encoder.layer
+    seen = {}
+    handles = [layer.attention.self.register_forward_pre_hook(
+        lambda mod, args, kwargs, i=i: seen.__setitem__(i, args[0] if args else kwargs["hidden_states"]),
+        with_kwargs=True) for i, layer in enumerate(layers)]
+    try:
+        with torch.no_grad():
+            m.model(input_ids=ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    for layer in range(len(layers)):
+        s = layers[layer].attention.self
+        H, d = s.num_attention_heads, s.attention_head_size
+
+        def scores(x, s=s, H=H, d=d):  # (H, T, T) scale * q k^T of the module on x (1, T, d_model)
+            q, k = (f(x).view(1, T, H, d).transpose(1, 2)[0] for f in (s.query, s.key))
+            return q @ k.transpose(-1, -2) / d ** 0.5
+
+        with torch.no_grad():
+            own = scores(seen[layer])
+        for head, query in itertools.product(range(0, H, 5), (0, T - 1)):
+            sa = score_attribution(m, text, layer=layer, head=head, query=query)
+            assert sa.keys == tuple(range(T)) and sa.check["sum of sources vs stream"] <= 1e-5
+            assert np.abs(sa.terms.sum((1, 2)) - own[head, query].double().numpy()).max() <= 1e-5
+            i = int(np.argmax(np.abs(sa.removed - sa.weights).max(1)))  # the source whose removal moves the row most
+            source = sa.sources[i]
+            stream = score_attribution_sources(m, text, layer)[source]
+            with torch.no_grad():
+                row = torch.softmax(scores(seen[layer] - stream[None]), -1)[head, query]
+            assert np.abs(sa.removed[i] - row.double().numpy()).max() <= 1e-5
+            share = np.abs(sa.terms.sum(2) + sa.terms.sum(1) - np.diagonal(sa.terms, axis1=1, axis2=2)).max(0)
+            j = int(np.argmax(share))
+            kept = np.delete(np.delete(sa.terms, j, axis=1), j, axis=2).sum((1, 2))
+            assert np.abs(kept - sa.terms.sum((1, 2))).max() > 1e-3
+
+
+def score_attribution_sources(m, text, layer):
+    """The encoder stream's sources at layer's input, as score attribution splits it (each (T, d))."""
+    module = sys.modules["mha_viz.analysis.score_attribution"]
+    return module._EncoderStream(m, m.encode(text).ids, layer).sources

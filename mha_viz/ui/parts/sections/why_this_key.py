@@ -106,11 +106,17 @@ def render(c: SectionContext) -> None:
                    "a token part, a position part and *bias* (the projections' biases). The bars rerun the layer "
                    "with each part taken out of X.")
         return
+    head_words = (f"Each side reads the stream through the layer's {sa.norm}, frozen at the scale it measured at "
+                  f"each position (at the query: {sa.norm_scales[query]:.4g}); *bias* is what does not depend on the "
+                  "input (the norm's shift and the projection's bias). The bars recompute the row exactly, norm "
+                  "included.") if sa.norm != "no norm" else (
+        "The layer reads the stream with no norm before it: in this post-norm encoder each LayerNorm comes after a "
+        "sublayer, and every one on the way was frozen at its scale at each position, so each source went through "
+        "them; *biases (norms, W_O)* is their shifts and the output projections' biases, *bias* the projection's. "
+        "The bars rerun the layer with each source taken out of its input.")
     st.caption(f"The terms add up to **{sa.total(key):.5f}**; the score the trace rebuilds (checked against the "
-               f"model's own weights) is **{sa.scores[sa.keys.index(key)]:.5f}** (|difference| {error:.1e}). Each "
-               f"side reads the stream through the layer's {sa.norm}, frozen at the scale it measured at each "
-               f"position (at the query: {sa.norm_scales[query]:.4g}); *bias* is what does not depend on the input "
-               "(the norm's shift and the projection's bias). The bars recompute the row exactly, norm included.")
+               f"model's own weights) is **{sa.scores[sa.keys.index(key)]:.5f}** (|difference| {error:.1e}). "
+               + head_words)
 
 
 def _on_cell_click(T: int) -> None:
