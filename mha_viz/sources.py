@@ -12,7 +12,8 @@ and says what else it can do, so that a view asks what a source can do, not what
     source.long              is_long() and long_trace() read inputs longer than max_tokens
     source.composable        two or more self-attention layers with known weights: heads compose across layers
     source.score_attribution(head, query)  a single layer's scores split by its input's parts (the configurable
-                             layer: token vectors and positional encoding); absent where the model's stream is split
+                             layer: token vectors and positional encoding; a trained one: token and position
+                             embeddings); absent where a model's stream is split instead
     source.token_readout     a known readout over a small vocabulary, to follow each head's W_O to (a trained layer's
                              relation readouts, a small language model's unembedding): mha_viz.analysis.readout
 Sources are frozen dataclasses: equal arguments, equal sources (an app can cache on them).
@@ -273,6 +274,10 @@ class TrainedSource:
 
     def with_text(self, text: str) -> TrainedSource:
         return replace(self, sequence=text)
+
+    def score_attribution(self, head: int, query: int) -> ScoreAttribution:
+        """The score of every key the query sees, split by the layer's input parts (token, position, bias)."""
+        return self.layer.score_attribution(self.sequence or None, head=head, query=query)
 
     def attentions(self) -> np.ndarray | None:
         return None

@@ -80,9 +80,12 @@ def model_text(at) -> str:
     return at.query_params.get("text", DEFAULT_TEXT)
 
 
-def test_a_trained_layer_and_a_latent_layer_say_why_not() -> None:
-    at = new_app(view="Analysis", section="Why this key", weights="trained").run()  # a trained layer: no parts known
-    assert not at.exception and any("needs a model's residual stream" in i.value for i in at.info)
+def test_a_trained_layer_splits_by_its_embeddings_and_a_latent_layer_says_why_not() -> None:
+    at = new_app(view="Analysis", section="Why this key", weights="trained").run()  # token and position embeddings
+    assert not at.exception and not at.warning
+    fig = chart(at, "analysis_why_key")
+    assert list(fig["layout"]["yaxis"]["ticktext"]) == ["token", "position", "bias"]
+    assert any("no norm" in c.value and "trained layer" in c.value for c in at.caption)
     at = new_app(view="Analysis", section="Why this key", variant="mla").run()  # an RMSNorm on its latent
     assert not at.exception and any("not affine in its input" in w.value for w in at.warning)
 

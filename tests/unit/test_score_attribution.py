@@ -327,3 +327,38 @@ def score_attribution_sources(m, text, layer):
     """The encoder stream's sources at layer's input, as score attribution splits it (each (T, d))."""
     module = sys.modules["mha_viz.analysis.score_attribution"]
     return module._EncoderStream(m, m.encode(text).ids, layer).sources
+
+
+def test_a_trained_layer_finds_a_position_by_position_and_a_letter_by_token():
+    """A layer trained on "previous + same letter": the heads that put their weight on the previous token do it
+    through the (position x position) term, those that find the latest token with the same letter through
+    (token x token). The terms add up to the layer's own scores; the "position taken out" row is the layer run on
+    the token embeddings alone, computed here."""
+    from mha_viz.training import train
+    from mha_viz.training.tasks import get_task
+
+    layer = train("prev-match", 4, 32, steps=600, seed=0).layer
+    own = layer.trace()
+    tokens = layer.probe()
+    T = len(tokens)
+    query = T - 1
+    same_letter = max(j for j in range(query) if tokens[j][0] == tokens[query][0])
+    kinds = set()
+    model = layer.model()
+    vocab = get_task(layer.task).vocab
+    ids = torch.tensor([vocab.index(t) for t in tokens])
+    with torch.no_grad():
+        alone = model.attention(model.tok_emb(ids), causal=True, query_tokens=tokens)  # no position embedding
+    for head in range(4):
+        sa = layer.score_attribution(None, head=head, query=query)
+        assert sa.sources == ("token", "position", "bias") and sa.check["parts vs the input"] <= 1e-5
+        assert np.abs(sa.terms.sum((1, 2)) - own.scores[head, query, list(sa.keys)]).max() <= 1e-5
+        top = sa.largest(sa.winner, 1)[0][:2]
+        if sa.winner == query - 1:
+            assert top == ("position", "position")
+            kinds.add("previous")
+        elif sa.winner == same_letter:
+            assert top == ("token", "token")
+            kinds.add("same letter")
+        assert np.abs(sa.removed[1] - alone.weights[head, query]).max() <= 1e-6  # position taken out
+    assert kinds == {"previous", "same letter"}  # the trained layer has both kinds of head

@@ -102,9 +102,10 @@ def render(c: SectionContext) -> None:
     if model is None:
         st.caption(f"The terms add up to **{sa.total(key):.5f}**; the layer's own score is "
                    f"**{sa.scores[sa.keys.index(key)]:.5f}** (|difference| {error:.1e}). The layer reads its input X "
-                   "directly, no norm: X is the token vectors plus the positional encoding, so each query and key is "
-                   "a token part, a position part and *bias* (the projections' biases). The bars rerun the layer "
-                   "with each part taken out of X.")
+                   "directly, no norm: X is a token part plus a position part (here the token vectors and the "
+                   "sinusoidal encoding; in a trained layer its token and position embeddings), so each query and "
+                   "key is a token part, a position part and *bias* (the projections' biases). The bars rerun the "
+                   "layer with each part taken out of X.")
         return
     head_words = (f"Each side reads the stream through the layer's {sa.norm}, frozen at the scale it measured at "
                   f"each position (at the query: {sa.norm_scales[query]:.4g}); *bias* is what does not depend on the "
