@@ -204,7 +204,5 @@ def test_every_analysis_section_renders_for_the_bundled_model() -> None:
         assert not at.exception and not at.error, section
         if section == "Logit attribution":  # an encoder predicts no next token, and the app says so
             assert any("needs a causal language model" in i.value for i in at.info)
-        elif section == "Why this key":  # an encoder's residual stream is not split (yet), and the app says why
-            assert any("needs a decoder-only model" in i.value for i in at.info)
         else:
             assert at.get("plotly_chart"), section
