@@ -103,7 +103,7 @@ def score_attribution_unavailable(model: PretrainedModel) -> str | None:
     blocks, _ = adapter.residual_stream()
     if len(set(blocks)) < len(blocks):
         return f"{model.name} traces a block as two layers; its scores are not split yet"
-    return adapter.attribution_unavailable
+    return adapter.scores_unavailable
 
 
 @torch.no_grad()
@@ -161,10 +161,15 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     terms = var.scale * torch.einsum("ad,bkd->kab", q[:, 0], k)  # (keys, S, S)
     other = {n: bias[head, query, visible].double().numpy() for n, bias in stream.score_bias.items()}
     rebuilt = terms.sum((1, 2)) + sum(torch.as_tensor(o) for o in other.values())  # (keys,)
+    if var.softcap is not None:  # Gemma 2: the softmax reads cap * tanh(raw / cap); the cap's change is a term
+        capped = var.softcap * torch.tanh(rebuilt / var.softcap)
+        other["soft cap"] = (capped - rebuilt).numpy()
+        rebuilt = capped  # checked against the trace's capped scores below: the cap applied to the terms' sum
     whole = affine.projected([sum(s.double() for s in sources)], range(T), torch.eye(stream.x.shape[-1]).double())
     check = {"sum of terms vs score": float((rebuilt - scores[visible].double()).abs().max()),
              "sum of sources vs stream": stream.residual_error,
-             "frozen norm vs the attention's input": float((whole.sum(0) - stream.attention_input).abs().max())}
+             "frozen norm vs the attention's input": float((whole.sum(0) - stream.attention_input).abs().max()),
+             "frozen post-attention norms vs the norms": stream.post_error}
     return ScoreAttribution(
         tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
         terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
@@ -280,7 +285,8 @@ class _Stream:
 
     def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
         from ..pretrained.adapter import Recorder, loaded
-        from ..pretrained.attribution import Capture
+        from ..pretrained.attribution import Capture, frozen
+        from ..pretrained.norms import norm_affine
 
         adapter, self.model = model.adapter, model
         blocks, _ = adapter.residual_stream()
@@ -302,6 +308,7 @@ class _Stream:
             self.sources |= {"token": token, "position": position}
         else:  # scaled (Gemma) or normed (Bloom) embeddings: one source
             self.sources["embeddings"] = embeddings
+        self.post_error = 0.0  # the frozen post-attention norms (Gemma 2 and 3) against the real ones
         for i, site in enumerate(sites[:-1]):
             r = adapter.residual_scale(i)
             with loaded(site.out):
@@ -310,10 +317,22 @@ class _Stream:
             W_h = W_O.detach().float().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
             c = concat[i].view(len(ids), H, -1).transpose(0, 1).float()  # (H, T, d_v)
             heads = r * torch.bmm(c, W_h)  # (H, T, d): each head's part of the stream, in float32 as the model's
+            bias = None if b_O is None else (r * b_O.detach().double().cpu()).expand(len(ids), -1)  # (T, d)
+            added = r * attention_out[i]  # (T, d) what the block adds to the stream
+            post = adapter.post_attention_norm(i)
+            if post is not None:  # Gemma 2 and 3: a norm on the output first, frozen at its scale per position
+                _, s, centre, gamma, beta = frozen(norm_affine(post, x.shape[-1], adapter.norm_weight_offset),
+                                                   attention_out[i])
+                heads = (gamma * centre(heads.double()) / s[:, None]).float()
+                added = r * (gamma * centre(attention_out[i]) / s[:, None] + (0 if beta is None else beta))
+                with loaded(post):  # the frozen norm against the norm itself, on what it received
+                    real = post(attention_out[i][None].to(next(post.parameters()).dtype))[0].double().cpu()
+                self.post_error = max(self.post_error, float((added - r * real).abs().max()))
+                bias = None if bias is None else gamma * centre(bias) / s[:, None]
             self.sources |= {f"{i}.{h}": heads[h] for h in range(H)}
-            if b_O is not None:
-                self.sources[f"{i} attention bias"] = (r * b_O.detach().double().cpu()).expand(len(ids), -1)
-            self.sources[f"{i} MLP"] = block_in[i + 1] - block_in[i] - r * attention_out[i]
+            if bias is not None:
+                self.sources[f"{i} attention bias"] = bias
+            self.sources[f"{i} MLP"] = block_in[i + 1] - block_in[i] - added
         zero = 1e-6 * float(x.abs().max())  # what a difference of two float32 streams leaves of a part that adds 0
         self.sources = {name: src.float() for name, src in self.sources.items() if src.abs().amax() > zero}  # kept
         # in float32, as the model computed them (a GPT-2-small-sized layer 11: 146 x [T, 768])
@@ -334,9 +353,8 @@ class _Stream:
         self.attention_input, self.dtype = hidden[0].double().cpu(), hidden.dtype
         q, k, v = (t.float() for t in adapter.heads(site, rec))
         self.variations = var = adapter.variations(part, site, rec, q, k)
-        for name, value in (("logit soft-capping", var.softcap), ("differential heads", var.differential)):
-            if value is not None:
-                raise ValueError(f"score attribution is unavailable: layer {layer} has {name}, not split yet")
+        if var.differential is not None:
+            raise ValueError(f"score attribution is unavailable: layer {layer} has differential heads, not split yet")
         kv = list(site.kv_heads)
         a = attend(q, k[kv], v[kv], self.variations)
         self.scores, self.weights = a.scores, a.weights  # (H, T, T) each
@@ -413,7 +431,7 @@ class _EncoderStream(_Stream):
             sources["token type"] = post.token_type(torch.zeros_like(ids_t))[0].detach().double().cpu()
         sources["position"] = capture.block_in[0] - sum(sources.values())  # what the embeddings add by position
         constant = torch.zeros_like(sources["token"])  # (T, d)
-        self.residual_error = 0.0
+        self.residual_error = self.post_error = 0.0
         sources, constant = self._normed(post.embeddings, sources, constant, capture.block_in[0])
         for i, site in enumerate(sites[:-1]):
             with loaded(site.out):

@@ -409,6 +409,17 @@ class Adapter:
         None where this adapter does not know them."""
         return None
 
+    @property
+    def scores_unavailable(self) -> str | None:
+        """Why score attribution cannot split this model's attention scores over its residual stream, or None; by
+        default what stops logit attribution (the same stream)."""
+        return self.attribution_unavailable
+
+    def post_attention_norm(self, layer: int) -> nn.Module | None:
+        """The norm on the layer's attention output before its block adds it to the residual stream (Gemma 2 and 3's
+        post_attention_layernorm); None where there is none."""
+        return None
+
     def post_norms(self) -> Any:
         """A post-norm encoder's stream (mha_viz.pretrained.bert.PostNorms: BERT's embeddings and each layer's two
         LayerNorms), for score attribution; None where this adapter does not know it."""

@@ -104,6 +104,10 @@ class Gemma2Adapter(LlamaAdapter):
     )
 
     caps_scores = True  # transformers' Gemma2Attention passes its attn_logit_softcapping to the attention function
+    scores_unavailable = None  # score attribution freezes the post-attention norm and adds the cap as a term
+
+    def post_attention_norm(self, layer: int) -> nn.Module:
+        return self.base.layers[layer].post_attention_layernorm
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         softcap = site.attention.attn_logit_softcapping if self.caps_scores else None

@@ -185,10 +185,10 @@ def test_one_key_bad_positions_and_unsupported_layers_are_refused_with_reasons(m
             score_attribution(m, TEXT, **{"layer": 1, "head": 0, "query": 2, **bad})
 
 
-FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text")  # ALiBi; sinks and sliding windows; parallel attention and
-# MLP; Llama 4: a weightless QK-norm and chunks on layer 0, a NoPE layer with a temperature per position on layer 1
-REFUSED = {"diffllama": "differential heads", "deepseek_v3": "latent attention",
-           "gemma2": "post_attention_layernorm", "deepseek_v32": "not softmax"}
+FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text", "gemma2", "gemma3")  # ALiBi; sinks and sliding windows;
+# parallel attention and MLP; Llama 4: a weightless QK-norm and chunks on layer 0, a NoPE layer with a temperature per
+# position on layer 1; Gemma 2: soft-capped scores and a norm on each attention output; Gemma 3: that norm and QK-norm
+REFUSED = {"diffllama": "differential heads", "deepseek_v3": "latent attention", "deepseek_v32": "not softmax"}
 
 
 @pytest.fixture(scope="module")
@@ -214,8 +214,9 @@ def test_other_families_terms_sum_to_their_checked_scores(families, name):
         sa = score_attribution(m, TEXT, layer=layer, head=head, query=T - 1)
         assert sa.check["sum of terms vs score"] <= 1e-5 and sa.check["sum of sources vs stream"] <= 1e-5
         assert sa.check["frozen norm vs the attention's input"] <= 1e-5
-        assert (name == "bloom") == ("ALiBi" in sa.other)
-        window = name in ("gpt_oss", "cohere2") and layer == 0  # a sliding window of 4: the query's last 4 keys
+        assert sa.check["frozen post-attention norms vs the norms"] <= 1e-5
+        assert (name == "bloom") == ("ALiBi" in sa.other) and (name == "gemma2") == ("soft cap" in sa.other)
+        window = name in ("gpt_oss", "cohere2", "gemma2", "gemma3") and layer == 0  # a window of 4: the last 4 keys
         chunk = name == "llama4_text" and layer == 0  # chunks of 4: the keys of the query's chunk
         start = T - 4 if window else (T - 1) // 4 * 4 if chunk else 0
         assert sa.keys == tuple(range(start, T))
