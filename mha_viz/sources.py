@@ -152,6 +152,28 @@ def configurable_score_attribution(
     return input_score_attribution(run, parts, head=head, query=query, key=key)
 
 
+def trained_score_attribution(layer: TrainedLayer, sequence: str | None, *, head: int, query: int
+                              ) -> ScoreAttribution:
+    """A trained layer's scores of one query (on sequence, None: its task's probe) split into (token, position,
+    bias) x (token, position, bias) terms: its input is the token embedding plus the learned position embedding
+    (analysis.score_attribution's input_score_attribution). Does the query find its key by what it is, or where?"""
+    from .analysis.score_attribution import input_score_attribution
+    from .training.tasks import get_task
+
+    tokens = layer.probe() if sequence is None else layer.parse(sequence)
+    vocab = get_task(layer.task).vocab
+    ids = torch.tensor([vocab.index(t) for t in tokens])  # (T,)
+    model = layer.model()
+    with torch.no_grad():
+        parts = {"token": model.tok_emb(ids), "position": model.pos_emb.weight[:len(ids)]}  # (T, d_model) each
+
+    def run(x: torch.Tensor) -> AttentionTrace:
+        with torch.no_grad():
+            return model.attention(x, causal=True, query_tokens=tuple(tokens))
+
+    return input_score_attribution(run, parts, head=head, query=query)
+
+
 def long_configurable_trace(
     text: str,
     cfg: MHAConfig,
@@ -277,7 +299,7 @@ class TrainedSource:
 
     def score_attribution(self, head: int, query: int) -> ScoreAttribution:
         """The score of every key the query sees, split by the layer's input parts (token, position, bias)."""
-        return self.layer.score_attribution(self.sequence or None, head=head, query=query)
+        return trained_score_attribution(self.layer, self.sequence or None, head=head, query=query)
 
     def attentions(self) -> np.ndarray | None:
         return None

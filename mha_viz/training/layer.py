@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -15,9 +14,6 @@ from ..variants import VARIANTS, LayerVariant
 from ..weights import HeadWeights, per_head_out
 from .model import TinyAttentionModel
 from .tasks import get_task
-
-if TYPE_CHECKING:
-    from ..analysis.score_attribution import ScoreAttribution
 
 MHA = LayerVariant()  # the default attention layer: multi-head attention
 
@@ -102,25 +98,6 @@ class TrainedLayer:
         """The task's fixed probe sequence (the one Train mode's heatmaps show)."""
         spec = get_task(self.task)
         return spec.token_names(spec.probe())
-
-    def score_attribution(self, sequence: str | Sequence[str] | None, *, head: int, query: int) -> ScoreAttribution:
-        """The trained layer's scores of one query split into (token, position, bias) x (token, position, bias)
-        terms: its input is the token embedding plus the learned position embedding
-        (analysis.input_score_attribution). Does the query find its key by what it is, or by where it is?"""
-        from ..analysis.score_attribution import input_score_attribution
-
-        tokens = self.probe() if sequence is None else self.parse(sequence)
-        spec = get_task(self.task)
-        ids = torch.tensor([spec.vocab.index(t) for t in tokens])  # (T,)
-        model = self.model()
-        with torch.no_grad():
-            parts = {"token": model.tok_emb(ids), "position": model.pos_emb.weight[:len(ids)]}  # (T, d_model) each
-
-        def run(x: torch.Tensor) -> AttentionTrace:
-            with torch.no_grad():
-                return model.attention(x, causal=True, query_tokens=tuple(tokens))
-
-        return input_score_attribution(run, parts, head=head, query=query)
 
     def trace(self, sequence: str | Sequence[str] | None = None) -> AttentionTrace:
         """The trained attention layer's AttentionTrace on a sequence of the task's tokens (default: the probe)."""

@@ -23,6 +23,7 @@ HOSTS = (
     dict(mode="Train", h="2", d_model="32", steps="40"),
     dict(CAUSAL, view="Generate", temperature="1"),
     dict(CAUSAL, view="Analysis", section="Circuits"),
+    dict(CAUSAL, view="Analysis", section="Layer reach"),
     dict(view="Analysis", section="Redundancy"),
     dict(view="Shapes & cost", cost_variant="mla"),
     dict(view="Shapes & cost", cost_variant="window"),
@@ -39,6 +40,7 @@ FOLLOWS_THE_PAGE = {
     "new_tokens": "a public demo's max_new_tokens (its budget's notice says so)",
     "gen_step": "the tokens written",
     "cost_context": "a power of two (its parser's own list, CONTEXTS)",
+    "reach_padding": "the positions Layer reach probes, the text's up to 64, less 2",
 }
 
 

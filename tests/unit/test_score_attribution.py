@@ -335,6 +335,7 @@ def test_a_trained_layer_finds_a_position_by_position_and_a_letter_by_token():
     through the (position x position) term, those that find the latest token with the same letter through
     (token x token). The terms add up to the layer's own scores; the "position taken out" row is the layer run on
     the token embeddings alone, computed here."""
+    from mha_viz.sources import trained_score_attribution
     from mha_viz.training import train
     from mha_viz.training.tasks import get_task
 
@@ -351,7 +352,7 @@ def test_a_trained_layer_finds_a_position_by_position_and_a_letter_by_token():
     with torch.no_grad():
         alone = model.attention(model.tok_emb(ids), causal=True, query_tokens=tokens)  # no position embedding
     for head in range(4):
-        sa = layer.score_attribution(None, head=head, query=query)
+        sa = trained_score_attribution(layer, None, head=head, query=query)
         assert sa.sources == ("token", "position", "bias") and sa.check["parts vs the input"] <= 1e-5
         assert np.abs(sa.terms.sum((1, 2)) - own.scores[head, query, list(sa.keys)]).max() <= 1e-5
         top = sa.largest(sa.winner, 1)[0][:2]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ....fields import choice, ranged
-from ....parts import EVERY_MODE, Part
+from ....fields import choice, whole
+from ....parts import EVERY_MODE, Part, StateField
 
 if TYPE_CHECKING:
     from ...analysis import SectionContext
@@ -15,8 +15,9 @@ MAX_PROBED = 64  # tokens probed: every key costs two probes of each layer's att
 KERNELS = ("sdpa", "eager")  # analysis.visibility.KERNELS, in the order the control offers them
 PART = Part("Layer reach", EVERY_MODE, f"{__name__}:render", order=88,
             help="Which keys each layer lets a token see, measured by probing the model, beside what its config "
-            "declares.", fields=(choice("reach_kernel", "sdpa", KERNELS),
-                                 ranged("reach_padding", 0, 0, MAX_PROBED - 2, "a whole number from {lo} to {hi}")))
+            "declares.", fields=(choice("reach_kernel", "sdpa", KERNELS),  # the padding box's range follows the text
+                                 StateField("reach_padding", 0, lambda raw: whole(raw, 0, MAX_PROBED - 2),
+                                            f"a whole number from 0 to {MAX_PROBED - 2}")))
 
 
 def render(c: SectionContext) -> None:
