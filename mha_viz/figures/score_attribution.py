@@ -16,15 +16,17 @@ VALUES_UP_TO = 14  # sources per side with every value printed in its cell
 
 
 def score_attribution_figure(table: np.ndarray, sources: Sequence[str], removed: np.ndarray, weight: float, *,
-                             title: str | None = None, width: int | None = None) -> go.Figure:
+                             title: str | None = None, width: int | None = None,
+                             removed_from: str = "the stream") -> go.Figure:
     """table (S, S): the terms of one score, query source (rows) x key source (columns), on a scale centred at 0;
     below it, the key's softmax weight with each of the first len(removed) sources taken out of the stream (removed,
-    the constant "bias" last is not in it) against its weight (a line). width: the px the figure is drawn at."""
+    the constant "bias" last is not in it) against its weight (a line). width: the px the figure is drawn at;
+    removed_from: what the sources are taken out of, in words (a single layer's: "the input")."""
     S = len(sources)
     z = np.asarray(table, dtype=np.float64)
     room = (width or WIDE_PX) - 120
     titles = [wrap("the score's terms: query side (rows) x key side (columns)", room, PANEL_TITLE_PX),
-              wrap("the key's weight with one source taken out of the stream (recomputed exactly)", room,
+              wrap(f"the key's weight with one source taken out of {removed_from} (recomputed exactly)", room,
                    PANEL_TITLE_PX)]
     first, second = (lines_px(t, PANEL_TITLE_PX) + 6 for t in titles)
     cell = max(14, min(34, ((width or WIDE_PX) - 260) // max(S, 1)))

@@ -61,9 +61,10 @@ def render(c: SectionContext) -> None:
                "gets. The module is then run again on one vector at every position, and its attention kernel "
                f"({report.kernel}) with one key's key and value pushed far one way, then the other: a query reaches "
                "the key when its output moves, head by head (a family whose module does not call transformers' "
-               "attention interface is probed whole: the table's last column says which). Nothing of the config is "
-               "read for that; the declared reach is what the config says (causal or both ways, sliding windows, "
-               "chunks).")
+               "attention interface is probed whole: the table's last column says which). Then two adjacent keys swap "
+               "places on the layer's own input: a query that sees both moves only if the layer reads positions "
+               "(rotary, ALiBi), not in a NoPE layer. Nothing of the config is read for that; the declared side is "
+               "what the config says (causal or both ways, sliding windows, chunks, padding, positions).")
     st.dataframe(report.table(), hide_index=True, width="stretch")
     layer = next((r for r in report.layers if r.layer == c.layer), None)
     if layer is None:

@@ -95,6 +95,7 @@ def render(c: SectionContext) -> None:
     st.markdown(_sentence(sa, key, lambda i: f"{i} (**{plain(visible_token(tokens[i]))}**)"))
     chart(score_attribution_figure(
         sa.table(key), sa.sources, sa.removed[:, key], float(sa.weights[key]), width=page_width(),
+        removed_from="the input" if sa.norm == "none" else "the stream",
         title=f"Layer {c.layer}, head {head}: why {query} ({visible_token(tokens[query])}) looks at {key} "
               f"({visible_token(tokens[key])})"),
         "analysis_why_key", f"{c.name}-L{c.layer}H{head}-q{query}-k{key}")
@@ -154,6 +155,7 @@ def _sentence(sa: ScoreAttribution, key: int, label) -> str:
     change = sa.removed[:, key] - weight
     drop = int(np.argmin(change))
     if change[drop] < -1e-3:
-        parts.append(f"Taking **{sa.sources[drop]}** out of the stream moves its weight most: {weight:.3f} → "
+        where = "the input" if sa.norm == "none" else "the stream"  # a single layer reads its input, no stream
+        parts.append(f"Taking **{sa.sources[drop]}** out of {where} moves its weight most: {weight:.3f} → "
                      f"{sa.removed[drop, key]:.3f}.")
     return " ".join(parts)
