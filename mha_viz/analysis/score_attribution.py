@@ -48,14 +48,14 @@ class ScoreAttribution:
 
     tokens: tuple[str, ...]  # the input as the model read it
     layer: int
-    head: int
+    head: int  # a query head: in differential attention (DiffLlama) head i + H is pair i's second map
     query: int  # the query position, 0-based
     keys: tuple[int, ...]  # the key positions explained: the one asked for, or every key the query sees
     sources: tuple[str, ...]  # what the residual stream is made of, in the order it is added; "bias" last
     terms: np.ndarray  # (keys, sources, sources) float64: [k, a, b] = scale * q_a . k_b (query source a, key source b)
     other: dict[str, np.ndarray]  # score terms outside scale * q . k by name (ALiBi, ...), each (keys,)
     scores: np.ndarray  # (keys,) the scores as the trace rebuilds them (checked against the model's own weights)
-    weights: np.ndarray  # (T,) the query's softmax row
+    weights: np.ndarray  # (T,) the query's softmax row (differential attention: this map's)
     removed: np.ndarray  # (sources - 1, T): the row with each source but "bias" (not in the stream) taken out of it,
     # recomputed exactly
     norm: str  # "LayerNorm" or "RMSNorm": the pre-attention norm, frozen at norm_scales
@@ -352,14 +352,13 @@ class _Stream:
             raise ValueError(f"score attribution is unavailable: layer {layer}'s attention takes no hidden_states")
         self.attention_input, self.dtype = hidden[0].double().cpu(), hidden.dtype
         q, k, v = (t.float() for t in adapter.heads(site, rec))
-        self.variations = var = adapter.variations(part, site, rec, q, k)
-        if var.differential is not None:
-            raise ValueError(f"score attribution is unavailable: layer {layer} has differential heads, not split yet")
+        self.variations = adapter.variations(part, site, rec, q, k)
         kv = list(site.kv_heads)
         a = attend(q, k[kv], v[kv], self.variations)
-        self.scores, self.weights = a.scores, a.weights  # (H, T, T) each
-        reference = adapter.model_attentions(outputs, part)[layer][0]
-        if not torch.allclose(a.weights, reference.float(), atol=1e-4):
+        # (H_q, T, T) each, per query head: a differential pair's heads i and i + H are its two maps, each a softmax
+        self.scores, self.weights = a.scores, a.maps
+        reference = adapter.model_attentions(outputs, part)[layer][0]  # differential: both maps, as maps
+        if not torch.allclose(a.maps, reference.float(), atol=1e-4):
             raise RuntimeError(f"layer {layer}'s rebuilt weights differ from the model's own")
         T = q.shape[-2]
         self.score_bias = {n: b.double().expand(q.shape[0], T, T) for n, b in self.variations.bias.items()}
@@ -398,6 +397,7 @@ class _Stream:
         var = self.variations
         one = replace(var, bias={n: t[head:head + 1] for n, t in var.bias.items()},
                       sinks=None if var.sinks is None else var.sinks[head:head + 1], gates=None, head_norm=None,
+                      differential=None,  # one query head: one map
                       mask=var.mask if var.mask is None or var.mask.shape[0] == 1 else var.mask[head:head + 1])
         x, sources, rows = self.x.float(), list(self.sources.values()), []
         for i in range(0, len(sources), 16):

@@ -127,3 +127,30 @@ def test_a_kv_shared_layer_says_whose_keys_it_reads(folders):
     assert not at.exception and not at.error
     assert any("Layer 2 has no W_K or W_V of its own: it reads the keys and values layer 0 computed" in c.value
                for c in at.caption)
+
+
+@pytest.mark.slow
+def test_a_differential_heads_two_maps_are_both_split(folders):
+    """Why this key on DiffLlama: one table per map of the chosen differential head (query heads h and h + H), each
+    the library's split of that map's scores for the key the differential weights pick."""
+    import numpy as np
+
+    from mha_viz.analysis import score_attribution
+    from mha_viz.pretrained import load_model
+    from tests.plotly_json import z_matrix
+
+    at = app_with(folders["diffllama"], "Analysis")
+    at.button_group(key="section").set_value("Why this key").run()
+    assert not at.exception and not at.warning
+    model = load_model(folders["diffllama"])
+    trace = model.trace("the cat sat on the mat", 1)
+    H, T = trace.weights.shape[:2]
+    key = int(np.argmax(trace.weights[0, T - 1]))
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    tables = [spec for spec in specs if ": why" in spec["layout"]["title"]["text"]]  # the pattern's title asks a click
+    assert [", map 1:" in t["layout"]["title"]["text"] for t in tables] == [True, False]
+    assert ", map 2:" in tables[1]["layout"]["title"]["text"]
+    for spec, head in zip(tables, (0, H), strict=True):
+        sa = score_attribution(model, "the cat sat on the mat", layer=1, head=head, query=T - 1)
+        assert abs(z_matrix(spec["data"][0]) - sa.table(key)).max() < 1e-5
+    assert any("Map 2" in m.value and "λ" in m.value for m in at.markdown)

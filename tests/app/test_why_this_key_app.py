@@ -119,3 +119,4 @@ def test_a_hybrids_attention_layer_is_split_and_its_mixer_layer_says_why_not() -
     at = new_app(**params, layer="0").run()
     assert not at.exception and not at.warning
     assert any("layer 0 is a linear mixer" in i.value and "(1)" in i.value for i in at.info)
+

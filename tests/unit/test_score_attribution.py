@@ -185,10 +185,11 @@ def test_one_key_bad_positions_and_unsupported_layers_are_refused_with_reasons(m
             score_attribution(m, TEXT, **{"layer": 1, "head": 0, "query": 2, **bad})
 
 
-FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text", "gemma2", "gemma3")  # ALiBi; sinks and sliding windows;
+FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text", "gemma2", "gemma3", "diffllama")  # ALiBi; sinks and windows;
 # parallel attention and MLP; Llama 4: a weightless QK-norm and chunks on layer 0, a NoPE layer with a temperature per
-# position on layer 1; Gemma 2: soft-capped scores and a norm on each attention output; Gemma 3: that norm and QK-norm
-REFUSED = {"diffllama": "differential heads", "deepseek_v3": "latent attention", "deepseek_v32": "not softmax"}
+# position on layer 1; Gemma 2: soft-capped scores and a norm on each attention output; Gemma 3: that norm and QK-norm;
+# DiffLlama: differential pairs, each query head one of a pair's two maps
+REFUSED = {"deepseek_v3": "latent attention", "deepseek_v32": "not softmax"}
 
 
 @pytest.fixture(scope="module")
@@ -364,3 +365,25 @@ def test_a_trained_layer_finds_a_position_by_position_and_a_letter_by_token():
             kinds.add("same letter")
         assert np.abs(sa.removed[1] - alone.weights[head, query]).max() <= 1e-6  # position taken out
     assert kinds == {"previous", "same letter"}  # the trained layer has both kinds of head
+
+
+def test_a_differential_heads_two_maps_are_split_each():
+    """DiffLlama: query heads i and i + H are differential head i's two softmax maps, and weights = map_1 - lambda
+    map_2. Each map's scores split and add up; their rows, recombined with the model's lambda, are the trace's
+    differential weights."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mha_viz.pretrained import bundled_model_dir
+    from tests.app.test_app_families import CONFIGS
+    from tests.tiny_causal import random_model
+
+    m = PretrainedModel(random_model(AutoModelForCausalLM, CONFIGS["diffllama"][0]()),
+                        AutoTokenizer.from_pretrained(bundled_model_dir()), name="diffllama")
+    trace = m.trace(TEXT, 1)
+    H, T = trace.weights.shape[:2]
+    for head in range(H):
+        first, second = (score_attribution(m, TEXT, layer=1, head=h, query=T - 1) for h in (head, head + H))
+        for sa, map_scores in ((first, trace.map_scores[0, head]), (second, trace.map_scores[1, head])):
+            assert np.abs(sa.terms.sum((1, 2)) - map_scores[T - 1, list(sa.keys)]).max() <= 1e-5
+        combined = first.weights - trace.lambdas[head] * second.weights
+        assert np.abs(combined - trace.weights[head, T - 1]).max() <= 1e-5

@@ -85,20 +85,30 @@ def render(c: SectionContext) -> None:
     except ValueError as err:
         st.warning(f"Cannot split this score: {plain(str(err))}")
         return
-    key = sa.winner if key is None else key
+    key = int(np.argmax(trace.weights[head, query])) if key is None else key  # a differential head: both maps'
     if T <= MAX_CLICKABLE:
         allowed = np.isfinite(trace.scores[head]) if trace.scores is not None else np.ones((T, T), dtype=bool)
         fig = heads_figure(trace, [head], cols=1, cell_px=18, width=page_width(),
                            title=f"Layer {c.layer}, head {head}: click a cell to explain its score")
         chart(with_cell_picker(fig, trace.weights[head], allowed, (query, key)), "analysis_why_pattern",
               f"{c.name}-L{c.layer}H{head}-pattern", on_select=lambda: _on_cell_click(T))
-    st.markdown(_sentence(sa, key, lambda i: f"{i} (**{plain(visible_token(tokens[i]))}**)"))
-    chart(score_attribution_figure(
-        sa.table(key), sa.sources, sa.removed[:, key], float(sa.weights[key]), width=page_width(),
-        removed_from="the input" if sa.norm == "none" else "the stream",
-        title=f"Layer {c.layer}, head {head}: why {query} ({visible_token(tokens[query])}) looks at {key} "
-              f"({visible_token(tokens[key])})"),
-        "analysis_why_key", f"{c.name}-L{c.layer}H{head}-q{query}-k{key}")
+    maps = [(sa, "")]  # a differential head (DiffLlama): its two maps, query heads h and h + H, each split
+    if trace.maps is not None and model is not None:
+        second = c.source.memo(("score attribution", c.layer, head + trace.num_heads, query), lambda: score_attribution(
+            model, c.source.text, layer=c.layer, head=head + trace.num_heads, query=query))
+        lam = float(trace.lambdas[head])
+        maps = [(sa, f"**Map 1** of differential head {head} (its weights count once):"),
+                (second, f"**Map 2** (its weights count −λ = −{lam:.3f} times; weights = map 1 − λ map 2):")]
+    for i, (part, words) in enumerate(maps):
+        said = _sentence(part, key, lambda j: f"{j} (**{plain(visible_token(tokens[j]))}**)")
+        st.markdown(f"{words} {said}" if words else said)
+        chart(score_attribution_figure(
+            part.table(key), part.sources, part.removed[:, key], float(part.weights[key]), width=page_width(),
+            removed_from="the input" if part.norm == "none" else "the stream",
+            title=f"Layer {c.layer}, head {head}{f', map {i + 1}' if words else ''}: why {query} "
+                  f"({visible_token(tokens[query])}) looks at {key} ({visible_token(tokens[key])})"),
+            "analysis_why_key" if i == 0 else "analysis_why_key_map2",
+            f"{c.name}-L{c.layer}H{head}-q{query}-k{key}" + (f"-map{i + 1}" if words else ""))
     error = abs(sa.total(key) - sa.scores[sa.keys.index(key)])
     if model is None:
         st.caption(f"The terms add up to **{sa.total(key):.5f}**; the layer's own score is "
