@@ -149,7 +149,7 @@ def configurable_score_attribution(
         with torch.inference_mode():
             return mha(inputs, None, causal=causal, query_tokens=q_tokens, key_tokens=None)
 
-    return input_score_attribution(run, parts, head=head, query=query, key=key)
+    return input_score_attribution(run, parts, head=head, query=query, key=key, layer=mha)
 
 
 def trained_score_attribution(layer: TrainedLayer, sequence: str | None, *, head: int, query: int
@@ -171,7 +171,7 @@ def trained_score_attribution(layer: TrainedLayer, sequence: str | None, *, head
         with torch.no_grad():
             return model.attention(x, causal=True, query_tokens=tuple(tokens))
 
-    return input_score_attribution(run, parts, head=head, query=query)
+    return input_score_attribution(run, parts, head=head, query=query, layer=model.attention)
 
 
 def long_configurable_trace(

@@ -24,7 +24,8 @@ a taken out of the stream at every position, recomputed exactly with the real no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -148,13 +149,18 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     if need > MAX_TABLE_BYTES:
         raise ValueError(f"{len(visible):,} keys x {len(names)} x {len(names)} sources would take "
                          f"{need / 2**20:,.0f} MiB, more than {MAX_TABLE_BYTES / 2**20:,.0f} MiB: ask for one key")
-    W, b = stream.projection(site, head)
     sources = list(stream.sources.values())
-    q = affine.projected(sources, [query], W["Q"], b["Q"])  # (S, 1, d_k): each source's part of the query
-    k = affine.projected(sources, visible, W["K"], b["K"])  # (S, keys, d_k): and of each key
-    offset = model.adapter.norm_weight_offset
-    q = _head_normed(var.q_norm, q, offset, [query])  # QK-norm, frozen too
-    k = _head_normed(var.k_norm, k, offset, visible)
+    W = b = None
+    try:
+        W, b = stream.projection(site, head)
+    except _NoHeadWeights:  # latent attention: each source run through the module itself, its inner norms frozen
+        q, k = stream.module_parts(site, affine, head, query, visible)
+    else:
+        q = affine.projected(sources, [query], W["Q"], b["Q"])  # (S, 1, d_k): each source's part of the query
+        k = affine.projected(sources, visible, W["K"], b["K"])  # (S, keys, d_k): and of each key
+        offset = model.adapter.norm_weight_offset
+        q = _head_normed(var.q_norm, q, offset, [query])  # QK-norm, frozen too
+        k = _head_normed(var.k_norm, k, offset, visible)
     if var.rotary is not None:
         cos, sin = (t.double() for t in var.rotary)  # (T, r)
         q, k = apply_rotary(q, cos[[query]], sin[[query]]), apply_rotary(k, cos[visible], sin[visible])
@@ -174,21 +180,33 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
         tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
         terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
         weights=stream.weights[head, query].double().numpy(),
-        removed=stream.removed(norm, W, b, head, query).numpy(), norm=affine.kind,
+        removed=(stream.removed(norm, W, b, head, query) if W is not None
+                 else stream.removed_by_module(norm, site, head, query)).numpy(), norm=affine.kind,
         norm_scales=affine.scales.numpy(), check=check)
 
 
 @torch.no_grad()
 def input_score_attribution(run: Callable[[Tensor], AttentionTrace], parts: dict[str, Tensor], *, head: int,
-                            query: int, key: int | None = None) -> ScoreAttribution:
+                            query: int, key: int | None = None, layer: nn.Module | None = None) -> ScoreAttribution:
     """One layer whose queries and keys are affine in its input x = sum of parts (each (T, d)): the configurable
     layer, whose x is token vectors plus the positional encoding. run(x) is the layer's trace on an input. Each
     part's share of a query or key is run(part) - run(0), and run(0) is the constant part "bias" (the projections'
     biases, rotated where the layer rotates), so the scores split into (query part x key part) terms as in a model;
-    no norm to freeze. removed[a] is the row of run(x - part a), recomputed. ValueError for a layer whose queries
-    or keys are not affine in x (a norm on them), cross-attention, soft-capping or differential maps."""
+    no norm to freeze. layer: the module run calls, whose inner norms (MLA's latent norm, a QK-norm) are frozen at
+    their scales on x for the parts' runs, which makes its queries and keys affine. removed[a] is the row of
+    run(x - part a), recomputed with the real norms. ValueError for a layer whose queries or keys are not affine in
+    x, cross-attention, soft-capping or differential maps."""
     names, x = list(parts), sum(parts.values())
-    full = run(x)
+    inner: dict[nn.Module, Tensor] = {}
+    with _inner_norms(layer, inner) if layer is not None else contextlib.nullcontext():
+        full = run(x)
+    frozen_run = run
+    if inner:
+        def frozen_run(inputs: Tensor) -> AttentionTrace:  # the inner norms at their scales on x
+            with contextlib.ExitStack() as hooks:
+                for module, received in inner.items():
+                    hooks.callback(module.register_forward_hook(_frozen_norm(module, received, 0.0)).remove)
+                return run(inputs)
     if full.cross or full.queries is None or full.keys is None or full.scores is None or full.scale is None:
         raise ValueError("score attribution splits a self-attention layer that keeps its queries, keys and scores")
     if full.softcap is not None or full.maps is not None:
@@ -202,8 +220,8 @@ def input_score_attribution(run: Callable[[Tensor], AttentionTrace], parts: dict
     if key is not None and key not in seen:
         raise ValueError(f"query {query} does not see key {key} (masked): its score is -inf")
     visible = seen if key is None else [key]
-    zero = run(torch.zeros_like(x))
-    each = [run(parts[n]) for n in names]
+    zero = frozen_run(torch.zeros_like(x))
+    each = [frozen_run(parts[n]) for n in names]
 
     def split(field: str, positions: Sequence[int]) -> Tensor:  # (S + 1, P, d): each part's share, then the constant
         base = torch.from_numpy(getattr(zero, field)[head, positions]).double()
@@ -291,9 +309,11 @@ class _Stream:
         adapter, self.model = model.adapter, model
         blocks, _ = adapter.residual_stream()
         sites = [adapter.site("decoder", layer_) for layer_ in range(layer + 1)]
+        self.inner: dict[nn.Module, Tensor] = {}  # each norm inside layer L's attention module -> what it received
         with (Capture(blocks[:layer + 1], [site.out for site in sites[:-1]], None, slice(None)) as capture,
-              Recorder(sites[-1]) as rec):  # every position of each block's input, each concat and attention output
-            outputs = adapter.forward(list(ids))
+              Recorder(sites[-1]) as rec, _inner_norms(sites[-1].attention, self.inner)):  # every position of each
+            outputs = adapter.forward(list(ids))  # block's input, each concat and attention output; inner norms' input
+        self.call = dict(rec.arguments)  # layer L's attention call, to run it again on each source
         block_in, concat, attention_out = capture.block_in, capture.concat, capture.attention  # float64, (T, .) each
         x = block_in[layer]  # (T, d)
         ids_t = torch.tensor([list(ids)], device=adapter.device())
@@ -381,13 +401,69 @@ class _Stream:
         with loaded(site.q, site.k):
             P = self.model.adapter.projection_weights(site)
         if P["W_Q"] is None or P["W_K"] is None:
-            raise ValueError("score attribution is unavailable: this layer has no W_Q and W_K per head (latent "
-                             "attention: its queries and keys come through a low-rank latent), not split yet")
+            raise _NoHeadWeights(site)
         W = {"Q": P["W_Q"][head], "K": P["W_K"][kv]}
         W = {n: w.detach().double().cpu() for n, w in W.items()}
         b = {n: (torch.zeros(W[n].shape[-1], dtype=torch.float64) if P[f"b_{n}"] is None
                  else P[f"b_{n}"][head if n == "Q" else kv].detach().double().cpu()) for n in "QK"}
         return W, b
+
+    def _run(self, site: Site, hidden: Tensor, frozen_inner: bool) -> tuple[Tensor, Tensor]:
+        """Per-head q (H, T, d), k (KV, T, d) (before rotary) of layer L's attention module called again on hidden
+        (T, d) with its call's other arguments (no cache); frozen_inner: its inner norms at their measured scales."""
+        from ..pretrained.adapter import Recorder
+
+        call = {n: (None if n in ("past_key_values", "past_key_value", "cache", "layer_past") else v)
+                for n, v in self.call.items()}
+        call["hidden_states"] = hidden[None].to(self.dtype)
+        with Recorder(site) as rec, contextlib.ExitStack() as hooks:
+            if frozen_inner:
+                for module, received in self.inner.items():
+                    hooks.callback(module.register_forward_hook(_frozen_norm(module, received,
+                                                                             self.model.adapter.norm_weight_offset)).remove)
+            site.attention(**call)
+        q, k, _ = self.model.adapter.heads(site, rec)
+        return q.double(), k.double()
+
+    def module_parts(self, site: Site, affine: _Frozen, head: int, query: int, visible: Sequence[int]
+                     ) -> tuple[Tensor, Tensor]:
+        """(S + 1, 1, d) query and (S + 1, keys, d) key parts of layer L's head where no W_Q, W_K per head exist
+        (latent attention): with the pre-attention norm and every norm inside the module frozen, the module's q and
+        k are affine in its input, so source a's part is run(its normed part) - run(0), and the constant part
+        run(the norm's shift)."""
+        if not self.inner:
+            raise ValueError("score attribution is unavailable: this layer has no W_Q and W_K per head and no norm "
+                             "inside its attention module to freeze")
+        T, d = self.x.shape
+        scales = affine.scales[:, None]  # (T, 1)
+        zero_q, zero_k = self._run(site, torch.zeros(T, d, dtype=torch.float64), True)
+        kv = site.kv_heads[head]
+        qs, ks = [], []
+        for src in self.sources.values():
+            q, k = self._run(site, affine.gamma * affine.centre(src.double()) / scales, True)
+            qs.append((q - zero_q)[head, [query]])
+            ks.append((k - zero_k)[kv, list(visible)])
+        constant = torch.zeros(T, d, dtype=torch.float64) if affine.beta is None else affine.beta.expand(T, d)
+        q, k = self._run(site, constant, True)
+        qs.append(q[head, [query]])
+        ks.append(k[kv, list(visible)])
+        return torch.stack(qs), torch.stack(ks)
+
+    def removed_by_module(self, norm: nn.Module, site: Site, head: int, query: int) -> Tensor:
+        """removed() where no W_Q, W_K per head exist: the module itself run on each source's removal, through the
+        real norms (the pre-attention one and its own)."""
+        var = self.variations
+        one = replace(var, bias={n: t[head:head + 1] for n, t in var.bias.items()},
+                      sinks=None if var.sinks is None else var.sinks[head:head + 1], gates=None, head_norm=None,
+                      differential=None,
+                      mask=var.mask if var.mask is None or var.mask.shape[0] == 1 else var.mask[head:head + 1])
+        rows = []
+        for src in self.sources.values():
+            q, k = self._run(site, norm((self.x - src.double()).to(self.dtype)).double(), False)
+            kv = site.kv_heads[head]
+            rows.append(attend(q[head:head + 1].float(), k[kv:kv + 1].float(), k[kv:kv + 1].float(),
+                               one).weights[0, query].double())
+        return torch.stack(rows)
 
     def removed(self, norm: nn.Module, W: dict[str, Tensor], b: dict[str, Tensor], head: int, query: int) -> Tensor:
         """(sources, T): the query's softmax row with each source taken out of x at every position, through the
@@ -406,6 +482,50 @@ class _Stream:
             rows.append(attend(q, k, k, one).weights[:, query].double())  # (c, T)
         return torch.cat(rows)
 
+
+
+class _NoHeadWeights(Exception):
+    """The layer has no W_Q and W_K per head (latent attention)."""
+
+
+@contextlib.contextmanager
+def _inner_norms(attention: nn.Module, store: dict[nn.Module, Tensor]) -> Iterator[None]:
+    """While open, what each norm inside the attention module (a latent's, a QK-norm) receives first goes to store."""
+    from ..pretrained.norms import norm_affine
+
+    handles = []
+    for module in attention.modules():
+        if module is attention or getattr(module, "weight", None) is None:
+            continue
+        try:
+            norm_affine(module, module.weight.shape[-1])
+        except ValueError:
+            continue  # not a norm
+
+        def keep(mod: nn.Module, args: tuple, module: nn.Module = module) -> None:
+            store.setdefault(module, args[0].detach().double().cpu())
+
+        handles.append(module.register_forward_pre_hook(keep))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _frozen_norm(norm: nn.Module, received: Tensor, offset: float) -> Callable:
+    """A forward hook that makes norm affine: its output gamma * centre(x) / s (+ beta), s measured on received (its
+    input in the real forward pass, one scale per vector)."""
+    from ..pretrained.attribution import frozen
+    from ..pretrained.norms import norm_affine
+
+    _, s, centre, gamma, beta = frozen(norm_affine(norm, received.shape[-1], offset), received)
+
+    def hook(module: nn.Module, args: tuple, output: Tensor) -> Tensor:
+        x = args[0].double().cpu()
+        return (gamma * centre(x) / s[..., None] + (0 if beta is None else beta)).to(output)
+
+    return hook
 
 
 class _EncoderStream(_Stream):

@@ -185,11 +185,12 @@ def test_one_key_bad_positions_and_unsupported_layers_are_refused_with_reasons(m
             score_attribution(m, TEXT, **{"layer": 1, "head": 0, "query": 2, **bad})
 
 
-FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text", "gemma2", "gemma3", "diffllama")  # ALiBi; sinks and windows;
+FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text", "gemma2", "gemma3", "diffllama", "deepseek_v3")  # ALiBi;
 # parallel attention and MLP; Llama 4: a weightless QK-norm and chunks on layer 0, a NoPE layer with a temperature per
 # position on layer 1; Gemma 2: soft-capped scores and a norm on each attention output; Gemma 3: that norm and QK-norm;
-# DiffLlama: differential pairs, each query head one of a pair's two maps
-REFUSED = {"deepseek_v3": "latent attention", "deepseek_v32": "not softmax"}
+# DiffLlama: differential pairs, each query head one of a pair's two maps; DeepSeek-V3: latent attention (MLA), no
+# W_Q, W_K per head, its latent's norm frozen inside the module
+REFUSED = {"deepseek_v32": "not softmax"}
 
 
 @pytest.fixture(scope="module")
@@ -387,3 +388,43 @@ def test_a_differential_heads_two_maps_are_split_each():
             assert np.abs(sa.terms.sum((1, 2)) - map_scores[T - 1, list(sa.keys)]).max() <= 1e-5
         combined = first.weights - trace.lambdas[head] * second.weights
         assert np.abs(combined - trace.weights[head, T - 1]).max() <= 1e-5
+
+
+def test_latent_attention_is_split_through_its_module_and_a_removal_is_a_forward_pass():
+    """DeepSeek-V3 (MLA): no W_Q, W_K per head; with the pre-attention norm and the latent's norms frozen, the module's
+    queries and keys are affine in its input, so each source is run through the module itself. The terms add up, and
+    a removed source's row equals the unmodified model's own weights with a pre-hook on block 1 subtracting it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mha_viz.pretrained import bundled_model_dir
+    from tests.app.test_app_families import CONFIGS
+    from tests.tiny_causal import random_model
+
+    m = PretrainedModel(random_model(AutoModelForCausalLM, CONFIGS["deepseek_v3"][0]()),
+                        AutoTokenizer.from_pretrained(bundled_model_dir()), name="deepseek_v3")
+    T = len(m.encode(TEXT).ids)
+    module = sys.modules["mha_viz.analysis.score_attribution"]
+    stream = module._Stream(m, m.encode(TEXT).ids, 1)
+    assert stream.inner  # the latent's norm(s), frozen
+    moved = 0.0
+    for source in ("token", "0.1"):
+        src = stream.sources[source].float()
+
+        def without(mod, args, kwargs, src=src):
+            if args:
+                return (args[0] - src,) + args[1:], kwargs
+            return args, {**kwargs, "hidden_states": kwargs["hidden_states"] - src}
+
+        handle = m.model.model.layers[1].register_forward_pre_hook(without, with_kwargs=True)
+        try:
+            with torch.no_grad():
+                own = m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False, output_attentions=True)
+        finally:
+            handle.remove()
+        for head in range(2):
+            sa = score_attribution(m, TEXT, layer=1, head=head, query=T - 1)
+            assert sa.check["sum of terms vs score"] <= 1e-5
+            expected = own.attentions[1][0, head, T - 1].double().numpy()
+            assert np.abs(sa.removed[sa.sources.index(source)] - expected).max() <= 1e-5
+            moved = max(moved, float(np.abs(expected - sa.weights).max()))
+    assert moved > 1e-3  # the removals mattered: the rows compared are not the unchanged one
