@@ -553,6 +553,11 @@ class _EncoderStream(_Stream):
         constant = torch.zeros_like(sources["token"])  # (T, d)
         self.residual_error = self.post_error = 0.0
         sources, constant = self._normed(post.embeddings, sources, constant, capture.block_in[0])
+        if post.project is not None:  # ELECTRA: the normed embeddings projected to the model's width (affine)
+            with loaded(post.project):
+                W, b = post.project.weight.detach().double().cpu(), post.project.bias
+            sources = {name: src @ W.T for name, src in sources.items()}
+            constant = constant @ W.T + (0 if b is None else b.detach().double().cpu())
         for i, site in enumerate(sites[:-1]):
             with loaded(site.out):
                 W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)

@@ -23,6 +23,7 @@ class PostNorms:
     embeddings: nn.Module  # the embeddings' LayerNorm
     attention: tuple[nn.Module, ...]  # each layer's LayerNorm after its attention
     output: tuple[nn.Module, ...]  # and after its MLP
+    project: nn.Linear | None = None  # ELECTRA's projection of smaller embeddings to the model's width, after the norm
 
 
 @register
@@ -40,11 +41,10 @@ class BertAdapter(Adapter):
 
     def post_norms(self) -> PostNorms | None:
         e, layers = self.base.embeddings, self.base.encoder.layer
-        if hasattr(self.base, "embeddings_project"):  # ELECTRA's smaller embeddings, projected: not split yet
-            return None
         return PostNorms(e.word_embeddings, getattr(e, "token_type_embeddings", None), e.LayerNorm,
                          tuple(layer.attention.output.LayerNorm for layer in layers),
-                         tuple(layer.output.LayerNorm for layer in layers))
+                         tuple(layer.output.LayerNorm for layer in layers),
+                         getattr(self.base, "embeddings_project", None))
 
 
 @register
@@ -68,6 +68,11 @@ class DistilBertAdapter(Adapter):
     def site(self, part: str, layer: int) -> Site:
         a = self.base.transformer.layer[layer].attention
         return Site(a, a.q_lin, a.k_lin, a.v_lin, a.out_lin, a.n_heads, a.n_heads, a.attention_head_size)
+
+    def post_norms(self) -> PostNorms:
+        e, layers = self.base.embeddings, self.base.transformer.layer
+        return PostNorms(e.word_embeddings, None, e.LayerNorm, tuple(layer.sa_layer_norm for layer in layers),
+                         tuple(layer.output_layer_norm for layer in layers))
 
 
 @register

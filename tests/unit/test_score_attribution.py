@@ -428,3 +428,23 @@ def test_latent_attention_is_split_through_its_module_and_a_removal_is_a_forward
             assert np.abs(sa.removed[sa.sources.index(source)] - expected).max() <= 1e-5
             moved = max(moved, float(np.abs(expected - sa.weights).max()))
     assert moved > 1e-3  # the removals mattered: the rows compared are not the unchanged one
+
+
+@pytest.mark.parametrize("name", ["roberta", "xlm-roberta", "distilbert", "electra"])
+def test_other_post_norm_encoders_add_up(name):
+    """BERT's layout elsewhere: RoBERTa and XLM-R (positions after the padding id), DistilBERT (no token types, its own
+    norm names), ELECTRA (smaller embeddings projected after their norm): every layer and head adds up to the scores
+    the trace rebuilds and checks against the model's own weights."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from mha_viz.pretrained import bundled_model_dir
+    from tests.tiny_causal import random_model
+    from tests.unit.test_families import FAMILIES as ENCODERS
+
+    m = PretrainedModel(random_model(AutoModel, ENCODERS[name][1]()), AutoTokenizer.from_pretrained(bundled_model_dir()),
+                        name=name)
+    T = len(m.encode(TEXT).ids)
+    for layer, head in itertools.product(range(2), range(4)):
+        sa = score_attribution(m, TEXT, layer=layer, head=head, query=T - 1)
+        assert sa.keys == tuple(range(T)) and sa.sources[0] == "token" and "position" in sa.sources
+        assert sa.check["sum of terms vs score"] <= 1e-5 and sa.check["sum of sources vs stream"] <= 1e-5
