@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..attention import apply_rotary, attend
+from ..attention import Variations, apply_rotary, attend
 
 if TYPE_CHECKING:
     from ..pretrained.adapter import Site
@@ -453,10 +453,7 @@ class _Stream:
         """removed() where no W_Q, W_K per head exist: the module itself run on each source's removal, through the
         real norms (the pre-attention one and its own)."""
         var = self.variations
-        one = replace(var, bias={n: t[head:head + 1] for n, t in var.bias.items()},
-                      sinks=None if var.sinks is None else var.sinks[head:head + 1], gates=None, head_norm=None,
-                      differential=None,
-                      mask=var.mask if var.mask is None or var.mask.shape[0] == 1 else var.mask[head:head + 1])
+        one = _one_head(var, head)
         rows = []
         for src in self.sources.values():
             q, k = self._run(site, norm((self.x - src.double()).to(self.dtype)).double(), False)
@@ -471,10 +468,7 @@ class _Stream:
         float32 as the model; 16 sources at a time, each one a head of attend()."""
         W, b = {n: w.float() for n, w in W.items()}, {n: v.float() for n, v in b.items()}
         var = self.variations
-        one = replace(var, bias={n: t[head:head + 1] for n, t in var.bias.items()},
-                      sinks=None if var.sinks is None else var.sinks[head:head + 1], gates=None, head_norm=None,
-                      differential=None,  # one query head: one map
-                      mask=var.mask if var.mask is None or var.mask.shape[0] == 1 else var.mask[head:head + 1])
+        one = _one_head(var, head)
         x, sources, rows = self.x.float(), list(self.sources.values()), []
         for i in range(0, len(sources), 16):
             a = norm((x - torch.stack(sources[i:i + 16])).to(self.dtype)).float()  # (c, T, d)
@@ -482,6 +476,14 @@ class _Stream:
             rows.append(attend(q, k, k, one).weights[:, query].double())  # (c, T)
         return torch.cat(rows)
 
+
+
+def _one_head(var: Variations, head: int) -> Variations:
+    """var for one query head's softmax row alone: its own bias, sink and mask; no gate, head norm or second map."""
+    return replace(var, bias={n: t[head:head + 1] for n, t in var.bias.items()},
+                   sinks=None if var.sinks is None else var.sinks[head:head + 1], gates=None, head_norm=None,
+                   differential=None,  # one query head: one map
+                   mask=var.mask if var.mask is None or var.mask.shape[0] == 1 else var.mask[head:head + 1])
 
 
 class _NoHeadWeights(Exception):

@@ -125,6 +125,15 @@ def stream_source(m: PretrainedModel, text: str, source: str) -> torch.Tensor:
     return seen[0][:, block] @ out.weight[block].detach()  # GPT-2's Conv1D: (in, out)
 
 
+def subtracting(src: torch.Tensor):
+    """A forward pre-hook that takes src (T, d) out of a block's input."""
+    def hook(module, args, kwargs):
+        if args:
+            return (args[0] - src,) + args[1:], kwargs
+        return args, {**kwargs, "hidden_states": kwargs["hidden_states"] - src}
+    return hook
+
+
 @pytest.mark.parametrize("source", ["token", "position", "0.2", "0.3"])
 def test_a_removed_sources_row_is_a_hooked_forward_pass_without_it(models, source):
     """removed[a]: the row with the source taken out of layer 1's input, against the unmodified model's own
@@ -133,12 +142,7 @@ def test_a_removed_sources_row_is_a_hooked_forward_pass_without_it(models, sourc
     T = len(m.encode(TEXT).ids)
     src = stream_source(m, TEXT, source)
 
-    def without(module, args, kwargs):
-        if args:
-            return (args[0] - src,) + args[1:], kwargs
-        return args, {**kwargs, "hidden_states": kwargs["hidden_states"] - src}
-
-    handle = blocks(m)[1].register_forward_pre_hook(without, with_kwargs=True)
+    handle = blocks(m)[1].register_forward_pre_hook(subtracting(src), with_kwargs=True)
     try:
         with torch.no_grad():
             own = m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False, output_attentions=True)
@@ -408,14 +412,8 @@ def test_latent_attention_is_split_through_its_module_and_a_removal_is_a_forward
     assert stream.inner  # the latent's norm(s), frozen
     moved = 0.0
     for source in ("token", "0.1"):
-        src = stream.sources[source].float()
-
-        def without(mod, args, kwargs, src=src):
-            if args:
-                return (args[0] - src,) + args[1:], kwargs
-            return args, {**kwargs, "hidden_states": kwargs["hidden_states"] - src}
-
-        handle = m.model.model.layers[1].register_forward_pre_hook(without, with_kwargs=True)
+        handle = m.model.model.layers[1].register_forward_pre_hook(subtracting(stream.sources[source].float()),
+                                                                     with_kwargs=True)
         try:
             with torch.no_grad():
                 own = m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False, output_attentions=True)
