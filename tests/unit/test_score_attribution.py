@@ -125,13 +125,21 @@ def stream_source(m: PretrainedModel, text: str, source: str) -> torch.Tensor:
     return seen[0][:, block] @ out.weight[block].detach()  # GPT-2's Conv1D: (in, out)
 
 
-def subtracting(src: torch.Tensor):
-    """A forward pre-hook that takes src (T, d) out of a block's input."""
-    def hook(module, args, kwargs):
+def attentions_without(m: PretrainedModel, block: torch.nn.Module, src: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The unmodified model's own attention weights (one (1, H, T, T) per layer) on TEXT, with src (T, d) taken out
+    of block's input by a forward pre-hook."""
+    def without(module, args, kwargs):
         if args:
             return (args[0] - src,) + args[1:], kwargs
         return args, {**kwargs, "hidden_states": kwargs["hidden_states"] - src}
-    return hook
+
+    handle = block.register_forward_pre_hook(without, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            return m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False,
+                           output_attentions=True).attentions
+    finally:
+        handle.remove()
 
 
 @pytest.mark.parametrize("source", ["token", "position", "0.2", "0.3"])
@@ -142,15 +150,10 @@ def test_a_removed_sources_row_is_a_hooked_forward_pass_without_it(models, sourc
     T = len(m.encode(TEXT).ids)
     src = stream_source(m, TEXT, source)
 
-    handle = blocks(m)[1].register_forward_pre_hook(subtracting(src), with_kwargs=True)
-    try:
-        with torch.no_grad():
-            own = m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False, output_attentions=True)
-    finally:
-        handle.remove()
+    attentions = attentions_without(m, blocks(m)[1], src)
     for head in range(4):
         sa = score_attribution(m, TEXT, layer=1, head=head, query=T - 4)
-        expected = own.attentions[1][0, head, T - 4].double().numpy()
+        expected = attentions[1][0, head, T - 4].double().numpy()
         assert np.abs(sa.removed[sa.sources.index(source)] - expected).max() <= 1e-5
         assert np.abs(expected - sa.weights).max() > 1e-4  # the source mattered: 10x the tolerance
 
@@ -412,17 +415,11 @@ def test_latent_attention_is_split_through_its_module_and_a_removal_is_a_forward
     assert stream.inner  # the latent's norm(s), frozen
     moved = 0.0
     for source in ("token", "0.1"):
-        handle = m.model.model.layers[1].register_forward_pre_hook(subtracting(stream.sources[source].float()),
-                                                                     with_kwargs=True)
-        try:
-            with torch.no_grad():
-                own = m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False, output_attentions=True)
-        finally:
-            handle.remove()
+        attentions = attentions_without(m, m.model.model.layers[1], stream.sources[source].float())
         for head in range(2):
             sa = score_attribution(m, TEXT, layer=1, head=head, query=T - 1)
             assert sa.check["sum of terms vs score"] <= 1e-5
-            expected = own.attentions[1][0, head, T - 1].double().numpy()
+            expected = attentions[1][0, head, T - 1].double().numpy()
             assert np.abs(sa.removed[sa.sources.index(source)] - expected).max() <= 1e-5
             moved = max(moved, float(np.abs(expected - sa.weights).max()))
     assert moved > 1e-3  # the removals mattered: the rows compared are not the unchanged one
