@@ -412,9 +412,9 @@ class _Stream:
         """Per-head q (H, T, d), k (KV, T, d) (before rotary) of layer L's attention module called again on hidden
         (T, d) with its call's other arguments (no cache); frozen_inner: its inner norms at their measured scales."""
         from ..pretrained.adapter import Recorder
+        from .visibility import CACHES
 
-        call = {n: (None if n in ("past_key_values", "past_key_value", "cache", "layer_past") else v)
-                for n, v in self.call.items()}
+        call = {n: (None if n in CACHES else v) for n, v in self.call.items()}
         call["hidden_states"] = hidden[None].to(self.dtype)
         with Recorder(site) as rec, contextlib.ExitStack() as hooks:
             if frozen_inner:

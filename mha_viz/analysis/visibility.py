@@ -361,11 +361,7 @@ def _reads_positions(module: nn.Module, args: tuple, kwargs: dict, reach: np.nda
     probes = received.expand(len(chosen) + 1, -1, -1).clone()  # (1 + pairs, T, d): the input, then each swap
     for b, (j, k) in enumerate(chosen, 1):
         probes[b, [j, k]] = received[0, [k, j]]
-    try:
-        out = _output(module, probes, rest_args, rest_kwargs, positional).float()
-    except RuntimeError:  # a module whose arguments carry the batch (Bloom's ALiBi): one input per call
-        out = torch.cat([_output(module, probes[b:b + 1], rest_args, rest_kwargs, positional).float()
-                         for b in range(len(probes))])
+    out, _ = _outputs(module, probes, rest_args, rest_kwargs, positional)
     scale = _largest(out[0]) or 1.0
     for b, (j, k) in enumerate(chosen, 1):
         queries = [i for i in range(T) if i not in (j, k) and reach[i, j] and reach[i, k]]
@@ -409,14 +405,7 @@ def _module_reach(module: nn.Module, args: tuple, kwargs: dict, generator: torch
         for b, j in enumerate(keys):
             for c, push in enumerate(changes):
                 probes[1 + n * b + c, j] += push * unit[j]
-        try:
-            if not batched:
-                raise RuntimeError("one at a time")
-            out = _output(module, probes, rest_args, rest_kwargs, positional).float()  # (1 + n c, T, n_out)
-        except RuntimeError:  # a module whose arguments carry the batch (Bloom's ALiBi): one input per call
-            batched = False
-            out = torch.cat([_output(module, probes[b:b + 1], rest_args, rest_kwargs, positional).float()
-                             for b in range(len(probes))])
+        out, batched = _outputs(module, probes, rest_args, rest_kwargs, positional, batched)  # (1 + n c, T, n_out)
         moved = (out[1:] - out[0]).abs().amax(-1) > CHANGED * _largest(out[0])  # (n c, T)
         reach[:, keys.start:keys.stop] = moved.unflatten(0, (len(keys), n)).any(1).T.numpy()  # [query i, key j]
     return reach
@@ -431,6 +420,19 @@ def _split(args: tuple, kwargs: dict) -> tuple[torch.Tensor, tuple, dict, bool]:
     if args:
         return args[0], args[1:], rest, True
     return rest.pop("hidden_states"), (), rest, False
+
+
+def _outputs(module: nn.Module, probes: torch.Tensor, args: tuple, kwargs: dict, positional: bool,
+             batched: bool = True) -> tuple[torch.Tensor, bool]:
+    """The module's float32 outputs on a batch of probes (B, T, d), and whether one call took them all: a module
+    whose arguments carry the batch (Bloom's ALiBi) gets one input per call (so does any, once batched is False)."""
+    if batched:
+        try:
+            return _output(module, probes, args, kwargs, positional).float(), True
+        except RuntimeError:
+            pass
+    return torch.cat([_output(module, probes[b:b + 1], args, kwargs, positional).float()
+                      for b in range(len(probes))]), False
 
 
 def _output(module: nn.Module, hidden: torch.Tensor, args: tuple, kwargs: dict, positional: bool) -> torch.Tensor:
