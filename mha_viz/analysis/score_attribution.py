@@ -253,22 +253,19 @@ def _head_normed(norm: Callable[[Tensor], Tensor] | None, parts: Tensor, offset:
     head before the rotation: a norm over d_k (QK-norm) frozen at its scale on their sum, one per position, as the
     pre-attention norm is (gamma * centre(part) / s, beta on the constant part), or Llama 4's temperature (a scale
     per position: linear). ValueError for anything else."""
-    from ..pretrained.attribution import frozen
     from ..pretrained.llama4 import Temperature
-    from ..pretrained.norms import norm_affine
 
     if norm is None:
         return parts
     if isinstance(norm, Temperature):
         return parts * norm.scales.double()[list(positions), None]
     try:  # a step that is not a norm module (a callable of an adapter's own) is refused as an unknown norm
-        affine = norm_affine(norm, parts.shape[-1], offset)
+        head_norm = _Frozen.of(norm, parts.sum(0), offset)  # scales (P,)
     except ValueError as error:
         raise ValueError(f"score attribution is unavailable: its QK-norm: {error}") from None
-    _, s, centre, gamma, beta = frozen(affine, parts.sum(0))  # s (P,)
-    normed = gamma * centre(parts) / s[:, None]
-    if beta is not None:
-        normed[-1] += beta
+    normed = head_norm.linear(parts)
+    if head_norm.beta is not None:
+        normed[-1] += head_norm.beta
     return normed
 
 
@@ -278,10 +275,24 @@ class _Frozen:
     position."""
 
     kind: str
-    scales: Tensor  # (T,)
+    scales: Tensor  # (T,), or one per vector of what it was measured on
     centre: Callable[[Tensor], Tensor]  # v - mean(v) for a LayerNorm, v for an RMSNorm
     gamma: Tensor  # (d,)
     beta: Tensor | None  # (d,)
+
+    @classmethod
+    def of(cls, norm: nn.Module, received: Tensor, offset: float = 0.0) -> _Frozen:
+        """norm (a LayerNorm or RMSNorm module) frozen at its scale on each vector of received (..., d), what it
+        received in the real forward pass. ValueError for a module that is not a known norm."""
+        from ..pretrained.attribution import frozen
+        from ..pretrained.norms import norm_affine
+
+        return cls(*frozen(norm_affine(norm, received.shape[-1], offset), received))
+
+    def linear(self, part: Tensor) -> Tensor:
+        """gamma * centre(part) / s: a part (..., d), shaped like what the scales were measured on, through the
+        frozen norm, without its shift beta (which belongs to the constant part)."""
+        return self.gamma * self.centre(part) / self.scales[..., None]
 
     def projected(self, sources: Sequence[Tensor], positions: Sequence[int], W: Tensor, b: Tensor | None = None
                   ) -> Tensor:
@@ -303,8 +314,7 @@ class _Stream:
 
     def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
         from ..pretrained.adapter import Recorder, loaded
-        from ..pretrained.attribution import Capture, frozen
-        from ..pretrained.norms import norm_affine
+        from ..pretrained.attribution import Capture
 
         adapter, self.model = model.adapter, model
         blocks, _ = adapter.residual_stream()
@@ -341,14 +351,13 @@ class _Stream:
             added = r * attention_out[i]  # (T, d) what the block adds to the stream
             post = adapter.post_attention_norm(i)
             if post is not None:  # Gemma 2 and 3: a norm on the output first, frozen at its scale per position
-                _, s, centre, gamma, beta = frozen(norm_affine(post, x.shape[-1], adapter.norm_weight_offset),
-                                                   attention_out[i])
-                heads = (gamma * centre(heads.double()) / s[:, None]).float()
-                added = r * (gamma * centre(attention_out[i]) / s[:, None] + (0 if beta is None else beta))
+                post_norm = _Frozen.of(post, attention_out[i], adapter.norm_weight_offset)
+                heads = post_norm.linear(heads.double()).float()
+                added = r * (post_norm.linear(attention_out[i]) + (0 if post_norm.beta is None else post_norm.beta))
                 with loaded(post):  # the frozen norm against the norm itself, on what it received
                     real = post(attention_out[i][None].to(next(post.parameters()).dtype))[0].double().cpu()
                 self.post_error = max(self.post_error, float((added - r * real).abs().max()))
-                bias = None if bias is None else gamma * centre(bias) / s[:, None]
+                bias = None if bias is None else post_norm.linear(bias)
             self.sources |= {f"{i}.{h}": heads[h] for h in range(H)}
             if bias is not None:
                 self.sources[f"{i} attention bias"] = bias
@@ -384,14 +393,10 @@ class _Stream:
         self.score_bias = {n: b.double().expand(q.shape[0], T, T) for n, b in self.variations.bias.items()}
 
     def affine(self, norm: nn.Module) -> _Frozen:
-        from ..pretrained.attribution import frozen
-        from ..pretrained.norms import norm_affine
-
         try:
-            affine = norm_affine(norm, self.x.shape[-1], self.model.adapter.norm_weight_offset)
+            return _Frozen.of(norm, self.x, self.model.adapter.norm_weight_offset)  # its scales (T,), one per position
         except ValueError as error:
             raise ValueError(f"score attribution is unavailable: {error}") from None
-        return _Frozen(*frozen(affine, self.x))  # its scales (T,), one per position
 
     def projection(self, site: Site, head: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """Head's W_Q, W_K (d, d_k) and b_Q, b_K (d_k,), float64 (zeros where the model has no bias)."""
@@ -518,14 +523,11 @@ def _inner_norms(attention: nn.Module, store: dict[nn.Module, Tensor]) -> Iterat
 def _frozen_norm(norm: nn.Module, received: Tensor, offset: float) -> Callable:
     """A forward hook that makes norm affine: its output gamma * centre(x) / s (+ beta), s measured on received (its
     input in the real forward pass, one scale per vector)."""
-    from ..pretrained.attribution import frozen
-    from ..pretrained.norms import norm_affine
-
-    _, s, centre, gamma, beta = frozen(norm_affine(norm, received.shape[-1], offset), received)
+    affine = _Frozen.of(norm, received, offset)
 
     def hook(module: nn.Module, args: tuple, output: Tensor) -> Tensor:
-        x = args[0].double().cpu()
-        return (gamma * centre(x) / s[..., None] + (0 if beta is None else beta)).to(output)
+        shift = 0 if affine.beta is None else affine.beta
+        return (affine.linear(args[0].double().cpu()) + shift).to(output)
 
     return hook
 
@@ -582,13 +584,10 @@ class _EncoderStream(_Stream):
                 ) -> tuple[dict[str, Tensor], Tensor]:
         """sources and the constant through norm frozen at its scale on what it received (T, d); the sources' sum
         against that input goes into residual_error."""
-        from ..pretrained.attribution import frozen
-        from ..pretrained.norms import norm_affine
-
         self.residual_error = max(self.residual_error, float((sum(sources.values()) + constant - received).abs().max()))
-        _, s, centre, gamma, beta = frozen(norm_affine(norm, received.shape[-1]), received)  # s (T,)
-        normed = {name: gamma * centre(src) / s[:, None] for name, src in sources.items()}
-        return normed, gamma * centre(constant) / s[:, None] + (0 if beta is None else beta)
+        frozen = _Frozen.of(norm, received)  # scales (T,)
+        normed = {name: frozen.linear(src) for name, src in sources.items()}
+        return normed, frozen.linear(constant) + (0 if frozen.beta is None else frozen.beta)
 
     def affine(self, norm: nn.Module) -> _Frozen:
         """No norm between the stream and the attention: the identity, as a frozen norm."""
