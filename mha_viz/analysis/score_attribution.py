@@ -10,8 +10,10 @@ pre-attention norm's scale s_p frozen at its value on the real x_p, the norm is 
     LayerNorm: centre(v) = v - mean(v), s = sqrt(var(x) + eps);  RMSNorm: centre(v) = v, s = sqrt(mean(x^2) + eps)
 and so are head h's query and key (R_p: the rotary rotation at position p, where the model has one):
     q_i = R_i (norm(x_i) W_Q^h + b_Q^h) = sum_a R_i (gamma centre(src_a,i) / s_i) W_Q^h + R_i (beta W_Q^h + b_Q^h)
-A per-head norm on queries and keys (QK-norm: Qwen 3, OLMo-style) is frozen the same way, at its scale on each
-position's whole query or key, before the rotation. The score is bilinear in them, one term per (query source a, key
+A per-head norm on queries and keys (QK-norm: Qwen 3) is frozen the same way, at its scale on each position's whole
+query or key, before the rotation; OLMo's, one norm across every head at once, at its scale on the whole projection.
+A norm on each sublayer's output before the stream adds it (Gemma 2 and 3, OLMo 2 and 3, which have no norm before
+the attention) is frozen at its scale per position too, every source of that output through it. The score is bilinear in them, one term per (query source a, key
 source b):
     score_ij = scale * q_i . k_j (+ score bias terms: ALiBi, ...) = sum_a sum_b scale * q_a,i . k_b,j (+ ...)
 "bias" is each side's constant part (the norm's beta and the projection's bias, rotated). The terms sum to the score
@@ -127,7 +129,8 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     site = adapter.site(part, layer)
     if not 0 <= head < site.num_heads:
         raise ValueError(f"head {head} is not a head of layer {layer} (0..{site.num_heads - 1})")
-    norm = nn.Identity() if part == "encoder" else adapter.pre_norm("decoder", layer)  # post-norm: none before it
+    norm = (nn.Identity() if part == "encoder" or adapter.attention_reads_stream  # post-norm: none before it
+            else adapter.pre_norm("decoder", layer))
     if norm is None:
         raise ValueError(f"score attribution is unavailable: mha-viz does not know the norm before layer {layer}")
     enc = model.encode(text)
@@ -159,8 +162,9 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
         q = affine.projected(sources, [query], W["Q"], b["Q"])  # (S, 1, d_k): each source's part of the query
         k = affine.projected(sources, visible, W["K"], b["K"])  # (S, keys, d_k): and of each key
         offset = model.adapter.norm_weight_offset
-        q = _head_normed(var.q_norm, q, offset, [query])  # QK-norm, frozen too
-        k = _head_normed(var.k_norm, k, offset, visible)
+        kv = site.kv_heads[head]  # QK-norm, frozen too: per head, or across the projection (OLMo 2 and 3)
+        q = _head_normed(var.q_norm, q, offset, [query], stream.projections["Q"], head)
+        k = _head_normed(var.k_norm, k, offset, visible, stream.projections["K"], kv)
     if var.rotary is not None:
         cos, sin = (t.double() for t in var.rotary)  # (T, r)
         q, k = apply_rotary(q, cos[[query]], sin[[query]]), apply_rotary(k, cos[visible], sin[visible])
@@ -180,7 +184,7 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
         tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
         terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
         weights=stream.weights[head, query].double().numpy(),
-        removed=(stream.removed(norm, W, b, head, query) if W is not None
+        removed=(stream.removed(norm, W, b, head, query) if W is not None and not _across(var)
                  else stream.removed_by_module(norm, site, head, query)).numpy(), norm=affine.kind,
         norm_scales=affine.scales.numpy(), check=check)
 
@@ -247,18 +251,28 @@ def input_score_attribution(run: Callable[[Tensor], AttentionTrace], parts: dict
         check={"sum of terms vs score": float(np.abs(rebuilt - scores).max()), "parts vs the input": affine})
 
 
-def _head_normed(norm: Callable[[Tensor], Tensor] | None, parts: Tensor, offset: float, positions: Sequence[int]
-                 ) -> Tensor:
-    """parts (S + 1, P, d_k) at positions, the constant part last, through what the layer does to each query or key
-    head before the rotation: a norm over d_k (QK-norm) frozen at its scale on their sum, one per position, as the
-    pre-attention norm is (gamma * centre(part) / s, beta on the constant part), or Llama 4's temperature (a scale
-    per position: linear). ValueError for anything else."""
+def _head_normed(norm: Callable[[Tensor], Tensor] | None, parts: Tensor, offset: float, positions: Sequence[int],
+                 whole: Tensor, index: int) -> Tensor:
+    """parts (S + 1, P, d_k) of head `index` at positions, the constant part last, through what the layer does to
+    each query or key head before the rotation: a norm over d_k (QK-norm) frozen at its scale on their sum, one per
+    position, as the pre-attention norm is (gamma * centre(part) / s, beta on the constant part); OLMo's RMSNorm
+    across every head of the projection at once, frozen at its scale on the whole projection (whole: (heads, T,
+    d_k), the real one), head index's slice of gamma; or Llama 4's temperature (a scale per position: linear).
+    ValueError for anything else."""
     from ..pretrained.llama4 import Temperature
+    from ..pretrained.olmo import AcrossHeads
 
     if norm is None:
         return parts
     if isinstance(norm, Temperature):
         return parts * norm.scales.double()[list(positions), None]
+    if isinstance(norm, AcrossHeads):  # s_p = sqrt(mean over every head's dims of q_p^2 + eps)
+        d = parts.shape[-1]
+        joined = whole[:, list(positions)].transpose(0, 1).flatten(1).double()  # (P, heads * d_k)
+        across = _Frozen.of(norm.norm, joined, offset)
+        if across.kind != "RMSNorm":
+            raise ValueError(f"score attribution is unavailable: its QK-norm across heads is a {across.kind}")
+        return across.gamma[index * d:(index + 1) * d] * parts / across.scales[:, None]
     try:  # a step that is not a norm module (a callable of an adapter's own) is refused as an unknown norm
         head_norm = _Frozen.of(norm, parts.sum(0), offset)  # scales (P,)
     except ValueError as error:
@@ -288,6 +302,11 @@ class _Frozen:
         from ..pretrained.norms import norm_affine
 
         return cls(*frozen(norm_affine(norm, received.shape[-1], offset), received))
+
+    @classmethod
+    def identity(cls, T: int, d: int) -> _Frozen:
+        """No norm between the stream and the attention (post-norm encoders, OLMo 2 and 3), as a frozen norm."""
+        return cls("no norm", torch.ones(T, dtype=torch.float64), lambda v: v, torch.ones(d, dtype=torch.float64), None)
 
     def linear(self, part: Tensor) -> Tensor:
         """gamma * centre(part) / s: a part (..., d), shaped like what the scales were measured on, through the
@@ -381,6 +400,7 @@ class _Stream:
             raise ValueError(f"score attribution is unavailable: layer {layer}'s attention takes no hidden_states")
         self.attention_input, self.dtype = hidden[0].double().cpu(), hidden.dtype
         q, k, v = (t.float() for t in adapter.heads(site, rec))
+        self.projections = {"Q": q, "K": k}  # (H, T, d_k), (KV, T, d_k): before QK-norm and rotary
         self.variations = adapter.variations(part, site, rec, q, k)
         kv = list(site.kv_heads)
         a = attend(q, k[kv], v[kv], self.variations)
@@ -393,6 +413,8 @@ class _Stream:
         self.score_bias = {n: b.double().expand(q.shape[0], T, T) for n, b in self.variations.bias.items()}
 
     def affine(self, norm: nn.Module) -> _Frozen:
+        if isinstance(norm, nn.Identity):
+            return _Frozen.identity(*self.x.shape)
         try:
             return _Frozen.of(norm, self.x, self.model.adapter.norm_weight_offset)  # its scales (T,), one per position
         except ValueError as error:
@@ -413,9 +435,10 @@ class _Stream:
                  else P[f"b_{n}"][head if n == "Q" else kv].detach().double().cpu()) for n in "QK"}
         return W, b
 
-    def _run(self, site: Site, hidden: Tensor, frozen_inner: bool) -> tuple[Tensor, Tensor]:
-        """Per-head q (H, T, d), k (KV, T, d) (before rotary) of layer L's attention module called again on hidden
-        (T, d) with its call's other arguments (no cache); frozen_inner: its inner norms at their measured scales."""
+    def _run(self, site: Site, hidden: Tensor, frozen_inner: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """Per-head q (H, T, d), k (KV, T, d) (before rotary) and v (KV, T, d_v) of layer L's attention module called
+        again on hidden (T, d) with its call's other arguments (no cache); frozen_inner: its inner norms at their
+        measured scales."""
         from ..pretrained.adapter import Recorder
         from .visibility import CACHES
 
@@ -427,8 +450,8 @@ class _Stream:
                     hooks.callback(module.register_forward_hook(_frozen_norm(module, received,
                                                                              self.model.adapter.norm_weight_offset)).remove)
             site.attention(**call)
-        q, k, _ = self.model.adapter.heads(site, rec)
-        return q.double(), k.double()
+        q, k, v = self.model.adapter.heads(site, rec)
+        return q.double(), k.double(), v.double()
 
     def module_parts(self, site: Site, affine: _Frozen, head: int, query: int, visible: Sequence[int]
                      ) -> tuple[Tensor, Tensor]:
@@ -441,30 +464,28 @@ class _Stream:
                              "inside its attention module to freeze")
         T, d = self.x.shape
         scales = affine.scales[:, None]  # (T, 1)
-        zero_q, zero_k = self._run(site, torch.zeros(T, d, dtype=torch.float64), True)
+        zero_q, zero_k, _ = self._run(site, torch.zeros(T, d, dtype=torch.float64), True)
         kv = site.kv_heads[head]
         qs, ks = [], []
         for src in self.sources.values():
-            q, k = self._run(site, affine.gamma * affine.centre(src.double()) / scales, True)
+            q, k, _ = self._run(site, affine.gamma * affine.centre(src.double()) / scales, True)
             qs.append((q - zero_q)[head, [query]])
             ks.append((k - zero_k)[kv, list(visible)])
         constant = torch.zeros(T, d, dtype=torch.float64) if affine.beta is None else affine.beta.expand(T, d)
-        q, k = self._run(site, constant, True)
+        q, k, _ = self._run(site, constant, True)
         qs.append(q[head, [query]])
         ks.append(k[kv, list(visible)])
         return torch.stack(qs), torch.stack(ks)
 
     def removed_by_module(self, norm: nn.Module, site: Site, head: int, query: int) -> Tensor:
-        """removed() where no W_Q, W_K per head exist: the module itself run on each source's removal, through the
-        real norms (the pre-attention one and its own)."""
-        var = self.variations
-        one = _one_head(var, head)
+        """removed() where no W_Q, W_K per head exist or a norm reads every head at once (OLMo's QK-norm): the
+        module itself run on each source's removal, through the real norms (the pre-attention one and its own), and
+        every head through the layer's attention; the head's row of its maps."""
+        kv = list(site.kv_heads)
         rows = []
         for src in self.sources.values():
-            q, k = self._run(site, norm((self.x - src.double()).to(self.dtype)).double(), False)
-            kv = site.kv_heads[head]
-            rows.append(attend(q[head:head + 1].float(), k[kv:kv + 1].float(), k[kv:kv + 1].float(),
-                               one).weights[0, query].double())
+            q, k, v = self._run(site, norm((self.x - src.double()).to(self.dtype)).double(), False)
+            rows.append(attend(q.float(), k[kv].float(), v[kv].float(), self.variations).maps[head, query].double())
         return torch.stack(rows)
 
     def removed(self, norm: nn.Module, W: dict[str, Tensor], b: dict[str, Tensor], head: int, query: int) -> Tensor:
@@ -481,6 +502,13 @@ class _Stream:
             rows.append(attend(q, k, k, one).weights[:, query].double())  # (c, T)
         return torch.cat(rows)
 
+
+
+def _across(var: Variations) -> bool:
+    """Whether a QK-norm reads every head at once (OLMo 2 and 3), so one head's queries or keys need the others."""
+    from ..pretrained.olmo import AcrossHeads
+
+    return isinstance(var.q_norm, AcrossHeads) or isinstance(var.k_norm, AcrossHeads)
 
 
 def _one_head(var: Variations, head: int) -> Variations:
@@ -588,9 +616,3 @@ class _EncoderStream(_Stream):
         frozen = _Frozen.of(norm, received)  # scales (T,)
         normed = {name: frozen.linear(src) for name, src in sources.items()}
         return normed, frozen.linear(constant) + (0 if frozen.beta is None else frozen.beta)
-
-    def affine(self, norm: nn.Module) -> _Frozen:
-        """No norm between the stream and the attention: the identity, as a frozen norm."""
-        d = self.x.shape[-1]
-        return _Frozen("no norm", torch.ones(len(self.x), dtype=torch.float64), lambda v: v,
-                       torch.ones(d, dtype=torch.float64), None)

@@ -403,6 +403,9 @@ class Adapter:
         (post-norm models: BERT, BART, DeBERTa) or this adapter does not say. mha_viz.weights folds it."""
         return None
 
+    attention_reads_stream = False  # a decoder whose attention reads the residual stream itself, no norm before it
+    # (OLMo 2 and 3: their norms come after each sublayer)
+
     def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module] | None:
         """A decoder-only model's block of each traced layer, in order (a block traced as two layers, Falcon-H1's,
         appears twice), and the norm between the last block and the LM head (what direct logit attribution needs);

@@ -45,8 +45,14 @@ class Olmo2Adapter(LlamaAdapter):
         "stream, so their logits do not split into one term per head"
     )
 
+    scores_unavailable = None  # score attribution freezes the post-attention norm and the QK-norm across heads
+    attention_reads_stream = True
+
     def pre_norm(self, part: str, layer: int) -> nn.Module | None:
         return None  # the attention reads the residual stream itself
+
+    def post_attention_norm(self, layer: int) -> nn.Module:
+        return self.base.layers[layer].post_attention_layernorm
 
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         a = site.attention

@@ -57,10 +57,13 @@ def own_scores(m: PretrainedModel, text: str, layer: int) -> torch.Tensor:
             scale = q.shape[-1] ** -0.5
         else:
             H, KV = m.model.config.num_attention_heads, m.model.config.num_key_value_heads
-            q = attention.q_proj(x).view(1, x.shape[1], H, -1).transpose(1, 2)  # (1, H, T, d_k)
-            k = attention.k_proj(x).view(1, x.shape[1], KV, -1).transpose(1, 2)  # (1, KV, T, d_k)
-            if getattr(attention, "q_norm", None) is not None:
+            q, k = attention.q_proj(x), attention.k_proj(x)  # (1, T, H * d_k), (1, T, KV * d_k)
+            if m.architecture.startswith("olmo"):  # OLMo 2 and 3: one norm across every head, before the split
                 q, k = attention.q_norm(q), attention.k_norm(k)
+            q = q.view(1, x.shape[1], H, -1).transpose(1, 2)  # (1, H, T, d_k)
+            k = k.view(1, x.shape[1], KV, -1).transpose(1, 2)  # (1, KV, T, d_k)
+            if getattr(attention, "q_norm", None) is not None and not m.architecture.startswith("olmo"):
+                q, k = attention.q_norm(q), attention.k_norm(k)  # Qwen 3: a norm on each head
             cos, sin = seen["kwargs"]["position_embeddings"]
             q, k = apply_rotary_pos_emb(q, k, cos, sin)
             k = k.repeat_interleave(H // KV, dim=1)  # (1, H, T, d_k)
@@ -190,6 +193,73 @@ def test_one_key_bad_positions_and_unsupported_layers_are_refused_with_reasons(m
     for bad, match in (({"layer": 2}, "not a layer"), ({"head": 4}, "not a head"), ({"query": 99}, "not a position")):
         with pytest.raises(ValueError, match=match):
             score_attribution(m, TEXT, **{"layer": 1, "head": 0, "query": 2, **bad})
+
+
+@pytest.mark.parametrize("name", ["olmo2", "olmo3"])
+def test_olmos_norms_after_each_sublayer_and_across_heads_are_frozen(name):
+    """OLMo 2 and 3: no norm before the attention, an RMSNorm across every head's queries (and keys) at once, and
+    one on each attention output before the stream adds it. For every layer and head, the terms add up to the
+    module's own scale * q . k recomputed here (OLMo 3's layer 0: a window of 4 keys). Head 0.1's source, computed
+    here from the concat, W_O and the post-attention norm's scale, and the token embeddings, each taken out of block
+    1's input by a hook, give the unmodified model's own weights as removed[a]."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.tiny_causal import random_model
+    from tests.unit.test_families import FAMILIES as CONFIGS
+
+    m = PretrainedModel(random_model(AutoModelForCausalLM, CONFIGS[name][1]()), load_model("mha-viz/induction-2l")
+                        .tokenizer, name=name)
+    T = len(m.encode(TEXT).ids)
+    for layer in range(2):
+        own = own_scores(m, TEXT, layer)
+        for head, query in itertools.product(range(4), (T // 2, T - 1)):
+            sa = score_attribution(m, TEXT, layer=layer, head=head, query=query)
+            window = name == "olmo3" and layer == 0
+            assert sa.keys == tuple(range(query - 3 if window else 0, query + 1)) and sa.norm == "no norm"
+            assert np.abs(sa.terms.sum((1, 2)) - own[head, query, list(sa.keys)].double().numpy()).max() <= 1e-5
+            assert sa.check["sum of sources vs stream"] <= 1e-5
+            assert sa.check["frozen post-attention norms vs the norms"] <= 1e-5
+    attention, post = blocks(m)[0].self_attn, blocks(m)[0].post_attention_layernorm
+    seen = {}
+    hooks = [attention.o_proj.register_forward_pre_hook(lambda mod, args: seen.update(concat=args[0][0])),
+             post.register_forward_pre_hook(lambda mod, args: seen.update(out=args[0][0]))]
+    try:
+        with torch.no_grad():
+            m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    d_v = seen["concat"].shape[-1] // 4
+    block = slice(d_v, 2 * d_v)  # head 1
+    s = torch.sqrt(seen["out"].pow(2).mean(-1, keepdim=True) + post.variance_epsilon)  # (T, 1) the norm's scale
+    sources = {"0.1": post.weight * (seen["concat"][:, block] @ attention.o_proj.weight[:, block].T) / s,
+               "token": m.model.get_input_embeddings()(torch.tensor(m.encode(TEXT).ids))}
+    for source, src in sources.items():
+        attentions = attentions_without(m, blocks(m)[1], src.detach())
+        for head in range(4):
+            sa = score_attribution(m, TEXT, layer=1, head=head, query=T - 1)
+            expected = attentions[1][0, head, T - 1].double().numpy()
+            assert np.abs(sa.removed[sa.sources.index(source)] - expected).max() <= 1e-5
+            assert np.abs(expected - sa.weights).max() > 1e-4  # the source mattered
+
+
+def test_olmo_hybrids_softmax_layers_add_up_over_its_gated_deltanet_heads():
+    """OLMo hybrid: OLMo 3's attention between Gated DeltaNet layers, every layer's output normed before the stream
+    adds it. Its softmax layers' terms add up to the checked scores, over the earlier mixer heads as sources."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.tiny_causal import random_model
+    from tests.unit.test_mixers import HYBRID
+
+    m = PretrainedModel(random_model(AutoModelForCausalLM, HYBRID["olmo_hybrid"][1]()),
+                        load_model("mha-viz/induction-2l").tokenizer, name="olmo_hybrid")
+    T = len(m.encode(TEXT).ids)
+    for layer, head in itertools.product((1, 3), range(4)):
+        sa = score_attribution(m, TEXT, layer=layer, head=head, query=T - 1)
+        assert sa.check["sum of terms vs score"] <= 1e-5 and sa.check["sum of sources vs stream"] <= 1e-5
+        assert sa.check["frozen post-attention norms vs the norms"] <= 1e-5 and "0.3" in sa.sources
+    with pytest.raises(ValueError, match="not softmax attention"):
+        score_attribution(m, TEXT, layer=2, head=0, query=3)
 
 
 FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text", "gemma2", "gemma3", "diffllama", "deepseek_v3")  # ALiBi;
