@@ -103,9 +103,6 @@ def score_attribution_unavailable(model: PretrainedModel) -> str | None:
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
                 "residual stream mha-viz knows (the families logit attribution splits), or a BERT-style encoder")
-    blocks, _ = adapter.residual_stream()
-    if len(set(blocks)) < len(blocks):
-        return f"{model.name} traces a block as two layers; its scores are not split yet"
     return adapter.scores_unavailable
 
 
@@ -143,6 +140,10 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     stream = (_EncoderStream if part == "encoder" else _Stream)(model, enc.ids, layer)
     var = stream.variations
     affine = stream.affine(norm)
+    factor = adapter.attention_in_scale(layer)  # Falcon-H1: the attention reads the normed stream times a_in
+    if factor != 1.0:
+        affine = replace(affine, gamma=factor * affine.gamma, beta=None if affine.beta is None else factor * affine.beta)
+        norm = nn.Sequential(norm, _Times(factor))
     names = (*stream.sources, "bias")
     scores = stream.scores[head, query]  # (T,) the trace's rebuilt row, masked -inf
     visible = [j for j in range(T) if torch.isfinite(scores[j])] if key is None else [key]
@@ -358,6 +359,8 @@ class _Stream:
         else:  # scaled (Gemma) or normed (Bloom) embeddings: one source
             self.sources["embeddings"] = embeddings
         self.post_error = 0.0  # the frozen post-attention norms (Gemma 2 and 3) against the real ones
+        shared = len(set(blocks)) < len(blocks)  # a block traced as two layers (Falcon-H1): its MLP named by the block
+        added_by_block = torch.zeros_like(x)  # (T, d) what the block's traced layers add
         for i, site in enumerate(sites[:-1]):
             r = adapter.residual_scale(i)
             with loaded(site.out):
@@ -380,7 +383,12 @@ class _Stream:
             self.sources |= {f"{i}.{h}": heads[h] for h in range(H)}
             if bias is not None:
                 self.sources[f"{i} attention bias"] = bias
-            self.sources[f"{i} MLP"] = block_in[i + 1] - block_in[i] - added
+            added_by_block = added_by_block + added
+            if blocks[i + 1] is blocks[i]:
+                continue  # Falcon-H1: the block's Mamba-2 half adds to the same stream as its attention
+            mlp = f"block {sum(blocks[j] is not blocks[j + 1] for j in range(i))} MLP" if shared else f"{i} MLP"
+            self.sources[mlp] = block_in[i + 1] - block_in[i] - added_by_block
+            added_by_block = torch.zeros_like(x)
         zero = 1e-6 * float(x.abs().max())  # what a difference of two float32 streams leaves of a part that adds 0
         self.sources = {name: src.float() for name, src in self.sources.items() if src.abs().amax() > zero}  # kept
         # in float32, as the model computed them (a GPT-2-small-sized layer 11: 146 x [T, 768])
@@ -517,6 +525,17 @@ def _one_head(var: Variations, head: int) -> Variations:
                    sinks=None if var.sinks is None else var.sinks[head:head + 1], gates=None, head_norm=None,
                    differential=None,  # one query head: one map
                    mask=var.mask if var.mask is None or var.mask.shape[0] == 1 else var.mask[head:head + 1])
+
+
+class _Times(nn.Module):
+    """x -> factor * x: the factor on the normed stream where a layer reads it scaled (Falcon-H1's a_in)."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.factor * x
 
 
 class _NoHeadWeights(Exception):

@@ -428,6 +428,11 @@ class Adapter:
         LayerNorms), for score attribution; None where this adapter does not know it."""
         return None
 
+    def attention_in_scale(self, layer: int) -> float:
+        """The factor on the normed residual stream as the traced layer's attention receives it (Falcon-H1's
+        attention_in_multiplier): 1 by default. Score attribution folds it into the frozen pre-attention norm."""
+        return 1.0
+
     def residual_scale(self, layer: int) -> float:
         """The factor on the traced layer's attention (or mixer) output as its block adds it to the residual stream
         (Granite 4's residual_multiplier, Falcon-H1's per half): 1 by default. Logit attribution folds it into each

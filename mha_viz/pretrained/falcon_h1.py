@@ -47,6 +47,9 @@ class FalconH1Adapter(Mamba2Adapter, LlamaAdapter):
     def residual_scale(self, layer: int) -> float:
         return float(self.block_meta(layer)["multiplier"])  # a_out on the attention half, s_out on the Mamba-2 half
 
+    def attention_in_scale(self, layer: int) -> float:
+        return float(self.model.config.attention_in_multiplier)
+
     def logit_scale(self) -> float:
         return float(self.model.config.lm_head_multiplier)
 

@@ -116,16 +116,22 @@ def stream_source(m: PretrainedModel, text: str, source: str) -> torch.Tensor:
         return m.model.transformer.wpe.weight[:ids.shape[1]].detach()
     layer, head = map(int, source.split("."))
     out = blocks(m)[layer].attn.c_proj
+    concat = received(m, out, text)
+    d_v = concat.shape[-1] // m.model.config.n_head
+    block = slice(head * d_v, (head + 1) * d_v)
+    return concat[:, block] @ out.weight[block].detach()  # GPT-2's Conv1D: (in, out)
+
+
+def received(m: PretrainedModel, module: torch.nn.Module, text: str = TEXT) -> torch.Tensor:
+    """(T, n) what module received on text (a forward pre-hook): an output projection's is its layer's concat."""
     seen = []
-    handle = out.register_forward_pre_hook(lambda mod, args: seen.append(args[0][0]))
+    handle = module.register_forward_pre_hook(lambda mod, args: seen.append(args[0][0]))
     try:
         with torch.no_grad():
-            m.model(input_ids=ids, use_cache=False)
+            m.model(input_ids=torch.tensor([m.encode(text).ids]), use_cache=False)
     finally:
         handle.remove()
-    d_v = seen[0].shape[-1] // m.model.config.n_head
-    block = slice(head * d_v, (head + 1) * d_v)
-    return seen[0][:, block] @ out.weight[block].detach()  # GPT-2's Conv1D: (in, out)
+    return seen[0]
 
 
 def attentions_without(m: PretrainedModel, block: torch.nn.Module, src: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -220,19 +226,11 @@ def test_olmos_norms_after_each_sublayer_and_across_heads_are_frozen(name):
             assert sa.check["sum of sources vs stream"] <= 1e-5
             assert sa.check["frozen post-attention norms vs the norms"] <= 1e-5
     attention, post = blocks(m)[0].self_attn, blocks(m)[0].post_attention_layernorm
-    seen = {}
-    hooks = [attention.o_proj.register_forward_pre_hook(lambda mod, args: seen.update(concat=args[0][0])),
-             post.register_forward_pre_hook(lambda mod, args: seen.update(out=args[0][0]))]
-    try:
-        with torch.no_grad():
-            m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    d_v = seen["concat"].shape[-1] // 4
+    concat, out = received(m, attention.o_proj), received(m, post)  # the post-attention norm's input: o_proj's output
+    d_v = concat.shape[-1] // 4
     block = slice(d_v, 2 * d_v)  # head 1
-    s = torch.sqrt(seen["out"].pow(2).mean(-1, keepdim=True) + post.variance_epsilon)  # (T, 1) the norm's scale
-    sources = {"0.1": post.weight * (seen["concat"][:, block] @ attention.o_proj.weight[:, block].T) / s,
+    s = torch.sqrt(out.pow(2).mean(-1, keepdim=True) + post.variance_epsilon)  # (T, 1) the norm's scale
+    sources = {"0.1": post.weight * (concat[:, block] @ attention.o_proj.weight[:, block].T) / s,
                "token": m.model.get_input_embeddings()(torch.tensor(m.encode(TEXT).ids))}
     for source, src in sources.items():
         attentions = attentions_without(m, blocks(m)[1], src.detach())
@@ -260,6 +258,57 @@ def test_olmo_hybrids_softmax_layers_add_up_over_its_gated_deltanet_heads():
         assert sa.check["frozen post-attention norms vs the norms"] <= 1e-5 and "0.3" in sa.sources
     with pytest.raises(ValueError, match="not softmax attention"):
         score_attribution(m, TEXT, layer=2, head=0, query=3)
+
+
+def test_falcon_h1s_block_of_two_halves_is_split_over_both():
+    """Falcon-H1: each block runs attention (traced layer 2b) and a Mamba-2 mixer (2b + 1) side by side on the same
+    normed input, the attention reading it times attention_in_multiplier. Layer 2's terms add up to the module's own
+    scale * q . k recomputed here (q_proj, k_proj times key_multiplier, its rotary); the sources are block 0's
+    attention heads, its Mamba-2 heads and one MLP for the block; a head of each half, computed here from its
+    projection's input, taken out of block 1's input gives the unmodified model's own weights as removed[a]."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.falcon_h1.modeling_falcon_h1 import apply_rotary_pos_emb as falcon_rotary
+
+    from tests.tiny_causal import random_model
+    from tests.unit.test_mixers import HYBRID
+
+    m = PretrainedModel(random_model(AutoModelForCausalLM, HYBRID["falcon_h1"][1]()),
+                        load_model("mha-viz/induction-2l").tokenizer, name="falcon_h1")
+    cfg, layers = m.model.config, m.model.model.layers
+    T = len(m.encode(TEXT).ids)
+    attention = layers[1].self_attn
+    seen = {}
+    handle = attention.register_forward_pre_hook(lambda mod, args, kwargs: seen.update(kwargs), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False)
+    finally:
+        handle.remove()
+    x = seen["hidden_states"]  # (1, T, d): a_in * input_layernorm(block input)
+    with torch.no_grad():
+        q = attention.q_proj(x).view(1, T, 4, -1).transpose(1, 2)  # (1, H, T, d_k)
+        k = (attention.k_proj(x).view(1, T, 2, -1).transpose(1, 2) * attention.key_multiplier).repeat_interleave(2, 1)
+        q, k = falcon_rotary(q, k, *seen["position_embeddings"])
+        own = (attention.scaling * q @ k.transpose(-1, -2))[0]  # (H, T, T)
+    for head, query in itertools.product(range(4), (T // 2, T - 1)):
+        sa = score_attribution(m, TEXT, layer=2, head=head, query=query)
+        assert sa.sources == ("embeddings", "0.0", "0.1", "0.2", "0.3", "1.0", "1.1", "1.2", "1.3", "block 0 MLP",
+                              "bias")
+        assert np.abs(sa.terms.sum((1, 2)) - own[head, query, list(sa.keys)].double().numpy()).max() <= 1e-5
+        assert sa.check["sum of sources vs stream"] <= 1e-5 and sa.check["frozen norm vs the attention's input"] <= 1e-5
+    d_v = 8
+    sources = {  # head 1 of each half: its block of the concat times its columns of the projection, times a_out, s_out
+        "0.1": cfg.attention_out_multiplier * received(m, layers[0].self_attn.o_proj)[:, d_v:2 * d_v]
+        @ layers[0].self_attn.o_proj.weight[:, d_v:2 * d_v].T,
+        "1.1": cfg.ssm_out_multiplier * received(m, layers[0].mamba.out_proj)[:, d_v:2 * d_v]
+        @ layers[0].mamba.out_proj.weight[:, d_v:2 * d_v].T}
+    for source, src in sources.items():
+        attentions = attentions_without(m, layers[1], src.detach())
+        for head in range(4):
+            sa = score_attribution(m, TEXT, layer=2, head=head, query=T - 1)
+            expected = attentions[1][0, head, T - 1].double().numpy()
+            assert np.abs(sa.removed[sa.sources.index(source)] - expected).max() <= 1e-5
+            assert np.abs(expected - sa.weights).max() > 1e-4  # the source mattered
 
 
 FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text", "gemma2", "gemma3", "diffllama", "deepseek_v3")  # ALiBi;
