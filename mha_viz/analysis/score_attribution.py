@@ -185,7 +185,7 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
         tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
         terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
         weights=stream.weights[head, query].double().numpy(),
-        removed=(stream.removed(norm, W, b, head, query) if W is not None and not _across(var)
+        removed=(stream.removed(norm, W, b, head, query) if W is not None and not _needs_every_head(var)
                  else stream.removed_by_module(norm, site, head, query)).numpy(), norm=affine.kind,
         norm_scales=affine.scales.numpy(), check=check)
 
@@ -258,15 +258,22 @@ def _head_normed(norm: Callable[[Tensor], Tensor] | None, parts: Tensor, offset:
     each query or key head before the rotation: a norm over d_k (QK-norm) frozen at its scale on their sum, one per
     position, as the pre-attention norm is (gamma * centre(part) / s, beta on the constant part); OLMo's RMSNorm
     across every head of the projection at once, frozen at its scale on the whole projection (whole: (heads, T,
-    d_k), the real one), head index's slice of gamma; or Llama 4's temperature (a scale per position: linear).
-    ValueError for anything else."""
+    d_k), the real one), head index's slice of gamma; Cohere's LayerNorm per head with head index's own weight; or
+    Llama 4's temperature (a scale per position: linear). ValueError for anything else."""
+    from ..pretrained.attribution import frozen
+    from ..pretrained.cohere import HeadLayerNorm
     from ..pretrained.llama4 import Temperature
+    from ..pretrained.norms import NormAffine
     from ..pretrained.olmo import AcrossHeads
 
     if norm is None:
         return parts
     if isinstance(norm, Temperature):
         return parts * norm.scales.double()[list(positions), None]
+    if isinstance(norm, HeadLayerNorm):  # Cohere: a LayerNorm over d_k with the head's own weight, in the trace's order
+        gamma = norm.norm.weight.detach().double().cpu()[index, list(norm.order)]  # (d_k,)
+        head_norm = _Frozen(*frozen(NormAffine("LayerNorm", gamma, None, norm.norm.variance_epsilon), parts.sum(0)))
+        return head_norm.linear(parts)
     if isinstance(norm, AcrossHeads):  # s_p = sqrt(mean over every head's dims of q_p^2 + eps)
         d = parts.shape[-1]
         joined = whole[:, list(positions)].transpose(0, 1).flatten(1).double()  # (P, heads * d_k)
@@ -358,7 +365,7 @@ class _Stream:
             self.sources |= {"token": token, "position": position}
         else:  # scaled (Gemma) or normed (Bloom) embeddings: one source
             self.sources["embeddings"] = embeddings
-        self.post_error = 0.0  # the frozen post-attention norms (Gemma 2 and 3) against the real ones
+        self.post_error = 0.0  # the frozen norms on sublayer outputs (Gemma 2 and 3, OLMo, LFM3) against the real ones
         shared = len(set(blocks)) < len(blocks)  # a block traced as two layers (Falcon-H1): its MLP named by the block
         added_by_block = torch.zeros_like(x)  # (T, d) what the block's traced layers add
         for i, site in enumerate(sites[:-1]):
@@ -372,7 +379,7 @@ class _Stream:
             bias = None if b_O is None else (r * b_O.detach().double().cpu()).expand(len(ids), -1)  # (T, d)
             added = r * attention_out[i]  # (T, d) what the block adds to the stream
             post = adapter.post_attention_norm(i)
-            if post is not None:  # Gemma 2 and 3: a norm on the output first, frozen at its scale per position
+            if post is not None:  # Gemma 2 and 3, OLMo, LFM3: a norm on the output first, frozen per position
                 post_norm = _Frozen.of(post, attention_out[i], adapter.norm_weight_offset)
                 heads = post_norm.linear(heads.double()).float()
                 added = r * (post_norm.linear(attention_out[i]) + (0 if post_norm.beta is None else post_norm.beta))
@@ -486,7 +493,7 @@ class _Stream:
         return torch.stack(qs), torch.stack(ks)
 
     def removed_by_module(self, norm: nn.Module, site: Site, head: int, query: int) -> Tensor:
-        """removed() where no W_Q, W_K per head exist or a norm reads every head at once (OLMo's QK-norm): the
+        """removed() where no W_Q, W_K per head exist or a QK-norm needs every head (_needs_every_head): the
         module itself run on each source's removal, through the real norms (the pre-attention one and its own), and
         every head through the layer's attention; the head's row of its maps."""
         kv = list(site.kv_heads)
@@ -512,11 +519,13 @@ class _Stream:
 
 
 
-def _across(var: Variations) -> bool:
-    """Whether a QK-norm reads every head at once (OLMo 2 and 3), so one head's queries or keys need the others."""
+def _needs_every_head(var: Variations) -> bool:
+    """Whether a QK-norm reads every head at once (OLMo 2 and 3) or holds a weight per head (Cohere), so one head's
+    queries or keys alone cannot go through it."""
+    from ..pretrained.cohere import HeadLayerNorm
     from ..pretrained.olmo import AcrossHeads
 
-    return isinstance(var.q_norm, AcrossHeads) or isinstance(var.k_norm, AcrossHeads)
+    return any(isinstance(norm, (AcrossHeads, HeadLayerNorm)) for norm in (var.q_norm, var.k_norm))
 
 
 def _one_head(var: Variations, head: int) -> Variations:

@@ -91,6 +91,12 @@ class Lfm3Adapter(Lfm2Adapter):
         return ("LFM3 normalises each layer's output (post_operator_norm, its sandwich norm) before adding it to the "
                 "residual stream, so its logits do not split into one term per head")
 
+    scores_unavailable = None  # score attribution freezes the sandwich norm on each layer's output
+
+    def post_attention_norm(self, layer: int) -> nn.Module | None:
+        norm = self.base.layers[layer].post_operator_norm
+        return None if isinstance(norm, nn.Identity) else norm  # nn.Identity without use_sandwich_norm
+
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         a = site.attention
         variations = replace(LlamaAdapter.variations(self, part, site, rec, q, k), q_norm=a.q_norm, k_norm=a.k_norm)

@@ -134,6 +134,18 @@ def received(m: PretrainedModel, module: torch.nn.Module, text: str = TEXT) -> t
     return seen[0]
 
 
+def call_of(m: PretrainedModel, attention: torch.nn.Module) -> dict:
+    """The keyword arguments attention was called with on TEXT (hidden_states, position_embeddings, ...)."""
+    seen = {}
+    handle = attention.register_forward_pre_hook(lambda mod, args, kwargs: seen.update(kwargs), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False)
+    finally:
+        handle.remove()
+    return seen
+
+
 def attentions_without(m: PretrainedModel, block: torch.nn.Module, src: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The unmodified model's own attention weights (one (1, H, T, T) per layer) on TEXT, with src (T, d) taken out
     of block's input by a forward pre-hook."""
@@ -277,13 +289,7 @@ def test_falcon_h1s_block_of_two_halves_is_split_over_both():
     cfg, layers = m.model.config, m.model.model.layers
     T = len(m.encode(TEXT).ids)
     attention = layers[1].self_attn
-    seen = {}
-    handle = attention.register_forward_pre_hook(lambda mod, args, kwargs: seen.update(kwargs), with_kwargs=True)
-    try:
-        with torch.no_grad():
-            m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), use_cache=False)
-    finally:
-        handle.remove()
+    seen = call_of(m, attention)
     x = seen["hidden_states"]  # (1, T, d): a_in * input_layernorm(block input)
     with torch.no_grad():
         q = attention.q_proj(x).view(1, T, 4, -1).transpose(1, 2)  # (1, H, T, d_k)
@@ -308,6 +314,53 @@ def test_falcon_h1s_block_of_two_halves_is_split_over_both():
             sa = score_attribution(m, TEXT, layer=2, head=head, query=T - 1)
             expected = attentions[1][0, head, T - 1].double().numpy()
             assert np.abs(sa.removed[sa.sources.index(source)] - expected).max() <= 1e-5
+            assert np.abs(expected - sa.weights).max() > 1e-4  # the source mattered
+
+
+@pytest.mark.parametrize("name", ["cohere", "lfm3"])
+def test_a_qk_norm_with_a_weight_per_head_or_a_sandwich_norm_adds_up_to_the_modules_own_scores(name):
+    """Cohere: a LayerNorm on each query and key head with the head's own weight, rotary on interleaved pairs, the
+    attention and MLP in parallel. LFM3: convolution layers, then attention with QK-norm, each layer's output normed
+    again before the stream adds it (sandwich norms). Every softmax layer's terms add up to the module's own
+    scale * q . k, recomputed here with the family's own rotary function; on Cohere, the token embeddings taken out
+    of block 1's input by a hook give the unmodified model's own weights as removed[0]."""
+    import importlib
+
+    from transformers import AutoModelForCausalLM
+
+    from tests.tiny_causal import random_model
+    from tests.unit.test_families import FAMILIES as CAUSAL
+    from tests.unit.test_mixers import HYBRID
+
+    config = (CAUSAL if name == "cohere" else HYBRID)[name][1]()
+    m = PretrainedModel(random_model(AutoModelForCausalLM, config), load_model("mha-viz/induction-2l").tokenizer,
+                        name=name)
+    rotary = importlib.import_module(f"transformers.models.{name}.modeling_{name}").apply_rotary_pos_emb
+    ids = torch.tensor([m.encode(TEXT).ids])
+    T, H, KV = ids.shape[1], config.num_attention_heads, config.num_key_value_heads
+    layers = m.model.model.layers
+    for layer, kind in enumerate(m.layer_kinds("decoder")):
+        if kind != "softmax":
+            continue
+        attention = layers[layer].self_attn
+        seen = call_of(m, attention)
+        x = seen["hidden_states"]  # (1, T, d)
+        with torch.no_grad():  # both families: the norm on each head, before the transpose
+            q = attention.q_norm(attention.q_proj(x).view(1, T, H, -1)).transpose(1, 2)  # (1, H, T, d_k)
+            k = attention.k_norm(attention.k_proj(x).view(1, T, KV, -1)).transpose(1, 2)  # (1, KV, T, d_k)
+            q, k = rotary(q, k, *seen["position_embeddings"])
+            own = (attention.scaling * q @ k.repeat_interleave(H // KV, 1).transpose(-1, -2))[0]  # (H, T, T)
+        for head, query in itertools.product(range(H), (T // 2, T - 1)):
+            sa = score_attribution(m, TEXT, layer=layer, head=head, query=query)
+            assert np.abs(sa.terms.sum((1, 2)) - own[head, query, list(sa.keys)].double().numpy()).max() <= 1e-5
+            assert sa.check["sum of sources vs stream"] <= 1e-5
+            assert sa.check["frozen post-attention norms vs the norms"] <= 1e-5
+    if name == "cohere":
+        attentions = attentions_without(m, layers[1], m.model.get_input_embeddings()(ids)[0].detach())
+        for head in range(H):
+            sa = score_attribution(m, TEXT, layer=1, head=head, query=T - 1)
+            expected = attentions[1][0, head, T - 1].double().numpy()
+            assert sa.sources[0] == "token" and np.abs(sa.removed[0] - expected).max() <= 1e-5
             assert np.abs(expected - sa.weights).max() > 1e-4  # the source mattered
 
 
