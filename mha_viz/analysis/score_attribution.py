@@ -137,7 +137,8 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     if key is not None and not 0 <= key < T:
         raise ValueError(f"key {key} is not a position of the {T}-token input (0..{T - 1})")
 
-    stream = (_EncoderStream if part == "encoder" else _Stream)(model, enc.ids, layer)
+    stream = (_EncoderStream if part == "encoder" else _NormedStream if adapter.normed_block(layer) is not None
+              else _Stream)(model, enc.ids, layer)
     var = stream.variations
     affine = stream.affine(norm)
     factor = adapter.attention_in_scale(layer)  # Falcon-H1: the attention reads the normed stream times a_in
@@ -641,6 +642,54 @@ class _EncoderStream(_Stream):
         """sources and the constant through norm frozen at its scale on what it received (T, d); the sources' sum
         against that input goes into residual_error."""
         self.residual_error = max(self.residual_error, float((sum(sources.values()) + constant - received).abs().max()))
-        frozen = _Frozen.of(norm, received)  # scales (T,)
+        frozen = _Frozen.of(norm, received, self.model.adapter.norm_weight_offset)  # scales (T,)
         normed = {name: frozen.linear(src) for name, src in sources.items()}
         return normed, frozen.linear(constant) + (0 if frozen.beta is None else frozen.beta)
+
+
+class _NormedStream(_EncoderStream):
+    """A decoder whose blocks normalise the stream itself (MiniMax, adapter.normed_block): block l maps x to
+        n1 = input_norm(x),  n2 = post_norm(alpha_a n1 + beta_a attention(n1)),  x' = alpha_m n2 + beta_m MLP(n2)
+    Each norm is frozen at its scale per position, as in a post-norm encoder, and every source goes through it;
+    the attention's heads (times beta_a) join after input_norm, MLP_l = x' - alpha_m n2 after post_norm. Layer L
+    reads input_norm(x_L): the frozen pre-attention norm, as in _Stream."""
+
+    def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
+        from ..pretrained.adapter import Recorder, loaded
+        from ..pretrained.attribution import Capture
+
+        adapter, self.model = model.adapter, model
+        steps = [adapter.normed_block(i) for i in range(layer + 1)]
+        norms = [*(n for step in steps[:-1] for n in (step.input_norm, step.post_norm)), steps[-1].input_norm]
+        sites = [adapter.site("decoder", i) for i in range(layer + 1)]
+        self.inner = {}
+        with (Capture(norms, [site.out for site in sites[:-1]], None, slice(None)) as capture,
+              Recorder(sites[-1]) as rec):  # every norm's input and output, each concat
+            outputs = adapter.forward(list(ids))
+        self.call = dict(rec.arguments)
+        embeddings = capture.block_in[0]  # (T, d)
+        token = model.model.get_input_embeddings()(torch.tensor([list(ids)], device=adapter.device()))[0]
+        sources = {"token" if torch.allclose(embeddings, token.double().cpu()) else "embeddings": embeddings}
+        constant = torch.zeros_like(embeddings)  # (T, d)
+        self.residual_error = self.post_error = 0.0
+        for i, (step, site) in enumerate(zip(steps[:-1], sites[:-1], strict=True)):
+            (alpha_a, beta_a), alpha_m = step.attention, step.mlp[0]  # beta_m: inside the MLP source
+            sources, constant = self._normed(step.input_norm, sources, constant, capture.block_in[2 * i])
+            sources, constant = {n: alpha_a * src for n, src in sources.items()}, alpha_a * constant
+            with loaded(site.out):
+                W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)
+            H = site.num_heads
+            W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
+            c = capture.concat[i].view(len(ids), H, -1).transpose(0, 1)  # (H, T, d_v)
+            sources |= {f"{i}.{h}": beta_a * head for h, head in enumerate(torch.bmm(c, W_h))}  # (T, d) each
+            if b_O is not None:
+                constant = constant + beta_a * b_O.detach().double().cpu()
+            sources, constant = self._normed(step.post_norm, sources, constant, capture.block_in[2 * i + 1])
+            sources, constant = {n: alpha_m * src for n, src in sources.items()}, alpha_m * constant
+            sources[f"{i} MLP"] = capture.block_in[2 * i + 2] - alpha_m * capture.block_out[2 * i + 1]
+        self.x = capture.block_in[2 * layer]  # (T, d): layer L's block input
+        sources["biases (norms, W_O)"] = constant
+        zero = 1e-6 * float(self.x.abs().max())  # a part that adds 0 (RMSNorms and no W_O bias: the constant)
+        self.sources = {name: src.float() for name, src in sources.items() if src.abs().amax() > zero}
+        self.residual_error = max(self.residual_error, float((sum(sources.values()) - self.x).abs().max()))
+        self._rebuild(sites[-1], rec, outputs, layer, "decoder")

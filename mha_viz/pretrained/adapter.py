@@ -36,6 +36,17 @@ PARTS = {"encoder": ("encoder",), "decoder": ("decoder",), "encoder-decoder": ("
 
 
 @dataclass(frozen=True)
+class NormedBlock:
+    """A block that normalises the stream itself (MiniMax): n1 = input_norm(x), n2 = post_norm(alpha_a n1 + beta_a
+    attention(n1)), x' = alpha_m n2 + beta_m MLP(n2)."""
+
+    input_norm: nn.Module
+    post_norm: nn.Module
+    attention: tuple[float, float]  # (alpha_a, beta_a)
+    mlp: tuple[float, float]  # (alpha_m, beta_m)
+
+
+@dataclass(frozen=True)
 class Site:
     """The modules of one attention layer, and its head layout."""
 
@@ -421,6 +432,11 @@ class Adapter:
     def post_attention_norm(self, layer: int) -> nn.Module | None:
         """The norm on the layer's attention output before its block adds it to the residual stream (Gemma 2 and 3's
         post_attention_layernorm); None where there is none."""
+        return None
+
+    def normed_block(self, layer: int) -> NormedBlock | None:
+        """How the traced layer's block normalises the stream itself (MiniMax), for score attribution; None where
+        the stream passes each block untouched but for what it adds."""
         return None
 
     def post_norms(self) -> Any:

@@ -5,7 +5,9 @@ Lightning layers (self_attn with a slope_rate), head h with its own decay rate l
     [q | k | v] = SiLU(x W_qkv), per head
     mixed_h = M_h @ v_h    M_h[t, s] = (q_t . k_s) exp(-l_h (t - s))   (s <= t; mha_viz.mixers.decayed_linear_matrix)
     head outputs = sigmoid(x W_gate) * RMSNorm(mixed over all heads at once); then out_proj
-Softmax layers: LLaMA's (rotary, grouped K/V heads). Each block adds alpha * residual + beta * attention.
+Softmax layers: LLaMA's (rotary, grouped K/V heads). Each block's stream passes its two norms:
+    n1 = input_layernorm(x);  n2 = post_attention_layernorm(alpha_a n1 + beta_a attention(n1));  x' = alpha_m n2 +
+    beta_m MLP(n2)     (alpha, beta: config's full_attn_/linear_attn_ and mlp_ alpha and beta factors)
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..mixers import DecayedLinear
-from .adapter import Site, per_head, register
+from .adapter import NormedBlock, Site, per_head, register
 from .llama import LlamaAdapter
 from .mixing import MixerAdapter, Mixing
 
@@ -31,6 +33,14 @@ class MiniMaxAdapter(MixerAdapter, LlamaAdapter):
                                "them")
     weights_unavailable = ("a lightning attention head's weights depend on the input through its activation and its "
                            "output passes a norm over all heads and a gate before W_O: no W_Q K^T or W_OV per head")
+
+    scores_unavailable = None  # score attribution freezes every norm on the way, as in a post-norm encoder
+
+    def normed_block(self, layer: int) -> NormedBlock:
+        block = self.base.layers[layer]
+        return NormedBlock(block.input_layernorm, block.post_attention_layernorm,
+                           (block.attn_alpha_factor, block.attn_beta_factor), (block.mlp_alpha_factor,
+                                                                               block.mlp_beta_factor))
 
     def mixer(self, layer: int) -> nn.Module | None:
         a = self.base.layers[layer].self_attn

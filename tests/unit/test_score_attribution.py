@@ -317,13 +317,16 @@ def test_falcon_h1s_block_of_two_halves_is_split_over_both():
             assert np.abs(expected - sa.weights).max() > 1e-4  # the source mattered
 
 
-@pytest.mark.parametrize("name", ["cohere", "lfm3"])
-def test_a_qk_norm_with_a_weight_per_head_or_a_sandwich_norm_adds_up_to_the_modules_own_scores(name):
+@pytest.mark.parametrize("name", ["cohere", "lfm3", "minimax"])
+def test_more_families_norms_add_up_to_the_modules_own_scores(name):
     """Cohere: a LayerNorm on each query and key head with the head's own weight, rotary on interleaved pairs, the
     attention and MLP in parallel. LFM3: convolution layers, then attention with QK-norm, each layer's output normed
-    again before the stream adds it (sandwich norms). Every softmax layer's terms add up to the module's own
-    scale * q . k, recomputed here with the family's own rotary function; on Cohere, the token embeddings taken out
-    of block 1's input by a hook give the unmodified model's own weights as removed[0]."""
+    again before the stream adds it (sandwich norms). MiniMax: lightning attention layers, and blocks that normalise
+    the stream itself, n2 = post_norm(alpha_a n1 + beta_a attention(n1)), x' = alpha_m n2 + beta_m MLP(n2), with
+    factors other than 1 here. Every softmax layer's terms add up to the module's own scale * q . k, recomputed here
+    with the family's own rotary function. On Cohere and MiniMax, the token's part of block 1's input, computed here
+    (on MiniMax through block 0's two norms at their scales), taken out by a hook gives the unmodified model's own
+    weights as removed[0]."""
     import importlib
 
     from transformers import AutoModelForCausalLM
@@ -333,6 +336,9 @@ def test_a_qk_norm_with_a_weight_per_head_or_a_sandwich_norm_adds_up_to_the_modu
     from tests.unit.test_mixers import HYBRID
 
     config = (CAUSAL if name == "cohere" else HYBRID)[name][1]()
+    if name == "minimax":
+        config.update({"full_attn_alpha_factor": 0.7, "full_attn_beta_factor": 1.3, "linear_attn_alpha_factor": 0.8,
+                       "linear_attn_beta_factor": 1.2, "mlp_alpha_factor": 0.9, "mlp_beta_factor": 1.1})
     m = PretrainedModel(random_model(AutoModelForCausalLM, config), load_model("mha-viz/induction-2l").tokenizer,
                         name=name)
     rotary = importlib.import_module(f"transformers.models.{name}.modeling_{name}").apply_rotary_pos_emb
@@ -345,9 +351,10 @@ def test_a_qk_norm_with_a_weight_per_head_or_a_sandwich_norm_adds_up_to_the_modu
         attention = layers[layer].self_attn
         seen = call_of(m, attention)
         x = seen["hidden_states"]  # (1, T, d)
-        with torch.no_grad():  # both families: the norm on each head, before the transpose
-            q = attention.q_norm(attention.q_proj(x).view(1, T, H, -1)).transpose(1, 2)  # (1, H, T, d_k)
-            k = attention.k_norm(attention.k_proj(x).view(1, T, KV, -1)).transpose(1, 2)  # (1, KV, T, d_k)
+        q_norm, k_norm = (getattr(attention, n, torch.nn.Identity()) for n in ("q_norm", "k_norm"))
+        with torch.no_grad():  # the norm on each head, before the transpose
+            q = q_norm(attention.q_proj(x).view(1, T, H, -1)).transpose(1, 2)  # (1, H, T, d_k)
+            k = k_norm(attention.k_proj(x).view(1, T, KV, -1)).transpose(1, 2)  # (1, KV, T, d_k)
             q, k = rotary(q, k, *seen["position_embeddings"])
             own = (attention.scaling * q @ k.repeat_interleave(H // KV, 1).transpose(-1, -2))[0]  # (H, T, T)
         for head, query in itertools.product(range(H), (T // 2, T - 1)):
@@ -355,13 +362,20 @@ def test_a_qk_norm_with_a_weight_per_head_or_a_sandwich_norm_adds_up_to_the_modu
             assert np.abs(sa.terms.sum((1, 2)) - own[head, query, list(sa.keys)].double().numpy()).max() <= 1e-5
             assert sa.check["sum of sources vs stream"] <= 1e-5
             assert sa.check["frozen post-attention norms vs the norms"] <= 1e-5
-    if name == "cohere":
-        attentions = attentions_without(m, layers[1], m.model.get_input_embeddings()(ids)[0].detach())
-        for head in range(H):
-            sa = score_attribution(m, TEXT, layer=1, head=head, query=T - 1)
-            expected = attentions[1][0, head, T - 1].double().numpy()
-            assert sa.sources[0] == "token" and np.abs(sa.removed[0] - expected).max() <= 1e-5
-            assert np.abs(expected - sa.weights).max() > 1e-4  # the source mattered
+    if name == "lfm3":
+        return
+    token = m.model.get_input_embeddings()(ids)[0].detach()  # (T, d)
+    if name == "minimax":  # through block 0's input norm and post-attention norm, each at its scale on its input
+        block = layers[0]
+        for norm, factor in ((block.input_layernorm, 0.8), (block.post_attention_layernorm, 0.9)):  # alpha_a, alpha_m
+            s = torch.sqrt(received(m, norm).pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)  # (T, 1)
+            token = factor * norm.weight.detach() * token / s
+    attentions = attentions_without(m, layers[1], token)
+    for head in range(H):
+        sa = score_attribution(m, TEXT, layer=1, head=head, query=T - 1)
+        expected = attentions[1][0, head, T - 1].double().numpy()
+        assert sa.sources[0] == "token" and np.abs(sa.removed[0] - expected).max() <= 1e-5
+        assert np.abs(expected - sa.weights).max() > 1e-4  # the source mattered
 
 
 FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text", "gemma2", "gemma3", "diffllama", "deepseek_v3")  # ALiBi;
