@@ -138,7 +138,8 @@ def configurable_score_attribution(
 ) -> ScoreAttribution:
     """The configurable layer's score of (query, key) of one head split into (token, position, bias) x (token,
     position, bias) terms: its input is the token vectors plus the positional encoding (analysis.score_attribution's
-    input_score_attribution). ValueError where the layer's queries are not affine in its input."""
+    input_score_attribution). A differential layer's head h + h/2 is differential head h's second map; MLA's latent
+    norms are frozen at their scales. ValueError where the layer's queries are not affine in its input."""
     from .analysis.score_attribution import input_score_attribution
 
     mha, _, _, q_tokens, _, _ = _configurable_inputs(text, cfg, seed, positional, None, max_tokens, variant)
@@ -147,9 +148,16 @@ def configurable_score_attribution(
         parts["position"] = positional_encoding(len(q_tokens), cfg.d_model)  # x = token + position, as embed_tokens
     def run(inputs: torch.Tensor) -> AttentionTrace:
         with torch.inference_mode():
-            return mha(inputs, None, causal=causal, query_tokens=q_tokens, key_tokens=None)
+            return _softmax_heads(mha)(inputs, None, causal=causal, query_tokens=q_tokens, key_tokens=None)
 
     return input_score_attribution(run, parts, head=head, query=query, key=key, layer=mha)
+
+
+def _softmax_heads(attention: torch.nn.Module) -> Callable[..., AttentionTrace]:
+    """The trace score attribution splits, as a layer's forward: its softmax heads, the layer's own trace or a
+    differential layer's maps, each a head (DifferentialAttention.map_trace: head i + h/2 is differential head i's
+    second map, as DiffLlama's query heads)."""
+    return getattr(attention, "map_trace", attention)
 
 
 def trained_score_attribution(layer: TrainedLayer, sequence: str | None, *, head: int, query: int
@@ -169,7 +177,7 @@ def trained_score_attribution(layer: TrainedLayer, sequence: str | None, *, head
 
     def run(x: torch.Tensor) -> AttentionTrace:
         with torch.no_grad():
-            return model.attention(x, causal=True, query_tokens=tuple(tokens))
+            return _softmax_heads(model.attention)(x, causal=True, query_tokens=tuple(tokens))
 
     return input_score_attribution(run, parts, head=head, query=query, layer=model.attention)
 

@@ -51,7 +51,7 @@ class ScoreAttribution:
 
     tokens: tuple[str, ...]  # the input as the model read it
     layer: int
-    head: int  # a query head: in differential attention (DiffLlama) head i + H is pair i's second map
+    head: int  # a query head: in differential attention (DiffLlama, the diff variant) head i + H is pair i's second map
     query: int  # the query position, 0-based
     keys: tuple[int, ...]  # the key positions explained: the one asked for, or every key the query sees
     sources: tuple[str, ...]  # what the residual stream is made of, in the order it is added; "bias" last
@@ -195,13 +195,14 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
 def input_score_attribution(run: Callable[[Tensor], AttentionTrace], parts: dict[str, Tensor], *, head: int,
                             query: int, key: int | None = None, layer: nn.Module | None = None) -> ScoreAttribution:
     """One layer whose queries and keys are affine in its input x = sum of parts (each (T, d)): the configurable
-    layer, whose x is token vectors plus the positional encoding. run(x) is the layer's trace on an input. Each
+    layer, whose x is token vectors plus the positional encoding. run(x) is the layer's trace on an input (a
+    differential layer's: its softmax maps, each a head, DifferentialAttention.map_trace). Each
     part's share of a query or key is run(part) - run(0), and run(0) is the constant part "bias" (the projections'
     biases, rotated where the layer rotates), so the scores split into (query part x key part) terms as in a model;
     no norm to freeze. layer: the module run calls, whose inner norms (MLA's latent norm, a QK-norm) are frozen at
     their scales on x for the parts' runs, which makes its queries and keys affine. removed[a] is the row of
     run(x - part a), recomputed with the real norms. ValueError for a layer whose queries or keys are not affine in
-    x, cross-attention, soft-capping or differential maps."""
+    x, cross-attention, soft-capping or differential weights."""
     names, x = list(parts), sum(parts.values())
     inner: dict[nn.Module, Tensor] = {}
     with _inner_norms(layer, inner) if layer is not None else contextlib.nullcontext():
@@ -216,7 +217,8 @@ def input_score_attribution(run: Callable[[Tensor], AttentionTrace], parts: dict
     if full.cross or full.queries is None or full.keys is None or full.scores is None or full.scale is None:
         raise ValueError("score attribution splits a self-attention layer that keeps its queries, keys and scores")
     if full.softcap is not None or full.maps is not None:
-        raise ValueError("score attribution does not split soft-capped scores or differential maps yet")
+        raise ValueError("score attribution does not split soft-capped scores, or differential weights (split each "
+                         "map, a softmax head of the layer's map_trace)")
     H, T = full.weights.shape[:2]
     if not 0 <= head < H:
         raise ValueError(f"head {head} is not a head of this layer (0..{H - 1})")

@@ -99,38 +99,67 @@ class DifferentialAttention(MultiHeadAttention):
         check_one_input(x, context)
         _, _, _, a, output = self.attended(x, context, causal=causal, head_mask=head_mask)
         n, T, S = a.weights.shape
-        qt = tuple(query_tokens) if query_tokens is not None else tuple(str(i) for i in range(T))
-        kt = tuple(key_tokens) if key_tokens is not None else (qt if context is None else tuple(str(j) for j in range(S)))
-
-        def numpy(t: Tensor) -> np.ndarray:
-            return t.detach().cpu().numpy().copy()
-
-        projections = {name: None if p is None else paired_heads(numpy(p), values=name[-1] == "V")
+        qt, kt = _tokens(T, S, query_tokens, key_tokens, context is None)
+        projections = {name: None if p is None else paired_heads(_numpy(p), values=name[-1] == "V")
                        for name, p in (("W_Q", self.W_Q), ("W_K", self.W_K), ("W_V", self.W_V), ("b_Q", self.b_Q),
                                        ("b_K", self.b_K), ("b_V", self.b_V))}
         lam = float(self.lambda_full())
         return AttentionTrace(
             query_tokens=qt,
             key_tokens=kt,
-            weights=numpy(a.weights),
-            queries=numpy(a.queries[:n]),
-            keys=numpy(a.keys[:n]),
-            values=numpy(a.values),
-            scores=numpy(a.scores[:n]),
-            head_outputs=numpy(a.head_outputs),
-            concat=numpy(a.concat),
-            output=numpy(output),
-            W_O=numpy(self.W_O),
-            b_O=None if self.b_O is None else numpy(self.b_O),
+            weights=_numpy(a.weights),
+            queries=_numpy(a.queries[:n]),
+            keys=_numpy(a.keys[:n]),
+            values=_numpy(a.values),
+            scores=_numpy(a.scores[:n]),
+            head_outputs=_numpy(a.head_outputs),
+            concat=_numpy(a.concat),
+            output=_numpy(output),
+            W_O=_numpy(self.W_O),
+            b_O=None if self.b_O is None else _numpy(self.b_O),
             **projections,
             scale=1.0 / math.sqrt(self.config.d_k),
             causal=causal,
             cross=context is not None,
             lambdas=np.full(n, lam, dtype=np.float32),
-            maps=numpy(a.maps.unflatten(0, (2, n))),
-            map_scores=numpy(a.scores.unflatten(0, (2, n))),
+            maps=_numpy(a.maps.unflatten(0, (2, n))),
+            map_scores=_numpy(a.scores.unflatten(0, (2, n))),
             meta={"model": "configurable", "head_norm": HEAD_NORM, "lambda_init": self.lambda_init},
         )
+
+    @torch.no_grad()
+    def map_trace(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
+                  query_tokens: Sequence[str] | None = None, key_tokens: Sequence[str] | None = None) -> AttentionTrace:
+        """The layer's h softmax maps as h heads of a plain softmax trace, as a real DiffLlama layer's query heads:
+        head i is differential head i's first map, head i + h/2 its second. weights [h, T, S] = the maps (each row
+        sums to 1), queries, keys, scores, W_Q, W_K, b_Q, b_K of all h query/key heads; no values or outputs (the
+        differential heads' are the layer's own trace, forward()). What score attribution splits map by map."""
+        check_one_input(x, context)
+        _, _, _, a, _ = self.attended(x, context, causal=causal)
+        H, T, S = a.maps.shape
+        qt, kt = _tokens(T, S, query_tokens, key_tokens, context is None)
+        return AttentionTrace(
+            query_tokens=qt, key_tokens=kt, weights=_numpy(a.maps), queries=_numpy(a.queries), keys=_numpy(a.keys),
+            scores=_numpy(a.scores), W_Q=_numpy(self.W_Q), W_K=_numpy(self.W_K),
+            b_Q=None if self.b_Q is None else _numpy(self.b_Q), b_K=None if self.b_K is None else _numpy(self.b_K),
+            scale=1.0 / math.sqrt(self.config.d_k), causal=causal, cross=context is not None,
+            meta={"model": "configurable", "unavailable": f"the {H} softmax maps of a differential layer, each a "
+                  f"head (head i + {H // 2}: differential head i's second map): values and outputs are the "
+                  "differential heads' (the layer's own trace)"},
+        )
+
+
+def _numpy(t: Tensor) -> np.ndarray:
+    """A detached copy of t as a numpy array."""
+    return t.detach().cpu().numpy().copy()
+
+
+def _tokens(T: int, S: int, query_tokens: Sequence[str] | None, key_tokens: Sequence[str] | None, self_attention: bool
+            ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The query and key tokens of a trace, by default their positions; self-attention: the keys are the queries."""
+    qt = tuple(query_tokens) if query_tokens is not None else tuple(str(i) for i in range(T))
+    kt = tuple(key_tokens) if key_tokens is not None else (qt if self_attention else tuple(str(j) for j in range(S)))
+    return qt, kt
 
 
 def _describe(cfg: MHAConfig, variant: LayerVariant) -> str:

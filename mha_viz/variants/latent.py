@@ -61,6 +61,28 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = NORM_EPS) -> Tensor:
     return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
+class LatentRMSNorm(nn.Module):
+    """rms_norm with the weight of its owner's parameter `name` (kv_norm, q_norm): a module, so that a hook can see
+    and freeze it (score attribution), while the parameter and the owner's state_dict keys stay where they were."""
+
+    def __init__(self, owner: nn.Module, name: str, eps: float = NORM_EPS) -> None:
+        super().__init__()
+        object.__setattr__(self, "owner", owner)  # a plain reference, not a submodule: no parameter counted twice
+        self.name, self.eps = name, eps
+
+    @property
+    def weight(self) -> Tensor:
+        """(d,) the owner's parameter, read at each call (a loaded state or a copy of the owner included)."""
+        return getattr(self.owner, self.name)
+
+    def extra_repr(self) -> str:
+        return f"{self.name}, eps={self.eps}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., d) -> (..., d): x / sqrt(mean(x^2) + eps) * weight."""
+        return rms_norm(x, self.weight, self.eps)
+
+
 def _xavier(W: Tensor, fan_in: int, fan_out: int, gen: torch.Generator | None) -> None:
     bound = math.sqrt(6.0 / (fan_in + fan_out))
     W.copy_(torch.rand(W.shape, generator=gen, dtype=W.dtype) * 2 * bound - bound)
@@ -71,7 +93,8 @@ class LatentAttention(nn.Module):
 
     Parameters (per head h as W[h] (d_in, d)): W_Q [H, d_model, r + n] (no query latent) or W_DQ [d_model, d_q],
     q_norm [d_q], W_UQ [H, d_q, r + n]; W_DKV [d_context, d_c + r], kv_norm [d_c], W_UK [H, d_c, n],
-    W_UV [H, d_c, d_v], W_O [d_out, H*d_v]; biases b_DQ, b_DKV, b_O when cfg.bias.
+    W_UV [H, d_c, d_v], W_O [d_out, H*d_v]; biases b_DQ, b_DKV, b_O when cfg.bias. The norms are the modules
+    q_rmsnorm and kv_rmsnorm (LatentRMSNorm), which read q_norm and kv_norm: no parameters of their own.
     """
 
     def __init__(self, cfg: MHAConfig, variant: LayerVariant, *, seed: int | None = None,
@@ -89,13 +112,15 @@ class LatentAttention(nn.Module):
             self.W_DQ = nn.Parameter(torch.empty(cfg.d_model, Lq, **empty))
             self.b_DQ = nn.Parameter(torch.zeros(Lq, **empty)) if bias else None
             self.q_norm = nn.Parameter(torch.ones(Lq, **empty))
+            self.q_rmsnorm = LatentRMSNorm(self, "q_norm")
             self.W_UQ = nn.Parameter(torch.empty(H, Lq, width, **empty))
         else:
             self.W_Q = nn.Parameter(torch.empty(H, cfg.d_model, width, **empty))
-            self.W_DQ = self.b_DQ = self.q_norm = self.W_UQ = None
+            self.W_DQ = self.b_DQ = self.q_norm = self.W_UQ = self.q_rmsnorm = None
         self.W_DKV = nn.Parameter(torch.empty(cfg.d_context, L + r, **empty))
         self.b_DKV = nn.Parameter(torch.zeros(L + r, **empty)) if bias else None
         self.kv_norm = nn.Parameter(torch.ones(L, **empty))
+        self.kv_rmsnorm = LatentRMSNorm(self, "kv_norm")
         self.W_UK = nn.Parameter(torch.empty(H, L, n, **empty))
         self.W_UV = nn.Parameter(torch.empty(H, L, cfg.d_v, **empty))
         self.W_O = nn.Parameter(torch.empty(cfg.d_out, H * cfg.d_v, **empty))
@@ -131,7 +156,7 @@ class LatentAttention(nn.Module):
         c_q = x @ self.W_DQ  # (..., T, d_q)
         if self.b_DQ is not None:
             c_q = c_q + self.b_DQ
-        return self._per_head(rms_norm(c_q, self.q_norm), self.W_UQ)  # (..., H, T, r + n)
+        return self._per_head(self.q_rmsnorm(c_q), self.W_UQ)  # (..., H, T, r + n)
 
     def latent(self, context: Tensor) -> tuple[Tensor, Tensor]:
         """The latent c_KV = RMSNorm(c) (..., S, d_c) and the shared key part k_rope (..., S, r) before rotation."""
@@ -139,7 +164,7 @@ class LatentAttention(nn.Module):
         if self.b_DKV is not None:
             ckv = ckv + self.b_DKV
         c, k_rope = ckv.split([self.variant.kv_latent, self.variant.rope_dim], dim=-1)
-        return rms_norm(c, self.kv_norm), k_rope
+        return self.kv_rmsnorm(c), k_rope
 
     def attend(self, x: Tensor, context: Tensor | None = None, *, causal: bool = False,
                head_mask: Tensor | None = None) -> AttentionTensors:

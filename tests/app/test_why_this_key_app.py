@@ -1,7 +1,8 @@
 """Analysis -> Why this key (AppTest): on induction-2l the section splits the induction heads' score at the repeated
 token into the library's terms, says in words what carries it, draws the head's pattern with a click target on every
 cell the query sees and the explained cell outlined, follows the query, key and head controls and a link;
-bad link values are replaced with a notice; a model or layer it cannot split says why."""
+bad link values are replaced with a notice; a model or layer it cannot split says why; the configurable layer's MLA
+and differential variants are split (a differential head map by map)."""
 
 from __future__ import annotations
 
@@ -80,14 +81,41 @@ def model_text(at) -> str:
     return at.query_params.get("text", DEFAULT_TEXT)
 
 
-def test_a_trained_layer_splits_by_its_embeddings_and_a_latent_layer_says_why_not() -> None:
+def test_a_trained_layer_splits_by_its_embeddings() -> None:
     at = new_app(view="Analysis", section="Why this key", weights="trained").run()  # token and position embeddings
     assert not at.exception and not at.warning
     fig = chart(at, "analysis_why_key")
     assert list(fig["layout"]["yaxis"]["ticktext"]) == ["token", "position", "bias"]
     assert any("no norm" in c.value and "trained layer" in c.value for c in at.caption)
-    at = new_app(view="Analysis", section="Why this key", variant="mla").run()  # an RMSNorm on its latent
-    assert not at.exception and any("not affine in its input" in w.value for w in at.warning)
+
+
+@pytest.mark.parametrize("kind", ["mla", "diff"])
+def test_the_configurable_mla_and_differential_layers_are_split(kind: str) -> None:
+    """MLA (its latent's RMSNorm frozen) draws the library's table; a differential head draws one table per map, the
+    library's split of query heads h and h + H, for the key its differential weights pick."""
+    import numpy as np
+
+    from mha_viz.config import MHAConfig
+    from mha_viz.params import DEFAULT_TEXT
+    from mha_viz.sources import configurable_score_attribution, configurable_trace
+    from mha_viz.variants import LayerVariant
+
+    at = new_app(view="Analysis", section="Why this key", causal="true", variant=kind).run()
+    assert not at.exception and not at.warning
+    query, head = at.selectbox(key="why_query").value, at.selectbox(key="head").value
+    cfg, variant = MHAConfig(at.session_state["d_model"], at.session_state["h"]), LayerVariant(kind)
+    trace = configurable_trace(DEFAULT_TEXT, cfg, causal=True, variant=variant)
+    key = int(np.argmax(trace.weights[head, query]))
+    H = trace.num_heads
+    tables = {"analysis_why_key": head} | ({"analysis_why_key_map2": head + H} if kind == "diff" else {})
+    for name, h in tables.items():
+        sa = configurable_score_attribution(DEFAULT_TEXT, cfg, head=h, query=query, causal=True, variant=variant)
+        assert abs(z_matrix(chart(at, name)["data"][0]) - sa.table(key)).max() < 1e-5
+    if kind == "mla":
+        assert any("latent RMSNorms" in c.value for c in at.caption)
+    else:
+        assert ", map 2:" in chart(at, "analysis_why_key_map2")["layout"]["title"]["text"]
+        assert any("Map 2" in m.value and f"{trace.lambdas[head]:.3f}" in m.value for m in at.markdown)
 
 
 def test_the_configurable_layer_splits_by_token_and_position() -> None:

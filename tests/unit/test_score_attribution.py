@@ -462,15 +462,136 @@ def test_the_configurable_layer_splits_by_token_and_position(kind):
         assert np.allclose(sa.weights, own.weights[head, query], atol=1e-7)
 
 
-def test_a_configurable_layer_not_affine_in_its_input_is_refused():
+def configurable_layer(cfg, variant):
+    """The configurable layer the app builds (seed 0) and its input x = token vectors + positional encoding (T, d)."""
+    from mha_viz.text import embed_text
+    from mha_viz.variants import variant_layer
+
+    return variant_layer(cfg, variant, seed=0), embed_text(TEXT, cfg.d_model, seed=0)[1]
+
+
+def causal_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> np.ndarray:
+    """(H, T, T) scale * q k^T of per-head q, k (H, T, d), float64, -inf above the diagonal."""
+    s = scale * q.double() @ k.double().transpose(-1, -2)
+    return s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf")).numpy()
+
+
+def mla_scores(m, x: torch.Tensor) -> np.ndarray:
+    """MLA's scores written out here from its parameters (module docstring of mha_viz.variants.latent): the latents
+    RMS-normalised, queries and keys [rotary | position-free] with rotate_half pairs (i, i + r/2) turned by
+    pos / 10000^(2i/r)."""
+    r, L, T = m.variant.rope_dim, m.variant.kv_latent, x.shape[0]
+
+    def rms(v, w):  # v / sqrt(mean(v^2) + eps) * w
+        return v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    def bias(b):
+        return 0 if b is None else b
+
+    with torch.no_grad():
+        if m.W_Q is not None:
+            q = torch.einsum("td,hde->hte", x, m.W_Q)
+        else:
+            q = torch.einsum("tc,hce->hte", rms(x @ m.W_DQ + bias(m.b_DQ), m.q_norm), m.W_UQ)
+        ckv = x @ m.W_DKV + bias(m.b_DKV)  # (T, L + r)
+        k_nope = torch.einsum("tc,hcn->htn", rms(ckv[:, :L], m.kv_norm), m.W_UK)  # (H, T, n)
+        k = torch.cat((ckv[:, L:].expand(q.shape[0], T, r), k_nope), dim=-1)  # (H, T, r + n)
+        angles = torch.arange(T)[:, None] / 10000.0 ** (torch.arange(0, r, 2) / r)  # (T, r/2)
+        cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()
+
+        def turn(v):  # the first r dims rotated: v cos + rotate_half(v) sin
+            a, b = v[..., :r // 2], v[..., r // 2:r]
+            return torch.cat((v[..., :r] * cos + torch.cat((-b, a), -1) * sin, v[..., r:]), -1)
+
+        return causal_scores(turn(q), turn(k), m.scale)
+
+
+def dropped_part_breaks_the_sum(sa) -> bool:
+    """Leaving out the part with the largest share (its row and column of terms) moves the sum by more than 1e-3."""
+    share = np.abs(sa.terms.sum(2) + sa.terms.sum(1) - np.diagonal(sa.terms, axis1=1, axis2=2)).max(0)
+    j = int(np.argmax(share))
+    kept = np.delete(np.delete(sa.terms, j, axis=1), j, axis=2).sum((1, 2))
+    return bool(np.abs(kept - sa.terms.sum((1, 2))).max() > 1e-3)
+
+
+@pytest.mark.parametrize("params", [{}, {"q_latent": 4, "kv_latent": 8, "rope_dim": 6}])
+def test_a_configurable_mla_layer_splits_with_its_latent_norms_frozen(params):
+    """MLA: the latent's RMSNorm (and the query latent's) frozen at its scales on x makes queries and keys affine in
+    x. For every head and a few queries the terms add up to the scores written out here from the layer's parameters;
+    taking the position part out equals the layer run without positional encoding; a dropped part breaks the sum.
+    Without the layer given (no norm to freeze) the split is refused."""
+    from mha_viz.analysis.score_attribution import input_score_attribution
     from mha_viz.config import MHAConfig
-    from mha_viz.sources import configurable_score_attribution
+    from mha_viz.sources import configurable_score_attribution, configurable_trace
+    from mha_viz.text import positional_encoding
     from mha_viz.variants import LayerVariant
 
-    with pytest.raises(ValueError, match="not affine in its input"):  # MLA: an RMSNorm on its latent
-        configurable_score_attribution(TEXT, MHAConfig(32, 4), head=0, query=3, variant=LayerVariant("mla"))
-    with pytest.raises(ValueError, match="differential"):
-        configurable_score_attribution(TEXT, MHAConfig(32, 4), head=0, query=3, variant=LayerVariant("diff"))
+    cfg, variant = MHAConfig(32, 4, bias=True), LayerVariant("mla", **params)
+    m, x = configurable_layer(cfg, variant)
+    own = mla_scores(m, x)
+    tokens_only = configurable_trace(TEXT, cfg, causal=True, positional=False, variant=variant)
+    T = x.shape[0]
+    for head, query in itertools.product(range(4), (1, T // 2, T - 1)):
+        sa = configurable_score_attribution(TEXT, cfg, head=head, query=query, causal=True, variant=variant)
+        assert sa.sources == ("token", "position", "bias") and sa.keys == tuple(range(query + 1))
+        assert np.abs(sa.terms.sum((1, 2)) - own[head, query, :query + 1]).max() <= 1e-5
+        assert np.abs(sa.removed[1] - tokens_only.weights[head, query]).max() <= 1e-6  # position taken out
+        assert dropped_part_breaks_the_sum(sa)
+    position = positional_encoding(T, cfg.d_model)
+    with pytest.raises(ValueError, match="not affine in its input"):  # the norms not frozen
+        input_score_attribution(lambda v: m(v, causal=True), {"token": x - position, "position": position}, head=0,
+                                query=T - 1)
+
+
+def test_a_configurable_differential_layers_two_maps_are_split_each():
+    """Differential attention: head h + H is differential head h's second map, as DiffLlama's query heads. Each map's
+    terms add up to its scores written out here from the layer's W_Q, W_K, b_Q, b_K; the two rows recombined with the
+    layer's lambda are the trace's differential weights; taking the position part out equals the maps of the layer
+    run without positional encoding; a dropped part breaks the sum."""
+    from mha_viz.config import MHAConfig
+    from mha_viz.sources import configurable_score_attribution, configurable_trace
+    from mha_viz.variants import LayerVariant
+
+    cfg, variant = MHAConfig(32, 4, bias=True), LayerVariant("diff")
+    m, x = configurable_layer(cfg, variant)
+    with torch.no_grad():
+        q = torch.einsum("td,hde->hte", x, m.W_Q) + m.b_Q[:, None]  # (4, T, d_k): every map's queries
+        k = torch.einsum("td,hde->hte", x, m.W_K) + m.b_K[:, None]
+        lam = float(m.lambda_full())
+    own = causal_scores(q, k, cfg.d_k ** -0.5)  # (4, T, T): map 1 of head h is query head h, map 2 head h + 2
+    trace = configurable_trace(TEXT, cfg, causal=True, variant=variant)
+    tokens_only = configurable_trace(TEXT, cfg, causal=True, positional=False, variant=variant)
+    H, T = trace.weights.shape[:2]
+    assert H == 2
+    for head, query in itertools.product(range(H), (1, T // 2, T - 1)):
+        maps = [configurable_score_attribution(TEXT, cfg, head=h, query=query, causal=True, variant=variant)
+                for h in (head, head + H)]
+        for i, sa in enumerate(maps):
+            assert sa.head == head + i * H and sa.sources == ("token", "position", "bias")
+            assert np.abs(sa.terms.sum((1, 2)) - own[head + i * H, query, :query + 1]).max() <= 1e-5
+            assert np.abs(sa.removed[1] - tokens_only.maps[i, head, query]).max() <= 1e-6  # position taken out
+            assert dropped_part_breaks_the_sum(sa)
+        assert np.abs(maps[0].weights - lam * maps[1].weights - trace.weights[head, query]).max() <= 1e-6
+    with pytest.raises(ValueError, match=r"head 4 is not a head of this layer \(0..3\)"):
+        configurable_score_attribution(TEXT, cfg, head=2 * H, query=3, causal=True, variant=variant)
+
+
+@pytest.mark.parametrize("kind", ["mla", "diff"])
+def test_trained_mla_and_differential_layers_add_up(kind):
+    """A trained layer of either variant is split the configurable layer's way: its terms add up to its own trace's
+    scores (a differential head's two maps: map_scores), and dropping a part breaks the sum."""
+    from mha_viz.sources import trained_score_attribution
+    from mha_viz.training import train
+    from mha_viz.variants import LayerVariant
+
+    layer = train("prev-match", 4, 32, steps=30, seed=0, variant=LayerVariant(kind)).layer
+    own = layer.trace()
+    H, T = own.weights.shape[:2]
+    scores = own.scores if own.map_scores is None else own.map_scores.reshape(2 * H, T, T)  # map 2 of h: h + H
+    for head in range(len(scores)):
+        sa = trained_score_attribution(layer, None, head=head, query=T - 1)
+        assert np.abs(sa.terms.sum((1, 2)) - scores[head, T - 1, list(sa.keys)]).max() <= 1e-5
+        assert dropped_part_breaks_the_sum(sa)
 
 
 def test_a_post_norm_encoder_is_split_through_its_frozen_norms():

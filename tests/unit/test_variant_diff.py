@@ -114,6 +114,23 @@ def test_trace_properties(causal: bool) -> None:
     assert trace.meta["variant"] == "diff"
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_map_trace_is_each_map_a_softmax_head_as_diffllamas_query_heads(layer: DifferentialAttention,
+                                                                            causal: bool) -> None:
+    """map_trace: the h maps, head i + h/2 differential head i's second map, are DiffLlamaAttention's own softmax
+    maps of query heads i and i + h/2, each row summing to 1; its scores are the trace's map_scores."""
+    x = torch.randn(6, 32, generator=torch.Generator().manual_seed(5))
+    maps = layer.map_trace(x, causal=causal)
+    trace = layer(x, causal=causal)
+    _, own = run_reference(reference(layer), x, causal)
+    assert maps.weights.shape == (4, 6, 6) and maps.maps is None and maps.values is None
+    np.testing.assert_allclose(maps.weights, own.numpy(), atol=1e-6)
+    np.testing.assert_allclose(maps.weights.sum(-1), 1.0, atol=1e-6)
+    np.testing.assert_array_equal(maps.scores, trace.map_scores.reshape(4, 6, 6))
+    np.testing.assert_array_equal(maps.queries[:2], trace.queries)
+    np.testing.assert_allclose(maps.weights[:2] - trace.lambdas[0] * maps.weights[2:], trace.weights, atol=1e-6)
+
+
 def test_lambda_init_and_seeded_lambda_vectors() -> None:
     assert lambda_init(0) == pytest.approx(0.2) and lambda_init(10) == pytest.approx(0.8 - 0.6 * math.exp(-3))
     a, b = (variant_layer(MHAConfig(64, 4), DIFF, seed=5) for _ in range(2))

@@ -153,6 +153,31 @@ def test_no_rotary_part_and_seeded_and_described() -> None:
     assert "h·(d_k + r + d_v) = 2·(8 + 0 + 8) = 32" in text
 
 
+@pytest.mark.parametrize("q_latent, bias, names", [
+    (0, False, ["W_Q", "W_DKV", "kv_norm", "W_UK", "W_UV", "W_O"]),
+    (4, True, ["W_DQ", "b_DQ", "q_norm", "W_UQ", "W_DKV", "b_DKV", "kv_norm", "W_UK", "W_UV", "W_O", "b_O"])])
+def test_the_norm_modules_read_the_saved_parameters_and_add_no_state(q_latent: int, bias: bool, names) -> None:
+    """The latents' RMSNorms are modules (a hook can freeze them) that read q_norm and kv_norm: the state_dict keeps
+    the names layers were saved with, a state loads strictly into another layer and gives its trace, and a copy's
+    norm reads the copy's weight."""
+    import copy
+
+    cfg, variant = MHAConfig(16, 2, bias=bias), LayerVariant("mla", kv_latent=4, q_latent=q_latent, rope_dim=2)
+    a, b = variant_layer(cfg, variant, seed=1), variant_layer(cfg, variant, seed=2)
+    assert list(a.state_dict()) == names and [n for n, _ in a.named_parameters()] == names
+    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        for name in ("q_norm", "kv_norm")[q_latent == 0:]:
+            getattr(a, name).mul_(torch.linspace(0.5, 2.0, getattr(a, name).shape[0]))  # not the ones they start as
+    b.load_state_dict(a.state_dict(), strict=True)
+    np.testing.assert_array_equal(b(x).output, a(x).output)
+    c = copy.deepcopy(a)
+    with torch.no_grad():
+        c.kv_norm.mul_(3.0)
+    assert c.kv_rmsnorm.weight is c.kv_norm and a.kv_rmsnorm.weight is a.kv_norm
+    np.testing.assert_allclose(c(x).meta["kv_latent"], 3.0 * a(x).meta["kv_latent"], rtol=1e-5, atol=1e-6)
+
+
 def test_figures_draw_a_configurable_and_a_real_deepseek_trace() -> None:
     """The view's figures read what both kinds of trace carry: meta kv_latent and k_rope, keys and values."""
     from transformers import AutoModel, AutoTokenizer

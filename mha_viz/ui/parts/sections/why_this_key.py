@@ -92,10 +92,11 @@ def render(c: SectionContext) -> None:
                            title=f"Layer {c.layer}, head {head}: click a cell to explain its score")
         chart(with_cell_picker(fig, trace.weights[head], allowed, (query, key)), "analysis_why_pattern",
               f"{c.name}-L{c.layer}H{head}-pattern", on_select=lambda: _on_cell_click(T))
-    maps = [(sa, "")]  # a differential head (DiffLlama): its two maps, query heads h and h + H, each split
-    if trace.maps is not None and model is not None:
-        second = c.source.memo(("score attribution", c.layer, head + trace.num_heads, query), lambda: score_attribution(
-            model, c.source.text, layer=c.layer, head=head + trace.num_heads, query=query))
+    maps = [(sa, "")]  # a differential head (DiffLlama, the diff variant): its two maps, query heads h and h + H
+    if trace.maps is not None:
+        second = by_input(head + trace.num_heads, query) if model is None else c.source.memo(
+            ("score attribution", c.layer, head + trace.num_heads, query), lambda: score_attribution(
+                model, c.source.text, layer=c.layer, head=head + trace.num_heads, query=query))
         lam = float(trace.lambdas[head])
         maps = [(sa, f"**Map 1** of differential head {head} (its weights count once):"),
                 (second, f"**Map 2** (its weights count −λ = −{lam:.3f} times; weights = map 1 − λ map 2):")]
@@ -111,12 +112,14 @@ def render(c: SectionContext) -> None:
             f"{c.name}-L{c.layer}H{head}-q{query}-k{key}" + (f"-map{i + 1}" if words else ""))
     error = abs(sa.total(key) - sa.scores[sa.keys.index(key)])
     if model is None:
+        latent = ("MLA's latent RMSNorms, frozen at the scales they measured on X, keep its queries and keys "
+                  "affine in X. " if "kv_latent" in trace.meta else "")
         st.caption(f"The terms add up to **{sa.total(key):.5f}**; the layer's own score is "
                    f"**{sa.scores[sa.keys.index(key)]:.5f}** (|difference| {error:.1e}). The layer reads its input X "
-                   "directly, no norm: X is a token part plus a position part (here the token vectors and the "
-                   "sinusoidal encoding; in a trained layer its token and position embeddings), so each query and "
-                   "key is a token part, a position part and *bias* (the projections' biases). The bars rerun the "
-                   "layer with each part taken out of X.")
+                   "directly, no norm before it: X is a token part plus a position part (here the token vectors and "
+                   "the sinusoidal encoding; in a trained layer its token and position embeddings), so each query and "
+                   f"key is a token part, a position part and *bias* (the projections' biases). {latent}The bars "
+                   "rerun the layer with each part taken out of X.")
         return
     head_words = (f"Each side reads the stream through the layer's {sa.norm}, frozen at the scale it measured at "
                   f"each position (at the query: {sa.norm_scales[query]:.4g}); *bias* is what does not depend on the "
