@@ -36,9 +36,11 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import Variations, apply_rotary, attend
+from .score_attribution_hooked import HookedStream, hooked_unavailable
 
 if TYPE_CHECKING:
     from ..pretrained.adapter import Site
+    from ..pretrained.hooked import HookedModel
     from ..pretrained.model import PretrainedModel
     from ..trace import AttentionTrace
 
@@ -92,12 +94,13 @@ class ScoreAttribution:
         return [(self.sources[a], self.sources[b], float(table[a, b])) for a, b in zip(*np.unravel_index(order, table.shape))]
 
 
-def score_attribution_unavailable(model: PretrainedModel) -> str | None:
+def score_attribution_unavailable(model: PretrainedModel | HookedModel) -> str | None:
     """Why score_attribution cannot split this model's scores, or None where it can: it needs a decoder-only model
-    whose residual stream, pre-attention norms and projections mha-viz knows, of softmax layers only."""
+    whose residual stream, pre-attention norms and projections mha-viz knows, of softmax layers only, or a
+    TransformerLens model whose positions are in its residual stream (score_attribution_hooked)."""
     adapter = getattr(model, "adapter", None)
     if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
-        return f"{model.name} is a TransformerLens model: score attribution reads a Hugging Face model's modules"
+        return hooked_unavailable(model)
     if adapter.kind == "encoder" and adapter.post_norms() is not None:
         return None  # a post-norm encoder whose norms mha-viz knows (BERT, MiniLM)
     if adapter.residual_stream() is None or adapter.kind != "decoder":
@@ -107,13 +110,15 @@ def score_attribution_unavailable(model: PretrainedModel) -> str | None:
 
 
 @torch.no_grad()
-def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: int, query: int,
+def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer: int, head: int, query: int,
                       key: int | None = None) -> ScoreAttribution:
     """Split the score of (query, key) of one head (every key the query sees when key is None) into the terms of the
     module docstring. ValueError for a model, layer, head or position it cannot split, saying why."""
     reason = score_attribution_unavailable(model)
     if reason is not None:
         raise ValueError(f"score attribution is unavailable: {reason}")
+    if getattr(model, "adapter", None) is None:  # a TransformerLens model: its hook points (score_attribution_hooked)
+        return _hooked_score_attribution(model, text, layer, head, query, key)
     adapter = model.adapter
     part = "encoder" if adapter.kind == "encoder" else "decoder"
     L = model.num_layers[part]
@@ -520,6 +525,64 @@ class _Stream:
             rows.append(attend(q, k, k, one).weights[:, query].double())  # (c, T)
         return torch.cat(rows)
 
+
+@torch.no_grad()
+def _hooked_score_attribution(model: HookedModel, text: str, layer: int, head: int, query: int, key: int | None
+                              ) -> ScoreAttribution:
+    """score_attribution of a TransformerLens model: block L's hook_resid_pre split into its sources
+    (score_attribution_hooked), ln1 and a QK-norm frozen as a Hugging Face model's norms are, and the model's own
+    hook_attn_scores split."""
+    from ..pretrained.attribution import frozen
+
+    cfg = model.cfg
+    if not 0 <= layer < cfg.n_layers:
+        raise ValueError(f"layer {layer} is not a layer of {model.name} (0..{cfg.n_layers - 1})")
+    if not 0 <= head < cfg.n_heads:
+        raise ValueError(f"head {head} is not a head of layer {layer} (0..{cfg.n_heads - 1})")
+    enc = model.encode(text)
+    T = len(enc.ids)
+    for what, position in (("query", query), ("key", key)):
+        if position is not None and not 0 <= position < T:
+            raise ValueError(f"{what} {position} is not a position of the {T}-token input (0..{T - 1})")
+    stream = HookedStream(model, enc.ids, layer)
+    scores = stream.scores[head, query].double()  # (T,) the model's own row, masked -inf
+    visible = [j for j in range(T) if torch.isfinite(scores[j])] if key is None else [key]
+    if key is not None and not torch.isfinite(scores[key]):
+        raise ValueError(f"query {query} does not see key {key} in layer {layer} (masked): its score is -inf")
+    names = (*stream.sources, "bias")
+    need = len(visible) * len(names) ** 2 * 8
+    if need > MAX_TABLE_BYTES:
+        raise ValueError(f"{len(visible):,} keys x {len(names)} x {len(names)} sources would take "
+                         f"{need / 2**20:,.0f} MiB, more than {MAX_TABLE_BYTES / 2**20:,.0f} MiB: ask for one key")
+    d = stream.x.shape[-1]
+    affine = (_Frozen("no norm", torch.ones(T, dtype=torch.float64), lambda v: v, torch.ones(d, dtype=torch.float64),
+                      None) if stream.norm is None else _Frozen(*frozen(stream.norm, stream.x)))  # scales (T,)
+    sources = list(stream.sources.values())
+    W, b = stream.projection(head)
+    q = affine.projected(sources, [query], W["Q"], b["Q"])  # (S, 1, d_k): each source's part of the query
+    k = affine.projected(sources, visible, W["K"], b["K"])  # (S, keys, d_k): and of each key
+    if stream.qk_norms is not None:  # QK-norm: an RMSNorm over d_head, frozen at its scale on each whole q and k
+        q, k = (_Frozen(*frozen(n, parts.sum(0))).linear(parts) for n, parts in zip(stream.qk_norms, (q, k)))
+    var = stream.variations
+    if var.rotary is not None:
+        cos, sin = (t.double().cpu() for t in var.rotary)  # (T, r)
+        q, k = apply_rotary(q, cos[[query]], sin[[query]]), apply_rotary(k, cos[visible], sin[visible])
+    terms = var.scale * torch.einsum("ad,bkd->kab", q[:, 0], k)  # (keys, S, S)
+    rebuilt, other = terms.sum((1, 2)), {}  # (keys,)
+    if var.softcap is not None:  # the model's scores are cap * tanh(raw / cap): the cap's change is a term
+        capped = var.softcap * torch.tanh(rebuilt / var.softcap)
+        other["soft cap"] = (capped - rebuilt).numpy()
+        rebuilt = capped
+    whole = affine.projected([stream.x], range(T), torch.eye(d, dtype=torch.float64))  # (2, T, d): x, the shift
+    check = {"sum of terms vs score": float((rebuilt - scores[visible]).abs().max()),
+             "sum of sources vs stream": stream.residual_error,
+             "frozen norm vs the attention's input": float((whole.sum(0) - stream.attention_input).abs().max()),
+             "frozen post-attention norms vs the norms": 0.0}  # TransformerLens: no norm after the attention
+    return ScoreAttribution(
+        tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
+        terms=terms.numpy(), other=other, scores=scores[visible].numpy(),
+        weights=stream.weights[head, query].double().numpy(), removed=stream.removed(head, query).numpy(),
+        norm=affine.kind, norm_scales=affine.scales.numpy(), check=check)
 
 
 def _needs_every_head(var: Variations) -> bool:

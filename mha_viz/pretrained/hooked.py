@@ -242,7 +242,7 @@ class HookedModel:
         KV = k.shape[0]
         kv_heads = tuple(h // (H // KV) for h in range(H))  # query head h reads K/V head h // (H / KV)
         k, v = k[list(kv_heads)], v[list(kv_heads)]  # (H, T, d_k), (H, T, d_v)
-        a = attend(q, k, v, self._variations(attn, q.shape[1]), mask)
+        a = attend(q, k, v, self.variations(layer, q.shape[1]), mask)
         concat = rec["hook_z"].float().flatten(1)  # (T, H*d_v): what W_O read (after the head mask)
         output = rec["hook_attn_out"].float()  # (T, d_model)
         W_O = attn.W_O.detach().float().flatten(0, 1).T  # (d_model, H*d_v): [H, d_v, d_model] in Linear layout
@@ -278,8 +278,10 @@ class HookedModel:
                   "model_dtype": str(cfg.dtype).removeprefix("torch."), "check": check},
         )
 
-    def _variations(self, attn: Any, T: int) -> Variations:
-        """attend()'s arguments for this layer: TransformerLens's scale, q/k norms, rotary buffers, soft-cap, masks."""
+    def variations(self, layer: int, T: int) -> Variations:
+        """attend()'s arguments for layer on T tokens: TransformerLens's scale, q/k norms, rotary buffers, soft-cap,
+        masks; the same for every head."""
+        attn = self.hooked.blocks[layer].attn
         rotary = None
         if self.cfg.positional_embedding_type == "rotary":
             rotary = (attn.rotary_cos[:T].float(), attn.rotary_sin[:T].float())  # (T, rotary_dim) each
@@ -449,6 +451,13 @@ class HookedModel:
             vocab=vocabulary(self.tokenizer, w["W_E"].shape[0]),
             norm=norm, folded=folded + "; the input-dependent 1/s of the norm is left out", name=self.name,
         )
+
+    def record(self, ids: Sequence[int], names: Sequence[str]) -> dict[str, Tensor]:
+        """The named hook points' activations (batch dropped) from one forward pass on ids."""
+        store: dict[str, Tensor] = {}
+        with self._lock:
+            self._run(list(ids), [(name, self._keep(store, name)) for name in names])
+        return store
 
     def _run(self, ids: list[int], hooks: list[tuple[str, Callable]], return_type: str | None = None) -> Any:
         """One forward pass on ids (batch of one) with hooks on; the caller holds the lock."""
