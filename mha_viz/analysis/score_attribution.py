@@ -137,11 +137,7 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
         raise ValueError(f"score attribution is unavailable: mha-viz does not know the norm before layer {layer}")
     enc = model.encode(text)
     T = len(enc.ids)
-    if not 0 <= query < T:
-        raise ValueError(f"query {query} is not a position of the {T}-token input (0..{T - 1})")
-    if key is not None and not 0 <= key < T:
-        raise ValueError(f"key {key} is not a position of the {T}-token input (0..{T - 1})")
-
+    _check_positions(query, key, T)
     stream = (_EncoderStream if part == "encoder" else _NormedStream if adapter.normed_block(layer) is not None
               else _Stream)(model, enc.ids, layer)
     var = stream.variations
@@ -152,13 +148,7 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
         norm = nn.Sequential(norm, _Times(factor))
     names = (*stream.sources, "bias")
     scores = stream.scores[head, query]  # (T,) the trace's rebuilt row, masked -inf
-    visible = [j for j in range(T) if torch.isfinite(scores[j])] if key is None else [key]
-    if key is not None and not torch.isfinite(scores[key]):
-        raise ValueError(f"query {query} does not see key {key} in layer {layer} (masked): its score is -inf")
-    need = len(visible) * len(names) ** 2 * 8
-    if need > MAX_TABLE_BYTES:
-        raise ValueError(f"{len(visible):,} keys x {len(names)} x {len(names)} sources would take "
-                         f"{need / 2**20:,.0f} MiB, more than {MAX_TABLE_BYTES / 2**20:,.0f} MiB: ask for one key")
+    visible = _explained_keys(scores, query, key, layer, len(names))
     sources = list(stream.sources.values())
     W = b = None
     try:
@@ -172,16 +162,8 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
         kv = site.kv_heads[head]  # QK-norm, frozen too: per head, or across the projection (OLMo 2 and 3)
         q = _head_normed(var.q_norm, q, offset, [query], stream.projections["Q"], head)
         k = _head_normed(var.k_norm, k, offset, visible, stream.projections["K"], kv)
-    if var.rotary is not None:
-        cos, sin = (t.double() for t in var.rotary)  # (T, r)
-        q, k = apply_rotary(q, cos[[query]], sin[[query]]), apply_rotary(k, cos[visible], sin[visible])
-    terms = var.scale * torch.einsum("ad,bkd->kab", q[:, 0], k)  # (keys, S, S)
     other = {n: bias[head, query, visible].double().numpy() for n, bias in stream.score_bias.items()}
-    rebuilt = terms.sum((1, 2)) + sum(torch.as_tensor(o) for o in other.values())  # (keys,)
-    if var.softcap is not None:  # Gemma 2: the softmax reads cap * tanh(raw / cap); the cap's change is a term
-        capped = var.softcap * torch.tanh(rebuilt / var.softcap)
-        other["soft cap"] = (capped - rebuilt).numpy()
-        rebuilt = capped  # checked against the trace's capped scores below: the cap applied to the terms' sum
+    terms, rebuilt = _scored(var, q, k, query, visible, other)
     whole = affine.projected([sum(s.double() for s in sources)], range(T), torch.eye(stream.x.shape[-1]).double())
     check = {"sum of terms vs score": float((rebuilt - scores[visible].double()).abs().max()),
              "sum of sources vs stream": stream.residual_error,
@@ -541,38 +523,21 @@ def _hooked_score_attribution(model: HookedModel, text: str, layer: int, head: i
         raise ValueError(f"head {head} is not a head of layer {layer} (0..{cfg.n_heads - 1})")
     enc = model.encode(text)
     T = len(enc.ids)
-    for what, position in (("query", query), ("key", key)):
-        if position is not None and not 0 <= position < T:
-            raise ValueError(f"{what} {position} is not a position of the {T}-token input (0..{T - 1})")
+    _check_positions(query, key, T)
     stream = HookedStream(model, enc.ids, layer)
     scores = stream.scores[head, query].double()  # (T,) the model's own row, masked -inf
-    visible = [j for j in range(T) if torch.isfinite(scores[j])] if key is None else [key]
-    if key is not None and not torch.isfinite(scores[key]):
-        raise ValueError(f"query {query} does not see key {key} in layer {layer} (masked): its score is -inf")
     names = (*stream.sources, "bias")
-    need = len(visible) * len(names) ** 2 * 8
-    if need > MAX_TABLE_BYTES:
-        raise ValueError(f"{len(visible):,} keys x {len(names)} x {len(names)} sources would take "
-                         f"{need / 2**20:,.0f} MiB, more than {MAX_TABLE_BYTES / 2**20:,.0f} MiB: ask for one key")
+    visible = _explained_keys(scores, query, key, layer, len(names))
     d = stream.x.shape[-1]
-    affine = (_Frozen("no norm", torch.ones(T, dtype=torch.float64), lambda v: v, torch.ones(d, dtype=torch.float64),
-                      None) if stream.norm is None else _Frozen(*frozen(stream.norm, stream.x)))  # scales (T,)
+    affine = _Frozen.identity(T, d) if stream.norm is None else _Frozen(*frozen(stream.norm, stream.x))  # scales (T,)
     sources = list(stream.sources.values())
     W, b = stream.projection(head)
     q = affine.projected(sources, [query], W["Q"], b["Q"])  # (S, 1, d_k): each source's part of the query
     k = affine.projected(sources, visible, W["K"], b["K"])  # (S, keys, d_k): and of each key
     if stream.qk_norms is not None:  # QK-norm: an RMSNorm over d_head, frozen at its scale on each whole q and k
         q, k = (_Frozen(*frozen(n, parts.sum(0))).linear(parts) for n, parts in zip(stream.qk_norms, (q, k)))
-    var = stream.variations
-    if var.rotary is not None:
-        cos, sin = (t.double().cpu() for t in var.rotary)  # (T, r)
-        q, k = apply_rotary(q, cos[[query]], sin[[query]]), apply_rotary(k, cos[visible], sin[visible])
-    terms = var.scale * torch.einsum("ad,bkd->kab", q[:, 0], k)  # (keys, S, S)
-    rebuilt, other = terms.sum((1, 2)), {}  # (keys,)
-    if var.softcap is not None:  # the model's scores are cap * tanh(raw / cap): the cap's change is a term
-        capped = var.softcap * torch.tanh(rebuilt / var.softcap)
-        other["soft cap"] = (capped - rebuilt).numpy()
-        rebuilt = capped
+    other: dict[str, np.ndarray] = {}
+    terms, rebuilt = _scored(stream.variations, q, k, query, visible, other)
     whole = affine.projected([stream.x], range(T), torch.eye(d, dtype=torch.float64))  # (2, T, d): x, the shift
     check = {"sum of terms vs score": float((rebuilt - scores[visible]).abs().max()),
              "sum of sources vs stream": stream.residual_error,
@@ -583,6 +548,44 @@ def _hooked_score_attribution(model: HookedModel, text: str, layer: int, head: i
         terms=terms.numpy(), other=other, scores=scores[visible].numpy(),
         weights=stream.weights[head, query].double().numpy(), removed=stream.removed(head, query).numpy(),
         norm=affine.kind, norm_scales=affine.scales.numpy(), check=check)
+
+
+def _check_positions(query: int, key: int | None, T: int) -> None:
+    """ValueError for a query or key that is not a position of the T-token input."""
+    for what, position in (("query", query), ("key", key)):
+        if position is not None and not 0 <= position < T:
+            raise ValueError(f"{what} {position} is not a position of the {T}-token input (0..{T - 1})")
+
+
+def _explained_keys(scores: Tensor, query: int, key: int | None, layer: int, sources: int) -> list[int]:
+    """The keys to explain in the query's score row (T,) (masked: -inf): key, or every key the query sees.
+    ValueError for a masked key, or every key's (sources x sources) tables past MAX_TABLE_BYTES."""
+    if key is not None and not torch.isfinite(scores[key]):
+        raise ValueError(f"query {query} does not see key {key} in layer {layer} (masked): its score is -inf")
+    visible = [j for j in range(len(scores)) if torch.isfinite(scores[j])] if key is None else [key]
+    need = len(visible) * sources ** 2 * 8
+    if need > MAX_TABLE_BYTES:
+        raise ValueError(f"{len(visible):,} keys x {sources} x {sources} sources would take "
+                         f"{need / 2**20:,.0f} MiB, more than {MAX_TABLE_BYTES / 2**20:,.0f} MiB: ask for one key")
+    return visible
+
+
+def _scored(var: Variations, q: Tensor, k: Tensor, query: int, visible: Sequence[int], other: dict[str, np.ndarray]
+            ) -> tuple[Tensor, Tensor]:
+    """The terms (keys, S, S) = scale * q_a . k_b of the query's parts q (S, 1, d_k) and the keys' k (S, keys, d_k),
+    rotated first where the layer rotates, and the scores they rebuild (keys,) with the other terms (score biases,
+    by name, (keys,) each). A soft cap (Gemma 2) reads cap * tanh(raw / cap): its change joins other as "soft cap"
+    and the rebuilt scores are capped, to be checked against the capped scores."""
+    if var.rotary is not None:
+        cos, sin = (t.double().cpu() for t in var.rotary)  # (T, r)
+        q, k = apply_rotary(q, cos[[query]], sin[[query]]), apply_rotary(k, cos[visible], sin[visible])
+    terms = var.scale * torch.einsum("ad,bkd->kab", q[:, 0], k)  # (keys, S, S)
+    rebuilt = terms.sum((1, 2)) + sum(torch.as_tensor(o) for o in other.values())  # (keys,)
+    if var.softcap is not None:
+        capped = var.softcap * torch.tanh(rebuilt / var.softcap)
+        other["soft cap"] = (capped - rebuilt).numpy()
+        rebuilt = capped
+    return terms, rebuilt
 
 
 def _needs_every_head(var: Variations) -> bool:
