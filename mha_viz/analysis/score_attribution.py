@@ -125,7 +125,7 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
     if not 0 <= layer < L:
         raise ValueError(f"layer {layer} is not a layer of {model.name} (0..{L - 1})")
     kind = model.layer_kinds(part)[layer]
-    if kind != "softmax":
+    if kind not in ("softmax", "sparse"):  # sparse: softmax over the keys an indexer keeps (DeepSeek-V3.2)
         raise ValueError(f"layer {layer} of {model.name} is a {kind} mixer, not softmax attention: it has no scores "
                          "to split")
     site = adapter.site(part, layer)
@@ -440,10 +440,11 @@ class _Stream:
                  else P[f"b_{n}"][head if n == "Q" else kv].detach().double().cpu()) for n in "QK"}
         return W, b
 
-    def _run(self, site: Site, hidden: Tensor, frozen_inner: bool) -> tuple[Tensor, Tensor, Tensor]:
+    def _run(self, site: Site, hidden: Tensor, frozen_inner: bool) -> tuple[Tensor, Tensor, Tensor, Variations]:
         """Per-head q (H, T, d), k (KV, T, d) (before rotary) and v (KV, T, d_v) of layer L's attention module called
-        again on hidden (T, d) with its call's other arguments (no cache); frozen_inner: its inner norms at their
-        measured scales."""
+        again on hidden (T, d) with its call's other arguments (no cache), and the variations of that call (where the
+        input picks the keys, DeepSeek-V3.2's indexer, its own); frozen_inner: its inner norms at their measured
+        scales."""
         from ..pretrained.adapter import Recorder
         from .visibility import CACHES
 
@@ -456,7 +457,8 @@ class _Stream:
                                                                              self.model.adapter.norm_weight_offset)).remove)
             site.attention(**call)
         q, k, v = self.model.adapter.heads(site, rec)
-        return q.double(), k.double(), v.double()
+        var = self.model.adapter.variations("decoder", site, rec, q.float(), k.float())
+        return q.double(), k.double(), v.double(), var
 
     def module_parts(self, site: Site, affine: _Frozen, head: int, query: int, visible: Sequence[int]
                      ) -> tuple[Tensor, Tensor]:
@@ -469,15 +471,15 @@ class _Stream:
                              "inside its attention module to freeze")
         T, d = self.x.shape
         scales = affine.scales[:, None]  # (T, 1)
-        zero_q, zero_k, _ = self._run(site, torch.zeros(T, d, dtype=torch.float64), True)
+        zero_q, zero_k, _, _ = self._run(site, torch.zeros(T, d, dtype=torch.float64), True)
         kv = site.kv_heads[head]
         qs, ks = [], []
         for src in self.sources.values():
-            q, k, _ = self._run(site, affine.gamma * affine.centre(src.double()) / scales, True)
+            q, k, _, _ = self._run(site, affine.gamma * affine.centre(src.double()) / scales, True)
             qs.append((q - zero_q)[head, [query]])
             ks.append((k - zero_k)[kv, list(visible)])
         constant = torch.zeros(T, d, dtype=torch.float64) if affine.beta is None else affine.beta.expand(T, d)
-        q, k, _ = self._run(site, constant, True)
+        q, k, _, _ = self._run(site, constant, True)
         qs.append(q[head, [query]])
         ks.append(k[kv, list(visible)])
         return torch.stack(qs), torch.stack(ks)
@@ -485,12 +487,13 @@ class _Stream:
     def removed_by_module(self, norm: nn.Module, site: Site, head: int, query: int) -> Tensor:
         """removed() where no W_Q, W_K per head exist or a QK-norm needs every head (_needs_every_head): the
         module itself run on each source's removal, through the real norms (the pre-attention one and its own), and
-        every head through the layer's attention; the head's row of its maps."""
+        every head through the layer's attention as that run sets it (the keys an indexer keeps); the head's row of
+        its maps."""
         kv = list(site.kv_heads)
         rows = []
         for src in self.sources.values():
-            q, k, v = self._run(site, norm((self.x - src.double()).to(self.dtype)).double(), False)
-            rows.append(attend(q.float(), k[kv].float(), v[kv].float(), self.variations).maps[head, query].double())
+            q, k, v, var = self._run(site, norm((self.x - src.double()).to(self.dtype)).double(), False)
+            rows.append(attend(q.float(), k[kv].float(), v[kv].float(), var).maps[head, query].double())
         return torch.stack(rows)
 
     def removed(self, norm: nn.Module, W: dict[str, Tensor], b: dict[str, Tensor], head: int, query: int) -> Tensor:

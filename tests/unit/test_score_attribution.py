@@ -383,7 +383,7 @@ FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text", "gemma2", "gemma3", "d
 # position on layer 1; Gemma 2: soft-capped scores and a norm on each attention output; Gemma 3: that norm and QK-norm;
 # DiffLlama: differential pairs, each query head one of a pair's two maps; DeepSeek-V3: latent attention (MLA), no
 # W_Q, W_K per head, its latent's norm frozen inside the module
-REFUSED = {"deepseek_v32": "not softmax"}
+REFUSED = {"gemma3n_text": "residual stream mha-viz knows"}  # AltUp's four streams, per-layer embeddings
 
 
 @pytest.fixture(scope="module")
@@ -396,7 +396,7 @@ def families() -> dict[str, PretrainedModel]:
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
     return {name: PretrainedModel(random_model(AutoModelForCausalLM, CONFIGS[name][0]()), tokenizer, name=name)
-            for name in (*FAMILIES, *REFUSED)}
+            for name in (*FAMILIES, *REFUSED, "deepseek_v32")}
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -421,6 +421,24 @@ def test_other_families_terms_sum_to_their_checked_scores(families, name):
 def test_families_not_split_yet_are_refused_with_their_reason(families, name):
     with pytest.raises(ValueError, match=REFUSED[name]):
         score_attribution(families[name], TEXT, layer=1, head=0, query=3)
+
+
+def test_a_sparse_layer_is_split_over_the_keys_its_indexer_keeps(families):
+    """DeepSeek-V3.2: latent attention over the top 3 keys its indexer ranks for each query. The explained keys are
+    the kept ones, as the trace holds them; the terms add up; a removal reruns the module, indexer included, so the
+    token embeddings taken out of block 1's input by a hook give the unmodified model's own weights."""
+    m = families["deepseek_v32"]
+    T = len(m.encode(TEXT).ids)
+    trace = m.trace(TEXT, layer=1)
+    attentions = attentions_without(m, m.model.model.layers[1],
+                                    m.model.get_input_embeddings()(torch.tensor(m.encode(TEXT).ids)).detach())
+    for head, query in itertools.product(range(4), (T // 2, T - 1)):
+        sa = score_attribution(m, TEXT, layer=1, head=head, query=query)
+        assert sa.keys == tuple(np.flatnonzero(trace.meta["kept"][query])) and len(sa.keys) == 3
+        assert sa.check["sum of terms vs score"] <= 1e-5 and sa.check["sum of sources vs stream"] <= 1e-5
+        expected = attentions[1][0, head, query].double().numpy()
+        assert sa.sources[0] == "token" and np.abs(sa.removed[0] - expected).max() <= 1e-5
+        assert np.abs(expected - sa.weights).max() > 1e-4  # the source mattered
 
 
 def test_a_hybrids_attention_layer_is_split_into_its_mixer_heads():
