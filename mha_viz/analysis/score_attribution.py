@@ -4,8 +4,10 @@ Layer L's attention reads the residual stream x at its block's input, a sum of s
     x_p = token_p + position_p + sum_(l < L) (sum_h r_l c_lh,p W_O^(l,h)T + r_l b_O^(l) + mlp_l,p)
 token: the input embedding of the token; position: the learned position embedding added to it (GPT-2), where the model
 has one; c_lh: head h's block of layer l's concat; mlp_l: whatever else block l adds; r_l: the residual scale (1 in
-most models); a source that is 0 at every position, to float32 rounding (an attention-only model's MLP), is left out. With the
-pre-attention norm's scale s_p frozen at its value on the real x_p, the norm is affine:
+most models); a source that is 0 at every position, to float32 rounding (an attention-only model's MLP), is left out.
+A pre-norm encoder (ModernBERT) has the same stream, its one source "embeddings" the normed token embedding, which
+layer 0 reads with no norm of its own. With the pre-attention norm's scale s_p frozen at its value on the real x_p,
+the norm is affine:
     norm(x_p) = sum_a gamma * centre(src_a,p) / s_p + beta
     LayerNorm: centre(v) = v - mean(v), s = sqrt(var(x) + eps);  RMSNorm: centre(v) = v, s = sqrt(mean(x^2) + eps)
 and so are head h's query and key (R_p: the rotary rotation at position p, where the model has one):
@@ -91,16 +93,18 @@ class ScoreAttribution:
 
 
 def score_attribution_unavailable(model: PretrainedModel) -> str | None:
-    """Why score_attribution cannot split this model's scores, or None where it can: it needs a decoder-only model
-    whose residual stream, pre-attention norms and projections mha-viz knows, of softmax layers only."""
+    """Why score_attribution cannot split this model's scores, or None where it can: it needs a decoder-only model or
+    an encoder whose residual stream, norms and projections mha-viz knows, of softmax layers only."""
     adapter = getattr(model, "adapter", None)
     if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
         return f"{model.name} is a TransformerLens model: score attribution reads a Hugging Face model's modules"
     if adapter.kind == "encoder" and adapter.post_norms() is not None:
         return None  # a post-norm encoder whose norms mha-viz knows (BERT, MiniLM)
+    if adapter.kind == "encoder" and adapter.encoder_blocks() is not None:
+        return adapter.scores_unavailable  # a pre-norm encoder whose blocks mha-viz knows (ModernBERT)
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
-                "residual stream mha-viz knows (the families logit attribution splits), or a BERT-style encoder")
+                "residual stream mha-viz knows (the families logit attribution splits), a BERT-style encoder or ModernBERT")
     blocks, _ = adapter.residual_stream()
     if len(set(blocks)) < len(blocks):
         return f"{model.name} traces a block as two layers; its scores are not split yet"
@@ -127,7 +131,10 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     site = adapter.site(part, layer)
     if not 0 <= head < site.num_heads:
         raise ValueError(f"head {head} is not a head of layer {layer} (0..{site.num_heads - 1})")
-    norm = nn.Identity() if part == "encoder" else adapter.pre_norm("decoder", layer)  # post-norm: none before it
+    post_norm = part == "encoder" and adapter.post_norms() is not None
+    norm = adapter.pre_norm(part, layer)
+    if norm is None and part == "encoder":
+        norm = nn.Identity()  # the attention reads the stream itself: post-norm, or ModernBERT's layer 0
     if norm is None:
         raise ValueError(f"score attribution is unavailable: mha-viz does not know the norm before layer {layer}")
     enc = model.encode(text)
@@ -137,7 +144,7 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     if key is not None and not 0 <= key < T:
         raise ValueError(f"key {key} is not a position of the {T}-token input (0..{T - 1})")
 
-    stream = (_EncoderStream if part == "encoder" else _Stream)(model, enc.ids, layer)
+    stream = _EncoderStream(model, enc.ids, layer) if post_norm else _Stream(model, enc.ids, layer, part)
     var = stream.variations
     affine = stream.affine(norm)
     names = (*stream.sources, "bias")
@@ -289,6 +296,12 @@ class _Frozen:
 
         return cls(*frozen(norm_affine(norm, received.shape[-1], offset), received))
 
+    @classmethod
+    def identity(cls, received: Tensor) -> _Frozen:
+        """No norm (the attention reads the stream itself) as a frozen norm on received (T, d): scales 1, gamma 1."""
+        return cls("no norm", torch.ones(received.shape[:-1], dtype=torch.float64), lambda v: v,
+                   torch.ones(received.shape[-1], dtype=torch.float64), None)
+
     def linear(self, part: Tensor) -> Tensor:
         """gamma * centre(part) / s: a part (..., d), shaped like what the scales were measured on, through the
         frozen norm, without its shift beta (which belongs to the constant part)."""
@@ -310,15 +323,16 @@ class _Frozen:
 
 class _Stream:
     """One forward pass of the model, hooked: layer L's block input x (T, d) split into its sources, and layer L's
-    attention as the trace rebuilds it (its variations, scores and weights)."""
+    attention as the trace rebuilds it (its variations, scores and weights). part: "decoder" (a decoder-only model's
+    residual_stream) or "encoder" (a pre-norm encoder's encoder_blocks: ModernBERT)."""
 
-    def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
+    def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int, part: str = "decoder") -> None:
         from ..pretrained.adapter import Recorder, loaded
         from ..pretrained.attribution import Capture
 
         adapter, self.model = model.adapter, model
-        blocks, _ = adapter.residual_stream()
-        sites = [adapter.site("decoder", layer_) for layer_ in range(layer + 1)]
+        blocks = adapter.residual_stream()[0] if part == "decoder" else adapter.encoder_blocks()
+        sites = [adapter.site(part, layer_) for layer_ in range(layer + 1)]
         self.inner: dict[nn.Module, Tensor] = {}  # each norm inside layer L's attention module -> what it received
         with (Capture(blocks[:layer + 1], [site.out for site in sites[:-1]], None, slice(None)) as capture,
               Recorder(sites[-1]) as rec, _inner_norms(sites[-1].attention, self.inner)):  # every position of each
@@ -370,7 +384,7 @@ class _Stream:
         for src in self.sources.values():
             total += src
         self.residual_error = float((total - x).abs().max())
-        self._rebuild(sites[-1], rec, outputs, layer, "decoder")
+        self._rebuild(sites[-1], rec, outputs, layer, part)
 
     def _rebuild(self, site: Site, rec: Any, outputs: Any, layer: int, part: str) -> None:
         """Layer's attention as the trace rebuilds it from what it received (rec), checked against the model's own
@@ -393,6 +407,8 @@ class _Stream:
         self.score_bias = {n: b.double().expand(q.shape[0], T, T) for n, b in self.variations.bias.items()}
 
     def affine(self, norm: nn.Module) -> _Frozen:
+        if isinstance(norm, nn.Identity):
+            return _Frozen.identity(self.x)
         try:
             return _Frozen.of(norm, self.x, self.model.adapter.norm_weight_offset)  # its scales (T,), one per position
         except ValueError as error:
@@ -588,9 +604,3 @@ class _EncoderStream(_Stream):
         frozen = _Frozen.of(norm, received)  # scales (T,)
         normed = {name: frozen.linear(src) for name, src in sources.items()}
         return normed, frozen.linear(constant) + (0 if frozen.beta is None else frozen.beta)
-
-    def affine(self, norm: nn.Module) -> _Frozen:
-        """No norm between the stream and the attention: the identity, as a frozen norm."""
-        d = self.x.shape[-1]
-        return _Frozen("no norm", torch.ones(len(self.x), dtype=torch.float64), lambda v: v,
-                       torch.ones(d, dtype=torch.float64), None)

@@ -425,6 +425,11 @@ class Adapter:
         LayerNorms), for score attribution; None where this adapter does not know it."""
         return None
 
+    def encoder_blocks(self) -> Sequence[nn.Module] | None:
+        """A pre-norm encoder's block of each layer, in order (ModernBERT's: each reads the residual stream through its
+        own norm and adds to it), for score attribution; None where this adapter does not know them."""
+        return None
+
     def residual_scale(self, layer: int) -> float:
         """The factor on the traced layer's attention (or mixer) output as its block adds it to the residual stream
         (Granite 4's residual_multiplier, Falcon-H1's per half): 1 by default. Logit attribution folds it into each
