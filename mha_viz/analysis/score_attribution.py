@@ -104,7 +104,8 @@ def score_attribution_unavailable(model: PretrainedModel) -> str | None:
         return adapter.scores_unavailable  # a pre-norm encoder whose blocks mha-viz knows (ModernBERT)
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
-                "residual stream mha-viz knows (the families logit attribution splits), a BERT-style encoder or ModernBERT")
+                "residual stream mha-viz knows (the families logit attribution splits), a BERT-style encoder or "
+                "ModernBERT")
     blocks, _ = adapter.residual_stream()
     if len(set(blocks)) < len(blocks):
         return f"{model.name} traces a block as two layers; its scores are not split yet"
@@ -552,44 +553,47 @@ class _EncoderStream(_Stream):
     """A post-norm encoder (BERT, MiniLM): layer L's input x (T, d) split into its sources. Each LayerNorm on the way,
     the embeddings' and each earlier layer's two, is frozen at its scale at each position, so it is affine and every
     source goes through it: gamma * centre(src) / s, its beta into the constant source "biases (norms, W_O)" (with
-    each W_O's bias). An earlier layer's MLP is its output norm's input minus its attention norm's output."""
+    each W_O's bias). An earlier layer's MLP is its output norm's input minus its attention norm's output. ALBERT runs
+    one layer's modules once per layer: layer l reads their site.call-th call."""
 
     def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
         from ..pretrained.adapter import Recorder, loaded
-        from ..pretrained.attribution import Capture
+        from .score_streams import Calls
 
         adapter, self.model = model.adapter, model
         post = adapter.post_norms()
-        norms = [post.embeddings, *(n for i in range(layer) for n in (post.attention[i], post.output[i]))]
         sites = [adapter.site("encoder", i) for i in range(layer + 1)]
-        with (Capture(norms, [site.out for site in sites[:-1]], None, slice(None)) as capture,
-              Recorder(sites[-1]) as rec):  # every norm's input and output, each concat
+        with (Calls([post.embeddings, *post.attention[:layer], *post.output[:layer], *(s.out for s in sites[:-1])])
+              as seen, Recorder(sites[-1]) as rec):  # every norm's input and output, each concat, call by call
             outputs = adapter.forward(list(ids))
+        embedded = seen.input(post.embeddings, 0)  # (T, e) the embeddings' sum
         ids_t = torch.tensor([list(ids)], device=adapter.device())
         sources = {"token": post.word(ids_t)[0].detach().double().cpu()}  # (T, d)
         if post.token_type is not None:
             sources["token type"] = post.token_type(torch.zeros_like(ids_t))[0].detach().double().cpu()
-        sources["position"] = capture.block_in[0] - sum(sources.values())  # what the embeddings add by position
+        sources["position"] = embedded - sum(sources.values())  # what the embeddings add by position
         constant = torch.zeros_like(sources["token"])  # (T, d)
         self.residual_error = self.post_error = 0.0
-        sources, constant = self._normed(post.embeddings, sources, constant, capture.block_in[0])
-        if post.project is not None:  # ELECTRA: the normed embeddings projected to the model's width (affine)
+        sources, constant = self._normed(post.embeddings, sources, constant, embedded)
+        if post.project is not None:  # ELECTRA, ALBERT: the normed embeddings projected to the model's width (affine)
             with loaded(post.project):
                 W, b = post.project.weight.detach().double().cpu(), post.project.bias
             sources = {name: src @ W.T for name, src in sources.items()}
             constant = constant @ W.T + (0 if b is None else b.detach().double().cpu())
-        for i, site in enumerate(sites[:-1]):
+        for i, site in enumerate(sites[:-1]):  # layer i: its modules' site.call-th call (ALBERT shares them)
             with loaded(site.out):
                 W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)
             H = site.num_heads
             W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
-            c = capture.concat[i].view(len(ids), H, -1).transpose(0, 1)  # (H, T, d_v)
+            c = seen.input(site.out, site.call).view(len(ids), H, -1).transpose(0, 1)  # (H, T, d_v)
             sources |= {f"{i}.{h}": head for h, head in enumerate(torch.bmm(c, W_h))}  # (T, d) each
             if b_O is not None:
                 constant = constant + b_O.detach().double().cpu()
-            sources, constant = self._normed(post.attention[i], sources, constant, capture.block_in[1 + 2 * i])
-            sources[f"{i} MLP"] = capture.block_in[2 + 2 * i] - capture.block_out[1 + 2 * i]
-            sources, constant = self._normed(post.output[i], sources, constant, capture.block_in[2 + 2 * i])
+            sources, constant = self._normed(post.attention[i], sources, constant,
+                                             seen.input(post.attention[i], site.call))
+            mlp_in = seen.input(post.output[i], site.call)  # the MLP's output plus the attention norm's
+            sources[f"{i} MLP"] = mlp_in - seen.output(post.attention[i], site.call)
+            sources, constant = self._normed(post.output[i], sources, constant, mlp_in)
         sources["biases (norms, W_O)"] = constant
         self.sources = {name: src.float() for name, src in sources.items()}
         self._rebuild(sites[-1], rec, outputs, layer, "encoder")

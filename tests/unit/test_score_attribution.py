@@ -452,7 +452,8 @@ def encoder(name: str, config) -> PretrainedModel:
     from mha_viz.pretrained import bundled_model_dir
     from tests.tiny_causal import random_model
 
-    return PretrainedModel(random_model(AutoModel, config), AutoTokenizer.from_pretrained(bundled_model_dir()), name=name)
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    return PretrainedModel(random_model(AutoModel, config), tokenizer, name=name)
 
 
 def calls(m: PretrainedModel, modules, hook: str = "pre", change=None) -> tuple[dict, object]:
@@ -544,3 +545,47 @@ def test_a_pre_norm_encoder_is_split_through_its_norms_and_rotary():
             assert np.abs(sa.removed[sa.sources.index(name)] - expected).max() <= 1e-5
             moved = max(moved, float(np.abs(expected - sa.weights).max()))
     assert moved > 1e-3  # the removals mattered
+
+
+def test_albert_is_split_call_by_call_through_its_shared_layer():
+    """ALBERT: one layer's modules run as every layer (3 calls), after embeddings of size 16 normed and projected to
+    32. For every layer and head, at two queries, the terms add up to the shared module's own scale * q . k on that
+    call's input (its query and key Linear layers); layer 0's "token" source is the token embedding through the
+    embeddings' LayerNorm frozen at its scale (measured here) and the projection, and its removal is the module on
+    its input without it; a later layer's removal is the module on its input without the stream's source."""
+    from transformers import AlbertConfig
+
+    m = encoder("albert", AlbertConfig(vocab_size=30522, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                                       num_attention_heads=4, intermediate_size=64, max_position_embeddings=64))
+    base = m.model
+    a = base.encoder.albert_layer_groups[0].albert_layers[0].attention  # every layer's
+    T, H, d = len(m.encode(TEXT).ids), 4, 8
+    received, _ = calls(m, [a])
+    embedded, _ = calls(m, [base.embeddings.LayerNorm])
+
+    def scores(x):  # (H, T, T) the module's scale * q k^T on x (1, T, 32)
+        q, k = (f(x).view(1, T, H, d).transpose(1, 2)[0] for f in (a.query, a.key))
+        return a.scaling * q @ k.transpose(-1, -2)
+
+    assert len(received[a]) == 3
+    for layer in range(3):
+        x = received[a][layer][0][0]  # (1, T, 32): this call's input
+        with torch.no_grad():
+            own = scores(x)
+        for head, query in itertools.product(range(H), (0, T - 1)):
+            sa = score_attribution(m, TEXT, layer=layer, head=head, query=query)
+            assert sa.keys == tuple(range(T))
+            adds_up_and_breaks_without_its_largest_source(sa, own[head, query])
+            source = "token" if layer == 0 else sa.sources[int(np.argmax(np.abs(sa.removed - sa.weights).max(1)))]
+            if layer == 0:  # the token embedding through the frozen LayerNorm and the projection, computed here
+                norm, project = base.embeddings.LayerNorm, base.encoder.embedding_hidden_mapping_in
+                e = embedded[norm][0][0][0][0]  # (T, 16): the embeddings' sum
+                token = base.embeddings.word_embeddings(torch.tensor(m.encode(TEXT).ids))
+                s = (e.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()  # (T, 1)
+                src = (norm.weight * (token - token.mean(-1, keepdim=True)) / s) @ project.weight.T
+            else:
+                src = score_attribution_sources(m, TEXT, layer)[source]
+            with torch.no_grad():
+                row = torch.softmax(scores(x - src[None]), -1)[head, query]
+            assert np.abs(sa.removed[sa.sources.index(source)] - row.double().numpy()).max() <= 1e-5
+            assert np.abs(row.double().numpy() - sa.weights).max() > 1e-3  # the source mattered
