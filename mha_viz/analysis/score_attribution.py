@@ -16,7 +16,9 @@ A per-head norm on queries and keys (QK-norm: Qwen 3, OLMo-style) is frozen the 
 position's whole query or key, before the rotation. The score is bilinear in them, one term per (query source a, key
 source b):
     score_ij = scale * q_i . k_j (+ score bias terms: ALiBi, ...) = sum_a sum_b scale * q_a,i . k_b,j (+ ...)
-"bias" is each side's constant part (the norm's beta and the projection's bias, rotated). The terms sum to the score
+"bias" is each side's constant part (the norm's beta and the projection's bias, rotated). DeBERTa's position terms,
+linear in the query (c2p) or in the key (p2c), are one more source, "relative position" (analysis.score_streams),
+whose column and row hold them by query and by key source. The terms sum to the score
 that mha-viz's trace rebuilds (itself checked against the model's own attention weights), up to rounding; they are
 computed in float64.
 
@@ -36,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import Variations, apply_rotary, attend
+from .score_streams import RELATIVE, linear_bias, with_linear_terms
 
 if TYPE_CHECKING:
     from ..pretrained.adapter import Site
@@ -99,7 +102,7 @@ def score_attribution_unavailable(model: PretrainedModel) -> str | None:
     if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
         return f"{model.name} is a TransformerLens model: score attribution reads a Hugging Face model's modules"
     if adapter.kind == "encoder" and adapter.post_norms() is not None:
-        return None  # a post-norm encoder whose norms mha-viz knows (BERT, MiniLM)
+        return adapter.scores_unavailable  # a post-norm encoder whose norms mha-viz knows (BERT, MiniLM, DeBERTa)
     if adapter.kind == "encoder" and adapter.encoder_blocks() is not None:
         return adapter.scores_unavailable  # a pre-norm encoder whose blocks mha-viz knows (ModernBERT)
     if adapter.residual_stream() is None or adapter.kind != "decoder":
@@ -173,7 +176,11 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
         cos, sin = (t.double() for t in var.rotary)  # (T, r)
         q, k = apply_rotary(q, cos[[query]], sin[[query]]), apply_rotary(k, cos[visible], sin[visible])
     terms = var.scale * torch.einsum("ad,bkd->kab", q[:, 0], k)  # (keys, S, S)
-    other = {n: bias[head, query, visible].double().numpy() for n, bias in stream.score_bias.items()}
+    other = {n: bias[head, query, visible].double().numpy() for n, bias in stream.score_bias.items()
+             if n not in stream.linear_terms}
+    if stream.linear_terms:  # DeBERTa's c2p and p2c: one more source (score_streams), its removal the row without
+        terms = with_linear_terms(stream.linear_terms, var.scale, q, k, head, query, visible, terms)
+        names = (*names[:-1], RELATIVE, names[-1])
     rebuilt = terms.sum((1, 2)) + sum(torch.as_tensor(o) for o in other.values())  # (keys,)
     if var.softcap is not None:  # Gemma 2: the softmax reads cap * tanh(raw / cap); the cap's change is a term
         capped = var.softcap * torch.tanh(rebuilt / var.softcap)
@@ -184,12 +191,15 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
              "sum of sources vs stream": stream.residual_error,
              "frozen norm vs the attention's input": float((whole.sum(0) - stream.attention_input).abs().max()),
              "frozen post-attention norms vs the norms": stream.post_error}
+    removed = (stream.removed(norm, W, b, head, query) if W is not None
+               else stream.removed_by_module(norm, site, head, query))  # (S, T)
+    if stream.linear_terms:  # RELATIVE taken out: the content score alone
+        linear = sum(stream.score_bias[n][head, query] for n in stream.linear_terms)  # (T,)
+        removed = torch.cat([removed, torch.softmax(stream.scores[head, query].double() - linear, -1)[None]])
     return ScoreAttribution(
         tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
         terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
-        weights=stream.weights[head, query].double().numpy(),
-        removed=(stream.removed(norm, W, b, head, query) if W is not None
-                 else stream.removed_by_module(norm, site, head, query)).numpy(), norm=affine.kind,
+        weights=stream.weights[head, query].double().numpy(), removed=removed.numpy(), norm=affine.kind,
         norm_scales=affine.scales.numpy(), check=check)
 
 
@@ -406,6 +416,7 @@ class _Stream:
             raise RuntimeError(f"layer {layer}'s rebuilt weights differ from the model's own")
         T = q.shape[-2]
         self.score_bias = {n: b.double().expand(q.shape[0], T, T) for n, b in self.variations.bias.items()}
+        self.linear_terms = adapter.linear_score_terms(site, rec)  # DeBERTa's c2p and p2c, in score_bias too
 
     def affine(self, norm: nn.Module) -> _Frozen:
         if isinstance(norm, nn.Identity):
@@ -495,6 +506,8 @@ class _Stream:
         for i in range(0, len(sources), 16):
             a = norm((x - torch.stack(sources[i:i + 16])).to(self.dtype)).float()  # (c, T, d)
             q, k = a @ W["Q"] + b["Q"], a @ W["K"] + b["K"]  # (c, T, d_k)
+            if self.linear_terms:  # DeBERTa's c2p and p2c move with q and k
+                one = replace(one, bias=linear_bias(self.linear_terms, var.scale, q, k, head))
             rows.append(attend(q, k, k, one).weights[:, query].double())  # (c, T)
         return torch.cat(rows)
 
@@ -571,7 +584,9 @@ class _EncoderStream(_Stream):
         sources = {"token": post.word(ids_t)[0].detach().double().cpu()}  # (T, d)
         if post.token_type is not None:
             sources["token type"] = post.token_type(torch.zeros_like(ids_t))[0].detach().double().cpu()
-        sources["position"] = embedded - sum(sources.values())  # what the embeddings add by position
+        position = embedded - sum(sources.values())  # what the embeddings add by position
+        if position.abs().max() > 0:  # none in a DeBERTa without position_biased_input
+            sources["position"] = position
         constant = torch.zeros_like(sources["token"])  # (T, d)
         self.residual_error = self.post_error = 0.0
         sources, constant = self._normed(post.embeddings, sources, constant, embedded)

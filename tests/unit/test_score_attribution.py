@@ -589,3 +589,78 @@ def test_albert_is_split_call_by_call_through_its_shared_layer():
                 row = torch.softmax(scores(x - src[None]), -1)[head, query]
             assert np.abs(sa.removed[sa.sources.index(source)] - row.double().numpy()).max() <= 1e-5
             assert np.abs(row.double().numpy() - sa.weights).max() > 1e-3  # the source mattered
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_debertas_position_terms_are_a_source_split_by_query_and_key_source(shared):
+    """DeBERTa-v2: score = (q . k + c2p + p2c) / sqrt(3 d), c2p linear in the query and p2c in the key (with shared
+    or separate position projections). For every layer and head, at two queries, the table (its "relative position"
+    column the c2p terms by query source, its row the p2c terms by key source) adds up to the module's own score,
+    recomputed here from what it received through its query_proj, key_proj and its own disentangled_attention_bias,
+    and other is empty; removing a source reruns the module without it (c2p and p2c included), and "relative position"
+    taken out is the content score's softmax. Layer 0's token source is recomputed here through the frozen norm."""
+    from transformers import DebertaV2Config
+
+    extra = ({"share_att_key": True, "position_buckets": 8, "max_relative_positions": 32,
+              "norm_rel_ebd": "layer_norm", "position_biased_input": False} if shared
+             else {"max_relative_positions": 16})
+    m = encoder("deberta-v2", DebertaV2Config(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, relative_attention=True, pos_att_type=["p2c", "c2p"], **extra))
+    base = m.model
+    T, H, d = len(m.encode(TEXT).ids), 4, 8
+    modules = [layer.attention.self for layer in base.encoder.layer]
+    received, _ = calls(m, modules)
+    embedded, _ = calls(m, [base.embeddings.LayerNorm])
+
+    def scores(s, x, kwargs, relative=True):  # (H, T, T) the module's own pre-softmax scores on x (1, T, 32)
+        q, k = (s.transpose_for_scores(f(x), H) for f in (s.query_proj, s.key_proj))  # (H, T, d) each
+        content = q @ k.transpose(-1, -2) / (3 * d) ** 0.5
+        if not relative:
+            return content
+        return content + s.disentangled_attention_bias(q, k, kwargs["relative_pos"], kwargs["rel_embeddings"], 3)
+
+    for layer, s in enumerate(modules):
+        args, kwargs = received[s][0]
+        x = args[0] if args else kwargs["hidden_states"]  # (1, T, 32)
+        with torch.no_grad():
+            own = scores(s, x, kwargs)
+        for head, query in itertools.product(range(H), (0, T - 1)):
+            sa = score_attribution(m, TEXT, layer=layer, head=head, query=query)
+            assert sa.keys == tuple(range(T)) and sa.other == {} and sa.sources[-2:] == ("relative position", "bias")
+            adds_up_and_breaks_without_its_largest_source(sa, own[head, query])
+            r = sa.sources.index("relative position")
+            assert np.abs(sa.terms[:, r, r]).max() == 0 and np.abs(sa.terms[:, r]).max() > 1e-3  # p2c by key source
+            assert np.abs(sa.terms[:, :, r]).max() > 1e-3  # c2p by query source
+            with torch.no_grad():
+                content = torch.softmax(scores(s, x, kwargs, relative=False), -1)[head, query]
+            assert np.abs(sa.removed[r] - content.double().numpy()).max() <= 1e-5
+            if layer == 0:  # the token embedding through the embeddings' LayerNorm frozen at its scale, computed here
+                norm = base.embeddings.LayerNorm
+                e = embedded[norm][0][0][0][0]  # (T, 32): what the norm received
+                token = base.embeddings.word_embeddings(torch.tensor(m.encode(TEXT).ids))
+                source = "token"
+                src = norm.weight * (token - token.mean(-1, keepdim=True)) / (e.var(-1, unbiased=False, keepdim=True)
+                                                                             + norm.eps).sqrt()
+            else:
+                source = sa.sources[int(np.argmax(np.abs(sa.removed[:r] - sa.weights).max(1)))]
+                src = score_attribution_sources(m, TEXT, layer)[source]
+            with torch.no_grad():
+                row = torch.softmax(scores(s, x - src[None], kwargs), -1)[head, query]
+            assert np.abs(sa.removed[sa.sources.index(source)] - row.double().numpy()).max() <= 1e-5
+            assert np.abs(row.double().numpy() - sa.weights).max() > 1e-3  # the source mattered
+
+
+@pytest.mark.parametrize(("extra", "reason"), [({"embedding_size": 16}, "projected before their LayerNorm"),
+                                               ({"conv_kernel_size": 3}, "convolution")])
+def test_a_deberta_whose_stream_is_not_split_yet_is_refused_with_its_reason(extra, reason):
+    from transformers import DebertaV2Config
+
+    from mha_viz.analysis import score_attribution_unavailable
+
+    m = encoder("deberta-v2", DebertaV2Config(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, relative_attention=True, pos_att_type=["p2c", "c2p"], **extra))
+    assert reason in score_attribution_unavailable(m)
+    with pytest.raises(ValueError, match=reason):
+        score_attribution(m, TEXT, layer=1, head=0, query=3)

@@ -132,6 +132,10 @@ def render(c: SectionContext) -> None:
     else:  # ModernBERT's layer 0: the embeddings arrive normed
         head_words = ("The layer reads the stream with no norm of its own (the embeddings arrive normed); *bias* is "
                       "the projection's. The bars rerun the layer with each source taken out of its input.")
+    if "relative position" in sa.sources:  # DeBERTa (analysis.score_streams)
+        head_words += (" *relative position* is DeBERTa's position terms: its column content→position (c2p) by query "
+                       "source, its row position→content (p2c) by key source; taken out, the row is the content "
+                       "score's alone.")
     st.caption(f"The terms add up to **{sa.total(key):.5f}**; the score the trace rebuilds (checked against the "
                f"model's own weights) is **{sa.scores[sa.keys.index(key)]:.5f}** (|difference| {error:.1e}). "
                + head_words)
