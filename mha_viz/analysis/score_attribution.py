@@ -507,7 +507,7 @@ class _Stream:
             a = norm((x - torch.stack(sources[i:i + 16])).to(self.dtype)).float()  # (c, T, d)
             q, k = a @ W["Q"] + b["Q"], a @ W["K"] + b["K"]  # (c, T, d_k)
             if self.linear_terms:  # DeBERTa's c2p and p2c move with q and k
-                one = replace(one, bias=linear_bias(self.linear_terms, var.scale, q, k, head))
+                one = replace(one, bias={**one.bias, **linear_bias(self.linear_terms, var.scale, q, k, head)})
             rows.append(attend(q, k, k, one).weights[:, query].double())  # (c, T)
         return torch.cat(rows)
 
