@@ -42,9 +42,7 @@ class DebertaV2Adapter(Adapter):
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         variations = super().variations(part, site, rec, q, k)
         variations = replace(variations, mask=model_mask(rec.arguments["attention_mask"], keep=True))  # 1 = attend
-        if not site.attention.relative_attention:
-            return variations
-        terms = self.linear_score_terms(site, rec)  # c2p and p2c: (H, T, S) each, times the scale
+        terms = self.linear_score_terms(site, rec)  # c2p and p2c: (H, T, S) each, times the scale; none without
         return replace(variations, bias={name: t.scores(q, k) * variations.scale for name, t in terms.items()})
 
     def linear_score_terms(self, site: Site, rec: Recorder) -> dict[str, LinearTerm]:
