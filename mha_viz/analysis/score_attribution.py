@@ -4,8 +4,10 @@ Layer L's attention reads the residual stream x at its block's input, a sum of s
     x_p = token_p + position_p + sum_(l < L) (sum_h r_l c_lh,p W_O^(l,h)T + r_l b_O^(l) + mlp_l,p)
 token: the input embedding of the token; position: the learned position embedding added to it (GPT-2), where the model
 has one; c_lh: head h's block of layer l's concat; mlp_l: whatever else block l adds; r_l: the residual scale (1 in
-most models); a source that is 0 at every position, to float32 rounding (an attention-only model's MLP), is left out. With the
-pre-attention norm's scale s_p frozen at its value on the real x_p, the norm is affine:
+most models); a source that is 0 at every position, to float32 rounding (an attention-only model's MLP), is left out.
+A pre-norm encoder (ModernBERT) has the same stream, its one source "embeddings" the normed token embedding, which
+layer 0 reads with no norm of its own. With the pre-attention norm's scale s_p frozen at its value on the real x_p,
+the norm is affine:
     norm(x_p) = sum_a gamma * centre(src_a,p) / s_p + beta
     LayerNorm: centre(v) = v - mean(v), s = sqrt(var(x) + eps);  RMSNorm: centre(v) = v, s = sqrt(mean(x^2) + eps)
 and so are head h's query and key (R_p: the rotary rotation at position p, where the model has one):
@@ -16,7 +18,9 @@ A norm on each sublayer's output before the stream adds it (Gemma 2 and 3, OLMo 
 the attention) is frozen at its scale per position too, every source of that output through it. The score is bilinear in them, one term per (query source a, key
 source b):
     score_ij = scale * q_i . k_j (+ score bias terms: ALiBi, ...) = sum_a sum_b scale * q_a,i . k_b,j (+ ...)
-"bias" is each side's constant part (the norm's beta and the projection's bias, rotated). The terms sum to the score
+"bias" is each side's constant part (the norm's beta and the projection's bias, rotated). DeBERTa's position terms,
+linear in the query (c2p) or in the key (p2c), are one more source, "relative position" (analysis.score_streams),
+whose column and row hold them by query and by key source. The terms sum to the score
 that mha-viz's trace rebuilds (itself checked against the model's own attention weights), up to rounding; they are
 computed in float64.
 
@@ -37,6 +41,7 @@ from torch import Tensor, nn
 
 from ..attention import Variations, apply_rotary, attend
 from .score_attribution_hooked import HookedStream, hooked_unavailable
+from .score_streams import RELATIVE, linear_bias, with_linear_terms
 
 if TYPE_CHECKING:
     from ..pretrained.adapter import Site
@@ -95,17 +100,20 @@ class ScoreAttribution:
 
 
 def score_attribution_unavailable(model: PretrainedModel | HookedModel) -> str | None:
-    """Why score_attribution cannot split this model's scores, or None where it can: it needs a decoder-only model
-    whose residual stream, pre-attention norms and projections mha-viz knows, of softmax layers only, or a
+    """Why score_attribution cannot split this model's scores, or None where it can: it needs a decoder-only model or
+    an encoder whose residual stream, norms and projections mha-viz knows, of softmax layers only, or a
     TransformerLens model whose positions are in its residual stream (score_attribution_hooked)."""
     adapter = getattr(model, "adapter", None)
     if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
         return hooked_unavailable(model)
     if adapter.kind == "encoder" and adapter.post_norms() is not None:
-        return None  # a post-norm encoder whose norms mha-viz knows (BERT, MiniLM)
+        return adapter.scores_unavailable  # a post-norm encoder whose norms mha-viz knows (BERT, MiniLM, DeBERTa)
+    if adapter.kind == "encoder" and adapter.encoder_blocks() is not None:
+        return adapter.scores_unavailable  # a pre-norm encoder whose blocks mha-viz knows (ModernBERT)
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
-                "residual stream mha-viz knows (the families logit attribution splits), or a BERT-style encoder")
+                "residual stream mha-viz knows (the families logit attribution splits), a BERT-style encoder or "
+                "ModernBERT")
     return adapter.scores_unavailable
 
 
@@ -131,15 +139,18 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
     site = adapter.site(part, layer)
     if not 0 <= head < site.num_heads:
         raise ValueError(f"head {head} is not a head of layer {layer} (0..{site.num_heads - 1})")
-    norm = (nn.Identity() if part == "encoder" or adapter.attention_reads_stream  # post-norm: none before it
-            else adapter.pre_norm("decoder", layer))
+    post_norm = part == "encoder" and adapter.post_norms() is not None
+    norm = nn.Identity() if adapter.attention_reads_stream else adapter.pre_norm(part, layer)
+    if norm is None and part == "encoder":
+        norm = nn.Identity()  # the attention reads the stream itself: post-norm, or ModernBERT's layer 0
     if norm is None:
         raise ValueError(f"score attribution is unavailable: mha-viz does not know the norm before layer {layer}")
     enc = model.encode(text)
     T = len(enc.ids)
     _check_positions(query, key, T)
-    stream = (_EncoderStream if part == "encoder" else _NormedStream if adapter.normed_block(layer) is not None
-              else _Stream)(model, enc.ids, layer)
+    stream = (_EncoderStream(model, enc.ids, layer) if post_norm
+              else _NormedStream(model, enc.ids, layer) if adapter.normed_block(layer) is not None
+              else _Stream(model, enc.ids, layer, part))
     var = stream.variations
     affine = stream.affine(norm)
     factor = adapter.attention_in_scale(layer)  # Falcon-H1: the attention reads the normed stream times a_in
@@ -162,19 +173,28 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
         kv = site.kv_heads[head]  # QK-norm, frozen too: per head, or across the projection (OLMo 2 and 3)
         q = _head_normed(var.q_norm, q, offset, [query], stream.projections["Q"], head)
         k = _head_normed(var.k_norm, k, offset, visible, stream.projections["K"], kv)
-    other = {n: bias[head, query, visible].double().numpy() for n, bias in stream.score_bias.items()}
-    terms, rebuilt = _scored(var, q, k, query, visible, other)
+    q, k = _rotated(var, q, k, query, visible)
+    terms = var.scale * torch.einsum("ad,bkd->kab", q[:, 0], k)  # (keys, S, S)
+    other = {n: bias[head, query, visible].double().numpy() for n, bias in stream.score_bias.items()
+             if n not in stream.linear_terms}
+    if stream.linear_terms:  # DeBERTa's c2p and p2c: one more source (score_streams), its removal the row without
+        terms = with_linear_terms(stream.linear_terms, var.scale, q, k, head, query, visible, terms)
+        names = (*names[:-1], RELATIVE, names[-1])
+    rebuilt = _rebuilt(var, terms, other)
     whole = affine.projected([sum(s.double() for s in sources)], range(T), torch.eye(stream.x.shape[-1]).double())
     check = {"sum of terms vs score": float((rebuilt - scores[visible].double()).abs().max()),
              "sum of sources vs stream": stream.residual_error,
              "frozen norm vs the attention's input": float((whole.sum(0) - stream.attention_input).abs().max()),
              "frozen post-attention norms vs the norms": stream.post_error}
+    removed = (stream.removed(norm, W, b, head, query) if W is not None and not _needs_every_head(var)
+               else stream.removed_by_module(norm, site, head, query))  # (S, T)
+    if stream.linear_terms:  # RELATIVE taken out: the content score alone
+        linear = sum(stream.score_bias[n][head, query] for n in stream.linear_terms)  # (T,)
+        removed = torch.cat([removed, torch.softmax(stream.scores[head, query].double() - linear, -1)[None]])
     return ScoreAttribution(
         tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
         terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
-        weights=stream.weights[head, query].double().numpy(),
-        removed=(stream.removed(norm, W, b, head, query) if W is not None and not _needs_every_head(var)
-                 else stream.removed_by_module(norm, site, head, query)).numpy(), norm=affine.kind,
+        weights=stream.weights[head, query].double().numpy(), removed=removed.numpy(), norm=affine.kind,
         norm_scales=affine.scales.numpy(), check=check)
 
 
@@ -327,15 +347,16 @@ class _Frozen:
 
 class _Stream:
     """One forward pass of the model, hooked: layer L's block input x (T, d) split into its sources, and layer L's
-    attention as the trace rebuilds it (its variations, scores and weights)."""
+    attention as the trace rebuilds it (its variations, scores and weights). part: "decoder" (a decoder-only model's
+    residual_stream) or "encoder" (a pre-norm encoder's encoder_blocks: ModernBERT)."""
 
-    def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
+    def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int, part: str = "decoder") -> None:
         from ..pretrained.adapter import Recorder, loaded
         from ..pretrained.attribution import Capture
 
-        adapter, self.model = model.adapter, model
-        blocks, _ = adapter.residual_stream()
-        sites = [adapter.site("decoder", layer_) for layer_ in range(layer + 1)]
+        adapter, self.model, self.part = model.adapter, model, part
+        blocks = adapter.residual_stream()[0] if part == "decoder" else adapter.encoder_blocks()
+        sites = [adapter.site(part, layer_) for layer_ in range(layer + 1)]
         self.inner: dict[nn.Module, Tensor] = {}  # each norm inside layer L's attention module -> what it received
         with (Capture(blocks[:layer + 1], [site.out for site in sites[:-1]], None, slice(None)) as capture,
               Recorder(sites[-1]) as rec, _inner_norms(sites[-1].attention, self.inner)):  # every position of each
@@ -394,7 +415,7 @@ class _Stream:
         for src in self.sources.values():
             total += src
         self.residual_error = float((total - x).abs().max())
-        self._rebuild(sites[-1], rec, outputs, layer, "decoder")
+        self._rebuild(sites[-1], rec, outputs, layer, part)
 
     def _rebuild(self, site: Site, rec: Any, outputs: Any, layer: int, part: str) -> None:
         """Layer's attention as the trace rebuilds it from what it received (rec), checked against the model's own
@@ -416,6 +437,7 @@ class _Stream:
             raise RuntimeError(f"layer {layer}'s rebuilt weights differ from the model's own")
         T = q.shape[-2]
         self.score_bias = {n: b.double().expand(q.shape[0], T, T) for n, b in self.variations.bias.items()}
+        self.linear_terms = adapter.linear_score_terms(site, rec)  # DeBERTa's c2p and p2c, in score_bias too
 
     def affine(self, norm: nn.Module) -> _Frozen:
         if isinstance(norm, nn.Identity):
@@ -457,7 +479,7 @@ class _Stream:
                                                                              self.model.adapter.norm_weight_offset)).remove)
             site.attention(**call)
         q, k, v = self.model.adapter.heads(site, rec)
-        var = self.model.adapter.variations("decoder", site, rec, q.float(), k.float())
+        var = self.model.adapter.variations(self.part, site, rec, q.float(), k.float())
         return q.double(), k.double(), v.double(), var
 
     def module_parts(self, site: Site, affine: _Frozen, head: int, query: int, visible: Sequence[int]
@@ -507,6 +529,8 @@ class _Stream:
         for i in range(0, len(sources), 16):
             a = norm((x - torch.stack(sources[i:i + 16])).to(self.dtype)).float()  # (c, T, d)
             q, k = a @ W["Q"] + b["Q"], a @ W["K"] + b["K"]  # (c, T, d_k)
+            if self.linear_terms:  # DeBERTa's c2p and p2c move with q and k
+                one = replace(one, bias={**one.bias, **linear_bias(self.linear_terms, var.scale, q, k, head)})
             rows.append(attend(q, k, k, one).weights[:, query].double())  # (c, T)
         return torch.cat(rows)
 
@@ -539,8 +563,10 @@ def _hooked_score_attribution(model: HookedModel, text: str, layer: int, head: i
     k = affine.projected(sources, visible, W["K"], b["K"])  # (S, keys, d_k): and of each key
     if stream.qk_norms is not None:  # QK-norm: an RMSNorm over d_head, frozen at its scale on each whole q and k
         q, k = (_Frozen(*frozen(n, parts.sum(0))).linear(parts) for n, parts in zip(stream.qk_norms, (q, k)))
+    q, k = _rotated(stream.variations, q, k, query, visible)
+    terms = stream.variations.scale * torch.einsum("ad,bkd->kab", q[:, 0], k)  # (keys, S, S)
     other: dict[str, np.ndarray] = {}
-    terms, rebuilt = _scored(stream.variations, q, k, query, visible, other)
+    rebuilt = _rebuilt(stream.variations, terms, other)
     whole = affine.projected([stream.x], range(T), torch.eye(d, dtype=torch.float64))  # (2, T, d): x, the shift
     check = {"sum of terms vs score": float((rebuilt - scores[visible]).abs().max()),
              "sum of sources vs stream": stream.residual_error,
@@ -573,22 +599,24 @@ def _explained_keys(scores: Tensor, query: int, key: int | None, layer: int, sou
     return visible
 
 
-def _scored(var: Variations, q: Tensor, k: Tensor, query: int, visible: Sequence[int], other: dict[str, np.ndarray]
-            ) -> tuple[Tensor, Tensor]:
-    """The terms (keys, S, S) = scale * q_a . k_b of the query's parts q (S, 1, d_k) and the keys' k (S, keys, d_k),
-    rotated first where the layer rotates, and the scores they rebuild (keys,) with the other terms (score biases,
-    by name, (keys,) each). A soft cap (Gemma 2) reads cap * tanh(raw / cap): its change joins other as "soft cap"
-    and the rebuilt scores are capped, to be checked against the capped scores."""
-    if var.rotary is not None:
-        cos, sin = (t.double().cpu() for t in var.rotary)  # (T, r)
-        q, k = apply_rotary(q, cos[[query]], sin[[query]]), apply_rotary(k, cos[visible], sin[visible])
-    terms = var.scale * torch.einsum("ad,bkd->kab", q[:, 0], k)  # (keys, S, S)
+def _rotated(var: Variations, q: Tensor, k: Tensor, query: int, visible: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """The query's parts q (S, 1, d_k) and the keys' k (S, keys, d_k) rotated where the layer rotates."""
+    if var.rotary is None:
+        return q, k
+    cos, sin = (t.double().cpu() for t in var.rotary)  # (T, r)
+    return apply_rotary(q, cos[[query]], sin[[query]]), apply_rotary(k, cos[visible], sin[visible])
+
+
+def _rebuilt(var: Variations, terms: Tensor, other: dict[str, np.ndarray]) -> Tensor:
+    """The scores (keys,) that the terms (keys, S, S) and the other terms (score biases by name, (keys,) each)
+    rebuild. A soft cap (Gemma 2) reads cap * tanh(raw / cap): its change joins other as "soft cap" and the scores
+    are capped, to be checked against the capped scores."""
     rebuilt = terms.sum((1, 2)) + sum(torch.as_tensor(o) for o in other.values())  # (keys,)
-    if var.softcap is not None:
-        capped = var.softcap * torch.tanh(rebuilt / var.softcap)
-        other["soft cap"] = (capped - rebuilt).numpy()
-        rebuilt = capped
-    return terms, rebuilt
+    if var.softcap is None:
+        return rebuilt
+    capped = var.softcap * torch.tanh(rebuilt / var.softcap)
+    other["soft cap"] = (capped - rebuilt).numpy()
+    return capped
 
 
 def _needs_every_head(var: Variations) -> bool:
@@ -664,44 +692,49 @@ class _EncoderStream(_Stream):
     """A post-norm encoder (BERT, MiniLM): layer L's input x (T, d) split into its sources. Each LayerNorm on the way,
     the embeddings' and each earlier layer's two, is frozen at its scale at each position, so it is affine and every
     source goes through it: gamma * centre(src) / s, its beta into the constant source "biases (norms, W_O)" (with
-    each W_O's bias). An earlier layer's MLP is its output norm's input minus its attention norm's output."""
+    each W_O's bias). An earlier layer's MLP is its output norm's input minus its attention norm's output. ALBERT runs
+    one layer's modules once per layer: layer l reads their site.call-th call."""
 
     def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
         from ..pretrained.adapter import Recorder, loaded
-        from ..pretrained.attribution import Capture
+        from .score_streams import Calls
 
-        adapter, self.model = model.adapter, model
+        adapter, self.model, self.part = model.adapter, model, "encoder"
         post = adapter.post_norms()
-        norms = [post.embeddings, *(n for i in range(layer) for n in (post.attention[i], post.output[i]))]
         sites = [adapter.site("encoder", i) for i in range(layer + 1)]
-        with (Capture(norms, [site.out for site in sites[:-1]], None, slice(None)) as capture,
-              Recorder(sites[-1]) as rec):  # every norm's input and output, each concat
+        with (Calls([post.embeddings, *post.attention[:layer], *post.output[:layer], *(s.out for s in sites[:-1])])
+              as seen, Recorder(sites[-1]) as rec):  # every norm's input and output, each concat, call by call
             outputs = adapter.forward(list(ids))
+        embedded = seen.input(post.embeddings, 0)  # (T, e) the embeddings' sum
         ids_t = torch.tensor([list(ids)], device=adapter.device())
         sources = {"token": post.word(ids_t)[0].detach().double().cpu()}  # (T, d)
         if post.token_type is not None:
             sources["token type"] = post.token_type(torch.zeros_like(ids_t))[0].detach().double().cpu()
-        sources["position"] = capture.block_in[0] - sum(sources.values())  # what the embeddings add by position
+        position = embedded - sum(sources.values())  # what the embeddings add by position
+        if position.abs().max() > 0:  # none in a DeBERTa without position_biased_input
+            sources["position"] = position
         constant = torch.zeros_like(sources["token"])  # (T, d)
         self.residual_error = self.post_error = 0.0
-        sources, constant = self._normed(post.embeddings, sources, constant, capture.block_in[0])
-        if post.project is not None:  # ELECTRA: the normed embeddings projected to the model's width (affine)
+        sources, constant = self._normed(post.embeddings, sources, constant, embedded)
+        if post.project is not None:  # ELECTRA, ALBERT: the normed embeddings projected to the model's width (affine)
             with loaded(post.project):
                 W, b = post.project.weight.detach().double().cpu(), post.project.bias
             sources = {name: src @ W.T for name, src in sources.items()}
             constant = constant @ W.T + (0 if b is None else b.detach().double().cpu())
-        for i, site in enumerate(sites[:-1]):
+        for i, site in enumerate(sites[:-1]):  # layer i: its modules' site.call-th call (ALBERT shares them)
             with loaded(site.out):
                 W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)
             H = site.num_heads
             W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
-            c = capture.concat[i].view(len(ids), H, -1).transpose(0, 1)  # (H, T, d_v)
+            c = seen.input(site.out, site.call).view(len(ids), H, -1).transpose(0, 1)  # (H, T, d_v)
             sources |= {f"{i}.{h}": head for h, head in enumerate(torch.bmm(c, W_h))}  # (T, d) each
             if b_O is not None:
                 constant = constant + b_O.detach().double().cpu()
-            sources, constant = self._normed(post.attention[i], sources, constant, capture.block_in[1 + 2 * i])
-            sources[f"{i} MLP"] = capture.block_in[2 + 2 * i] - capture.block_out[1 + 2 * i]
-            sources, constant = self._normed(post.output[i], sources, constant, capture.block_in[2 + 2 * i])
+            sources, constant = self._normed(post.attention[i], sources, constant,
+                                             seen.input(post.attention[i], site.call))
+            mlp_in = seen.input(post.output[i], site.call)  # the MLP's output plus the attention norm's
+            sources[f"{i} MLP"] = mlp_in - seen.output(post.attention[i], site.call)
+            sources, constant = self._normed(post.output[i], sources, constant, mlp_in)
         sources["biases (norms, W_O)"] = constant
         self.sources = {name: src.float() for name, src in sources.items()}
         self._rebuild(sites[-1], rec, outputs, layer, "encoder")
@@ -729,7 +762,7 @@ class _NormedStream(_EncoderStream):
         from ..pretrained.adapter import Recorder, loaded
         from ..pretrained.attribution import Capture
 
-        adapter, self.model = model.adapter, model
+        adapter, self.model, self.part = model.adapter, model, "decoder"
         steps = [adapter.normed_block(i) for i in range(layer + 1)]
         norms = [*(n for step in steps[:-1] for n in (step.input_norm, step.post_norm)), steps[-1].input_norm]
         sites = [adapter.site("decoder", i) for i in range(layer + 1)]

@@ -74,6 +74,25 @@ class Site:
 
 
 @dataclass(frozen=True, eq=False)
+class LinearTerm:
+    """A score term linear in the query or in the key (DeBERTa's c2p and p2c), before the scale:
+        term[h, i, j] = q[h, i] . vectors[h, index[i, j]]   (side "query")
+        term[h, i, j] = k[h, j] . vectors[h, index[i, j]]   (side "key")"""
+
+    side: str  # "query" or "key"
+    vectors: Tensor  # (H, n, d_k) per query head, e.g. the relative position embeddings through a projection
+    index: Tensor  # (T, S) long: the row of vectors that query i and key j read
+
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """(H, T, S) the term for q (H, T, d_k) and k (H, S, d_k) (H may be 1 in vectors: broadcast)."""
+        x = q if self.side == "query" else k  # (H, T or S, d_k)
+        products = x @ self.vectors.transpose(-1, -2)  # (H, T or S, n)
+        index = self.index if self.side == "query" else self.index.T  # (T, S) or (S, T)
+        term = torch.gather(products, -1, index.expand(products.shape[0], -1, -1))
+        return term if self.side == "query" else term.transpose(-1, -2)  # (H, T, S)
+
+
+@dataclass(frozen=True, eq=False)
 class TraceRequest:
     """What Adapter.traces() is asked for: these layers of part, from one forward pass on ids (and an
     encoder-decoder's decoder_ids), labelled with query and key tokens; head_mask (H,) scales the head blocks of
@@ -448,6 +467,16 @@ class Adapter:
         """The factor on the normed residual stream as the traced layer's attention receives it (Falcon-H1's
         attention_in_multiplier): 1 by default. Score attribution folds it into the frozen pre-attention norm."""
         return 1.0
+
+    def encoder_blocks(self) -> Sequence[nn.Module] | None:
+        """A pre-norm encoder's block of each layer, in order (ModernBERT's: each reads the residual stream through its
+        own norm and adds to it), for score attribution; None where this adapter does not know them."""
+        return None
+
+    def linear_score_terms(self, site: Site, rec: Recorder) -> dict[str, LinearTerm]:
+        """The layer's score terms linear in the query or in the key, by name (DeBERTa's c2p and p2c), from its
+        recorded call; the trace's score_bias holds each times the scale. {} by default."""
+        return {}
 
     def residual_scale(self, layer: int) -> float:
         """The factor on the traced layer's attention (or mixer) output as its block adds it to the residual stream

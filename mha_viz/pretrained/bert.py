@@ -23,7 +23,7 @@ class PostNorms:
     embeddings: nn.Module  # the embeddings' LayerNorm
     attention: tuple[nn.Module, ...]  # each layer's LayerNorm after its attention
     output: tuple[nn.Module, ...]  # and after its MLP
-    project: nn.Linear | None = None  # ELECTRA's projection of smaller embeddings to the model's width, after the norm
+    project: nn.Linear | None = None  # ELECTRA, ALBERT: small embeddings projected to the model's width, after the norm
 
 
 @register
@@ -87,11 +87,26 @@ class AlbertAdapter(Adapter):
     kind = "encoder"
 
     def site(self, part: str, layer: int) -> Site:
-        cfg = self.model.config
-        L, G, inner = cfg.num_hidden_layers, cfg.num_hidden_groups, cfg.inner_group_num
-        i, j = divmod(layer, inner)
-        group = int(i / (L / G))  # the model's own rule (AlbertTransformer.forward)
-        call = sum(int(earlier / (L / G)) == group for earlier in range(i))
-        a = self.base.encoder.albert_layer_groups[group].albert_layers[j].attention
+        a = self._layer(layer).attention
         H = a.num_attention_heads
-        return Site(a, a.query, a.key, a.value, a.dense, H, H, a.attention_head_size, call=call)
+        return Site(a, a.query, a.key, a.value, a.dense, H, H, a.attention_head_size, call=self._call(layer))
+
+    def post_norms(self) -> PostNorms:
+        cfg, e = self.model.config, self.base.embeddings
+        layers = [self._layer(i) for i in range(cfg.num_hidden_layers * cfg.inner_group_num)]  # one per call
+        return PostNorms(e.word_embeddings, e.token_type_embeddings, e.LayerNorm,
+                         tuple(layer.attention.LayerNorm for layer in layers),
+                         tuple(layer.full_layer_layer_norm for layer in layers),
+                         self.base.encoder.embedding_hidden_mapping_in)
+
+    def _group(self, i: int) -> int:
+        cfg = self.model.config
+        return int(i / (cfg.num_hidden_layers / cfg.num_hidden_groups))  # the model's own rule (AlbertTransformer)
+
+    def _layer(self, layer: int) -> nn.Module:
+        i, j = divmod(layer, self.model.config.inner_group_num)
+        return self.base.encoder.albert_layer_groups[self._group(i)].albert_layers[j]
+
+    def _call(self, layer: int) -> int:
+        i = layer // self.model.config.inner_group_num
+        return sum(self._group(earlier) == self._group(i) for earlier in range(i))

@@ -5,17 +5,18 @@
     p2c[h, i, j] = k_c[h, j] . q_r[h, clamp(span - r(j, i))]          position -> content
 r(i, j) is the (log-bucketed) distance i - j; k_r = pos_key_proj(R), q_r = pos_query_proj(R) (key_proj and
 query_proj with share_att_key) of the relative position embeddings R (2 span rows); clamp to 0 ... 2 span - 1.
-The trace's score_bias holds c2p and p2c (already / sqrt(d_k * n)); scale * q . k is the content term.
+The trace's score_bias holds c2p and p2c (already / sqrt(d_k * n)); scale * q . k is the content term. c2p is linear
+in the query and p2c in the key (linear_score_terms): score attribution splits them by source (analysis.score_streams).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import torch
 from torch import Tensor, nn
 
-from .adapter import Adapter, Recorder, Site, Variations, model_mask, per_head, register
+from .adapter import Adapter, LinearTerm, Recorder, Site, Variations, model_mask, per_head, register
+from .bert import PostNorms
 
 C2P = "content→position (c2p)"
 P2C = "position→content (p2c)"
@@ -41,25 +42,41 @@ class DebertaV2Adapter(Adapter):
     def variations(self, part: str, site: Site, rec: Recorder, q: Tensor, k: Tensor) -> Variations:
         variations = super().variations(part, site, rec, q, k)
         variations = replace(variations, mask=model_mask(rec.arguments["attention_mask"], keep=True))  # 1 = attend
+        terms = self.linear_score_terms(site, rec)  # c2p and p2c: (H, T, S) each, times the scale; none without
+        return replace(variations, bias={name: t.scores(q, k) * variations.scale for name, t in terms.items()})
+
+    def linear_score_terms(self, site: Site, rec: Recorder) -> dict[str, LinearTerm]:
+        """c2p, linear in the query: q_i . k_r[delta]; p2c, linear in the key: k_j . q_r[delta']."""
         a = site.attention
         if not a.relative_attention:
-            return variations
-        span = a.pos_ebd_size
+            return {}
+        span, H = a.pos_ebd_size, site.num_heads
         R = rec.arguments["rel_embeddings"][: 2 * span].float()  # (2 span, d_model)
-        H, T, S = q.shape[0], q.shape[-2], k.shape[-2]  # self-attention: T = S
-        rel = rec.arguments["relative_pos"].reshape(T, S)  # (T, S): bucketed distance i - j
-        bias = {}
+        rel = rec.arguments["relative_pos"]
+        rel = rel.reshape(rel.shape[-2:])  # (T, S): bucketed distance i - j; self-attention: T = S
+        terms = {}
         if "c2p" in a.pos_att_type:
             k_r = self._positions(a.key_proj if a.share_att_key else a.pos_key_proj, R, H)  # (H, 2 span, d)
-            delta = (rel + span).clamp(0, 2 * span - 1)  # (T, S): row of R for query i, key j
-            c2p = torch.gather(q @ k_r.transpose(-1, -2), -1, delta.expand(H, T, S))  # (H, T, S): q_i . k_r[delta]
-            bias[C2P] = c2p * variations.scale
+            terms[C2P] = LinearTerm("query", k_r, (rel + span).clamp(0, 2 * span - 1))  # row of R for query i, key j
         if "p2c" in a.pos_att_type:
             q_r = self._positions(a.query_proj if a.share_att_key else a.pos_query_proj, R, H)  # (H, 2 span, d)
-            delta = (span - rel).clamp(0, 2 * span - 1)  # (S, T): row of R for key j (row), query i (column)
-            p2c = torch.gather(k @ q_r.transpose(-1, -2), -1, delta.expand(H, S, T))  # (H, S, T): k_j . q_r[delta]
-            bias[P2C] = p2c.transpose(-1, -2) * variations.scale  # (H, T, S)
-        return replace(variations, bias=bias)
+            delta = (span - rel).clamp(0, 2 * span - 1)  # [j, i]: the row of R key j reads for query i
+            terms[P2C] = LinearTerm("key", q_r, delta.T)  # (T, S)
+        return terms
+
+    def post_norms(self) -> PostNorms:
+        e, layers = self.base.embeddings, self.base.encoder.layer
+        return PostNorms(e.word_embeddings, e.token_type_embeddings, e.LayerNorm,
+                         tuple(layer.attention.output.LayerNorm for layer in layers),
+                         tuple(layer.output.LayerNorm for layer in layers))
+
+    @property
+    def scores_unavailable(self) -> str | None:
+        if self.base.embeddings.embed_proj is not None:
+            return "its embeddings are projected before their LayerNorm (embedding_size != hidden_size): not split yet"
+        if self.base.encoder.conv is not None:
+            return "its first layer's output goes through a convolution (conv_kernel_size): not split yet"
+        return None
 
     @staticmethod
     def _positions(projection: nn.Module, R: Tensor, H: int) -> Tensor:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from torch import Tensor, nn
@@ -29,6 +30,9 @@ class ModernBertAdapter(Adapter):
     def pre_norm(self, part: str, layer: int) -> nn.Module | None:
         norm = self.base.layers[layer].attn_norm
         return None if isinstance(norm, nn.Identity) else norm  # layer 0 reads the normalised embeddings as they are
+
+    def encoder_blocks(self) -> Sequence[nn.Module]:
+        return self.base.layers  # x + attn(attn_norm(x)), then + mlp(mlp_norm(.)); layer 0 reads the normed embeddings
 
     def scale(self, site: Site) -> float:
         return site.head_dim**-0.5

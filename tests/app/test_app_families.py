@@ -32,6 +32,8 @@ CONFIGS = {  # family -> (config, what "Why one score" names besides q·k)
     "gemma2": (lambda: tf.Gemma2Config(vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4,
                                        attn_logit_softcapping=2.0, **SMALL, **TOKENS), ["soft-capped"]),
     "albert": (lambda: tf.AlbertConfig(vocab_size=V, embedding_size=16, **SMALL), []),
+    "modernbert": (lambda: tf.ModernBertConfig(vocab_size=V, **SMALL, global_attn_every_n_layers=2, local_attention=4,
+                                               cls_token_id=101, sep_token_id=102, **TOKENS), []),
     "gpt_oss": (lambda: tf.GptOssConfig(vocab_size=V, num_key_value_heads=2, head_dim=8, sliding_window=4,
                                         num_local_experts=4, num_experts_per_tok=2,
                                         layer_types=["sliding_attention", "full_attention"], **SMALL, **TOKENS), []),
@@ -154,3 +156,31 @@ def test_a_differential_heads_two_maps_are_both_split(folders):
         sa = score_attribution(model, "the cat sat on the mat", layer=1, head=head, query=T - 1)
         assert abs(z_matrix(spec["data"][0]) - sa.table(key)).max() < 1e-5
     assert any("Map 2" in m.value and "λ" in m.value for m in at.markdown)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["albert", "deberta-v2", "modernbert"])
+def test_why_this_key_splits_an_encoders_scores(folders, name):
+    """Why this key on ALBERT (one layer's modules shared by every layer), DeBERTa (its position terms one more source
+    of the table) and ModernBERT (a pre-norm encoder, a sliding window on layer 1): the table drawn is the library's
+    split of head 0's score at the last query for the key it weights most."""
+    import numpy as np
+
+    from mha_viz.analysis import score_attribution
+    from mha_viz.pretrained import load_model
+    from tests.plotly_json import z_matrix
+
+    at = app_with(folders[name], "Analysis")
+    at.button_group(key="section").set_value("Why this key").run()
+    assert not at.exception and not at.warning
+    model = load_model(folders[name])
+    trace = model.trace("the cat sat on the mat", 1)
+    T = trace.weights.shape[1]
+    key = int(np.argmax(trace.weights[0, T - 1]))
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    tables = [spec for spec in specs if ": why" in spec["layout"]["title"]["text"]]
+    assert len(tables) == 1
+    sa = score_attribution(model, "the cat sat on the mat", layer=1, head=0, query=T - 1)
+    assert abs(z_matrix(tables[0]["data"][0]) - sa.table(key)).max() < 1e-5
+    assert ("relative position" in sa.sources) == (name == "deberta-v2")
+    assert any("*relative position*" in c.value for c in at.caption) == (name == "deberta-v2")

@@ -768,3 +768,224 @@ def test_other_post_norm_encoders_add_up(name):
         sa = score_attribution(m, TEXT, layer=layer, head=head, query=T - 1)
         assert sa.keys == tuple(range(T)) and sa.sources[0] == "token" and "position" in sa.sources
         assert sa.check["sum of terms vs score"] <= 1e-5 and sa.check["sum of sources vs stream"] <= 1e-5
+
+
+def encoder(name: str, config) -> PretrainedModel:
+    """A tiny random encoder (seeded, eager) with the bundled tokenizer."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from mha_viz.pretrained import bundled_model_dir
+    from tests.tiny_causal import random_model
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    return PretrainedModel(random_model(AutoModel, config), tokenizer, name=name)
+
+
+def calls(m: PretrainedModel, modules, hook: str = "pre", change=None) -> tuple[dict, object]:
+    """One forward pass of m on TEXT with output_attentions: {module: [(args, kwargs) of each call]} (hook "pre") or
+    {module: [output of each call]} (hook "post"), and the model's outputs. change(module, call, x) -> x: what a
+    pre-hook gives the module instead of its first input on that call (None: nothing changed)."""
+    seen = {module: [] for module in modules}
+
+    def pre(module, args, kwargs):
+        seen[module].append((args, kwargs))
+        if change is None:
+            return None
+        x = args[0] if args else kwargs["hidden_states"]
+        x = change(module, len(seen[module]) - 1, x)
+        return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
+
+    def post(module, args, output):
+        seen[module].append(output)
+
+    handles = [module.register_forward_pre_hook(pre, with_kwargs=True) if hook == "pre"
+               else module.register_forward_hook(post) for module in dict.fromkeys(modules)]
+    try:
+        with torch.no_grad():
+            outputs = m.model(input_ids=torch.tensor([m.encode(TEXT).ids]), output_attentions=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen, outputs
+
+
+def adds_up_and_breaks_without_its_largest_source(sa, own: torch.Tensor) -> None:
+    """sa's terms sum to own (keys,) within 1e-5, its sources to the stream; dropping the source whose terms add most
+    to a key's score, from both sides, breaks the sum (the negative control)."""
+    sums = sa.terms.sum((1, 2))  # (keys,)
+    assert np.abs(sums - own.double().numpy()).max() <= 1e-5
+    assert sa.check["sum of sources vs stream"] <= 1e-5
+    share = np.abs(sa.terms.sum(2) + sa.terms.sum(1) - np.diagonal(sa.terms, axis1=1, axis2=2)).max(0)
+    i = int(np.argmax(share))
+    kept = np.delete(np.delete(sa.terms, i, axis=1), i, axis=2).sum((1, 2))
+    assert np.abs(kept - sums).max() > 1e-3
+
+
+def test_a_pre_norm_encoder_is_split_through_its_norms_and_rotary():
+    """ModernBERT: the normed embeddings, then per layer x + attn(attn_norm(x)) (attn_norm the identity on layer 0)
+    and + mlp(mlp_norm(.)); one fused Wqkv, rotary, a sliding window on layer 1. For every layer and head, at two
+    queries, the terms add up to the module's own scale * q . k, recomputed here from what it received through its
+    Wqkv and transformers' rotary function; a removed source's row is the unmodified model's own attention weights
+    with a pre-hook on the block subtracting the source, computed here (the embeddings module's output, or head
+    0.h's block of the concat through its columns of Wo)."""
+    from transformers import ModernBertConfig
+    from transformers.models.modernbert.modeling_modernbert import apply_rotary_pos_emb
+
+    m = encoder("modernbert", ModernBertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, global_attn_every_n_layers=2, local_attention=4, attention_bias=True,
+        norm_bias=True, pad_token_id=0, bos_token_id=101, eos_token_id=102, cls_token_id=101, sep_token_id=102))
+    base = m.model
+    T, H, d = len(m.encode(TEXT).ids), 4, 8
+    attentions = [layer.attn for layer in base.layers]
+    received, _ = calls(m, attentions)
+    for layer, attention in enumerate(attentions):
+        args, kwargs = received[attention][0]
+        x = args[0] if args else kwargs["hidden_states"]  # (1, T, 32): attn_norm's output
+        with torch.no_grad():
+            q, k, _ = attention.Wqkv(x).view(1, T, 3, H, d).unbind(2)  # (1, T, H, d) each
+            q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), *kwargs["position_embeddings"])
+            own = d ** -0.5 * q[0] @ k[0].transpose(-1, -2)  # (H, T, T)
+        for head, query in itertools.product(range(H), (0, T - 1)):
+            sa = score_attribution(m, TEXT, layer=layer, head=head, query=query)
+            window = layer == 1  # local_attention 4: keys |i - j| <= 2
+            assert sa.keys == (tuple(j for j in range(T) if abs(j - query) <= 2) if window else tuple(range(T)))
+            adds_up_and_breaks_without_its_largest_source(sa, own[head, query, list(sa.keys)])
+    sa = score_attribution(m, TEXT, layer=1, head=0, query=T - 1)
+    assert sa.sources == ("embeddings", "0.0", "0.1", "0.2", "0.3", "0 attention bias", "0 MLP", "bias")
+    assert score_attribution(m, TEXT, layer=0, head=0, query=3).sources == ("embeddings", "bias")
+
+    outs, _ = calls(m, [base.embeddings], "post")
+    concat, _ = calls(m, [attentions[0].Wo])
+    block = concat[attentions[0].Wo][0][0][0][0]  # (T, 32): layer 0's concat
+    W_O = attentions[0].Wo.weight.detach()  # (32, 32)
+    sources = {"embeddings": outs[base.embeddings][0][0],
+               **{f"0.{h}": block[:, h * d:(h + 1) * d] @ W_O[:, h * d:(h + 1) * d].T for h in range(H)}}
+    moved = 0.0
+    for name, src in sources.items():
+        _, without = calls(m, [base.layers[1]], change=lambda module, call, x, src=src: x - src)
+        for head in range(H):
+            sa = score_attribution(m, TEXT, layer=1, head=head, query=T - 1)
+            expected = without.attentions[1][0, head, T - 1].double().numpy()
+            assert np.abs(sa.removed[sa.sources.index(name)] - expected).max() <= 1e-5
+            moved = max(moved, float(np.abs(expected - sa.weights).max()))
+    assert moved > 1e-3  # the removals mattered
+
+
+def test_albert_is_split_call_by_call_through_its_shared_layer():
+    """ALBERT: one layer's modules run as every layer (3 calls), after embeddings of size 16 normed and projected to
+    32. For every layer and head, at two queries, the terms add up to the shared module's own scale * q . k on that
+    call's input (its query and key Linear layers); layer 0's "token" source is the token embedding through the
+    embeddings' LayerNorm frozen at its scale (measured here) and the projection, and its removal is the module on
+    its input without it; a later layer's removal is the module on its input without the stream's source."""
+    from transformers import AlbertConfig
+
+    m = encoder("albert", AlbertConfig(vocab_size=30522, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                                       num_attention_heads=4, intermediate_size=64, max_position_embeddings=64))
+    base = m.model
+    a = base.encoder.albert_layer_groups[0].albert_layers[0].attention  # every layer's
+    T, H, d = len(m.encode(TEXT).ids), 4, 8
+    received, _ = calls(m, [a])
+    embedded, _ = calls(m, [base.embeddings.LayerNorm])
+
+    def scores(x):  # (H, T, T) the module's scale * q k^T on x (1, T, 32)
+        q, k = (f(x).view(1, T, H, d).transpose(1, 2)[0] for f in (a.query, a.key))
+        return a.scaling * q @ k.transpose(-1, -2)
+
+    assert len(received[a]) == 3
+    for layer in range(3):
+        x = received[a][layer][0][0]  # (1, T, 32): this call's input
+        with torch.no_grad():
+            own = scores(x)
+        for head, query in itertools.product(range(H), (0, T - 1)):
+            sa = score_attribution(m, TEXT, layer=layer, head=head, query=query)
+            assert sa.keys == tuple(range(T))
+            adds_up_and_breaks_without_its_largest_source(sa, own[head, query])
+            source = "token" if layer == 0 else sa.sources[int(np.argmax(np.abs(sa.removed - sa.weights).max(1)))]
+            if layer == 0:  # the token embedding through the frozen LayerNorm and the projection, computed here
+                norm, project = base.embeddings.LayerNorm, base.encoder.embedding_hidden_mapping_in
+                e = embedded[norm][0][0][0][0]  # (T, 16): the embeddings' sum
+                token = base.embeddings.word_embeddings(torch.tensor(m.encode(TEXT).ids))
+                s = (e.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()  # (T, 1)
+                src = (norm.weight * (token - token.mean(-1, keepdim=True)) / s) @ project.weight.T
+            else:
+                src = score_attribution_sources(m, TEXT, layer)[source]
+            with torch.no_grad():
+                row = torch.softmax(scores(x - src[None]), -1)[head, query]
+            assert np.abs(sa.removed[sa.sources.index(source)] - row.double().numpy()).max() <= 1e-5
+            assert np.abs(row.double().numpy() - sa.weights).max() > 1e-3  # the source mattered
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_debertas_position_terms_are_a_source_split_by_query_and_key_source(shared):
+    """DeBERTa-v2: score = (q . k + c2p + p2c) / sqrt(3 d), c2p linear in the query and p2c in the key (with shared
+    or separate position projections). For every layer and head, at two queries, the table (its "relative position"
+    column the c2p terms by query source, its row the p2c terms by key source) adds up to the module's own score,
+    recomputed here from what it received through its query_proj, key_proj and its own disentangled_attention_bias,
+    and other is empty; removing a source reruns the module without it (c2p and p2c included), and "relative position"
+    taken out is the content score's softmax. Layer 0's token source is recomputed here through the frozen norm."""
+    from transformers import DebertaV2Config
+
+    extra = ({"share_att_key": True, "position_buckets": 8, "max_relative_positions": 32,
+              "norm_rel_ebd": "layer_norm", "position_biased_input": False} if shared
+             else {"max_relative_positions": 16})
+    m = encoder("deberta-v2", DebertaV2Config(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, relative_attention=True, pos_att_type=["p2c", "c2p"], **extra))
+    base = m.model
+    T, H, d = len(m.encode(TEXT).ids), 4, 8
+    modules = [layer.attention.self for layer in base.encoder.layer]
+    received, _ = calls(m, modules)
+    embedded, _ = calls(m, [base.embeddings.LayerNorm])
+
+    def scores(s, x, kwargs, relative=True):  # (H, T, T) the module's own pre-softmax scores on x (1, T, 32)
+        q, k = (s.transpose_for_scores(f(x), H) for f in (s.query_proj, s.key_proj))  # (H, T, d) each
+        content = q @ k.transpose(-1, -2) / (3 * d) ** 0.5
+        if not relative:
+            return content
+        return content + s.disentangled_attention_bias(q, k, kwargs["relative_pos"], kwargs["rel_embeddings"], 3)
+
+    for layer, s in enumerate(modules):
+        args, kwargs = received[s][0]
+        x = args[0] if args else kwargs["hidden_states"]  # (1, T, 32)
+        with torch.no_grad():
+            own = scores(s, x, kwargs)
+        for head, query in itertools.product(range(H), (0, T - 1)):
+            sa = score_attribution(m, TEXT, layer=layer, head=head, query=query)
+            assert sa.keys == tuple(range(T)) and sa.other == {} and sa.sources[-2:] == ("relative position", "bias")
+            adds_up_and_breaks_without_its_largest_source(sa, own[head, query])
+            r = sa.sources.index("relative position")
+            assert np.abs(sa.terms[:, r, r]).max() == 0 and np.abs(sa.terms[:, r]).max() > 1e-3  # p2c by key source
+            assert np.abs(sa.terms[:, :, r]).max() > 1e-3  # c2p by query source
+            with torch.no_grad():
+                content = torch.softmax(scores(s, x, kwargs, relative=False), -1)[head, query]
+            assert np.abs(sa.removed[r] - content.double().numpy()).max() <= 1e-5
+            if layer == 0:  # the token embedding through the embeddings' LayerNorm frozen at its scale, computed here
+                norm = base.embeddings.LayerNorm
+                e = embedded[norm][0][0][0][0]  # (T, 32): what the norm received
+                token = base.embeddings.word_embeddings(torch.tensor(m.encode(TEXT).ids))
+                source = "token"
+                src = norm.weight * (token - token.mean(-1, keepdim=True)) / (e.var(-1, unbiased=False, keepdim=True)
+                                                                             + norm.eps).sqrt()
+            else:
+                source = sa.sources[int(np.argmax(np.abs(sa.removed[:r] - sa.weights).max(1)))]
+                src = score_attribution_sources(m, TEXT, layer)[source]
+            with torch.no_grad():
+                row = torch.softmax(scores(s, x - src[None], kwargs), -1)[head, query]
+            assert np.abs(sa.removed[sa.sources.index(source)] - row.double().numpy()).max() <= 1e-5
+            assert np.abs(row.double().numpy() - sa.weights).max() > 1e-3  # the source mattered
+
+
+@pytest.mark.parametrize(("extra", "reason"), [({"embedding_size": 16}, "projected before their LayerNorm"),
+                                               ({"conv_kernel_size": 3}, "convolution")])
+def test_a_deberta_whose_stream_is_not_split_yet_is_refused_with_its_reason(extra, reason):
+    from transformers import DebertaV2Config
+
+    from mha_viz.analysis import score_attribution_unavailable
+
+    m = encoder("deberta-v2", DebertaV2Config(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, relative_attention=True, pos_att_type=["p2c", "c2p"], **extra))
+    assert reason in score_attribution_unavailable(m)
+    with pytest.raises(ValueError, match=reason):
+        score_attribution(m, TEXT, layer=1, head=0, query=3)

@@ -121,14 +121,24 @@ def render(c: SectionContext) -> None:
                    f"key is a token part, a position part and *bias* (the projections' biases). {latent}The bars "
                    "rerun the layer with each part taken out of X.")
         return
-    head_words = (f"Each side reads the stream through the layer's {sa.norm}, frozen at the scale it measured at "
-                  f"each position (at the query: {sa.norm_scales[query]:.4g}); *bias* is what does not depend on the "
-                  "input (the norm's shift and the projection's bias). The bars recompute the row exactly, norm "
-                  "included.") if sa.norm != "no norm" else (
-        "The layer reads the stream with no norm before it: in this post-norm encoder each LayerNorm comes after a "
-        "sublayer, and every one on the way was frozen at its scale at each position, so each source went through "
-        "them; *biases (norms, W_O)* is their shifts and the output projections' biases, *bias* the projection's. "
-        "The bars rerun the layer with each source taken out of its input.")
+    if sa.norm != "no norm":
+        head_words = (f"Each side reads the stream through the layer's {sa.norm}, frozen at the scale it measured at "
+                      f"each position (at the query: {sa.norm_scales[query]:.4g}); *bias* is what does not depend on "
+                      "the input (the norm's shift and the projection's bias). The bars recompute the row exactly, "
+                      "norm included.")
+    elif "biases (norms, W_O)" in sa.sources:  # a post-norm encoder's constant source
+        head_words = ("The layer reads the stream with no norm before it: in this post-norm encoder each LayerNorm "
+                      "comes after a sublayer, and every one on the way was frozen at its scale at each position, so "
+                      "each source went through them; *biases (norms, W_O)* is their shifts and the output "
+                      "projections' biases, *bias* the projection's. The bars rerun the layer with each source taken "
+                      "out of its input.")
+    else:  # ModernBERT's layer 0: the embeddings arrive normed
+        head_words = ("The layer reads the stream with no norm of its own (the embeddings arrive normed); *bias* is "
+                      "the projection's. The bars rerun the layer with each source taken out of its input.")
+    if "relative position" in sa.sources:  # DeBERTa (analysis.score_streams)
+        head_words += (" *relative position* is DeBERTa's position terms: its column content→position (c2p) by query "
+                       "source, its row position→content (p2c) by key source; taken out, the row is the content "
+                       "score's alone.")
     st.caption(f"The terms add up to **{sa.total(key):.5f}**; the score the trace rebuilds (checked against the "
                f"model's own weights) is **{sa.scores[sa.keys.index(key)]:.5f}** (|difference| {error:.1e}). "
                + head_words)
