@@ -110,6 +110,8 @@ def score_attribution_unavailable(model: PretrainedModel | HookedModel) -> str |
         return adapter.scores_unavailable  # a post-norm encoder whose norms mha-viz knows (BERT, MiniLM, DeBERTa)
     if adapter.kind == "encoder" and adapter.encoder_blocks() is not None:
         return adapter.scores_unavailable  # a pre-norm encoder whose blocks mha-viz knows (ModernBERT)
+    if adapter.kind == "decoder" and adapter.residual_stream() is None and adapter.scores_unavailable is not None:
+        return adapter.scores_unavailable  # a stream of its own (Gemma 3n's AltUp), said by the adapter
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
                 "residual stream mha-viz knows (the families logit attribution splits), a BERT-style encoder or "

@@ -32,6 +32,9 @@ class Gemma3nAdapter(Gemma3Adapter):
     attribution_unavailable = ("Gemma 3n's residual stream is several AltUp streams mixed by learned coefficients, "
                                "with LAuReL blocks and per-layer inputs beside attention, and each attention output is "
                                "normalised before it is added: its logits do not split into one term per head")
+    scores_unavailable = ("Gemma 3n's residual stream is several AltUp streams mixed by coefficients computed per "
+                          "position, with LAuReL blocks and per-layer inputs beside attention, and its last layers read "
+                          "keys that an earlier layer computed: its scores are not split into sources yet")
     weights_unavailable = ("Gemma 3n's values pass an RMS norm after W_V, and its last layers read keys and values "
                            "that an earlier layer computed: no W_K or W_V of their own")
 

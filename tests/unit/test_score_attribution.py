@@ -383,7 +383,7 @@ FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text", "gemma2", "gemma3", "d
 # position on layer 1; Gemma 2: soft-capped scores and a norm on each attention output; Gemma 3: that norm and QK-norm;
 # DiffLlama: differential pairs, each query head one of a pair's two maps; DeepSeek-V3: latent attention (MLA), no
 # W_Q, W_K per head, its latent's norm frozen inside the module
-REFUSED = {"gemma3n_text": "residual stream mha-viz knows"}  # AltUp's four streams, per-layer embeddings
+REFUSED = {"gemma3n_text": "several AltUp streams"}  # AltUp's four streams, per-layer embeddings
 
 
 @pytest.fixture(scope="module")
