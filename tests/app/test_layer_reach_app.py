@@ -59,3 +59,23 @@ def test_left_padding_is_probed_and_hidden_from_every_query() -> None:
     at = new_app(mode="Pretrained", view="Analysis", section="Layer reach", reach_padding="62", **INDUCTION).run()
     assert any("URL parameter reach_padding" in w.value.replace("\\_", "_") for w in at.warning)  # 17 tokens here
     assert at.number_input(key="reach_padding").value == len(z) - 2
+
+
+def test_one_head_is_drawn_on_its_own() -> None:
+    """The toggle draws the chosen head's reach, checked against the library's for that head (padding rows, not
+    compared, as declared); the layer's picture is the union of its heads'."""
+    from mha_viz.analysis import visibility
+    from mha_viz.pretrained import load_model
+
+    at = new_app(mode="Pretrained", view="Analysis", section="Layer reach", reach_padding="2", **INDUCTION).run()
+    layer_z = z_matrix(chart(at, "analysis_reach")["data"][0])
+    at.toggle(key="reach_one_head").set_value(True).run()
+    at.selectbox(key="head").set_value(2).run()
+    assert not at.exception and not at.warning
+    figure = chart(at, "analysis_reach")
+    assert "Layer 1, head 2: as declared" in figure["layout"]["title"]["text"]
+    T = len(layer_z)
+    head = visibility(load_model(INDUCTION_MODEL), T, padding=2).layers[1].heads[2]
+    z = z_matrix(figure["data"][0])
+    assert (z[2:] == head[2:]).all() and (z[:2] == layer_z[:2]).all()
+    assert at.selectbox(key="head").options == [f"head {h}" for h in range(4)]  # none differs from the layer

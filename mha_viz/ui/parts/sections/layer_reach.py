@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ....fields import choice, whole
+from ....fields import BOOL, boolean, choice, whole
 from ....parts import EVERY_MODE, Part, StateField
 
 if TYPE_CHECKING:
@@ -17,7 +17,8 @@ PART = Part("Layer reach", EVERY_MODE, f"{__name__}:render", order=88,
             help="Which keys each layer lets a token see, measured by probing the model, beside what its config "
             "declares.", fields=(choice("reach_kernel", "sdpa", KERNELS),  # the padding box's range follows the text
                                  StateField("reach_padding", 0, lambda raw: whole(raw, 0, MAX_PROBED - 2),
-                                            f"a whole number from 0 to {MAX_PROBED - 2}")))
+                                            f"a whole number from 0 to {MAX_PROBED - 2}"),
+                                 StateField("reach_one_head", False, boolean, BOOL)))  # else the layer: every head
 
 
 def render(c: SectionContext) -> None:
@@ -25,6 +26,7 @@ def render(c: SectionContext) -> None:
 
     from ....analysis import probe_kernels, visibility
     from ....figures.reach import reach_figure
+    from ...analysis import clamp_heads
     from ...fair import heavy
     from ...state import fit, put
     from ...state import value as field_value
@@ -71,6 +73,18 @@ def render(c: SectionContext) -> None:
         st.info(f"Layer {c.layer} is not softmax attention: its reach is not probed.")
         return
     tokens = [str(i) for i in range(T)]  # positions of the random probe input
-    chart(reach_figure(layer.measured, layer.declared, tokens, width=page_width(),
-                       title=f"Layer {layer.layer}: {layer.verdict} (declared: {layer.rule})"),
+    measured, title = layer.measured, f"Layer {layer.layer}: {layer.verdict}"
+    if layer.heads is not None and st.toggle(
+            "One head", key="reach_one_head", help="Draw one head's reach instead of the layer's (the keys any of its "
+            "heads reaches). The verdict above names each head whose reach differs from the layer's."):
+        clamp_heads(len(layer.heads))
+        head = st.selectbox("Head", list(range(len(layer.heads))), key="head", format_func=lambda h: f"head {h}" + (
+            " (differs from the layer)" if h in layer.differing_heads else ""))
+        measured = layer.heads[head].copy()
+        measured[:padding] = layer.declared[:padding]  # a padding query's row is not compared
+        more, fewer = int((measured & ~layer.declared).sum()), int((~measured & layer.declared).sum())
+        title = f"Layer {layer.layer}, head {head}: " + ("as declared" if more == fewer == 0 else
+                                                         f"{more} pairs reached that should not be, {fewer} not "
+                                                         "reached that should be")
+    chart(reach_figure(measured, layer.declared, tokens, width=page_width(), title=f"{title} (declared: {layer.rule})"),
           "analysis_reach", f"{c.name}-L{layer.layer}-reach")
