@@ -259,9 +259,9 @@ def test_olmo_hybrids_softmax_layers_add_up_over_its_gated_deltanet_heads():
     from transformers import AutoModelForCausalLM
 
     from tests.tiny_causal import random_model
-    from tests.unit.test_mixers import HYBRID
+    from tests.unit.test_mixers import config_of
 
-    m = PretrainedModel(random_model(AutoModelForCausalLM, HYBRID["olmo_hybrid"][1]()),
+    m = PretrainedModel(random_model(AutoModelForCausalLM, config_of("olmo_hybrid")),
                         load_model("mha-viz/induction-2l").tokenizer, name="olmo_hybrid")
     T = len(m.encode(TEXT).ids)
     for layer, head in itertools.product((1, 3), range(4)):
@@ -282,9 +282,9 @@ def test_falcon_h1s_block_of_two_halves_is_split_over_both():
     from transformers.models.falcon_h1.modeling_falcon_h1 import apply_rotary_pos_emb as falcon_rotary
 
     from tests.tiny_causal import random_model
-    from tests.unit.test_mixers import HYBRID
+    from tests.unit.test_mixers import config_of
 
-    m = PretrainedModel(random_model(AutoModelForCausalLM, HYBRID["falcon_h1"][1]()),
+    m = PretrainedModel(random_model(AutoModelForCausalLM, config_of("falcon_h1")),
                         load_model("mha-viz/induction-2l").tokenizer, name="falcon_h1")
     cfg, layers = m.model.config, m.model.model.layers
     T = len(m.encode(TEXT).ids)
@@ -333,9 +333,9 @@ def test_more_families_norms_add_up_to_the_modules_own_scores(name):
 
     from tests.tiny_causal import random_model
     from tests.unit.test_families import FAMILIES as CAUSAL
-    from tests.unit.test_mixers import HYBRID
+    from tests.unit.test_mixers import config_of
 
-    config = (CAUSAL if name == "cohere" else HYBRID)[name][1]()
+    config = CAUSAL[name][1]() if name == "cohere" else config_of(name)  # skipped where transformers lacks the family
     if name == "minimax":
         config.update({"full_attn_alpha_factor": 0.7, "full_attn_beta_factor": 1.3, "linear_attn_alpha_factor": 0.8,
                        "linear_attn_beta_factor": 1.2, "mlp_alpha_factor": 0.9, "mlp_beta_factor": 1.1})
