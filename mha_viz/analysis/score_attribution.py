@@ -20,6 +20,9 @@ computed in float64.
 
 Removing a source is not linear (the norm's scale changes): removed[a] is the query's whole softmax row with source
 a taken out of the stream at every position, recomputed exactly with the real norm.
+
+In an encoder-decoder (T5, BART) the encoder's or the decoder's self-attention is split the same way, over its
+stack's stream (score_streams_seq2seq: the decoder's reads the encoder through its cross-attention heads).
 """
 
 from __future__ import annotations
@@ -92,15 +95,18 @@ class ScoreAttribution:
 
 def score_attribution_unavailable(model: PretrainedModel) -> str | None:
     """Why score_attribution cannot split this model's scores, or None where it can: it needs a decoder-only model
-    whose residual stream, pre-attention norms and projections mha-viz knows, of softmax layers only."""
+    whose residual stream, pre-attention norms and projections mha-viz knows, of softmax layers only, a post-norm
+    encoder, or an encoder-decoder whose stacks it knows (their self-attention)."""
     adapter = getattr(model, "adapter", None)
     if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
         return f"{model.name} is a TransformerLens model: score attribution reads a Hugging Face model's modules"
     if adapter.kind == "encoder" and adapter.post_norms() is not None:
         return None  # a post-norm encoder whose norms mha-viz knows (BERT, MiniLM)
+    if adapter.kind == "encoder-decoder" and adapter.stack_layout("encoder") is not None:
+        return None  # an encoder-decoder whose stacks mha-viz knows (T5, BART): score_streams_seq2seq
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
-                "residual stream mha-viz knows (the families logit attribution splits), or a BERT-style encoder")
+                "residual stream mha-viz knows (the families logit attribution splits), a BERT-style encoder, or T5 or BART")
     blocks, _ = adapter.residual_stream()
     if len(set(blocks)) < len(blocks):
         return f"{model.name} traces a block as two layers; its scores are not split yet"
@@ -109,14 +115,17 @@ def score_attribution_unavailable(model: PretrainedModel) -> str | None:
 
 @torch.no_grad()
 def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: int, query: int,
-                      key: int | None = None) -> ScoreAttribution:
+                      key: int | None = None, part: str | None = None, decoder_text: str | None = None
+                      ) -> ScoreAttribution:
     """Split the score of (query, key) of one head (every key the query sees when key is None) into the terms of the
-    module docstring. ValueError for a model, layer, head or position it cannot split, saying why."""
+    module docstring. part: an encoder-decoder's "encoder" or "decoder" self-attention (default: the encoder; the
+    decoder reads decoder_text, default text, as PretrainedModel.trace does); a one-stack model's own part. ValueError
+    for a model, part, layer, head or position it cannot split, saying why."""
     reason = score_attribution_unavailable(model)
     if reason is not None:
         raise ValueError(f"score attribution is unavailable: {reason}")
     adapter = model.adapter
-    part = "encoder" if adapter.kind == "encoder" else "decoder"
+    part = _part(model, part)
     L = model.num_layers[part]
     if not 0 <= layer < L:
         raise ValueError(f"layer {layer} is not a layer of {model.name} (0..{L - 1})")
@@ -127,17 +136,29 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     site = adapter.site(part, layer)
     if not 0 <= head < site.num_heads:
         raise ValueError(f"head {head} is not a head of layer {layer} (0..{site.num_heads - 1})")
-    norm = nn.Identity() if part == "encoder" else adapter.pre_norm("decoder", layer)  # post-norm: none before it
+    seq2seq = adapter.kind == "encoder-decoder"
+    if seq2seq:  # T5: a norm before each attention; BART: post-norm, none before it
+        norm = adapter.pre_norm(part, layer)
+        norm = nn.Identity() if norm is None else norm
+    else:
+        norm = nn.Identity() if part == "encoder" else adapter.pre_norm("decoder", layer)  # post-norm: none before it
     if norm is None:
         raise ValueError(f"score attribution is unavailable: mha-viz does not know the norm before layer {layer}")
-    enc = model.encode(text)
+    if decoder_text is not None and not seq2seq:
+        raise ValueError(f"decoder_text is for encoder-decoder models; {model.name} is a {model.kind} model")
+    source = model.encode(text)  # an encoder-decoder's decoder reads decoder_text (default: text) shifted right
+    decoder = model.encode(text if decoder_text is None else decoder_text, decoder=True) if seq2seq else None
+    enc = decoder if part == "decoder" and seq2seq else source  # the tokens whose stream is split
     T = len(enc.ids)
     if not 0 <= query < T:
         raise ValueError(f"query {query} is not a position of the {T}-token input (0..{T - 1})")
     if key is not None and not 0 <= key < T:
         raise ValueError(f"key {key} is not a position of the {T}-token input (0..{T - 1})")
 
-    stream = (_EncoderStream if part == "encoder" else _Stream)(model, enc.ids, layer)
+    if seq2seq:
+        stream = _Seq2SeqStream(model, source.ids, decoder.ids, part, layer)
+    else:
+        stream = (_EncoderStream if part == "encoder" else _Stream)(model, enc.ids, layer)
     var = stream.variations
     affine = stream.affine(norm)
     names = (*stream.sources, "bias")
@@ -183,6 +204,21 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
         removed=(stream.removed(norm, W, b, head, query) if W is not None
                  else stream.removed_by_module(norm, site, head, query)).numpy(), norm=affine.kind,
         norm_scales=affine.scales.numpy(), check=check)
+
+
+def _part(model: PretrainedModel, part: str | None) -> str:
+    """The part whose self-attention is split: a one-stack model's own, an encoder-decoder's encoder by default.
+    ValueError for cross-attention or a part the model does not have."""
+    own = "encoder" if model.adapter.kind == "encoder" else "decoder"
+    if part is None:
+        return "encoder" if model.adapter.kind == "encoder-decoder" else own
+    if part == "cross" and model.adapter.kind == "encoder-decoder":
+        raise ValueError("score attribution splits self-attention: a cross-attention's queries come from the "
+                         "decoder's stream and its keys from the encoder's output, two streams of different sources "
+                         "that one (query source x key source) table does not hold yet")
+    if part not in (("encoder", "decoder") if model.adapter.kind == "encoder-decoder" else (own,)):
+        raise ValueError(f"part must be one of {model.parts} for {model.name}, got {part!r}")
+    return part
 
 
 @torch.no_grad()
@@ -594,3 +630,21 @@ class _EncoderStream(_Stream):
         d = self.x.shape[-1]
         return _Frozen("no norm", torch.ones(len(self.x), dtype=torch.float64), lambda v: v,
                        torch.ones(d, dtype=torch.float64), None)
+
+
+class _Seq2SeqStream(_EncoderStream):
+    """An encoder-decoder's stack (T5, BART) at part's layer L self-attention: its sources as
+    score_streams_seq2seq.stack_stream splits them, its attention rebuilt as in the other streams."""
+
+    def __init__(self, model: PretrainedModel, ids: Sequence[int], decoder_ids: Sequence[int], part: str,
+                 layer: int) -> None:
+        from .score_streams_seq2seq import stack_stream
+
+        split = stack_stream(model, ids, decoder_ids, part, layer)
+        self.model, self.sources, self.x, self.residual_error = model, split.sources, split.x, split.residual_error
+        self.post_error = 0.0
+        self._rebuild(split.site, split.rec, split.outputs, layer, part)
+
+    def affine(self, norm: nn.Module) -> _Frozen:
+        """The pre-attention norm (T5's) frozen at its scales on x; the identity where there is none (BART)."""
+        return super().affine(norm) if isinstance(norm, nn.Identity) else _Stream.affine(self, norm)

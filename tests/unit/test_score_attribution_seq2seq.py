@@ -1,0 +1,145 @@
+"""Score attribution in encoder-decoders, on tiny random T5 (pre-norm RMSNorm, a relative position bias, no score
+scaling): for every layer and head of the encoder's and the decoder's self-attention, at two queries, the (query source
+x key source) terms plus the bias sum to the module's own score, recomputed here from what the attention module
+received through its own q and k Linear layers and T5's own compute_bias; the sources sum to the stream; a removed
+source's row is the unmodified model's own weights with that source subtracted from the layer's block input; dropping
+the largest source breaks the sum."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from mha_viz.analysis import score_attribution
+from mha_viz.analysis.score_streams_seq2seq import stack_stream
+from mha_viz.pretrained import PretrainedModel, bundled_model_dir
+from tests.tiny_causal import random_model
+from tests.unit.test_pretrained_tiny import CONFIGS
+
+TEXT = "the cat sat on the mat . the cat sat on the mat ."
+DECODER_TEXT = "a dog lay on a rug by the door"
+NAMES = ("t5",)
+PARTS = ("encoder", "decoder")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, PretrainedModel]:
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    return {name: PretrainedModel(random_model(AutoModel, CONFIGS[name]()), tokenizer, name=name) for name in NAMES}
+
+
+def stack(m: PretrainedModel, part: str) -> torch.nn.Module:
+    return m.model.encoder if part == "encoder" else m.model.decoder
+
+
+def block(m: PretrainedModel, part: str, layer: int) -> torch.nn.Module:
+    return stack(m, part).block[layer]
+
+
+def attention(m: PretrainedModel, part: str, layer: int) -> torch.nn.Module:
+    return block(m, part, layer).layer[0].SelfAttention
+
+
+def run(m: PretrainedModel, hooks: dict[torch.nn.Module, object]) -> object:
+    """The unmodified model's forward pass on TEXT and DECODER_TEXT (shifted right) with forward pre-hooks (with
+    kwargs) on modules; output_attentions."""
+    ids = torch.tensor([m.encode(TEXT).ids])
+    decoder_ids = torch.tensor([m.encode(DECODER_TEXT, decoder=True).ids])
+    handles = [module.register_forward_pre_hook(hook, with_kwargs=True) for module, hook in hooks.items()]
+    try:
+        with torch.no_grad():
+            return m.model(input_ids=ids, decoder_input_ids=decoder_ids, output_attentions=True, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def own_scores(m: PretrainedModel, part: str, layer: int) -> torch.Tensor:
+    """(H, T, T) the layer's pre-softmax scores, no mask: its module's scaling * q k^T on what the module received
+    (hooked here), through its own q and k Linear layers, plus T5's relative position bias from the stack's own
+    compute_bias (layer 0 computes it for every layer)."""
+    seen = {}
+    a = attention(m, part, layer)
+    run(m, {a: lambda mod, args, kwargs: seen.update(x=args[0] if args else kwargs["hidden_states"])})
+    x = seen["x"]  # (1, T, d)
+    T, H = x.shape[1], a.n_heads
+    with torch.no_grad():
+        q, k = (f(x).view(1, T, H, -1).transpose(1, 2)[0] for f in (a.q, a.k))  # (H, T, d_k) each
+        bias = attention(m, part, 0).compute_bias(T, T)[0]  # (H, T, T)
+        return a.scaling * q @ k.transpose(-1, -2) + bias
+
+
+def attentions_without(m: PretrainedModel, part: str, layer: int, src: torch.Tensor) -> torch.Tensor:
+    """(H, T, T) the unmodified model's own weights of part's layer with src (T, d) subtracted from the layer's block
+    input by a forward pre-hook."""
+    def without(module, args, kwargs):
+        if args:
+            return (args[0] - src,) + args[1:], kwargs
+        return args, {**kwargs, "hidden_states": kwargs["hidden_states"] - src}
+
+    outputs = run(m, {block(m, part, layer): without})
+    return outputs[f"{part}_attentions"][layer][0]
+
+
+@pytest.mark.parametrize("name, part", list(itertools.product(NAMES, PARTS)))
+def test_the_terms_sum_to_the_models_own_score_and_a_removal_is_a_forward_pass(models, name, part):
+    m = models[name]
+    T = len(m.encode(TEXT if part == "encoder" else DECODER_TEXT).ids)
+    moved = 0.0
+    for layer in range(m.num_layers[part]):
+        own = own_scores(m, part, layer)
+        stream = stack_stream(m, m.encode(TEXT).ids, m.encode(DECODER_TEXT, decoder=True).ids, part, layer)
+        removals = {}
+        for head, query in itertools.product(range(own.shape[0]), (1, T - 1)):
+            sa = score_attribution(m, TEXT, layer=layer, head=head, query=query, part=part, decoder_text=DECODER_TEXT)
+            assert sa.keys == tuple(range(T if part == "encoder" else query + 1))  # the decoder's: causal
+            sums = sa.terms.sum((1, 2)) + sum(sa.other.values())  # (keys,) q . k terms and the position bias
+            assert np.abs(sums - own[head, query, list(sa.keys)].double().numpy()).max() <= 1e-5
+            assert sa.check["sum of sources vs stream"] <= 1e-5
+            # a removal: the source that moves this row most, against a hooked forward pass without it
+            i = int(np.argmax(np.abs(sa.removed - sa.weights).max(1)))
+            source = sa.sources[i]
+            if source not in removals:
+                removals[source] = attentions_without(m, part, layer, stream.sources[source])
+            expected = removals[source][head, query].double().numpy()
+            assert np.abs(sa.removed[i] - expected).max() <= 1e-5
+            moved = max(moved, float(np.abs(expected - sa.weights).max()))
+            # negative control: the source that adds most, dropped from both sides, no longer adds up
+            terms = sa.terms.sum((1, 2))
+            share = np.abs(sa.terms.sum(2) + sa.terms.sum(1) - np.diagonal(sa.terms, axis1=1, axis2=2)).max(0)
+            j = int(np.argmax(share))
+            kept = np.delete(np.delete(sa.terms, j, axis=1), j, axis=2).sum((1, 2))
+            assert np.abs(kept - terms).max() > 1e-3
+    assert moved > 1e-3  # the removals mattered: the rows compared are not the unchanged one
+
+
+def test_t5s_token_source_is_its_embedding_and_the_decoder_reads_cross_attention_heads(models):
+    m = models["t5"]
+    enc, dec = m.encode(TEXT).ids, m.encode(DECODER_TEXT, decoder=True).ids
+    stream = stack_stream(m, enc, dec, "decoder", 1)
+    with torch.no_grad():
+        token = m.model.shared(torch.tensor([dec]))[0]
+    assert torch.allclose(stream.sources["token"], token, atol=1e-6)
+    sa = score_attribution(m, TEXT, layer=1, head=0, query=3, part="decoder", decoder_text=DECODER_TEXT)
+    assert sa.sources == ("token", "0.0", "0.1", "0.2", "0.3", "0 cross.0", "0 cross.1", "0 cross.2", "0 cross.3",
+                          "0 MLP", "bias")  # no positions: T5's are the relative bias, a term outside q . k
+    assert list(sa.other) == ["relative position bias"] and sa.norm == "RMSNorm"
+    assert sa.tokens == tuple(m.encode(DECODER_TEXT, decoder=True).tokens)
+
+
+def test_the_encoder_is_the_default_part_and_cross_attention_is_refused_with_its_reason(models):
+    m = models["t5"]
+    T = len(m.encode(TEXT).ids)
+    default = score_attribution(m, TEXT, layer=1, head=2, query=T - 1)
+    encoder = score_attribution(m, TEXT, layer=1, head=2, query=T - 1, part="encoder")
+    assert default.keys == tuple(range(T)) and np.array_equal(default.terms, encoder.terms)
+    with pytest.raises(ValueError, match="splits self-attention: a cross-attention"):
+        score_attribution(m, TEXT, layer=0, head=0, query=1, part="cross")
+    with pytest.raises(ValueError, match="part must be one of"):
+        score_attribution(m, TEXT, layer=0, head=0, query=1, part="middle")
