@@ -1,9 +1,9 @@
 """Score attribution in encoder-decoders, on tiny random T5 (pre-norm RMSNorm, a relative position bias, no score
-scaling): for every layer and head of the encoder's and the decoder's self-attention, at two queries, the (query source
-x key source) terms plus the bias sum to the module's own score, recomputed here from what the attention module
-received through its own q and k Linear layers and T5's own compute_bias; the sources sum to the stream; a removed
-source's row is the unmodified model's own weights with that source subtracted from the layer's block input; dropping
-the largest source breaks the sum."""
+scaling) and BART (post-norm LayerNorms, learned positions read at position + 2, embed_scale): for every layer and head
+of the encoder's and the decoder's self-attention, at two queries, the (query source x key source) terms plus the bias
+sum to the module's own score, recomputed here from what the attention module received through its own q and k Linear
+layers and T5's own compute_bias; the sources sum to the stream; a removed source's row is the unmodified model's own
+weights with that source subtracted from the layer's block input; dropping the largest source breaks the sum."""
 
 from __future__ import annotations
 
@@ -12,17 +12,20 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel, AutoTokenizer, BartConfig
 
 from mha_viz.analysis import score_attribution
 from mha_viz.analysis.score_streams_seq2seq import stack_stream
 from mha_viz.pretrained import PretrainedModel, bundled_model_dir
 from tests.tiny_causal import random_model
-from tests.unit.test_pretrained_tiny import CONFIGS
+from tests.unit.test_pretrained_tiny import CONFIGS, ENC_DEC, V
 
 TEXT = "the cat sat on the mat . the cat sat on the mat ."
 DECODER_TEXT = "a dog lay on a rug by the door"
-NAMES = ("t5",)
+NAMES = ("t5", "bart")
+BUILD = {"t5": CONFIGS["t5"],  # BART with its embeddings scaled by sqrt(d_model), as BART-large
+         "bart": lambda: BartConfig(vocab_size=V, bos_token_id=101, decoder_start_token_id=102, scale_embedding=True,
+                                    **ENC_DEC)}
 PARTS = ("encoder", "decoder")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -31,7 +34,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def models() -> dict[str, PretrainedModel]:
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
-    return {name: PretrainedModel(random_model(AutoModel, CONFIGS[name]()), tokenizer, name=name) for name in NAMES}
+    return {name: PretrainedModel(random_model(AutoModel, BUILD[name]()), tokenizer, name=name) for name in NAMES}
 
 
 def stack(m: PretrainedModel, part: str) -> torch.nn.Module:
@@ -39,11 +42,11 @@ def stack(m: PretrainedModel, part: str) -> torch.nn.Module:
 
 
 def block(m: PretrainedModel, part: str, layer: int) -> torch.nn.Module:
-    return stack(m, part).block[layer]
+    return stack(m, part).block[layer] if m.architecture == "t5" else stack(m, part).layers[layer]
 
 
 def attention(m: PretrainedModel, part: str, layer: int) -> torch.nn.Module:
-    return block(m, part, layer).layer[0].SelfAttention
+    return block(m, part, layer).layer[0].SelfAttention if m.architecture == "t5" else block(m, part, layer).self_attn
 
 
 def run(m: PretrainedModel, hooks: dict[torch.nn.Module, object]) -> object:
@@ -68,10 +71,12 @@ def own_scores(m: PretrainedModel, part: str, layer: int) -> torch.Tensor:
     a = attention(m, part, layer)
     run(m, {a: lambda mod, args, kwargs: seen.update(x=args[0] if args else kwargs["hidden_states"])})
     x = seen["x"]  # (1, T, d)
-    T, H = x.shape[1], a.n_heads
+    t5 = m.architecture == "t5"
+    T, H = x.shape[1], a.n_heads if t5 else a.num_heads
     with torch.no_grad():
-        q, k = (f(x).view(1, T, H, -1).transpose(1, 2)[0] for f in (a.q, a.k))  # (H, T, d_k) each
-        bias = attention(m, part, 0).compute_bias(T, T)[0]  # (H, T, T)
+        projections = (a.q, a.k) if t5 else (a.q_proj, a.k_proj)
+        q, k = (f(x).view(1, T, H, -1).transpose(1, 2)[0] for f in projections)  # (H, T, d_k) each
+        bias = attention(m, part, 0).compute_bias(T, T)[0] if t5 else 0  # (H, T, T)
         return a.scaling * q @ k.transpose(-1, -2) + bias
 
 
@@ -143,3 +148,27 @@ def test_the_encoder_is_the_default_part_and_cross_attention_is_refused_with_its
         score_attribution(m, TEXT, layer=0, head=0, query=1, part="cross")
     with pytest.raises(ValueError, match="part must be one of"):
         score_attribution(m, TEXT, layer=0, head=0, query=1, part="middle")
+
+
+def test_barts_embeddings_are_token_and_position_through_the_frozen_embeddings_norm(models):
+    """BART's first sources, computed here: the token embedding times sqrt(d_model) and the learned position
+    embedding at row position + 2, each through layernorm_embedding frozen at its scale on their sum (centred,
+    times gamma, over s); the norm's beta (and later W_O biases) in "biases (norms, W_O)"."""
+    m = models["bart"]
+    ids = m.encode(TEXT).ids
+    T, encoder = len(ids), m.model.encoder
+    with torch.no_grad():
+        token = encoder.embed_tokens.weight[list(ids)].double() * m.model.config.d_model ** 0.5  # (T, d)
+        position = encoder.embed_positions.weight[2:T + 2].double()  # (T, d)
+    norm = encoder.layernorm_embedding
+    x = token + position
+    s = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + norm.eps)  # (T, 1)
+    stream = stack_stream(m, ids, m.encode(DECODER_TEXT, decoder=True).ids, "encoder", 0)
+    assert list(stream.sources) == ["token", "position", "biases (norms, W_O)"]
+    for name, part in (("token", token), ("position", position)):
+        expected = norm.weight.double() * (part - part.mean(-1, keepdim=True)) / s
+        assert (stream.sources[name].double() - expected.detach()).abs().max() <= 1e-5
+    sa = score_attribution(m, TEXT, layer=1, head=0, query=3, part="decoder", decoder_text=DECODER_TEXT)
+    assert sa.sources == ("token", "position", "0.0", "0.1", "0.2", "0.3", "0 cross.0", "0 cross.1", "0 cross.2",
+                          "0 cross.3", "0 MLP", "biases (norms, W_O)", "bias")
+    assert sa.other == {} and sa.norm == "no norm"
