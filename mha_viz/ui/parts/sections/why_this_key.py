@@ -48,7 +48,14 @@ def render(c: SectionContext) -> None:
     if reason is not None:
         st.info(f"Why this key is unavailable: {plain(reason)}.")
         return
-    kinds = ("softmax",) if model is None else model.layer_kinds()
+    split = {} if model is None or model.kind != "encoder-decoder" else {  # an encoder-decoder's stack (cross: refused)
+        "part": c.source.part, "decoder_text": c.source.decoder_text}
+    if split.get("part") == "cross":
+        st.info("Why this key splits self-attention scores over one stream: a cross-attention's queries come from the "
+                "decoder's stream and its keys from the encoder's output. Pick the encoder's or the decoder's "
+                "self-attention.")
+        return
+    kinds = ("softmax",) if model is None else model.layer_kinds(split.get("part"))
     if kinds[c.layer] != "softmax":
         attention = [i for i, kind in enumerate(kinds) if kind == "softmax"]
         st.info(f"Why this key splits softmax attention scores: layer {c.layer} is a {kinds[c.layer]} mixer. "
@@ -81,7 +88,7 @@ def render(c: SectionContext) -> None:
     try:
         sa = by_input(head, query) if model is None else c.source.memo(
             ("score attribution", c.layer, head, query),
-            lambda: score_attribution(model, c.source.text, layer=c.layer, head=head, query=query))
+            lambda: score_attribution(model, c.source.text, layer=c.layer, head=head, query=query, **split))
     except ValueError as err:
         st.warning(f"Cannot split this score: {plain(str(err))}")
         return
@@ -95,7 +102,7 @@ def render(c: SectionContext) -> None:
     maps = [(sa, "")]  # a differential head (DiffLlama): its two maps, query heads h and h + H, each split
     if trace.maps is not None and model is not None:
         second = c.source.memo(("score attribution", c.layer, head + trace.num_heads, query), lambda: score_attribution(
-            model, c.source.text, layer=c.layer, head=head + trace.num_heads, query=query))
+            model, c.source.text, layer=c.layer, head=head + trace.num_heads, query=query, **split))
         lam = float(trace.lambdas[head])
         maps = [(sa, f"**Map 1** of differential head {head} (its weights count once):"),
                 (second, f"**Map 2** (its weights count −λ = −{lam:.3f} times; weights = map 1 − λ map 2):")]
@@ -122,7 +129,7 @@ def render(c: SectionContext) -> None:
                   f"each position (at the query: {sa.norm_scales[query]:.4g}); *bias* is what does not depend on the "
                   "input (the norm's shift and the projection's bias). The bars recompute the row exactly, norm "
                   "included.") if sa.norm != "no norm" else (
-        "The layer reads the stream with no norm before it: in this post-norm encoder each LayerNorm comes after a "
+        "The layer reads the stream with no norm before it: in this post-norm stack each LayerNorm comes after a "
         "sublayer, and every one on the way was frozen at its scale at each position, so each source went through "
         "them; *biases (norms, W_O)* is their shifts and the output projections' biases, *bias* the projection's. "
         "The bars rerun the layer with each source taken out of its input.")
