@@ -22,7 +22,9 @@ Removing a source is not linear (the norm's scale changes): removed[a] is the qu
 a taken out of the stream at every position, recomputed exactly with the real norm.
 
 In an encoder-decoder (T5, BART) the encoder's or the decoder's self-attention is split the same way, over its
-stack's stream (score_streams_seq2seq: the decoder's reads the encoder through its cross-attention heads).
+stack's stream (score_streams_seq2seq: the decoder's reads the encoder through its cross-attention heads). A
+cross-attention's terms are (decoder source x encoder source): its keys read the encoder's output, whose sources go
+through the encoder's final norm (T5's) frozen at its scales; removed[a] takes a source out of one side only.
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ class ScoreAttribution:
     norm: str  # "LayerNorm" or "RMSNorm": the pre-attention norm, frozen at norm_scales
     norm_scales: np.ndarray  # (T,) s_p, measured on the real stream
     check: dict[str, float]  # max abs differences: the terms' sums vs the scores, the sources vs the stream
+    key_sources: tuple[str, ...] | None = None  # cross-attention: the key side's sources (the encoder output's), the
+    # columns of terms; removed then has a row for each query source but "bias", then each key source but "bias"
+    key_tokens: tuple[str, ...] | None = None  # cross-attention: the encoder's input, where the keys are
 
     def table(self, key: int) -> np.ndarray:
         """(sources, sources): the terms of the score of `key` (a position in keys)."""
@@ -88,15 +93,15 @@ class ScoreAttribution:
 
     def largest(self, key: int, n: int = 3) -> list[tuple[str, str, float]]:
         """The n terms of key's score largest in size: (query source, key source, term)."""
-        table = self.table(key)
+        table, columns = self.table(key), self.key_sources or self.sources
         order = np.argsort(-np.abs(table), axis=None)[:n]
-        return [(self.sources[a], self.sources[b], float(table[a, b])) for a, b in zip(*np.unravel_index(order, table.shape))]
+        return [(self.sources[a], columns[b], float(table[a, b])) for a, b in zip(*np.unravel_index(order, table.shape))]
 
 
 def score_attribution_unavailable(model: PretrainedModel) -> str | None:
     """Why score_attribution cannot split this model's scores, or None where it can: it needs a decoder-only model
     whose residual stream, pre-attention norms and projections mha-viz knows, of softmax layers only, a post-norm
-    encoder, or an encoder-decoder whose stacks it knows (their self-attention)."""
+    encoder, or an encoder-decoder whose stacks it knows (their self-attention and the cross-attention)."""
     adapter = getattr(model, "adapter", None)
     if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
         return f"{model.name} is a TransformerLens model: score attribution reads a Hugging Face model's modules"
@@ -119,8 +124,9 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
                       ) -> ScoreAttribution:
     """Split the score of (query, key) of one head (every key the query sees when key is None) into the terms of the
     module docstring. part: an encoder-decoder's "encoder" or "decoder" self-attention (default: the encoder; the
-    decoder reads decoder_text, default text, as PretrainedModel.trace does); a one-stack model's own part. ValueError
-    for a model, part, layer, head or position it cannot split, saying why."""
+    decoder reads decoder_text, default text, as PretrainedModel.trace does) or its "cross"-attention, whose queries'
+    sources (the decoder's) and keys' (the encoder output's: key_sources) differ; a one-stack model's own part.
+    ValueError for a model, part, layer, head or position it cannot split, saying why."""
     reason = score_attribution_unavailable(model)
     if reason is not None:
         raise ValueError(f"score attribution is unavailable: {reason}")
@@ -148,12 +154,12 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
         raise ValueError(f"decoder_text is for encoder-decoder models; {model.name} is a {model.kind} model")
     source = model.encode(text)  # an encoder-decoder's decoder reads decoder_text (default: text) shifted right
     decoder = model.encode(text if decoder_text is None else decoder_text, decoder=True) if seq2seq else None
-    enc = decoder if part == "decoder" and seq2seq else source  # the tokens whose stream is split
-    T = len(enc.ids)
+    enc = decoder if part != "encoder" and seq2seq else source  # the tokens whose stream is split
+    T, S = len(enc.ids), len((source if part == "cross" else enc).ids)  # queries, keys (cross: the encoder's)
     if not 0 <= query < T:
         raise ValueError(f"query {query} is not a position of the {T}-token input (0..{T - 1})")
-    if key is not None and not 0 <= key < T:
-        raise ValueError(f"key {key} is not a position of the {T}-token input (0..{T - 1})")
+    if key is not None and not 0 <= key < S:
+        raise ValueError(f"key {key} is not a position of the {S}-token input (0..{S - 1})")
 
     if seq2seq:
         stream = _Seq2SeqStream(model, source.ids, decoder.ids, part, layer)
@@ -162,13 +168,15 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     var = stream.variations
     affine = stream.affine(norm)
     names = (*stream.sources, "bias")
-    scores = stream.scores[head, query]  # (T,) the trace's rebuilt row, masked -inf
-    visible = [j for j in range(T) if torch.isfinite(scores[j])] if key is None else [key]
+    key_affine, key_sources = (stream.key_affine, stream.key_sources) if part == "cross" else (affine, stream.sources)
+    key_names = (*key_sources, "bias")  # cross-attention: the encoder output's sources, through its final norm
+    scores = stream.scores[head, query]  # (S,) the trace's rebuilt row, masked -inf
+    visible = [j for j in range(S) if torch.isfinite(scores[j])] if key is None else [key]
     if key is not None and not torch.isfinite(scores[key]):
         raise ValueError(f"query {query} does not see key {key} in layer {layer} (masked): its score is -inf")
-    need = len(visible) * len(names) ** 2 * 8
+    need = len(visible) * len(names) * len(key_names) * 8
     if need > MAX_TABLE_BYTES:
-        raise ValueError(f"{len(visible):,} keys x {len(names)} x {len(names)} sources would take "
+        raise ValueError(f"{len(visible):,} keys x {len(names)} x {len(key_names)} sources would take "
                          f"{need / 2**20:,.0f} MiB, more than {MAX_TABLE_BYTES / 2**20:,.0f} MiB: ask for one key")
     sources = list(stream.sources.values())
     W = b = None
@@ -178,7 +186,7 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
         q, k = stream.module_parts(site, affine, head, query, visible)
     else:
         q = affine.projected(sources, [query], W["Q"], b["Q"])  # (S, 1, d_k): each source's part of the query
-        k = affine.projected(sources, visible, W["K"], b["K"])  # (S, keys, d_k): and of each key
+        k = key_affine.projected(list(key_sources.values()), visible, W["K"], b["K"])  # (S, keys, d_k): each key
         offset = model.adapter.norm_weight_offset
         q = _head_normed(var.q_norm, q, offset, [query])  # QK-norm, frozen too
         k = _head_normed(var.k_norm, k, offset, visible)
@@ -196,27 +204,25 @@ def score_attribution(model: PretrainedModel, text: str, *, layer: int, head: in
     check = {"sum of terms vs score": float((rebuilt - scores[visible].double()).abs().max()),
              "sum of sources vs stream": stream.residual_error,
              "frozen norm vs the attention's input": float((whole.sum(0) - stream.attention_input).abs().max()),
-             "frozen post-attention norms vs the norms": stream.post_error}
+             "frozen post-attention norms vs the norms": stream.post_error,
+             **(stream.key_check if part == "cross" else {})}
     return ScoreAttribution(
         tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
         terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
         weights=stream.weights[head, query].double().numpy(),
         removed=(stream.removed(norm, W, b, head, query) if W is not None
                  else stream.removed_by_module(norm, site, head, query)).numpy(), norm=affine.kind,
-        norm_scales=affine.scales.numpy(), check=check)
+        norm_scales=affine.scales.numpy(), check=check, key_sources=key_names if part == "cross" else None,
+        key_tokens=source.tokens if part == "cross" else None)
 
 
 def _part(model: PretrainedModel, part: str | None) -> str:
-    """The part whose self-attention is split: a one-stack model's own, an encoder-decoder's encoder by default.
-    ValueError for cross-attention or a part the model does not have."""
+    """The part whose attention is split: a one-stack model's own, an encoder-decoder's encoder by default (or its
+    decoder or cross-attention). ValueError for a part the model does not have."""
     own = "encoder" if model.adapter.kind == "encoder" else "decoder"
     if part is None:
         return "encoder" if model.adapter.kind == "encoder-decoder" else own
-    if part == "cross" and model.adapter.kind == "encoder-decoder":
-        raise ValueError("score attribution splits self-attention: a cross-attention's queries come from the "
-                         "decoder's stream and its keys from the encoder's output, two streams of different sources "
-                         "that one (query source x key source) table does not hold yet")
-    if part not in (("encoder", "decoder") if model.adapter.kind == "encoder-decoder" else (own,)):
+    if part not in (model.parts if model.adapter.kind == "encoder-decoder" else (own,)):
         raise ValueError(f"part must be one of {model.parts} for {model.name}, got {part!r}")
     return part
 
@@ -633,18 +639,57 @@ class _EncoderStream(_Stream):
 
 
 class _Seq2SeqStream(_EncoderStream):
-    """An encoder-decoder's stack (T5, BART) at part's layer L self-attention: its sources as
-    score_streams_seq2seq.stack_stream splits them, its attention rebuilt as in the other streams."""
+    """An encoder-decoder's stack (T5, BART) at part's layer L attention: its sources as
+    score_streams_seq2seq.stack_stream splits them, its attention rebuilt as in the other streams. Cross-attention:
+    the queries read the decoder's stream before the layer's cross-attention, the keys the encoder's output, whose
+    own sources (key_sources) go through the encoder's final norm (T5's) frozen at its scales (key_affine)."""
 
     def __init__(self, model: PretrainedModel, ids: Sequence[int], decoder_ids: Sequence[int], part: str,
                  layer: int) -> None:
         from .score_streams_seq2seq import stack_stream
 
-        split = stack_stream(model, ids, decoder_ids, part, layer)
+        stack, step = ("decoder", "cross") if part == "cross" else (part, "self")
+        split = stack_stream(model, ids, decoder_ids, stack, layer, step)
         self.model, self.sources, self.x, self.residual_error = model, split.sources, split.x, split.residual_error
         self.post_error = 0.0
         self._rebuild(split.site, split.rec, split.outputs, layer, part)
+        self.key_sources: dict[str, Tensor] | None = None
+        if part == "cross":
+            encoder = stack_stream(model, ids, decoder_ids, "encoder", model.num_layers["encoder"])
+            final = model.adapter.stack_layout("encoder").final_norm
+            self.final = nn.Identity() if final is None else final
+            self.key_sources, self.key_x = encoder.sources, encoder.x  # (S, d) each
+            self.key_affine = self._identity(encoder.x) if final is None else _Frozen.of(final, encoder.x)
+            self.residual_error = max(self.residual_error, encoder.residual_error)
+            whole = self.key_affine.projected([encoder.x], range(len(encoder.x)), torch.eye(encoder.x.shape[-1]).double())
+            real = self.model.adapter.final_hidden(split.outputs, "encoder")[0].double().cpu()  # what the keys read
+            self.key_check = {"frozen final norm vs the encoder's output": float((whole.sum(0) - real).abs().max())}
+
+    @staticmethod
+    def _identity(x: Tensor) -> _Frozen:
+        """No norm: the identity, as a frozen norm at x's positions (T, d)."""
+        return _Frozen("no norm", torch.ones(len(x), dtype=torch.float64), lambda v: v,
+                       torch.ones(x.shape[-1], dtype=torch.float64), None)
 
     def affine(self, norm: nn.Module) -> _Frozen:
         """The pre-attention norm (T5's) frozen at its scales on x; the identity where there is none (BART)."""
-        return super().affine(norm) if isinstance(norm, nn.Identity) else _Stream.affine(self, norm)
+        return self._identity(self.x) if isinstance(norm, nn.Identity) else _Stream.affine(self, norm)
+
+    def removed(self, norm: nn.Module, W: dict[str, Tensor], b: dict[str, Tensor], head: int, query: int) -> Tensor:
+        """Self-attention: _Stream.removed. Cross-attention: (query sources + key sources, S): the row with each query
+        source taken out of the decoder's stream (through the real norm before the cross-attention), then with each
+        key source taken out of the encoder's output (through its real final norm), the other side as it was."""
+        if self.key_sources is None:
+            return super().removed(norm, W, b, head, query)
+        W, b = {n: w.float() for n, w in W.items()}, {n: v.float() for n, v in b.items()}
+        one = _one_head(self.variations, head)
+
+        def projected(module: nn.Module, x: Tensor, parts: Sequence[Tensor], n: str) -> Tensor:  # (1 + c, ., d_k)
+            inputs = torch.stack([x.float(), *(x.float() - src for src in parts)])  # the real x first
+            return module(inputs.to(self.dtype)).float() @ W[n] + b[n]
+
+        q = projected(norm, self.x, list(self.sources.values()), "Q")  # (1 + S_q, T, d_k)
+        k = projected(self.final, self.key_x, list(self.key_sources.values()), "K")  # (1 + S_k, S, d_k)
+        rows = [attend(q[1:], k[:1].expand(len(q) - 1, -1, -1), k[:1].expand(len(q) - 1, -1, -1), one).weights,
+                attend(q[:1].expand(len(k) - 1, -1, -1), k[1:], k[1:], one).weights]
+        return torch.cat(rows)[:, query].double()

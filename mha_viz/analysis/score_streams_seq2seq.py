@@ -1,5 +1,6 @@
-"""Score attribution in an encoder-decoder (T5, BART): one stack's residual stream at a layer's self-attention split
-into its sources, step by step as the adapter's StackLayout (mha_viz.pretrained.stacks) names the steps.
+"""Score attribution in an encoder-decoder (T5, BART): one stack's residual stream at a layer's self- or
+cross-attention, or at its output, split into its sources, step by step as the adapter's StackLayout
+(mha_viz.pretrained.stacks) names the steps.
 
 Each step adds to the stream x at every position:
     attention (self or cross)   sum_h c_h W_O^(h)T + b_O     heads "i.h" (self), "i cross.h" (cross); b_O: constant
@@ -32,28 +33,34 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class StackStream:
-    """Part's layer L self-attention's stream, split; from one forward pass on ids and decoder_ids."""
+    """Part's stream at one attention (or at its output), split; from one forward pass on ids and decoder_ids."""
 
     sources: dict[str, Tensor]  # name -> (T, d) float32, in the order they enter the stream; none that is 0
-    x: Tensor  # (T, d) float64: the stream the attention reads (through its own norm, T5's)
+    x: Tensor  # (T, d) float64: the stream the attention reads (through its own norm, T5's), or the stack's output
+    # before its final norm
     residual_error: float  # max abs difference of the sources' sum and the real stream, at every step on the way
-    site: Site  # the attention's modules
-    rec: Recorder  # what the attention received and returned in that pass
+    site: Site | None  # the attention's modules (None: the stack's output)
+    rec: Recorder | None  # what the attention received and returned in that pass
     outputs: Any  # the model's outputs (its own attention weights)
 
 
 @torch.no_grad()
-def stack_stream(model: PretrainedModel, ids: Sequence[int], decoder_ids: Sequence[int], part: str,
-                 layer: int) -> StackStream:
-    """The sources of part's ("encoder" or "decoder") stream at layer's self-attention, in the module docstring's
-    steps."""
+def stack_stream(model: PretrainedModel, ids: Sequence[int], decoder_ids: Sequence[int], part: str, layer: int,
+                 step: str = "self") -> StackStream:
+    """The sources of part's ("encoder" or "decoder") stream at layer's step ("self" or "cross" attention) in the
+    module docstring's steps; layer = the stack's number of layers: at its output (before its final norm)."""
     adapter = model.adapter
     layout = adapter.stack_layout(part)
-    target = layout.step(layer, "self")
-    steps = [(i, step) for i in range(layer) for step in layout.layers[i]]
-    taps = [layout.embeddings, target.before, *(t for _, s in steps for t in (s.before, s.after)),
+    end = layer == len(layout.layers)
+    target = None if end else layout.step(layer, step)
+    steps = [(i, s) for i in range(layer) for s in layout.layers[i]]
+    if target is not None:  # the steps of the layer before the target (the decoder's self-attention before its cross)
+        steps += [(layer, s) for s in layout.layers[layer][:layout.layers[layer].index(target)]]
+    last = steps[-1][1] if end else target
+    here = ((last.norm, "out") if last.norm is not None else last.after) if end else target.before  # the stream x
+    taps = [layout.embeddings, here, *(t for _, s in steps for t in (s.before, s.after)),
             *((s.site.out, "in") for _, s in steps if s.site is not None)]  # the stream at each step; each concat
-    with _taps(taps) as seen, Recorder(target.site) as rec:
+    with _taps(taps) as seen, Recorder(target.site) if target else contextlib.nullcontext() as rec:
         outputs = adapter.forward(list(ids), list(decoder_ids))
     stack_ids = torch.tensor([list(ids if part == "encoder" else decoder_ids)], device=adapter.device())
     with loaded(layout.embed):
@@ -72,29 +79,29 @@ def stack_stream(model: PretrainedModel, ids: Sequence[int], decoder_ids: Sequen
 
     if layout.embeddings_norm is not None:
         normed(layout.embeddings_norm, embeddings)
-    for i, step in steps:
-        before = seen[_key(step.before)]
+    for i, sub in steps:
+        before = seen[_key(sub.before)]
         error = max(error, float((sum(sources.values()) + constant - before).abs().max()))
-        if step.site is None:
-            sources[f"{i} MLP"] = seen[_key(step.after)] - before
+        if sub.site is None:
+            sources[f"{i} MLP"] = seen[_key(sub.after)] - before
         else:
-            with loaded(step.site.out):
-                W_O, b_O = adapter.out_weights(step.site)  # (d, H*d_v), (d,)
-            H = step.site.num_heads
+            with loaded(sub.site.out):
+                W_O, b_O = adapter.out_weights(sub.site)  # (d, H*d_v), (d,)
+            H = sub.site.num_heads
             W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
-            c = seen[_key((step.site.out, "in"))].view(len(before), H, -1).transpose(0, 1)  # (H, T, d_v)
-            name = f"{i}." if step.name == "self" else f"{i} cross."
+            c = seen[_key((sub.site.out, "in"))].view(len(before), H, -1).transpose(0, 1)  # (H, T, d_v)
+            name = f"{i}." if sub.name == "self" else f"{i} cross."
             sources |= {f"{name}{h}": head for h, head in enumerate(torch.bmm(c, W_h))}  # (T, d) each
             if b_O is not None:
                 constant = constant + b_O.detach().double().cpu()
-        if step.norm is not None:
-            normed(step.norm, seen[_key(step.after)])
-    x = seen[_key(target.before)]  # (T, d)
+        if sub.norm is not None:
+            normed(sub.norm, seen[_key(sub.after)])
+    x = seen[_key(here)]  # (T, d)
     sources["biases (norms, W_O)"] = constant
     zero = 1e-6 * float(x.abs().max())  # what a difference of two float32 streams leaves of a part that adds 0
     kept = {name: src.float() for name, src in sources.items() if src.abs().amax() > zero}
     error = max(error, float((sum(s.double() for s in kept.values()) - x).abs().max()))
-    return StackStream(kept, x, error, target.site, rec, outputs)
+    return StackStream(kept, x, error, None if target is None else target.site, rec, outputs)
 
 
 def _key(tap: Tap) -> tuple[int, str]:

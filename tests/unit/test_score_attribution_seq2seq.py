@@ -3,7 +3,8 @@ scaling) and BART (post-norm LayerNorms, learned positions read at position + 2,
 of the encoder's and the decoder's self-attention, at two queries, the (query source x key source) terms plus the bias
 sum to the module's own score, recomputed here from what the attention module received through its own q and k Linear
 layers and T5's own compute_bias; the sources sum to the stream; a removed source's row is the unmodified model's own
-weights with that source subtracted from the layer's block input; dropping the largest source breaks the sum."""
+weights with that source subtracted from the layer's block input; dropping the largest source breaks the sum. Their
+cross-attention splits the same way, decoder sources against the encoder output's."""
 
 from __future__ import annotations
 
@@ -138,16 +139,101 @@ def test_t5s_token_source_is_its_embedding_and_the_decoder_reads_cross_attention
     assert sa.tokens == tuple(m.encode(DECODER_TEXT, decoder=True).tokens)
 
 
-def test_the_encoder_is_the_default_part_and_cross_attention_is_refused_with_its_reason(models):
+def test_the_encoder_is_the_default_part_and_bad_parts_and_keys_are_refused(models):
     m = models["t5"]
     T = len(m.encode(TEXT).ids)
     default = score_attribution(m, TEXT, layer=1, head=2, query=T - 1)
     encoder = score_attribution(m, TEXT, layer=1, head=2, query=T - 1, part="encoder")
     assert default.keys == tuple(range(T)) and np.array_equal(default.terms, encoder.terms)
-    with pytest.raises(ValueError, match="splits self-attention: a cross-attention"):
-        score_attribution(m, TEXT, layer=0, head=0, query=1, part="cross")
     with pytest.raises(ValueError, match="part must be one of"):
         score_attribution(m, TEXT, layer=0, head=0, query=1, part="middle")
+    with pytest.raises(ValueError, match=f"key {T} is not a position of the {T}-token input"):  # the encoder's keys
+        score_attribution(m, TEXT, layer=0, head=0, query=1, key=T, part="cross", decoder_text=DECODER_TEXT)
+
+
+def cross_attention(m: PretrainedModel, layer: int) -> torch.nn.Module:
+    decoder = block(m, "decoder", layer)
+    return decoder.layer[1].EncDecAttention if m.architecture == "t5" else decoder.encoder_attn
+
+
+def own_cross_scores(m: PretrainedModel, layer: int) -> torch.Tensor:
+    """(H, T, S) the cross-attention's scores: its module's scaling * q k^T, q from the decoder states it received
+    and k from the encoder states (key_value_states), through its own q and k Linear layers (T5: no bias)."""
+    seen = {}
+    a = cross_attention(m, layer)
+    run(m, {a: lambda mod, args, kwargs: seen.update(x=args[0] if args else kwargs["hidden_states"],
+                                                    context=kwargs["key_value_states"])})
+    t5 = m.architecture == "t5"
+    H = a.n_heads if t5 else a.num_heads
+    with torch.no_grad():
+        q_proj, k_proj = (a.q, a.k) if t5 else (a.q_proj, a.k_proj)
+        q = q_proj(seen["x"]).view(1, seen["x"].shape[1], H, -1).transpose(1, 2)[0]  # (H, T, d_k)
+        k = k_proj(seen["context"]).view(1, seen["context"].shape[1], H, -1).transpose(1, 2)[0]  # (H, S, d_k)
+        return a.scaling * q @ k.transpose(-1, -2)
+
+
+def cross_without(m: PretrainedModel, layer: int, side: str, src: torch.Tensor) -> torch.Tensor:
+    """(H, T, S) the unmodified model's own cross-attention weights of layer with src taken out of one side: "query"
+    from the decoder's stream where the layer's cross-attention step reads it (a pre-hook on T5's cross sublayer, on
+    BART's encoder_attn); "key" from the encoder's output before its final norm, as this layer's keys read it (a
+    pre-hook on the layer's cross-attention module giving it final_layer_norm(output - src) as key_value_states,
+    the output hooked at T5's final_layer_norm's input, at BART's last encoder layer's output)."""
+    t5 = m.architecture == "t5"
+    if side == "query":
+        module = block(m, "decoder", layer).layer[1] if t5 else cross_attention(m, layer)
+        outputs = run(m, {module: lambda mod, args, kwargs: ((args[0] - src,) + args[1:], kwargs)})
+        return outputs.cross_attentions[layer][0]
+    seen = {}
+    final = m.model.encoder.final_layer_norm if t5 else torch.nn.Identity()
+    handle = (final.register_forward_pre_hook(lambda mod, args: seen.update(x=args[0])) if t5 else
+              m.model.encoder.layers[-1].register_forward_hook(lambda mod, args, output: seen.update(x=output)))
+    try:
+        run(m, {})
+    finally:
+        handle.remove()
+    with torch.no_grad():
+        keys = final(seen["x"] - src)  # (1, S, d)
+    outputs = run(m, {cross_attention(m, layer): lambda mod, args, kwargs: (args, {**kwargs, "key_value_states": keys})})
+    return outputs.cross_attentions[layer][0]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cross_attention_splits_decoder_sources_against_encoder_sources(models, name):
+    """Queries from the decoder's stream, keys from the encoder's output: for every layer and head, at two queries,
+    the (decoder source x encoder source) terms sum to the module's own score; a query source's removal and a key
+    source's removal each equal a hooked forward pass without it; dropping the largest key source breaks the sum."""
+    m = models[name]
+    ids, decoder_ids = m.encode(TEXT).ids, m.encode(DECODER_TEXT, decoder=True).ids
+    T, S = len(decoder_ids), len(ids)
+    encoder = stack_stream(m, ids, decoder_ids, "encoder", m.num_layers["encoder"])
+    moved = 0.0
+    for layer in range(m.num_layers["cross"]):
+        own = own_cross_scores(m, layer)
+        decoder = stack_stream(m, ids, decoder_ids, "decoder", layer, "cross")
+        assert f"{layer}.0" in decoder.sources  # the layer's own self-attention heads come before its cross step
+        removals = {}
+        for head, query in itertools.product(range(own.shape[0]), (1, T - 1)):
+            sa = score_attribution(m, TEXT, layer=layer, head=head, query=query, part="cross",
+                                   decoder_text=DECODER_TEXT)
+            assert sa.keys == tuple(range(S)) and sa.key_tokens == m.encode(TEXT).tokens
+            assert sa.sources == (*decoder.sources, "bias") and sa.key_sources == (*encoder.sources, "bias")
+            assert sa.terms.shape == (S, len(sa.sources), len(sa.key_sources))
+            sums = sa.terms.sum((1, 2)) + sum(sa.other.values())
+            assert np.abs(sums - own[head, query].double().numpy()).max() <= 1e-5
+            assert sa.check["sum of sources vs stream"] <= 1e-5
+            n = len(sa.sources) - 1  # removed: the query sources' rows, then the key sources'
+            for side, rows, names, stream in (("query", sa.removed[:n], sa.sources, decoder),
+                                              ("key", sa.removed[n:], sa.key_sources, encoder)):
+                i = int(np.argmax(np.abs(rows - sa.weights).max(1)))
+                if (side, names[i]) not in removals:
+                    removals[side, names[i]] = cross_without(m, layer, side, stream.sources[names[i]])
+                expected = removals[side, names[i]][head, query].double().numpy()
+                assert np.abs(rows[i] - expected).max() <= 1e-5
+                moved = max(moved, float(np.abs(expected - sa.weights).max()))
+            share = np.abs(sa.terms.sum(1)).max(0)  # (key sources,) each one's largest part of a key's score
+            j = int(np.argmax(share))
+            assert np.abs(np.delete(sa.terms, j, axis=2).sum((1, 2)) - sa.terms.sum((1, 2))).max() > 1e-3
+    assert moved > 1e-3
 
 
 def test_barts_embeddings_are_token_and_position_through_the_frozen_embeddings_norm(models):
