@@ -95,7 +95,8 @@ class ScoreAttribution:
         """The n terms of key's score largest in size: (query source, key source, term)."""
         table, columns = self.table(key), self.key_sources or self.sources
         order = np.argsort(-np.abs(table), axis=None)[:n]
-        return [(self.sources[a], columns[b], float(table[a, b])) for a, b in zip(*np.unravel_index(order, table.shape))]
+        return [(self.sources[a], columns[b], float(table[a, b]))
+                for a, b in zip(*np.unravel_index(order, table.shape))]
 
 
 def score_attribution_unavailable(model: PretrainedModel) -> str | None:
@@ -111,7 +112,8 @@ def score_attribution_unavailable(model: PretrainedModel) -> str | None:
         return None  # an encoder-decoder whose stacks mha-viz knows (T5, BART): score_streams_seq2seq
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
-                "residual stream mha-viz knows (the families logit attribution splits), a BERT-style encoder, or T5 or BART")
+                "residual stream mha-viz knows (the families logit attribution splits), a BERT-style encoder, or T5 "
+                "or BART")
     blocks, _ = adapter.residual_stream()
     if len(set(blocks)) < len(blocks):
         return f"{model.name} traces a block as two layers; its scores are not split yet"
@@ -661,9 +663,10 @@ class _Seq2SeqStream(_EncoderStream):
             self.key_sources, self.key_x = encoder.sources, encoder.x  # (S, d) each
             self.key_affine = self._identity(encoder.x) if final is None else _Frozen.of(final, encoder.x)
             self.residual_error = max(self.residual_error, encoder.residual_error)
-            whole = self.key_affine.projected([encoder.x], range(len(encoder.x)), torch.eye(encoder.x.shape[-1]).double())
+            eye = torch.eye(encoder.x.shape[-1], dtype=torch.float64)
+            whole = self.key_affine.projected([encoder.x], range(len(encoder.x)), eye).sum(0)  # (S, d) normed
             real = self.model.adapter.final_hidden(split.outputs, "encoder")[0].double().cpu()  # what the keys read
-            self.key_check = {"frozen final norm vs the encoder's output": float((whole.sum(0) - real).abs().max())}
+            self.key_check = {"frozen final norm vs the encoder's output": float((whole - real).abs().max())}
 
     @staticmethod
     def _identity(x: Tensor) -> _Frozen:

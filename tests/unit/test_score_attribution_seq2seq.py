@@ -108,6 +108,7 @@ def test_the_terms_sum_to_the_models_own_score_and_a_removal_is_a_forward_pass(m
             sums = sa.terms.sum((1, 2)) + sum(sa.other.values())  # (keys,) q . k terms and the position bias
             assert np.abs(sums - own[head, query, list(sa.keys)].double().numpy()).max() <= 1e-5
             assert sa.check["sum of sources vs stream"] <= 1e-5
+            assert sa.check["frozen norm vs the attention's input"] <= 1e-5
             # a removal: the source that moves this row most, against a hooked forward pass without it
             i = int(np.argmax(np.abs(sa.removed - sa.weights).max(1)))
             source = sa.sources[i]
@@ -193,7 +194,8 @@ def cross_without(m: PretrainedModel, layer: int, side: str, src: torch.Tensor) 
         handle.remove()
     with torch.no_grad():
         keys = final(seen["x"] - src)  # (1, S, d)
-    outputs = run(m, {cross_attention(m, layer): lambda mod, args, kwargs: (args, {**kwargs, "key_value_states": keys})})
+    with_keys = {cross_attention(m, layer): lambda mod, args, kwargs: (args, {**kwargs, "key_value_states": keys})}
+    outputs = run(m, with_keys)
     return outputs.cross_attentions[layer][0]
 
 
@@ -221,6 +223,8 @@ def test_cross_attention_splits_decoder_sources_against_encoder_sources(models, 
             sums = sa.terms.sum((1, 2)) + sum(sa.other.values())
             assert np.abs(sums - own[head, query].double().numpy()).max() <= 1e-5
             assert sa.check["sum of sources vs stream"] <= 1e-5
+            assert sa.check["frozen norm vs the attention's input"] <= 1e-5
+            assert sa.check["frozen final norm vs the encoder's output"] <= 1e-5
             n = len(sa.sources) - 1  # removed: the query sources' rows, then the key sources'
             for side, rows, names, stream in (("query", sa.removed[:n], sa.sources, decoder),
                                               ("key", sa.removed[n:], sa.key_sources, encoder)):
