@@ -26,6 +26,11 @@ computed in float64.
 
 Removing a source is not linear (the norm's scale changes): removed[a] is the query's whole softmax row with source
 a taken out of the stream at every position, recomputed exactly with the real norm.
+
+In an encoder-decoder (T5, BART) the encoder's or the decoder's self-attention is split the same way, over its
+stack's stream (score_streams_seq2seq: the decoder's reads the encoder through its cross-attention heads). A
+cross-attention's terms are (decoder source x encoder source): its keys read the encoder's output, whose sources go
+through the encoder's final norm (T5's) frozen at its scales; removed[a] takes a source out of one side only.
 """
 
 from __future__ import annotations
@@ -71,6 +76,9 @@ class ScoreAttribution:
     norm: str  # "LayerNorm" or "RMSNorm": the pre-attention norm, frozen at norm_scales
     norm_scales: np.ndarray  # (T,) s_p, measured on the real stream
     check: dict[str, float]  # max abs differences: the terms' sums vs the scores, the sources vs the stream
+    key_sources: tuple[str, ...] | None = None  # cross-attention: the key side's sources (the encoder output's), the
+    # columns of terms; removed then has a row for each query source but "bias", then each key source but "bias"
+    key_tokens: tuple[str, ...] | None = None  # cross-attention: the encoder's input, where the keys are
 
     def table(self, key: int) -> np.ndarray:
         """(sources, sources): the terms of the score of `key` (a position in keys)."""
@@ -94,15 +102,16 @@ class ScoreAttribution:
 
     def largest(self, key: int, n: int = 3) -> list[tuple[str, str, float]]:
         """The n terms of key's score largest in size: (query source, key source, term)."""
-        table = self.table(key)
+        table, columns = self.table(key), self.key_sources or self.sources
         order = np.argsort(-np.abs(table), axis=None)[:n]
-        return [(self.sources[a], self.sources[b], float(table[a, b])) for a, b in zip(*np.unravel_index(order, table.shape))]
+        return [(self.sources[a], columns[b], float(table[a, b]))
+                for a, b in zip(*np.unravel_index(order, table.shape))]
 
 
 def score_attribution_unavailable(model: PretrainedModel | HookedModel) -> str | None:
-    """Why score_attribution cannot split this model's scores, or None where it can: it needs a decoder-only model or
-    an encoder whose residual stream, norms and projections mha-viz knows, of softmax layers only, or a
-    TransformerLens model whose positions are in its residual stream (score_attribution_hooked)."""
+    """Why score_attribution cannot split this model's scores, or None where it can: it needs a decoder-only model,
+    an encoder or an encoder-decoder whose residual stream, norms and projections mha-viz knows, of softmax layers
+    only, or a TransformerLens model whose positions are in its residual stream (score_attribution_hooked)."""
     adapter = getattr(model, "adapter", None)
     if adapter is None:  # a TransformerLens model (mha_viz.pretrained.hooked)
         return hooked_unavailable(model)
@@ -110,27 +119,35 @@ def score_attribution_unavailable(model: PretrainedModel | HookedModel) -> str |
         return adapter.scores_unavailable  # a post-norm encoder whose norms mha-viz knows (BERT, MiniLM, DeBERTa)
     if adapter.kind == "encoder" and adapter.encoder_blocks() is not None:
         return adapter.scores_unavailable  # a pre-norm encoder whose blocks mha-viz knows (ModernBERT)
+    if adapter.kind == "encoder-decoder" and adapter.stack_layout("encoder") is not None:
+        return None  # an encoder-decoder whose stacks mha-viz knows (T5, BART): score_streams_seq2seq
     if adapter.kind == "decoder" and adapter.residual_stream() is None and adapter.scores_unavailable is not None:
         return adapter.scores_unavailable  # a stream of its own (Gemma 3n's AltUp), said by the adapter
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
-                "residual stream mha-viz knows (the families logit attribution splits), a BERT-style encoder or "
-                "ModernBERT")
+                "residual stream mha-viz knows (the families logit attribution splits), a BERT-style encoder, "
+                "ModernBERT, T5 or BART")
     return adapter.scores_unavailable
 
 
 @torch.no_grad()
 def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer: int, head: int, query: int,
-                      key: int | None = None) -> ScoreAttribution:
+                      key: int | None = None, part: str | None = None, decoder_text: str | None = None
+                      ) -> ScoreAttribution:
     """Split the score of (query, key) of one head (every key the query sees when key is None) into the terms of the
-    module docstring. ValueError for a model, layer, head or position it cannot split, saying why."""
+    module docstring. part: an encoder-decoder's "encoder" or "decoder" self-attention (default: the encoder; the
+    decoder reads decoder_text, default text, as PretrainedModel.trace does) or its "cross"-attention, whose queries'
+    sources (the decoder's) and keys' (the encoder output's: key_sources) differ; a one-stack model's own part.
+    ValueError for a model, part, layer, head or position it cannot split, saying why."""
     reason = score_attribution_unavailable(model)
     if reason is not None:
         raise ValueError(f"score attribution is unavailable: {reason}")
     if getattr(model, "adapter", None) is None:  # a TransformerLens model: its hook points (score_attribution_hooked)
+        if part not in (None, "decoder") or decoder_text is not None:
+            raise ValueError(f"{model.name} is a decoder-only TransformerLens model: no part {part!r} or decoder_text")
         return _hooked_score_attribution(model, text, layer, head, query, key)
     adapter = model.adapter
-    part = "encoder" if adapter.kind == "encoder" else "decoder"
+    part = _part(model, part)
     L = model.num_layers[part]
     if not 0 <= layer < L:
         raise ValueError(f"layer {layer} is not a layer of {model.name} (0..{L - 1})")
@@ -141,18 +158,26 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
     site = adapter.site(part, layer)
     if not 0 <= head < site.num_heads:
         raise ValueError(f"head {head} is not a head of layer {layer} (0..{site.num_heads - 1})")
+    seq2seq = adapter.kind == "encoder-decoder"
     post_norm = part == "encoder" and adapter.post_norms() is not None
     norm = nn.Identity() if adapter.attention_reads_stream else adapter.pre_norm(part, layer)
-    if norm is None and part == "encoder":
-        norm = nn.Identity()  # the attention reads the stream itself: post-norm, or ModernBERT's layer 0
+    if norm is None and (part == "encoder" or seq2seq):
+        norm = nn.Identity()  # the attention reads the stream itself: post-norm (BERT, BART), ModernBERT's layer 0
     if norm is None:
         raise ValueError(f"score attribution is unavailable: mha-viz does not know the norm before layer {layer}")
-    enc = model.encode(text)
-    T = len(enc.ids)
-    _check_positions(query, key, T)
-    stream = (_EncoderStream(model, enc.ids, layer) if post_norm
-              else _NormedStream(model, enc.ids, layer) if adapter.normed_block(layer) is not None
-              else _Stream(model, enc.ids, layer, part))
+    if decoder_text is not None and not seq2seq:
+        raise ValueError(f"decoder_text is for encoder-decoder models; {model.name} is a {model.kind} model")
+    source = model.encode(text)  # an encoder-decoder's decoder reads decoder_text (default: text) shifted right
+    decoder = model.encode(text if decoder_text is None else decoder_text, decoder=True) if seq2seq else None
+    enc = decoder if part != "encoder" and seq2seq else source  # the tokens whose stream is split
+    T, S = len(enc.ids), len((source if part == "cross" else enc).ids)  # queries, keys (cross: the encoder's)
+    _check_positions(query, key, T, S)
+    if seq2seq:
+        stream = _Seq2SeqStream(model, source.ids, decoder.ids, part, layer)
+    else:
+        stream = (_EncoderStream(model, enc.ids, layer) if post_norm
+                  else _NormedStream(model, enc.ids, layer) if adapter.normed_block(layer) is not None
+                  else _Stream(model, enc.ids, layer, part))
     var = stream.variations
     affine = stream.affine(norm)
     factor = adapter.attention_in_scale(layer)  # Falcon-H1: the attention reads the normed stream times a_in
@@ -160,8 +185,10 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
         affine = replace(affine, gamma=factor * affine.gamma, beta=None if affine.beta is None else factor * affine.beta)
         norm = nn.Sequential(norm, _Times(factor))
     names = (*stream.sources, "bias")
-    scores = stream.scores[head, query]  # (T,) the trace's rebuilt row, masked -inf
-    visible = _explained_keys(scores, query, key, layer, len(names))
+    key_affine, key_sources = (stream.key_affine, stream.key_sources) if part == "cross" else (affine, stream.sources)
+    key_names = (*key_sources, "bias")  # cross-attention: the encoder output's sources, through its final norm
+    scores = stream.scores[head, query]  # (S,) the trace's rebuilt row, masked -inf
+    visible = _explained_keys(scores, query, key, layer, len(names), len(key_names))
     sources = list(stream.sources.values())
     W = b = None
     try:
@@ -170,7 +197,7 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
         q, k = stream.module_parts(site, affine, head, query, visible)
     else:
         q = affine.projected(sources, [query], W["Q"], b["Q"])  # (S, 1, d_k): each source's part of the query
-        k = affine.projected(sources, visible, W["K"], b["K"])  # (S, keys, d_k): and of each key
+        k = key_affine.projected(list(key_sources.values()), visible, W["K"], b["K"])  # (S, keys, d_k): each key
         offset = model.adapter.norm_weight_offset
         kv = site.kv_heads[head]  # QK-norm, frozen too: per head, or across the projection (OLMo 2 and 3)
         q = _head_normed(var.q_norm, q, offset, [query], stream.projections["Q"], head)
@@ -187,9 +214,10 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
     check = {"sum of terms vs score": float((rebuilt - scores[visible].double()).abs().max()),
              "sum of sources vs stream": stream.residual_error,
              "frozen norm vs the attention's input": float((whole.sum(0) - stream.attention_input).abs().max()),
-             "frozen post-attention norms vs the norms": stream.post_error}
+             "frozen post-attention norms vs the norms": stream.post_error,
+             **(stream.key_check if part == "cross" else {})}
     removed = (stream.removed(norm, W, b, head, query) if W is not None and not _needs_every_head(var)
-               else stream.removed_by_module(norm, site, head, query))  # (S, T)
+               else stream.removed_by_module(norm, site, head, query))  # (sources, S)
     if stream.linear_terms:  # RELATIVE taken out: the content score alone
         linear = sum(stream.score_bias[n][head, query] for n in stream.linear_terms)  # (T,)
         removed = torch.cat([removed, torch.softmax(stream.scores[head, query].double() - linear, -1)[None]])
@@ -197,7 +225,19 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
         tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
         terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
         weights=stream.weights[head, query].double().numpy(), removed=removed.numpy(), norm=affine.kind,
-        norm_scales=affine.scales.numpy(), check=check)
+        norm_scales=affine.scales.numpy(), check=check, key_sources=key_names if part == "cross" else None,
+        key_tokens=source.tokens if part == "cross" else None)
+
+
+def _part(model: PretrainedModel, part: str | None) -> str:
+    """The part whose attention is split: a one-stack model's own, an encoder-decoder's encoder by default (or its
+    decoder or cross-attention). ValueError for a part the model does not have."""
+    own = "encoder" if model.adapter.kind == "encoder" else "decoder"
+    if part is None:
+        return "encoder" if model.adapter.kind == "encoder-decoder" else own
+    if part not in (model.parts if model.adapter.kind == "encoder-decoder" else (own,)):
+        raise ValueError(f"part must be one of {model.parts} for {model.name}, got {part!r}")
+    return part
 
 
 @torch.no_grad()
@@ -556,7 +596,7 @@ def _hooked_score_attribution(model: HookedModel, text: str, layer: int, head: i
     stream = HookedStream(model, enc.ids, layer)
     scores = stream.scores[head, query].double()  # (T,) the model's own row, masked -inf
     names = (*stream.sources, "bias")
-    visible = _explained_keys(scores, query, key, layer, len(names))
+    visible = _explained_keys(scores, query, key, layer, len(names), len(names))
     d = stream.x.shape[-1]
     affine = _Frozen.identity(T, d) if stream.norm is None else _Frozen(*frozen(stream.norm, stream.x))  # scales (T,)
     sources = list(stream.sources.values())
@@ -581,22 +621,23 @@ def _hooked_score_attribution(model: HookedModel, text: str, layer: int, head: i
         norm=affine.kind, norm_scales=affine.scales.numpy(), check=check)
 
 
-def _check_positions(query: int, key: int | None, T: int) -> None:
-    """ValueError for a query or key that is not a position of the T-token input."""
-    for what, position in (("query", query), ("key", key)):
-        if position is not None and not 0 <= position < T:
-            raise ValueError(f"{what} {position} is not a position of the {T}-token input (0..{T - 1})")
+def _check_positions(query: int, key: int | None, T: int, S: int | None = None) -> None:
+    """ValueError for a query that is not a position of the T-token input, or a key not one of the S-token input the
+    keys read (S: T, but in cross-attention)."""
+    for what, position, n in (("query", query, T), ("key", key, T if S is None else S)):
+        if position is not None and not 0 <= position < n:
+            raise ValueError(f"{what} {position} is not a position of the {n}-token input (0..{n - 1})")
 
 
-def _explained_keys(scores: Tensor, query: int, key: int | None, layer: int, sources: int) -> list[int]:
-    """The keys to explain in the query's score row (T,) (masked: -inf): key, or every key the query sees.
-    ValueError for a masked key, or every key's (sources x sources) tables past MAX_TABLE_BYTES."""
+def _explained_keys(scores: Tensor, query: int, key: int | None, layer: int, rows: int, columns: int) -> list[int]:
+    """The keys to explain in the query's score row (S,) (masked: -inf): key, or every key the query sees.
+    ValueError for a masked key, or every key's (rows x columns) tables, query by key sources, past MAX_TABLE_BYTES."""
     if key is not None and not torch.isfinite(scores[key]):
         raise ValueError(f"query {query} does not see key {key} in layer {layer} (masked): its score is -inf")
     visible = [j for j in range(len(scores)) if torch.isfinite(scores[j])] if key is None else [key]
-    need = len(visible) * sources ** 2 * 8
+    need = len(visible) * rows * columns * 8
     if need > MAX_TABLE_BYTES:
-        raise ValueError(f"{len(visible):,} keys x {sources} x {sources} sources would take "
+        raise ValueError(f"{len(visible):,} keys x {rows} x {columns} sources would take "
                          f"{need / 2**20:,.0f} MiB, more than {MAX_TABLE_BYTES / 2**20:,.0f} MiB: ask for one key")
     return visible
 
@@ -799,3 +840,52 @@ class _NormedStream(_EncoderStream):
         self.sources = {name: src.float() for name, src in sources.items() if src.abs().amax() > zero}
         self.residual_error = max(self.residual_error, float((sum(sources.values()) - self.x).abs().max()))
         self._rebuild(sites[-1], rec, outputs, layer, "decoder")
+
+
+class _Seq2SeqStream(_EncoderStream):
+    """An encoder-decoder's stack (T5, BART) at part's layer L attention: its sources as
+    score_streams_seq2seq.stack_stream splits them, its attention rebuilt as in the other streams. Cross-attention:
+    the queries read the decoder's stream before the layer's cross-attention, the keys the encoder's output, whose
+    own sources (key_sources) go through the encoder's final norm (T5's) frozen at its scales (key_affine)."""
+
+    def __init__(self, model: PretrainedModel, ids: Sequence[int], decoder_ids: Sequence[int], part: str,
+                 layer: int) -> None:
+        from .score_streams_seq2seq import stack_stream
+
+        stack, step = ("decoder", "cross") if part == "cross" else (part, "self")
+        split = stack_stream(model, ids, decoder_ids, stack, layer, step)
+        self.model, self.part = model, part
+        self.sources, self.x, self.residual_error = split.sources, split.x, split.residual_error
+        self.post_error = 0.0
+        self._rebuild(split.site, split.rec, split.outputs, layer, part)
+        self.key_sources: dict[str, Tensor] | None = None
+        if part == "cross":
+            encoder = stack_stream(model, ids, decoder_ids, "encoder", model.num_layers["encoder"])
+            final = model.adapter.stack_layout("encoder").final_norm
+            self.final = nn.Identity() if final is None else final
+            self.key_sources, self.key_x = encoder.sources, encoder.x  # (S, d) each
+            self.key_affine = _Frozen.identity(*encoder.x.shape) if final is None else _Frozen.of(final, encoder.x)
+            self.residual_error = max(self.residual_error, encoder.residual_error)
+            eye = torch.eye(encoder.x.shape[-1], dtype=torch.float64)
+            whole = self.key_affine.projected([encoder.x], range(len(encoder.x)), eye).sum(0)  # (S, d) normed
+            real = self.model.adapter.final_hidden(split.outputs, "encoder")[0].double().cpu()  # what the keys read
+            self.key_check = {"frozen final norm vs the encoder's output": float((whole - real).abs().max())}
+
+    def removed(self, norm: nn.Module, W: dict[str, Tensor], b: dict[str, Tensor], head: int, query: int) -> Tensor:
+        """Self-attention: _Stream.removed. Cross-attention: (query sources + key sources, S): the row with each query
+        source taken out of the decoder's stream (through the real norm before the cross-attention), then with each
+        key source taken out of the encoder's output (through its real final norm), the other side as it was."""
+        if self.key_sources is None:
+            return super().removed(norm, W, b, head, query)
+        W, b = {n: w.float() for n, w in W.items()}, {n: v.float() for n, v in b.items()}
+        one = _one_head(self.variations, head)
+
+        def projected(module: nn.Module, x: Tensor, parts: Sequence[Tensor], n: str) -> Tensor:  # (1 + c, ., d_k)
+            inputs = torch.stack([x.float(), *(x.float() - src for src in parts)])  # the real x first
+            return module(inputs.to(self.dtype)).float() @ W[n] + b[n]
+
+        q = projected(norm, self.x, list(self.sources.values()), "Q")  # (1 + S_q, T, d_k)
+        k = projected(self.final, self.key_x, list(self.key_sources.values()), "K")  # (1 + S_k, S, d_k)
+        rows = [attend(q[1:], k[:1].expand(len(q) - 1, -1, -1), k[:1].expand(len(q) - 1, -1, -1), one).weights,
+                attend(q[:1].expand(len(k) - 1, -1, -1), k[1:], k[1:], one).weights]
+        return torch.cat(rows)[:, query].double()

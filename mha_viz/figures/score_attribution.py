@@ -17,43 +17,48 @@ VALUES_UP_TO = 14  # sources per side with every value printed in its cell
 
 def score_attribution_figure(table: np.ndarray, sources: Sequence[str], removed: np.ndarray, weight: float, *,
                              title: str | None = None, width: int | None = None,
-                             removed_from: str = "the stream") -> go.Figure:
+                             removed_from: str = "the stream", key_sources: Sequence[str] | None = None) -> go.Figure:
     """table (S, S): the terms of one score, query source (rows) x key source (columns), on a scale centred at 0;
     below it, the key's softmax weight with each of the first len(removed) sources taken out of the stream (removed,
     the constant "bias" last is not in it) against its weight (a line). width: the px the figure is drawn at;
-    removed_from: what the sources are taken out of, in words (a single layer's: "the input")."""
-    S = len(sources)
+    removed_from: what the sources are taken out of, in words (a single layer's: "the input"). key_sources:
+    cross-attention's columns (the encoder output's sources), table (S, K); removed then holds each query source's
+    row, then each key source's (ScoreAttribution.removed)."""
+    columns = list(sources if key_sources is None else key_sources)
+    S, K = len(sources), len(columns)
     z = np.asarray(table, dtype=np.float64)
     room = (width or WIDE_PX) - 120
     titles = [wrap("the score's terms: query side (rows) x key side (columns)", room, PANEL_TITLE_PX),
               wrap(f"the key's weight with one source taken out of {removed_from} (recomputed exactly)", room,
                    PANEL_TITLE_PX)]
     first, second = (lines_px(t, PANEL_TITLE_PX) + 6 for t in titles)
-    cell = max(14, min(34, ((width or WIDE_PX) - 260) // max(S, 1)))
+    cell = max(14, min(34, ((width or WIDE_PX) - 260) // max(S, K, 1)))
     grid_px, bar_px = cell * S + 40, 20 * S + 50
     gap_px = 110 + second  # the key-source labels (tilted) and the second title
     fig = make_subplots(rows=2, cols=1, row_heights=[grid_px, bar_px],
                         vertical_spacing=gap_px / (grid_px + bar_px + gap_px), subplot_titles=titles)
     m = symmetric_range(z)
-    printed = S <= VALUES_UP_TO and cell >= 24  # values printed where they can be read
+    printed = max(S, K) <= VALUES_UP_TO and cell >= 24  # values printed where they can be read
     fig.add_trace(go.Heatmap(
         z=f32(z), zmid=0, zmin=-m, zmax=m, colorscale="RdBu", customdata=np.array(
-            [[(sources[a], sources[b]) for b in range(S)] for a in range(S)], dtype=object),
+            [[(sources[a], columns[b]) for b in range(K)] for a in range(S)], dtype=object),
         text=np.round(z, 2) if printed else None, texttemplate="%{text}" if printed else None,
         hovertemplate="query side: %{customdata[0]}<br>key side: %{customdata[1]}<br>term %{z:+.4f}<extra></extra>",
         colorbar={"title": {"text": "term"}, "len": 0.5, "y": 1.0, "yanchor": "top"}), row=1, col=1)
-    ticks = {"tickmode": "array", "tickvals": list(range(S)), "ticktext": list(sources)}
-    fig.update_xaxes(**ticks, tickangle=-45, title={"text": "key side"}, row=1, col=1)
-    fig.update_yaxes(**ticks, autorange="reversed", title={"text": "query side"}, row=1, col=1)
+    fig.update_xaxes(tickmode="array", tickvals=list(range(K)), ticktext=columns, tickangle=-45,
+                     title={"text": "key side"}, row=1, col=1)
+    fig.update_yaxes(tickmode="array", tickvals=list(range(S)), ticktext=list(sources), autorange="reversed",
+                     title={"text": "query side"}, row=1, col=1)
     without = np.asarray(removed, dtype=np.float64)
     R = len(without)
+    names = list(sources[:R]) if key_sources is None else [  # cross-attention: each side's sources but "bias"
+        *(f"{s} (query side)" for s in sources[:-1]), *(f"{s} (key side)" for s in columns[:-1])]
     fig.add_trace(go.Bar(x=f32(without), y=list(range(R)), orientation="h", showlegend=False,
                          marker_color=np.where(without >= weight, "#2166ac", "#b2182b").tolist(),
-                         customdata=list(sources[:R]), hovertemplate="without %{customdata}: weight %{x:.4f}<extra></extra>"),
+                         customdata=names, hovertemplate="without %{customdata}: weight %{x:.4f}<extra></extra>"),
                   row=2, col=1)
     fig.add_vline(x=weight, line_dash="dash", line_color="#444", row=2, col=1)
-    fig.update_yaxes(tickmode="array", tickvals=list(range(R)), ticktext=list(sources[:R]), autorange="reversed",
-                     row=2, col=1)
+    fig.update_yaxes(tickmode="array", tickvals=list(range(R)), ticktext=names, autorange="reversed", row=2, col=1)
     fig.update_xaxes(title={"text": f"weight on the key (dashed: {weight:.4f} with every source)"}, range=[0, 1.02],
                      row=2, col=1)
     title_layout, top = title_block(title, (width or WIDE_PX) - 20, below_px=first)

@@ -478,6 +478,11 @@ class Adapter:
         recorded call; the trace's score_bias holds each times the scale. {} by default."""
         return {}
 
+    def stack_layout(self, part: str) -> Any:
+        """An encoder-decoder's stack (part "encoder" or "decoder") as the steps of its residual stream
+        (mha_viz.pretrained.stacks.StackLayout), for score attribution; None where this adapter does not know it."""
+        return None
+
     def residual_scale(self, layer: int) -> float:
         """The factor on the traced layer's attention (or mixer) output as its block adds it to the residual stream
         (Granite 4's residual_multiplier, Falcon-H1's per half): 1 by default. Logit attribution folds it into each

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from torch import nn
 
 from .adapter import Adapter, Site, register
+from .stacks import StackLayout, Sublayer
 
 
 @register
@@ -25,6 +26,24 @@ class BartAdapter(Adapter):
         stack = self.base.encoder if part == "encoder" else self.base.decoder
         a = stack.layers[layer].encoder_attn if part == "cross" else stack.layers[layer].self_attn
         return Site(a, a.q_proj, a.k_proj, a.v_proj, a.out_proj, a.num_heads, a.num_heads, a.head_dim)
+
+    def stack_layout(self, part: str) -> StackLayout:
+        """Post-norm: each layer's self-attention (the decoder's: then its cross-attention) and MLP (fc1 ... fc2) add
+        to the stream, each followed by its LayerNorm; the embeddings (tokens times embed_scale plus learned positions)
+        by layernorm_embedding; no norm on the stack's output."""
+        stack = self.base.encoder if part == "encoder" else self.base.decoder
+        layers = []
+        for i, layer in enumerate(stack.layers):
+            norm = layer.self_attn_layer_norm
+            steps = [Sublayer("self", self.site(part, i), (layer, "in"), (norm, "in"), norm)]
+            if part == "decoder":
+                norm = layer.encoder_attn_layer_norm
+                steps.append(Sublayer("cross", self.site("cross", i), (layer.encoder_attn, "in"), (norm, "in"), norm))
+            norm = layer.final_layer_norm
+            steps.append(Sublayer("MLP", None, (layer.fc1, "in"), (norm, "in"), norm))
+            layers.append(tuple(steps))
+        norm = stack.layernorm_embedding
+        return StackLayout(stack.embed_tokens, (norm, "in"), norm, tuple(layers), None)
 
 
 @register

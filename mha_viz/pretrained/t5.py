@@ -12,6 +12,7 @@ from dataclasses import replace
 from torch import Tensor, nn
 
 from .adapter import Adapter, Recorder, Site, Variations, register
+from .stacks import StackLayout, Sublayer
 
 
 @register
@@ -38,3 +39,15 @@ class T5Adapter(Adapter):
             return variations
         bias = rec.result[1][0]  # the module returns the position bias it used: (H, T, S)
         return replace(variations, bias={"relative position bias": bias})
+
+    def stack_layout(self, part: str) -> StackLayout:
+        """Pre-norm: block[i].layer[j] adds its sublayer's output to the stream it receives (its layer_norm inside);
+        the token embedding alone enters block 0 (no positions: the relative bias is in the scores); the stack's
+        output goes through final_layer_norm."""
+        stack = self.base.encoder if part == "encoder" else self.base.decoder
+        names = ("self", "MLP") if part == "encoder" else ("self", "cross", "MLP")
+        layers = tuple(tuple(
+            Sublayer(name, None if name == "MLP" else self.site("cross" if name == "cross" else part, i),
+                     (sub, "in"), (sub, "out")) for name, sub in zip(names, block.layer, strict=True))
+            for i, block in enumerate(stack.block))
+        return StackLayout(stack.embed_tokens, (stack.block[0], "in"), None, layers, stack.final_layer_norm)

@@ -11,6 +11,7 @@ import pytest
 from mha_viz.analysis import score_attribution
 from mha_viz.params import CAUSAL_EXAMPLE
 from mha_viz.pretrained import INDUCTION_MODEL, load_model
+from mha_viz.ui.text import plain
 from tests.app.test_app import new_app, z_matrix
 from tests.app.test_generate_app import chart
 
@@ -72,7 +73,48 @@ def test_the_bundled_encoder_is_split_through_its_post_norms() -> None:
     sa = score_attribution(model, model_text(at), layer=3, head=head, query=query)
     assert sa.sources[:3] == ("token", "token type", "position") and "2 MLP" in sa.sources
     assert abs(z_matrix(chart(at, "analysis_why_key")["data"][0]) - sa.table(sa.winner)).max() < 1e-5
-    assert any("post-norm encoder" in c.value for c in at.caption)
+    assert any("post-norm stack" in c.value for c in at.caption)
+
+
+@pytest.fixture(scope="module")
+def seq2seq_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Tiny random T5 and BART saved with the bundled tokenizer, as the app loads a model."""
+    from transformers import AutoModel
+
+    from tests.tiny_causal import saved_random_models
+    from tests.unit.test_pretrained_tiny import CONFIGS
+
+    return saved_random_models({name: CONFIGS[name] for name in ("t5", "bart")}, AutoModel, tmp_path_factory)
+
+
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_an_encoder_decoders_two_stacks_are_split_and_cross_attention_says_why(seq2seq_folders, name) -> None:
+    """The part control picks the stack: the decoder's table is the library's split of the decoder's self-attention
+    on the context (the decoder text), the encoder's of the text; cross-attention's is (decoder source x encoder
+    source), its keys the encoder's tokens."""
+    text, context = "the cat sat on the mat", "a dog ran"
+    at = new_app(mode="Pretrained", view="Analysis", section="Why this key", layer="1", text=text).run()
+    at.text_input(key="model").set_value(seq2seq_folders[name]).run()
+    at.text_area(key="context").set_value(context).run()
+    model = load_model(seq2seq_folders[name])
+    for part in ("encoder", "decoder"):  # the decoder's 5 tokens: the query (last of the encoder's 8) follows them
+        at.radio(key="part").set_value(part).run()
+        assert not at.exception and not at.error and not any("Cannot split" in w.value for w in at.warning), part
+        query, head = at.selectbox(key="why_query").value, at.selectbox(key="head").value
+        sa = score_attribution(model, text, layer=1, head=head, query=query, part=part, decoder_text=context)
+        assert ("0 cross.0" in sa.sources) == (part == "decoder")
+        assert abs(z_matrix(chart(at, "analysis_why_key")["data"][0]) - sa.table(sa.winner)).max() < 1e-5
+    at.radio(key="part").set_value("cross").run()
+    assert not at.exception and not at.error and not any("Cannot split" in w.value for w in at.warning)
+    query, head = at.selectbox(key="why_query").value, at.selectbox(key="head").value
+    sa = score_attribution(model, text, layer=1, head=head, query=query, part="cross", decoder_text=context)
+    assert sa.key_tokens == tuple(model.tokens(text)) and len(sa.keys) == len(sa.key_tokens) != len(sa.tokens)
+    fig = chart(at, "analysis_why_key")
+    z = z_matrix(fig["data"][0])
+    assert z.shape == (len(sa.sources), len(sa.key_sources)) and abs(z - sa.table(sa.winner)).max() < 1e-5
+    assert fig["layout"]["xaxis"]["ticktext"] == list(sa.key_sources)
+    said = " ".join(m.value for m in at.markdown)  # the key named by the encoder's token, the query the decoder's
+    assert f"key {sa.winner} (**{plain(model.tokens(text)[sa.winner])}**)" in said and f"Query {query} (**" in said
 
 
 def model_text(at) -> str:
