@@ -22,9 +22,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from ..attention import attend
 from ..pretrained.adapter import Recorder, Site, loaded
 from ..pretrained.attribution import frozen
 from ..pretrained.norms import norm_affine
+from .score_frozen import Frozen
+from .score_streams import one_head
+from .score_streams_normed import EncoderStream
 
 if TYPE_CHECKING:
     from ..pretrained.model import PretrainedModel
@@ -131,3 +135,52 @@ def _taps(taps: Sequence[Tap]) -> Iterator[dict[tuple[int, str], Tensor]]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+class Seq2SeqStream(EncoderStream):
+    """An encoder-decoder's stack (T5, BART) at part's layer L attention: its sources as
+    score_streams_seq2seq.stack_stream splits them, its attention rebuilt as in the other streams. Cross-attention:
+    the queries read the decoder's stream before the layer's cross-attention, the keys the encoder's output, whose
+    own sources (key_sources) go through the encoder's final norm (T5's) frozen at its scales (key_affine)."""
+
+    def __init__(self, model: PretrainedModel, ids: Sequence[int], decoder_ids: Sequence[int], part: str,
+                 layer: int) -> None:
+        from .score_streams_seq2seq import stack_stream
+
+        stack, step = ("decoder", "cross") if part == "cross" else (part, "self")
+        split = stack_stream(model, ids, decoder_ids, stack, layer, step)
+        self.model, self.part = model, part
+        self.sources, self.x, self.residual_error = split.sources, split.x, split.residual_error
+        self.post_error = 0.0
+        self._rebuild(split.site, split.rec, split.outputs, layer, part)
+        self.key_sources: dict[str, Tensor] | None = None
+        if part == "cross":
+            encoder = stack_stream(model, ids, decoder_ids, "encoder", model.num_layers["encoder"])
+            final = model.adapter.stack_layout("encoder").final_norm
+            self.final = nn.Identity() if final is None else final
+            self.key_sources, self.key_x = encoder.sources, encoder.x  # (S, d) each
+            self.key_affine = Frozen.identity(*encoder.x.shape) if final is None else Frozen.of(final, encoder.x)
+            self.residual_error = max(self.residual_error, encoder.residual_error)
+            eye = torch.eye(encoder.x.shape[-1], dtype=torch.float64)
+            whole = self.key_affine.projected([encoder.x], range(len(encoder.x)), eye).sum(0)  # (S, d) normed
+            real = self.model.adapter.final_hidden(split.outputs, "encoder")[0].double().cpu()  # what the keys read
+            self.key_check = {"frozen final norm vs the encoder's output": float((whole - real).abs().max())}
+
+    def removed(self, norm: nn.Module, W: dict[str, Tensor], b: dict[str, Tensor], head: int, query: int) -> Tensor:
+        """Self-attention: Stream.removed. Cross-attention: (query sources + key sources, S): the row with each query
+        source taken out of the decoder's stream (through the real norm before the cross-attention), then with each
+        key source taken out of the encoder's output (through its real final norm), the other side as it was."""
+        if self.key_sources is None:
+            return super().removed(norm, W, b, head, query)
+        W, b = {n: w.float() for n, w in W.items()}, {n: v.float() for n, v in b.items()}
+        one = one_head(self.variations, head)
+
+        def projected(module: nn.Module, x: Tensor, parts: Sequence[Tensor], n: str) -> Tensor:  # (1 + c, ., d_k)
+            inputs = torch.stack([x.float(), *(x.float() - src for src in parts)])  # the real x first
+            return module(inputs.to(self.dtype)).float() @ W[n] + b[n]
+
+        q = projected(norm, self.x, list(self.sources.values()), "Q")  # (1 + S_q, T, d_k)
+        k = projected(self.final, self.key_x, list(self.key_sources.values()), "K")  # (1 + S_k, S, d_k)
+        rows = [attend(q[1:], k[:1].expand(len(q) - 1, -1, -1), k[:1].expand(len(q) - 1, -1, -1), one).weights,
+                attend(q[:1].expand(len(k) - 1, -1, -1), k[1:], k[1:], one).weights]
+        return torch.cat(rows)[:, query].double()

@@ -6,7 +6,6 @@ gives the row a hooked forward pass of the unmodified model gives; and a dropped
 from __future__ import annotations
 
 import itertools
-import sys
 
 import numpy as np
 import pytest
@@ -660,8 +659,9 @@ def test_a_post_norm_encoder_is_split_through_its_frozen_norms():
 
 def score_attribution_sources(m, text, layer):
     """The encoder stream's sources at layer's input, as score attribution splits it (each (T, d))."""
-    module = sys.modules["mha_viz.analysis.score_attribution"]
-    return module._EncoderStream(m, m.encode(text).ids, layer).sources
+    from mha_viz.analysis.score_streams_normed import EncoderStream
+
+    return EncoderStream(m, m.encode(text).ids, layer).sources
 
 
 def test_a_trained_layer_finds_a_position_by_position_and_a_letter_by_token():
@@ -735,8 +735,9 @@ def test_latent_attention_is_split_through_its_module_and_a_removal_is_a_forward
     m = PretrainedModel(random_model(AutoModelForCausalLM, CONFIGS["deepseek_v3"][0]()),
                         AutoTokenizer.from_pretrained(bundled_model_dir()), name="deepseek_v3")
     T = len(m.encode(TEXT).ids)
-    module = sys.modules["mha_viz.analysis.score_attribution"]
-    stream = module._Stream(m, m.encode(TEXT).ids, 1)
+    from mha_viz.analysis.score_streams import Stream
+
+    stream = Stream(m, m.encode(TEXT).ids, 1)
     assert stream.inner  # the latent's norm(s), frozen
     moved = 0.0
     for source in ("token", "0.1"):
