@@ -6,6 +6,7 @@ and differential variants are split (a differential head map by map)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from mha_viz.analysis import score_attribution
@@ -115,6 +116,11 @@ def test_an_encoder_decoders_two_stacks_are_split_and_cross_attention_says_why(s
     assert fig["layout"]["xaxis"]["ticktext"] == list(sa.key_sources)
     said = " ".join(m.value for m in at.markdown)  # the key named by the encoder's token, the query the decoder's
     assert f"key {sa.winner} (**{plain(model.tokens(text)[sa.winner])}**)" in said and f"Query {query} (**" in said
+    drop = int(np.argmin(sa.removed[:, sa.winner]))  # rows: each query source but "bias", then each key source's
+    side, source = ("query", sa.sources[drop]) if drop < len(sa.sources) - 1 else (
+        "key", sa.key_sources[drop - len(sa.sources) + 1])
+    if sa.weights[sa.winner] - sa.removed[drop, sa.winner] > 1e-3:
+        assert f"Taking **{plain(source)} ({side} side)** out" in said
 
 
 def model_text(at) -> str:

@@ -173,7 +173,7 @@ def _sentence(sa: ScoreAttribution, key: int, label, key_label) -> str:
 
     columns = sa.key_sources or sa.sources  # cross-attention: the key side's own sources
     removals = list(sa.sources[:len(sa.removed)]) if sa.key_sources is None else [  # each side's but "bias"
-        *(f"{s}** (query side)**" for s in sa.sources[:-1]), *(f"{s}** (key side)**" for s in columns[:-1])]
+        *(f"{s} (query side)" for s in sa.sources[:-1]), *(f"{s} (key side)" for s in columns[:-1])]
     i = sa.keys.index(key)
     score, weight = float(sa.scores[i]), float(sa.weights[key])
     terms = sa.largest(key, 2)
