@@ -24,8 +24,6 @@ from torch import Tensor, nn
 
 from ..attention import attend
 from ..pretrained.adapter import Recorder, Site, loaded
-from ..pretrained.attribution import frozen
-from ..pretrained.norms import norm_affine
 from .score_frozen import Frozen
 from .score_streams import one_head
 from .score_streams_normed import EncoderStream
@@ -77,9 +75,9 @@ def stack_stream(model: PretrainedModel, ids: Sequence[int], decoder_ids: Sequen
     def normed(norm: nn.Module, received: Tensor) -> None:  # every source and the constant through the frozen norm
         nonlocal sources, constant, error
         error = max(error, float((sum(sources.values()) + constant - received).abs().max()))
-        _, s, centre, gamma, beta = frozen(norm_affine(norm, received.shape[-1]), received)  # s (T,)
-        sources = {name: gamma * centre(src) / s[:, None] for name, src in sources.items()}
-        constant = gamma * centre(constant) / s[:, None] + (0 if beta is None else beta)
+        at = Frozen.of(norm, received)  # its scales (T,)
+        sources = {name: at.linear(src) for name, src in sources.items()}
+        constant = at.linear(constant) + (0 if at.beta is None else at.beta)
 
     if layout.embeddings_norm is not None:
         normed(layout.embeddings_norm, embeddings)
