@@ -136,15 +136,13 @@ def _taps(taps: Sequence[Tap]) -> Iterator[dict[tuple[int, str], Tensor]]:
 
 
 class Seq2SeqStream(EncoderStream):
-    """An encoder-decoder's stack (T5, BART) at part's layer L attention: its sources as
-    score_streams_seq2seq.stack_stream splits them, its attention rebuilt as in the other streams. Cross-attention:
-    the queries read the decoder's stream before the layer's cross-attention, the keys the encoder's output, whose
-    own sources (key_sources) go through the encoder's final norm (T5's) frozen at its scales (key_affine)."""
+    """An encoder-decoder's stack (T5, BART) at part's layer L attention: its sources as stack_stream splits them,
+    its attention rebuilt as in the other streams. Cross-attention: the queries read the decoder's stream before the
+    layer's cross-attention, the keys the encoder's output, whose own sources (key_sources) go through the encoder's
+    final norm (T5's) frozen at its scales (key_affine)."""
 
     def __init__(self, model: PretrainedModel, ids: Sequence[int], decoder_ids: Sequence[int], part: str,
                  layer: int) -> None:
-        from .score_streams_seq2seq import stack_stream
-
         stack, step = ("decoder", "cross") if part == "cross" else (part, "self")
         split = stack_stream(model, ids, decoder_ids, stack, layer, step)
         self.model, self.part = model, part
