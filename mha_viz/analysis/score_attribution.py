@@ -329,7 +329,7 @@ def _hooked_score_attribution(model: HookedModel, text: str, layer: int, head: i
     _check_positions(query, key, T)
     stream = HookedStream(model, enc.ids, layer)
     scores = stream.scores[head, query].double()  # (T,) the model's own row, masked -inf
-    names = (*stream.sources, "bias")
+    names = (*stream.sources, *(() if stream.position is None else ("position",)), "bias")
     visible = _explained_keys(scores, query, key, layer, len(names), len(names))
     d = stream.x.shape[-1]
     affine = Frozen.identity(T, d) if stream.norm is None else Frozen(*frozen(stream.norm, stream.x))  # scales (T,)
@@ -337,6 +337,9 @@ def _hooked_score_attribution(model: HookedModel, text: str, layer: int, head: i
     W, b = stream.projection(head)
     q = affine.projected(sources, [query], W["Q"], b["Q"])  # (S, 1, d_k): each source's part of the query
     k = affine.projected(sources, visible, W["K"], b["K"])  # (S, keys, d_k): and of each key
+    if stream.position is not None:  # shortformer: q = (ln1(x) + position) W_Q + b_Q, a part outside the norm
+        q = torch.cat([q[:-1], (stream.position[[query]] @ W["Q"])[None], q[-1:]])
+        k = torch.cat([k[:-1], (stream.position[visible] @ W["K"])[None], k[-1:]])
     if stream.qk_norms is not None:  # QK-norm: an RMSNorm over d_head, frozen at its scale on each whole q and k
         q, k = (Frozen(*frozen(n, parts.sum(0))).linear(parts) for n, parts in zip(stream.qk_norms, (q, k)))
     q, k = _rotated(stream.variations, q, k, query, visible)

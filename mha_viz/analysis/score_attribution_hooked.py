@@ -8,6 +8,9 @@ and layer L's attention reads ln1(x): LayerNorm ("LN"), RMSNorm ("RMS"), their f
 its key the same with W_K[L, h] (grouped-query attention: TransformerLens's W_K repeats each key head for the query
 heads that read it); a QK-norm (use_qk_norm) is an RMSNorm over d_head on each; then the rotary rotation, the scale
 1 / attn_scale and the soft-cap. score_attribution (its module docstring) freezes the norms and splits the scores.
+Shortformer positions (positional_embedding_type "shortformer") are not in x: each layer adds hook_pos_embed to its
+normed input for the queries and keys, q = (ln1(x) + position) W_Q + b_Q, so "position" is a part of q and k outside
+the frozen norm, and its removal the row without it.
 """
 
 from __future__ import annotations
@@ -29,9 +32,6 @@ NORMS = {"LN": "LayerNorm", "LNPre": "LayerNorm", "RMS": "RMSNorm", "RMSPre": "R
 def hooked_unavailable(model: HookedModel) -> str | None:
     """Why score_attribution cannot split this TransformerLens model's scores, or None where it can."""
     cfg = model.cfg
-    if cfg.positional_embedding_type == "shortformer":
-        return (f"{model.name} adds its positions (shortformer) to each layer's queries and keys after the norm, not "
-                "to the residual stream: its scores are not split yet")
     if cfg.normalization_type is not None and cfg.normalization_type not in NORMS:
         return f"{model.name}'s norm is {cfg.normalization_type!r}; score attribution freezes {', '.join(NORMS)}"
     return None
@@ -53,7 +53,7 @@ class HookedStream:
         self.model = model
         names = [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.attn.hook_attn_scores",
                  f"blocks.{layer}.attn.hook_pattern", "hook_embed"]
-        if cfg.positional_embedding_type == "standard":
+        if cfg.positional_embedding_type in ("standard", "shortformer"):
             names.append("hook_pos_embed")
         if cfg.normalization_type is not None:
             names.append(f"blocks.{layer}.ln1.hook_normalized")
@@ -62,7 +62,10 @@ class HookedStream:
         rec = {name: t.detach().cpu() for name, t in model.record(ids, names).items()}
         T = len(ids)
         sources = {"token": rec["hook_embed"]}  # (T, d) each
-        if "hook_pos_embed" in rec:
+        self.position = None  # (T, d) shortformer: added to each layer's normed query and key input, not to x
+        if cfg.positional_embedding_type == "shortformer":
+            self.position = rec["hook_pos_embed"].double()
+        elif "hook_pos_embed" in rec:
             sources["position"] = rec["hook_pos_embed"]
         for l in range(layer):
             attn = blocks[l].attn
@@ -105,14 +108,21 @@ class HookedStream:
     def removed(self, head: int, query: int) -> Tensor:
         """(sources, T): the query's softmax row with each source taken out of x at every position, through the real
         ln1, the head's projections and its attention (its q/k norms, rotary, mask and soft-cap), in float32 as the
-        model; 16 sources at a time, each one a head of attend()."""
+        model; 16 sources at a time, each one a head of attend(). Shortformer: then the row without the positions
+        added to the normed input (a last row)."""
         cfg = self.model.cfg
         W, b = self.projection(head)
         W, b = ({n: t.to(cfg.device, torch.float32) for n, t in d.items()} for d in (W, b))
+        position = 0 if self.position is None else self.position.float().to(cfg.device)
         x, sources, rows = self.x.float(), list(self.sources.values()), []
         for i in range(0, len(sources), 16):
             removed = (x - torch.stack(sources[i:i + 16])).to(cfg.device, cfg.dtype)  # (c, T, d)
-            a = self.ln1(removed).float()
-            q, k = a @ W["Q"] + b["Q"], a @ W["K"] + b["K"]  # (c, T, d_k)
-            rows.append(attend(q, k, k, self.variations).weights[:, query].double().cpu())  # (c, T)
+            rows.append(self._row(self.ln1(removed).float() + position, W, b, query))  # (c, T)
+        if self.position is not None:
+            rows.append(self._row(self.ln1(x[None].to(cfg.device, cfg.dtype)).float(), W, b, query))
         return torch.cat(rows)
+
+    def _row(self, a: Tensor, W: dict[str, Tensor], b: dict[str, Tensor], query: int) -> Tensor:
+        """(c, T) the query's softmax row of the head whose projections are W, b, on each of c inputs a (c, T, d)."""
+        q, k = a @ W["Q"] + b["Q"], a @ W["K"] + b["K"]  # (c, T, d_k)
+        return attend(q, k, k, self.variations).weights[:, query].double().cpu()

@@ -29,6 +29,7 @@ CONFIGS = {
     "split q/k/v inputs, parallel attention and MLP": {"use_split_qkv_input": True, "parallel_attn_mlp": True},
     "LNPre, local window, soft-cap": {"normalization_type": "LNPre", "attn_types": ["local", "global", "local"],
                                       "window_size": 3, "use_local_attn": True, "attn_scores_soft_cap": 4.0},
+    "shortformer positions": {"positional_embedding_type": "shortformer"},
 }
 
 
@@ -81,7 +82,8 @@ def test_the_sources_are_the_embeddings_each_earlier_head_bias_and_mlp_then_bias
     earlier = [name for l in range(LAYER) for name in (*(f"{l}.{h}" for h in range(cfg.n_heads)),
                                                        f"{l} attention bias", *([] if cfg.attn_only else [f"{l} MLP"]))]
     embeddings = ["token", "position"] if cfg.positional_embedding_type == "standard" else ["token"]
-    assert sa.sources == (*embeddings, *earlier, "bias")
+    after_norm = ["position"] if cfg.positional_embedding_type == "shortformer" else []  # added to ln1(x), not to x
+    assert sa.sources == (*embeddings, *earlier, *after_norm, "bias")
     assert sa.norm == {"LN": "LayerNorm", "LNPre": "LayerNorm", "RMS": "RMSNorm", None: "no norm"}[cfg.normalization_type]
     assert sa.removed.shape == (len(sa.sources) - 1, len(sa.tokens))
 
@@ -100,14 +102,25 @@ def source_in_cache(ht: Any, cache: dict[str, torch.Tensor], name: str) -> torch
     return cache[f"blocks.{layer}.attn.hook_result"][:, int(what)]
 
 
-def row_without(ht: Any, tokens: torch.Tensor, src: torch.Tensor, layer: int, head: int, query: int) -> np.ndarray:
+def row_without(ht: Any, tokens: torch.Tensor, src: torch.Tensor, layer: int, head: int, query: int,
+                after_norm: bool = False) -> np.ndarray:
     """(T,) hook_pattern[head, query] of layer, the unmodified model run with src (T, d) subtracted from what the
-    layer reads, its hook_resid_pre."""
+    layer reads, its hook_resid_pre; after_norm (shortformer positions): from the attention's query and key inputs,
+    by a forward pre-hook on the module."""
     seen: dict[str, torch.Tensor] = {}
-    with torch.no_grad():
-        ht.run_with_hooks(tokens, fwd_hooks=[
-            (f"blocks.{layer}.hook_resid_pre", lambda resid, hook: resid - src),
-            (f"blocks.{layer}.attn.hook_pattern", lambda pattern, hook: seen.update(row=pattern[0, head, query]))])
+
+    def without_positions(module, args, kwargs):
+        return args, {**kwargs, "query_input": kwargs["query_input"] - src, "key_input": kwargs["key_input"] - src}
+
+    handle = ht.blocks[layer].attn.register_forward_pre_hook(without_positions, with_kwargs=True) if after_norm else None
+    try:
+        with torch.no_grad():
+            ht.run_with_hooks(tokens, fwd_hooks=[
+                *(() if after_norm else [(f"blocks.{layer}.hook_resid_pre", lambda resid, hook: resid - src)]),
+                (f"blocks.{layer}.attn.hook_pattern", lambda pattern, hook: seen.update(row=pattern[0, head, query]))])
+    finally:
+        if handle is not None:
+            handle.remove()
     return seen["row"].double().numpy()
 
 
@@ -120,8 +133,10 @@ def test_a_removed_sources_row_is_a_forward_pass_without_it(pair) -> None:
     head, query = 1, T - 1
     sa = score_attribution(model, TEXT, layer=LAYER, head=head, query=query)
     moved = 0.0
+    shortformer = ht.cfg.positional_embedding_type == "shortformer"
     for i, name in enumerate(sa.sources[:-1]):
-        expected = row_without(ht, tokens, source_in_cache(ht, cache, name), LAYER, head, query)
+        expected = row_without(ht, tokens, source_in_cache(ht, cache, name), LAYER, head, query,
+                               after_norm=shortformer and name == "position")
         assert np.abs(sa.removed[i] - expected).max() <= 1e-5, name
         moved = max(moved, float(np.abs(expected - sa.weights).max()))
     assert moved > 1e-3  # the removals mattered: the rows compared are not the unchanged one
@@ -139,7 +154,4 @@ def test_one_key_and_what_is_not_split_are_refused_with_reasons() -> None:
                        ({"key": -1}, "not a position")):
         with pytest.raises(ValueError, match=match):
             score_attribution(model, TEXT, **{"layer": 1, "head": 0, "query": 2, **bad})
-    shortformer = load_model(random_hooked(positional_embedding_type="shortformer"))
-    assert "shortformer" in score_attribution_unavailable(shortformer)
-    with pytest.raises(ValueError, match=r"unavailable: .*\(shortformer\)"):
-        score_attribution(shortformer, TEXT, layer=1, head=0, query=2)
+
