@@ -204,7 +204,7 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
     names = (*stream.sources, "bias")
     two_sided = stream.key_sources is not None  # cross-attention, a KV-shared layer (Gemma 3n)
     key_affine, key_sources = (stream.key_affine, stream.key_sources) if two_sided else (affine, stream.sources)
-    key_names = (*key_sources, "bias")  # cross-attention: the encoder output's sources, through its final norm
+    key_names = (*key_sources, "bias")  # cross-attention: the encoder output's; a KV-shared layer: the key layer's
     scores = stream.scores[head, query]  # (S,) the trace's rebuilt row, masked -inf
     visible = _explained_keys(scores, query, key, layer, len(names), len(key_names))
     sources = list(stream.sources.values())
