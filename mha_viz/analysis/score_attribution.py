@@ -33,9 +33,14 @@ stack's stream (score_streams_seq2seq: the decoder's reads the encoder through i
 cross-attention's terms are (decoder source x encoder source): its keys read the encoder's output, whose sources go
 through the encoder's final norm (T5's) frozen at its scales; removed[a] takes a source out of one side only.
 
+Gemma 3n carries several AltUp streams, mixed by router coefficients per position (score_streams_altup): with those
+and every norm frozen at their values in the real pass, each source's share of every stream is carried through the
+layers, and layer L reads its active prediction through input_layernorm. Its KV-shared layers read the keys an
+earlier layer computed: their terms are (this layer's source x that layer's source), removed[a] one side at a time.
+
 Where the parts live: score_frozen (the frozen norms), score_streams (a decoder's or pre-norm encoder's stream, and
 DeBERTa's position terms), score_streams_normed (streams with a norm at every step), score_streams_seq2seq (T5, BART),
-score_attribution_hooked (a TransformerLens model's stream, from its hook points).
+score_streams_altup (Gemma 3n), score_attribution_hooked (a TransformerLens model's stream, from its hook points).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from ..attention import Variations, apply_rotary
 from .score_attribution_hooked import HookedStream, hooked_unavailable
 from .score_frozen import Frozen, Times, frozen_norm, head_normed, inner_norms
 from .score_streams import RELATIVE, NoHeadWeights, Stream, needs_every_head, with_linear_terms
+from .score_streams_altup import AltUpStream
 from .score_streams_normed import EncoderStream, NormedStream
 from .score_streams_seq2seq import Seq2SeqStream
 
@@ -83,8 +89,9 @@ class ScoreAttribution:
     norm: str  # "LayerNorm" or "RMSNorm": the pre-attention norm, frozen at norm_scales
     norm_scales: np.ndarray  # (T,) s_p, measured on the real stream
     check: dict[str, float]  # max abs differences: the terms' sums vs the scores, the sources vs the stream
-    key_sources: tuple[str, ...] | None = None  # cross-attention: the key side's sources (the encoder output's), the
-    # columns of terms; removed then has a row for each query source but "bias", then each key source but "bias"
+    key_sources: tuple[str, ...] | None = None  # cross-attention: the key side's sources (the encoder output's; in a
+    # KV-shared layer, those of the layer whose keys it reads), the columns of terms; removed then has a row for each
+    # query source but "bias", then each key source but "bias"
     key_tokens: tuple[str, ...] | None = None  # cross-attention: the encoder's input, where the keys are
 
     def table(self, key: int) -> np.ndarray:
@@ -128,8 +135,10 @@ def score_attribution_unavailable(model: PretrainedModel | HookedModel) -> str |
         return adapter.scores_unavailable  # a pre-norm encoder whose blocks mha-viz knows (ModernBERT)
     if adapter.kind == "encoder-decoder" and adapter.stack_layout("encoder") is not None:
         return None  # an encoder-decoder whose stacks mha-viz knows (T5, BART): score_streams_seq2seq
+    if adapter.kind == "decoder" and adapter.altup() is not None:
+        return adapter.scores_unavailable  # AltUp's several streams (Gemma 3n): score_streams_altup
     if adapter.kind == "decoder" and adapter.residual_stream() is None and adapter.scores_unavailable is not None:
-        return adapter.scores_unavailable  # a stream of its own (Gemma 3n's AltUp), said by the adapter
+        return adapter.scores_unavailable  # a stream of its own, said by the adapter
     if adapter.residual_stream() is None or adapter.kind != "decoder":
         return (f"{model.name} is a '{model.architecture}' model: score attribution needs a decoder-only model whose "
                 "residual stream mha-viz knows (the families logit attribution splits), a BERT-style encoder, "
@@ -183,6 +192,7 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
         stream = Seq2SeqStream(model, source.ids, decoder.ids, part, layer)
     else:
         stream = (EncoderStream(model, enc.ids, layer) if post_norm
+                  else AltUpStream(model, enc.ids, layer) if adapter.altup() is not None
                   else NormedStream(model, enc.ids, layer) if adapter.normed_block(layer) is not None
                   else Stream(model, enc.ids, layer, part))
     var = stream.variations
@@ -192,8 +202,9 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
         affine = replace(affine, gamma=factor * affine.gamma, beta=None if affine.beta is None else factor * affine.beta)
         norm = nn.Sequential(norm, Times(factor))
     names = (*stream.sources, "bias")
-    key_affine, key_sources = (stream.key_affine, stream.key_sources) if part == "cross" else (affine, stream.sources)
-    key_names = (*key_sources, "bias")  # cross-attention: the encoder output's sources, through its final norm
+    two_sided = stream.key_sources is not None  # cross-attention, a KV-shared layer (Gemma 3n)
+    key_affine, key_sources = (stream.key_affine, stream.key_sources) if two_sided else (affine, stream.sources)
+    key_names = (*key_sources, "bias")  # cross-attention: the encoder output's; a KV-shared layer: the key layer's
     scores = stream.scores[head, query]  # (S,) the trace's rebuilt row, masked -inf
     visible = _explained_keys(scores, query, key, layer, len(names), len(key_names))
     sources = list(stream.sources.values())
@@ -222,7 +233,7 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
              "sum of sources vs stream": stream.residual_error,
              "frozen norm vs the attention's input": float((whole.sum(0) - stream.attention_input).abs().max()),
              "frozen post-attention norms vs the norms": stream.post_error,
-             **(stream.key_check if part == "cross" else {})}
+             **stream.checks}
     removed = (stream.removed(norm, W, b, head, query) if W is not None and not needs_every_head(var)
                else stream.removed_by_module(norm, site, head, query))  # (sources, S)
     if stream.linear_terms:  # RELATIVE taken out: the content score alone
@@ -232,7 +243,7 @@ def score_attribution(model: PretrainedModel | HookedModel, text: str, *, layer:
         tokens=enc.tokens, layer=layer, head=head, query=query, keys=tuple(visible), sources=names,
         terms=terms.numpy(), other=other, scores=scores[visible].double().numpy(),
         weights=stream.weights[head, query].double().numpy(), removed=removed.numpy(), norm=affine.kind,
-        norm_scales=affine.scales.numpy(), check=check, key_sources=key_names if part == "cross" else None,
+        norm_scales=affine.scales.numpy(), check=check, key_sources=key_names if two_sided else None,
         key_tokens=source.tokens if part == "cross" else None)
 
 

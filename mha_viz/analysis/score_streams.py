@@ -22,8 +22,9 @@ row recomputes c2p and p2c from the query and keys without that source, as the m
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Self
 
 import torch
@@ -110,6 +111,11 @@ class Stream:
     """One forward pass of the model, hooked: layer L's block input x (T, d) split into its sources, and layer L's
     attention as the trace rebuilds it (its variations, scores and weights). part: "decoder" (a decoder-only model's
     residual_stream) or "encoder" (a pre-norm encoder's encoder_blocks: ModernBERT)."""
+
+    key_sources: dict[str, Tensor] | None = None  # where the keys read another stream than the queries (cross-
+    # attention, Gemma 3n's KV-shared layers): its sources, (S, d) each, through key_affine
+    key_affine: Frozen
+    checks: Mapping[str, float] = MappingProxyType({})  # more freezings against what the modules returned, by name
 
     def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int, part: str = "decoder") -> None:
         from ..pretrained.adapter import Recorder, loaded

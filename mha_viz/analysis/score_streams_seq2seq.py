@@ -149,7 +149,6 @@ class Seq2SeqStream(EncoderStream):
         self.sources, self.x, self.residual_error = split.sources, split.x, split.residual_error
         self.post_error = 0.0
         self._rebuild(split.site, split.rec, split.outputs, layer, part)
-        self.key_sources: dict[str, Tensor] | None = None
         if part == "cross":
             encoder = stack_stream(model, ids, decoder_ids, "encoder", model.num_layers["encoder"])
             final = model.adapter.stack_layout("encoder").final_norm
@@ -160,7 +159,7 @@ class Seq2SeqStream(EncoderStream):
             eye = torch.eye(encoder.x.shape[-1], dtype=torch.float64)
             whole = self.key_affine.projected([encoder.x], range(len(encoder.x)), eye).sum(0)  # (S, d) normed
             real = self.model.adapter.final_hidden(split.outputs, "encoder")[0].double().cpu()  # what the keys read
-            self.key_check = {"frozen final norm vs the encoder's output": float((whole - real).abs().max())}
+            self.checks = {"frozen final norm vs the encoder's output": float((whole - real).abs().max())}
 
     def removed(self, norm: nn.Module, W: dict[str, Tensor], b: dict[str, Tensor], head: int, query: int) -> Tensor:
         """Self-attention: Stream.removed. Cross-attention: (query sources + key sources, S): the row with each query

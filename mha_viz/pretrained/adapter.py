@@ -458,6 +458,11 @@ class Adapter:
         the stream passes each block untouched but for what it adds."""
         return None
 
+    def altup(self) -> nn.Module | None:
+        """The text model whose decoder layers carry AltUp's several streams (Gemma 3n: its layers and config), for
+        score attribution; None where the model has one residual stream."""
+        return None
+
     def post_norms(self) -> Any:
         """A post-norm encoder's stream (mha_viz.pretrained.bert.PostNorms: BERT's embeddings and each layer's two
         LayerNorms), for score attribution; None where this adapter does not know it."""

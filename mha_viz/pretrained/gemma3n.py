@@ -32,9 +32,7 @@ class Gemma3nAdapter(Gemma3Adapter):
     attribution_unavailable = ("Gemma 3n's residual stream is several AltUp streams mixed by learned coefficients, "
                                "with LAuReL blocks and per-layer inputs beside attention, and each attention output is "
                                "normalised before it is added: its logits do not split into one term per head")
-    scores_unavailable = ("Gemma 3n's residual stream is several AltUp streams mixed by coefficients computed per "
-                          "position, with LAuReL blocks and per-layer inputs beside attention, and its last layers read "
-                          "keys that an earlier layer computed: its scores are not split into sources yet")
+    scores_unavailable = None  # score attribution carries every AltUp stream (analysis.score_streams_altup)
     weights_unavailable = ("Gemma 3n's values pass an RMS norm after W_V, and its last layers read keys and values "
                            "that an earlier layer computed: no W_K or W_V of their own")
 
@@ -80,6 +78,9 @@ class Gemma3nAdapter(Gemma3Adapter):
         """None each (weights_unavailable): the values' norm sits between W_V and attention, and a KV-shared layer
         has no W_K or W_V; W_Q is left out with them."""
         return dict.fromkeys(("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"))
+
+    def altup(self) -> nn.Module:
+        return self.base
 
     def residual_stream(self) -> tuple[Sequence[nn.Module], nn.Module] | None:
         return None  # AltUp's streams, not one residual stream (attribution_unavailable)

@@ -184,3 +184,29 @@ def test_why_this_key_splits_an_encoders_scores(folders, name):
     assert abs(z_matrix(tables[0]["data"][0]) - sa.table(key)).max() < 1e-5
     assert ("relative position" in sa.sources) == (name == "deberta-v2")
     assert any("*relative position*" in c.value for c in at.caption) == (name == "deberta-v2")
+
+
+@pytest.mark.slow
+def test_why_this_key_splits_a_kv_shared_layer_over_the_key_layers_sources(folders):
+    """Why this key on Gemma 3n's layer 2, which reads the keys layer 0 computed: the table drawn is the library's
+    split of head 0's score at the last query for the key it weights most, its columns layer 0's sources, and the
+    caption says whose keys they are."""
+    import numpy as np
+
+    from mha_viz.analysis import score_attribution
+    from mha_viz.pretrained import load_model
+    from tests.plotly_json import z_matrix
+
+    at = app_with(folders["gemma3n_text"], "Analysis", layer=2)
+    at.button_group(key="section").set_value("Why this key").run()
+    assert not at.exception and not at.warning
+    model = load_model(folders["gemma3n_text"])
+    trace = model.trace("the cat sat on the mat", 2)
+    T = trace.weights.shape[1]
+    key = int(np.argmax(trace.weights[0, T - 1]))
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    table, = (spec for spec in specs if ": why" in spec["layout"]["title"]["text"])
+    sa = score_attribution(model, "the cat sat on the mat", layer=2, head=0, query=T - 1)
+    assert abs(z_matrix(table["data"][0]) - sa.table(key)).max() < 1e-5
+    assert table["layout"]["xaxis"]["ticktext"] == list(sa.key_sources) == ["token", "bias"]
+    assert any("The keys are those layer 0 computed (KV sharing)" in c.value for c in at.caption)

@@ -382,7 +382,6 @@ FAMILIES = ("bloom", "gpt_oss", "cohere2", "llama4_text", "gemma2", "gemma3", "d
 # position on layer 1; Gemma 2: soft-capped scores and a norm on each attention output; Gemma 3: that norm and QK-norm;
 # DiffLlama: differential pairs, each query head one of a pair's two maps; DeepSeek-V3: latent attention (MLA), no
 # W_Q, W_K per head, its latent's norm frozen inside the module
-REFUSED = {"gemma3n_text": "several AltUp streams"}  # AltUp's four streams, per-layer embeddings
 
 
 @pytest.fixture(scope="module")
@@ -395,7 +394,7 @@ def families() -> dict[str, PretrainedModel]:
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
     return {name: PretrainedModel(random_model(AutoModelForCausalLM, CONFIGS[name][0]()), tokenizer, name=name)
-            for name in (*FAMILIES, *REFUSED, "deepseek_v32")}
+            for name in (*FAMILIES, "deepseek_v32")}
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -414,12 +413,6 @@ def test_other_families_terms_sum_to_their_checked_scores(families, name):
         chunk = name == "llama4_text" and layer == 0  # chunks of 4: the keys of the query's chunk
         start = T - 4 if window else (T - 1) // 4 * 4 if chunk else 0
         assert sa.keys == tuple(range(start, T))
-
-
-@pytest.mark.parametrize("name", REFUSED)
-def test_families_not_split_yet_are_refused_with_their_reason(families, name):
-    with pytest.raises(ValueError, match=REFUSED[name]):
-        score_attribution(families[name], TEXT, layer=1, head=0, query=3)
 
 
 def test_a_sparse_layer_is_split_over_the_keys_its_indexer_keeps(families):

@@ -145,10 +145,14 @@ def render(c: SectionContext) -> None:
         head_words += (" *relative position* is DeBERTa's position terms: its column content→position (c2p) by query "
                        "source, its row position→content (p2c) by key source; taken out, the row is the content "
                        "score's alone.")
-    if sa.key_sources is not None:
+    if sa.key_tokens is not None:
         head_words += (" Cross-attention: the rows are the decoder's sources, the columns the encoder output's (the "
                        "keys read the encoder's last layer, through its final norm where it has one, frozen too); each "
                        "bar takes a source out of one side only.")
+    elif sa.key_sources is not None:  # Gemma 3n's KV-shared layers
+        head_words += (f" The keys are those layer {trace.meta['kv_from']} computed (KV sharing): the columns are the "
+                       "sources of that layer's stream, through its own norm and key norm, frozen too; each bar takes "
+                       "a source out of one side only.")
     st.caption(f"The terms add up to **{sa.total(key):.5f}**; the score the trace rebuilds (checked against the "
                f"model's own weights) is **{sa.scores[sa.keys.index(key)]:.5f}** (|difference| {error:.1e}). "
                + head_words)
