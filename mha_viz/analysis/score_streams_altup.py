@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from ..pretrained.adapter import Site
     from ..pretrained.model import PretrainedModel
 
+MAX_SHARES_BYTES = 2 * 2**30  # every source's float64 share of the K streams (Gemma 3n E2B, its last layer: ~20 MB a
+# token), refused beyond with the reason
+
 
 class AltUpStream(Stream):
     """Gemma 3n's layer L: its active prediction x (T, d) split into its sources (the module docstring), every
@@ -50,6 +53,12 @@ class AltUpStream(Stream):
         if config.attention_bias:
             raise ValueError("score attribution is unavailable: a Gemma 3n with attention biases (the released models "
                              "have none)")
+        heads = sum(adapter.site("decoder", i).num_heads for i in range(layer))
+        need = (1 + heads + 2 * layer) * K * T * config.hidden_size * 8  # token, each head, each MLP and per-layer input
+        if need > MAX_SHARES_BYTES:
+            raise ValueError(f"score attribution is unavailable here: layer {layer}'s {1 + heads + 2 * layer} sources' "
+                             f"shares of Gemma 3n's {K} streams at {T} tokens would take {need / 2**20:,.0f} MiB, more "
+                             f"than {MAX_SHARES_BYTES / 2**20:,.0f} MiB: use a shorter text or an earlier layer")
         kv_from = adapter.kv_source(layer)  # None: the layer computes its own keys
         key_layer = layer if kv_from is None else kv_from
         sites = [adapter.site("decoder", i) for i in range(layer + 1)]

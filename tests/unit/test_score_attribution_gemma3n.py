@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -194,3 +195,16 @@ def test_a_kv_shared_layers_key_source_removed_recomputes_the_key_layers_keys(m)
         at = len(sa.sources) - 1 + sa.key_sources.index("0.2")  # the key side's rows follow the query side's
         assert np.abs(sa.removed[at] - expected).max() <= 1e-5
         assert np.abs(expected - sa.weights).max() > 1e-4  # the source mattered
+
+
+def test_shares_past_the_memory_budget_are_refused_before_the_forward_pass(m, monkeypatch):
+    """Every source's float64 share of the K streams is held at once: past MAX_SHARES_BYTES the split is refused with
+    its size, a shorter text or an earlier layer suggested; the same call within the budget splits."""
+    module = sys.modules["mha_viz.analysis.score_streams_altup"]
+    T, d, K = len(m.encode(TEXT).ids), m.model.config.hidden_size, m.model.config.altup_num_inputs
+    need = (1 + 4 + 2) * K * T * d * 8  # layer 1: the token, layer 0's 4 heads, its MLP and per-layer input
+    monkeypatch.setattr(module, "MAX_SHARES_BYTES", need - 1)
+    with pytest.raises(ValueError, match="shorter text or an earlier layer"):
+        score_attribution(m, TEXT, layer=1, head=0, query=3)
+    monkeypatch.setattr(module, "MAX_SHARES_BYTES", need)
+    assert score_attribution(m, TEXT, layer=1, head=0, query=3).check["sum of sources vs stream"] <= 1e-5
