@@ -319,5 +319,26 @@ def one_head(var: Variations, head: int) -> Variations:
                    mask=var.mask if var.mask is None or var.mask.shape[0] == 1 else var.mask[head:head + 1])
 
 
+Side = tuple[nn.Module, Tensor, Sequence[Tensor]]  # the real norm a side reads through, its stream, its sources
+
+
+def removed_each_side(var: Variations, head: int, query: int, W: dict[str, Tensor], b: dict[str, Tensor],
+                      queries: Side, keys: Side, dtype: torch.dtype) -> Tensor:
+    """(query sources + key sources, S): where queries and keys read different streams (cross-attention, a KV-shared
+    layer), the head's row with each query source taken out of what its queries read, then each key source out of
+    what its keys read, the other side as it was. queries, keys: (the real norm each reads through, the stream (T, d)
+    or (S, d), its sources); W, b: the head's projections (b_Q, b_K zeros where it has none)."""
+    one = one_head(var, head)
+
+    def projected(norm: nn.Module, x: Tensor, parts: Sequence[Tensor], n: str) -> Tensor:  # (1 + c, ., d_k)
+        inputs = torch.stack([x.float(), *(x.float() - src for src in parts)])  # the real x first
+        return norm(inputs.to(dtype)).float() @ W[n].float() + b[n].float()
+
+    q, k = projected(*queries, "Q"), projected(*keys, "K")  # (1 + S_q, T, d_k), (1 + S_k, S, d_k)
+    rows = [attend(q[1:], k[:1].expand(len(q) - 1, -1, -1), k[:1].expand(len(q) - 1, -1, -1), one).weights,
+            attend(q[:1].expand(len(k) - 1, -1, -1), k[1:], k[1:], one).weights]
+    return torch.cat(rows)[:, query].double()
+
+
 class NoHeadWeights(Exception):
     """The layer has no W_Q and W_K per head (latent attention)."""

@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from ..attention import attend
 from .score_frozen import Frozen, inner_norms
-from .score_streams import Calls, Stream, one_head
+from .score_streams import Calls, Stream, removed_each_side
 
 if TYPE_CHECKING:
     from ..pretrained.adapter import Site
@@ -53,10 +52,10 @@ class AltUpStream(Stream):
         if config.attention_bias:
             raise ValueError("score attribution is unavailable: a Gemma 3n with attention biases (the released models "
                              "have none)")
-        heads = sum(adapter.site("decoder", i).num_heads for i in range(layer))
-        need = (1 + heads + 2 * layer) * K * T * config.hidden_size * 8  # token, each head, each MLP and per-layer input
+        count = 1 + sum(adapter.site("decoder", i).num_heads + 2 for i in range(layer))  # token, heads, MLP, per-layer
+        need = count * K * T * config.hidden_size * 8
         if need > MAX_SHARES_BYTES:
-            raise ValueError(f"score attribution is unavailable here: layer {layer}'s {1 + heads + 2 * layer} sources' "
+            raise ValueError(f"score attribution is unavailable here: layer {layer}'s {count} sources' "
                              f"shares of Gemma 3n's {K} streams at {T} tokens would take {need / 2**20:,.0f} MiB, more "
                              f"than {MAX_SHARES_BYTES / 2**20:,.0f} MiB: use a shorter text or an earlier layer")
         kv_from = adapter.kv_source(layer)  # None: the layer computes its own keys
@@ -166,18 +165,8 @@ class AltUpStream(Stream):
         the real q_norm and k_norm, the rotation and the mask as the layer's."""
         if self.key_sources is None:
             return super().removed(norm, W, b, head, query)
-        W = {n: w.float() for n, w in W.items()}
-        one = one_head(self.variations, head)
-
-        def projected(module: nn.Module, x: Tensor, parts: Sequence[Tensor], n: str) -> Tensor:  # (1 + c, T, d_k)
-            inputs = torch.stack([x.float(), *(x.float() - src for src in parts)])  # the real x first
-            return module(inputs.to(self.dtype)).float() @ W[n]
-
-        q = projected(norm, self.x, list(self.sources.values()), "Q")  # (1 + S_q, T, d_k)
-        k = projected(self.key_norm, self.key_x, list(self.key_sources.values()), "K")  # (1 + S_k, T, d_k)
-        rows = [attend(q[1:], k[:1].expand(len(q) - 1, -1, -1), k[:1].expand(len(q) - 1, -1, -1), one).weights,
-                attend(q[:1].expand(len(k) - 1, -1, -1), k[1:], k[1:], one).weights]
-        return torch.cat(rows)[:, query].double()
+        return removed_each_side(self.variations, head, query, W, b, (norm, self.x, list(self.sources.values())),
+                                 (self.key_norm, self.key_x, list(self.key_sources.values())), self.dtype)
 
 
 @contextmanager

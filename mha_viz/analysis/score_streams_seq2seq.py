@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import attend
 from ..pretrained.adapter import Recorder, Site, loaded
 from .score_frozen import Frozen
-from .score_streams import one_head
+from .score_streams import removed_each_side
 from .score_streams_normed import EncoderStream
 
 if TYPE_CHECKING:
@@ -167,15 +166,5 @@ class Seq2SeqStream(EncoderStream):
         key source taken out of the encoder's output (through its real final norm), the other side as it was."""
         if self.key_sources is None:
             return super().removed(norm, W, b, head, query)
-        W, b = {n: w.float() for n, w in W.items()}, {n: v.float() for n, v in b.items()}
-        one = one_head(self.variations, head)
-
-        def projected(module: nn.Module, x: Tensor, parts: Sequence[Tensor], n: str) -> Tensor:  # (1 + c, ., d_k)
-            inputs = torch.stack([x.float(), *(x.float() - src for src in parts)])  # the real x first
-            return module(inputs.to(self.dtype)).float() @ W[n] + b[n]
-
-        q = projected(norm, self.x, list(self.sources.values()), "Q")  # (1 + S_q, T, d_k)
-        k = projected(self.final, self.key_x, list(self.key_sources.values()), "K")  # (1 + S_k, S, d_k)
-        rows = [attend(q[1:], k[:1].expand(len(q) - 1, -1, -1), k[:1].expand(len(q) - 1, -1, -1), one).weights,
-                attend(q[:1].expand(len(k) - 1, -1, -1), k[1:], k[1:], one).weights]
-        return torch.cat(rows)[:, query].double()
+        return removed_each_side(self.variations, head, query, W, b, (norm, self.x, list(self.sources.values())),
+                                 (self.final, self.key_x, list(self.key_sources.values())), self.dtype)
