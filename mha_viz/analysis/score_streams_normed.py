@@ -24,7 +24,10 @@ class EncoderStream(Stream):
     the embeddings' and each earlier layer's two, is frozen at its scale at each position, so it is affine and every
     source goes through it: gamma * centre(src) / s, its beta into the constant source "biases (norms, W_O)" (with
     each W_O's bias). An earlier layer's MLP is its output norm's input minus its attention norm's output. ALBERT runs
-    one layer's modules once per layer: layer l reads their site.call-th call."""
+    one layer's modules once per layer: layer l reads their site.call-th call. DeBERTa's embeddings projected before
+    their norm (embedding_size != hidden_size) go through the projection first, each source alone (linear); its conv
+    layer (conv_kernel_size) adds act(conv(layer 0's input)) to layer 0's output, one more source "conv" (measured,
+    as an MLP is), and normalises that sum, frozen like the others, before layer 1."""
 
     def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
         from ..pretrained.adapter import Recorder, loaded
@@ -33,25 +36,26 @@ class EncoderStream(Stream):
         adapter, self.model, self.part = model.adapter, model, "encoder"
         post = adapter.post_norms()
         sites = [adapter.site("encoder", i) for i in range(layer + 1)]
-        with (Calls([post.embeddings, *post.attention[:layer], *post.output[:layer], *(s.out for s in sites[:-1])])
-              as seen, Recorder(sites[-1]) as rec):  # every norm's input and output, each concat, call by call
+        extra = [m for m in (post.before, post.conv) if m is not None]  # DeBERTa's projection, its conv layer's norm
+        with (Calls([post.embeddings, *post.attention[:layer], *post.output[:layer], *extra,
+                     *(s.out for s in sites[:-1])]) as seen,
+              Recorder(sites[-1]) as rec):  # every norm's input and output, each concat, call by call
             outputs = adapter.forward(list(ids))
-        embedded = seen.input(post.embeddings, 0)  # (T, e) the embeddings' sum
+        embedded = seen.input(post.embeddings if post.before is None else post.before, 0)  # (T, e) the embeddings' sum
         ids_t = torch.tensor([list(ids)], device=adapter.device())
-        sources = {"token": post.word(ids_t)[0].detach().double().cpu()}  # (T, d)
+        sources = {"token": post.word(ids_t)[0].detach().double().cpu()}  # (T, e)
         if post.token_type is not None:
             sources["token type"] = post.token_type(torch.zeros_like(ids_t))[0].detach().double().cpu()
         position = embedded - sum(sources.values())  # what the embeddings add by position
         if position.abs().max() > 0:  # none in a DeBERTa without position_biased_input
             sources["position"] = position
-        constant = torch.zeros_like(sources["token"])  # (T, d)
+        constant = torch.zeros_like(sources["token"])  # (T, e)
         self.residual_error = self.post_error = 0.0
-        sources, constant = self._normed(post.embeddings, sources, constant, embedded)
+        if post.before is not None:  # DeBERTa: the sum projected to the model's width before its norm (linear)
+            sources, constant = self._projected(post.before, sources, constant)
+        sources, constant = self._normed(post.embeddings, sources, constant, seen.input(post.embeddings, 0))
         if post.project is not None:  # ELECTRA, ALBERT: the normed embeddings projected to the model's width (affine)
-            with loaded(post.project):
-                W, b = post.project.weight.detach().double().cpu(), post.project.bias
-            sources = {name: src @ W.T for name, src in sources.items()}
-            constant = constant @ W.T + (0 if b is None else b.detach().double().cpu())
+            sources, constant = self._projected(post.project, sources, constant)
         for i, site in enumerate(sites[:-1]):  # layer i: its modules' site.call-th call (ALBERT shares them)
             with loaded(site.out):
                 W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)
@@ -66,11 +70,26 @@ class EncoderStream(Stream):
             mlp_in = seen.input(post.output[i], site.call)  # the MLP's output plus the attention norm's
             sources[f"{i} MLP"] = mlp_in - seen.output(post.attention[i], site.call)
             sources, constant = self._normed(post.output[i], sources, constant, mlp_in)
+            if i == 0 and post.conv is not None:  # DeBERTa-v2: LayerNorm(layer 0's output + act(conv(layer 0's input)))
+                conv_in = seen.input(post.conv, 0)  # (T, d) layer 0's output plus the conv branch
+                sources["conv"] = conv_in - seen.output(post.output[0], 0)  # the branch, measured (nonlinear)
+                sources, constant = self._normed(post.conv, sources, constant, conv_in)
         sources["biases (norms, W_O)"] = constant
         self.sources = {name: src.float() for name, src in sources.items()}
         self._rebuild(sites[-1], rec, outputs, layer, "encoder")
         self.x = self.attention_input  # (T, d) no norm before the attention
         self.residual_error = max(self.residual_error, float((sum(sources.values()) - self.x).abs().max()))
+
+    @staticmethod
+    def _projected(linear: nn.Linear, sources: dict[str, Tensor], constant: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        """sources and the constant (T, e) through linear: src W^T (T, d) each, the constant's c W^T + b."""
+        from ..pretrained.adapter import loaded
+
+        with loaded(linear):
+            W = linear.weight.detach().double().cpu()  # (d, e)
+            b = 0 if linear.bias is None else linear.bias.detach().double().cpu()  # (d,)
+        constant = constant @ W.T + b
+        return {name: src @ W.T for name, src in sources.items()}, constant
 
     def _normed(self, norm: nn.Module, sources: dict[str, Tensor], constant: Tensor, received: Tensor
                 ) -> tuple[dict[str, Tensor], Tensor]:

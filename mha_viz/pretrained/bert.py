@@ -24,6 +24,9 @@ class PostNorms:
     attention: tuple[nn.Module, ...]  # each layer's LayerNorm after its attention
     output: tuple[nn.Module, ...]  # and after its MLP
     project: nn.Linear | None = None  # ELECTRA, ALBERT: small embeddings projected to the model's width, after the norm
+    before: nn.Linear | None = None  # DeBERTa: small embeddings projected to the model's width, before the norm
+    conv: nn.Module | None = None  # DeBERTa-v2's conv layer's LayerNorm, after layer 0: it reads layer 0's output plus
+    # a convolution of layer 0's input, and layer 1 reads what it returns
 
 
 @register

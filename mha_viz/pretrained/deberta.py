@@ -7,6 +7,9 @@ r(i, j) is the (log-bucketed) distance i - j; k_r = pos_key_proj(R), q_r = pos_q
 query_proj with share_att_key) of the relative position embeddings R (2 span rows); clamp to 0 ... 2 span - 1.
 The trace's score_bias holds c2p and p2c (already / sqrt(d_k * n)); scale * q . k is the content term. c2p is linear
 in the query and p2c in the key (linear_score_terms): score attribution splits them by source (analysis.score_streams).
+Its stream (post_norms) may pass two more modules: embeddings.embed_proj (embedding_size != hidden_size: a Linear
+without bias before the embeddings' LayerNorm) and encoder.conv (conv_kernel_size > 0: after layer 0,
+LayerNorm(layer 0's output + act(conv(layer 0's input))), which layer 1 reads).
 """
 
 from __future__ import annotations
@@ -65,18 +68,11 @@ class DebertaV2Adapter(Adapter):
         return terms
 
     def post_norms(self) -> PostNorms:
-        e, layers = self.base.embeddings, self.base.encoder.layer
+        e, encoder = self.base.embeddings, self.base.encoder
         return PostNorms(e.word_embeddings, e.token_type_embeddings, e.LayerNorm,
-                         tuple(layer.attention.output.LayerNorm for layer in layers),
-                         tuple(layer.output.LayerNorm for layer in layers))
-
-    @property
-    def scores_unavailable(self) -> str | None:
-        if self.base.embeddings.embed_proj is not None:
-            return "its embeddings are projected before their LayerNorm (embedding_size != hidden_size): not split yet"
-        if self.base.encoder.conv is not None:
-            return "its first layer's output goes through a convolution (conv_kernel_size): not split yet"
-        return None
+                         tuple(layer.attention.output.LayerNorm for layer in encoder.layer),
+                         tuple(layer.output.LayerNorm for layer in encoder.layer),
+                         before=e.embed_proj, conv=None if encoder.conv is None else encoder.conv.LayerNorm)
 
     @staticmethod
     def _positions(projection: nn.Module, R: Tensor, H: int) -> Tensor:

@@ -910,6 +910,32 @@ def test_albert_is_split_call_by_call_through_its_shared_layer():
             assert np.abs(row.double().numpy() - sa.weights).max() > 1e-3  # the source mattered
 
 
+def deberta(layers: int = 2, **extra) -> PretrainedModel:
+    """A tiny random DeBERTa-v2 with both position terms (c2p and p2c), extra its config's other settings."""
+    from transformers import DebertaV2Config
+
+    return encoder("deberta-v2", DebertaV2Config(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, relative_attention=True, pos_att_type=["p2c", "c2p"], **extra))
+
+
+def deberta_scores(s, x: torch.Tensor, kwargs: dict, relative: bool = True) -> torch.Tensor:
+    """(H, T, T) a DeBERTa attention module's own pre-softmax scores on x (1, T, d): q . k / sqrt(3 d_k) from its
+    query_proj and key_proj, plus (relative) its own disentangled_attention_bias (c2p and p2c) on the call's kwargs."""
+    q, k = (s.transpose_for_scores(f(x), s.num_attention_heads) for f in (s.query_proj, s.key_proj))  # (H, T, d_k)
+    content = q @ k.transpose(-1, -2) / (3 * s.attention_head_size) ** 0.5
+    if not relative:
+        return content
+    return content + s.disentangled_attention_bias(q, k, kwargs["relative_pos"], kwargs["rel_embeddings"], 3)
+
+
+def frozen_through(norm: torch.nn.LayerNorm, received: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """v (T, d) through norm frozen at its scale on what it received (T, d), its shift left out:
+    gamma (v - mean v) / sqrt(var(received) + eps)."""
+    s = (received.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()  # (T, 1)
+    return norm.weight * (v - v.mean(-1, keepdim=True)) / s
+
+
 @pytest.mark.parametrize("shared", [True, False])
 def test_debertas_position_terms_are_a_source_split_by_query_and_key_source(shared):
     """DeBERTa-v2: score = (q . k + c2p + p2c) / sqrt(3 d), c2p linear in the query and p2c in the key (with shared
@@ -918,32 +944,20 @@ def test_debertas_position_terms_are_a_source_split_by_query_and_key_source(shar
     recomputed here from what it received through its query_proj, key_proj and its own disentangled_attention_bias,
     and other is empty; removing a source reruns the module without it (c2p and p2c included), and "relative position"
     taken out is the content score's softmax. Layer 0's token source is recomputed here through the frozen norm."""
-    from transformers import DebertaV2Config
-
     extra = ({"share_att_key": True, "position_buckets": 8, "max_relative_positions": 32,
               "norm_rel_ebd": "layer_norm", "position_biased_input": False} if shared
              else {"max_relative_positions": 16})
-    m = encoder("deberta-v2", DebertaV2Config(
-        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=64, relative_attention=True, pos_att_type=["p2c", "c2p"], **extra))
+    m = deberta(**extra)
     base = m.model
-    T, H, d = len(m.encode(TEXT).ids), 4, 8
+    T, H = len(m.encode(TEXT).ids), 4
     modules = [layer.attention.self for layer in base.encoder.layer]
     received, _ = calls(m, modules)
     embedded, _ = calls(m, [base.embeddings.LayerNorm])
-
-    def scores(s, x, kwargs, relative=True):  # (H, T, T) the module's own pre-softmax scores on x (1, T, 32)
-        q, k = (s.transpose_for_scores(f(x), H) for f in (s.query_proj, s.key_proj))  # (H, T, d) each
-        content = q @ k.transpose(-1, -2) / (3 * d) ** 0.5
-        if not relative:
-            return content
-        return content + s.disentangled_attention_bias(q, k, kwargs["relative_pos"], kwargs["rel_embeddings"], 3)
-
     for layer, s in enumerate(modules):
         args, kwargs = received[s][0]
         x = args[0] if args else kwargs["hidden_states"]  # (1, T, 32)
         with torch.no_grad():
-            own = scores(s, x, kwargs)
+            own = deberta_scores(s, x, kwargs)
         for head, query in itertools.product(range(H), (0, T - 1)):
             sa = score_attribution(m, TEXT, layer=layer, head=head, query=query)
             assert sa.keys == tuple(range(T)) and sa.other == {} and sa.sources[-2:] == ("relative position", "bias")
@@ -952,34 +966,86 @@ def test_debertas_position_terms_are_a_source_split_by_query_and_key_source(shar
             assert np.abs(sa.terms[:, r, r]).max() == 0 and np.abs(sa.terms[:, r]).max() > 1e-3  # p2c by key source
             assert np.abs(sa.terms[:, :, r]).max() > 1e-3  # c2p by query source
             with torch.no_grad():
-                content = torch.softmax(scores(s, x, kwargs, relative=False), -1)[head, query]
+                content = torch.softmax(deberta_scores(s, x, kwargs, relative=False), -1)[head, query]
             assert np.abs(sa.removed[r] - content.double().numpy()).max() <= 1e-5
             if layer == 0:  # the token embedding through the embeddings' LayerNorm frozen at its scale, computed here
                 norm = base.embeddings.LayerNorm
-                e = embedded[norm][0][0][0][0]  # (T, 32): what the norm received
                 token = base.embeddings.word_embeddings(torch.tensor(m.encode(TEXT).ids))
-                source = "token"
-                src = norm.weight * (token - token.mean(-1, keepdim=True)) / (e.var(-1, unbiased=False, keepdim=True)
-                                                                             + norm.eps).sqrt()
+                source, src = "token", frozen_through(norm, embedded[norm][0][0][0][0], token)
             else:
                 source = sa.sources[int(np.argmax(np.abs(sa.removed[:r] - sa.weights).max(1)))]
                 src = score_attribution_sources(m, TEXT, layer)[source]
             with torch.no_grad():
-                row = torch.softmax(scores(s, x - src[None], kwargs), -1)[head, query]
+                row = torch.softmax(deberta_scores(s, x - src[None], kwargs), -1)[head, query]
             assert np.abs(sa.removed[sa.sources.index(source)] - row.double().numpy()).max() <= 1e-5
             assert np.abs(row.double().numpy() - sa.weights).max() > 1e-3  # the source mattered
 
 
-@pytest.mark.parametrize(("extra", "reason"), [({"embedding_size": 16}, "projected before their LayerNorm"),
-                                               ({"conv_kernel_size": 3}, "convolution")])
-def test_a_deberta_whose_stream_is_not_split_yet_is_refused_with_its_reason(extra, reason):
-    from transformers import DebertaV2Config
+DEBERTAS = {  # DeBERTa-v2 layouts whose stream passes more than its LayerNorms
+    "projected": {"embedding_size": 16, "type_vocab_size": 2, "max_relative_positions": 16},  # embed_proj
+    "conv": {"conv_kernel_size": 3, "max_relative_positions": 16},  # a conv layer after layer 0
+    "both": {"embedding_size": 16, "conv_kernel_size": 3, "position_biased_input": False, "share_att_key": True,
+             "position_buckets": 8, "max_relative_positions": 32, "norm_rel_ebd": "layer_norm"},  # xlarge's layout
+}
 
-    from mha_viz.analysis import score_attribution_unavailable
 
-    m = encoder("deberta-v2", DebertaV2Config(
-        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=64, relative_attention=True, pos_att_type=["p2c", "c2p"], **extra))
-    assert reason in score_attribution_unavailable(m)
-    with pytest.raises(ValueError, match=reason):
-        score_attribution(m, TEXT, layer=1, head=0, query=3)
+@pytest.mark.parametrize("name", list(DEBERTAS))
+def test_a_debertas_embedding_projection_and_conv_layer_are_split_through(name):
+    """DeBERTa-v2 whose embeddings are projected before their LayerNorm (embedding_size != hidden_size) or that has a
+    conv layer (conv_kernel_size: layer 1 reads LayerNorm(layer 0's output + tanh(conv(layer 0's input))), as
+    DeBERTa-v2-xlarge and xxlarge), or both. For every layer of three and every head, at two queries, the terms add up
+    to the module's own score (query_proj, key_proj, its own disentangled_attention_bias) and dropping the largest
+    source breaks the sum. Recomputed here from the model's own modules: the token source at layers 0 and 1 (the
+    token embedding through embed_proj and every LayerNorm on the way, each frozen at its scale on what it received),
+    the conv source at layer 1 (the conv layer's own conv and activation on layer 0's input, through its frozen
+    LayerNorm); removing either is the module rerun on its input without it."""
+    from transformers.activations import ACT2FN
+
+    m = deberta(layers=3, **DEBERTAS[name])
+    e, enc = m.model.embeddings, m.model.encoder
+    assert (e.embed_proj is not None) == ("embedding_size" in DEBERTAS[name])
+    assert (enc.conv is not None) == ("conv_kernel_size" in DEBERTAS[name])
+    T, H = len(m.encode(TEXT).ids), 4
+    modules = [layer.attention.self for layer in enc.layer]
+    norms = [e.LayerNorm, enc.layer[0].attention.output.LayerNorm, enc.layer[0].output.LayerNorm,
+             *([] if enc.conv is None else [enc.conv.LayerNorm])]  # the norms between the token and layer 1
+    received, _ = calls(m, [*modules, *norms])
+
+    def first_input(module):  # (1, T, n): what module received on its first call
+        args, kwargs = received[module][0]
+        return args[0] if args else kwargs["hidden_states"]
+
+    with torch.no_grad():
+        token = e.word_embeddings(torch.tensor(m.encode(TEXT).ids))  # (T, e)
+        if e.embed_proj is not None:
+            token = token @ e.embed_proj.weight.T  # (T, 32): projected before the norm
+        own_sources = {0: {"token": frozen_through(e.LayerNorm, first_input(e.LayerNorm)[0], token)}}
+        token = own_sources[0]["token"]
+        for norm in norms[1:]:
+            token = frozen_through(norm, first_input(norm)[0], token)
+        own_sources[1] = {"token": token}
+        if enc.conv is not None:  # the conv branch on layer 0's input, through the conv layer's frozen LayerNorm
+            x0 = first_input(modules[0])  # (1, T, 32)
+            branch = ACT2FN[enc.conv.conv_act](enc.conv.conv(x0.transpose(1, 2)).transpose(1, 2))[0]  # (T, 32)
+            own_sources[1]["conv"] = frozen_through(enc.conv.LayerNorm, first_input(enc.conv.LayerNorm)[0], branch)
+    for layer, s in enumerate(modules):
+        x, kwargs = first_input(s), received[s][0][1]  # (1, T, 32) and the call's relative positions
+        with torch.no_grad():
+            own = deberta_scores(s, x, kwargs)
+        split = score_attribution_sources(m, TEXT, layer)
+        for source, src in own_sources.get(layer, {}).items():  # the stream's source is the one computed here
+            assert (split[source] - src).abs().max() <= 1e-5
+        assert ("conv" in split) == (enc.conv is not None and layer > 0)
+        moved = dict.fromkeys(own_sources.get(layer, {}), 0.0)  # how far each source's removal moves a row
+        for head, query in itertools.product(range(H), (0, T - 1)):
+            sa = score_attribution(m, TEXT, layer=layer, head=head, query=query)
+            assert sa.keys == tuple(range(T)) and sa.sources[-2:] == ("relative position", "bias")
+            assert ("position" in sa.sources) == DEBERTAS[name].get("position_biased_input", True)
+            assert ("token type" in sa.sources) == ("type_vocab_size" in DEBERTAS[name])
+            adds_up_and_breaks_without_its_largest_source(sa, own[head, query])
+            for source, src in own_sources.get(layer, {}).items():
+                with torch.no_grad():
+                    row = torch.softmax(deberta_scores(s, x - src[None], kwargs), -1)[head, query].double().numpy()
+                assert np.abs(sa.removed[sa.sources.index(source)] - row).max() <= 1e-5
+                moved[source] = max(moved[source], float(np.abs(row - sa.weights).max()))
+        assert all(change > 1e-3 for change in moved.values()), moved  # each source mattered to some row
