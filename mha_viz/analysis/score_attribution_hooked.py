@@ -21,10 +21,10 @@ import torch
 from torch import Tensor
 
 from ..attention import attend
-from ..pretrained.norms import NormAffine
 
 if TYPE_CHECKING:
     from ..pretrained.hooked import HookedModel
+    from ..pretrained.norms import NormAffine
 
 NORMS = {"LN": "LayerNorm", "LNPre": "LayerNorm", "RMS": "RMSNorm", "RMSPre": "RMSNorm"}  # normalization_type -> kind
 
@@ -39,6 +39,8 @@ def hooked_unavailable(model: HookedModel) -> str | None:
 
 def _tl_norm(module: torch.nn.Module, kind: str, d: int, eps: float) -> NormAffine:
     """A TransformerLens norm (weight w, bias b where it has them) as NormAffine."""
+    from ..pretrained.norms import NormAffine
+
     w, b = getattr(module, "w", None), getattr(module, "b", None)
     return NormAffine(kind, torch.ones(d, dtype=torch.float64) if w is None else w.detach().double().cpu(),
                       None if b is None else b.detach().double().cpu(), eps)

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from ..pretrained.adapter import Recorder, Site, loaded
 from .score_frozen import Frozen
 from .score_streams import removed_each_side
 from .score_streams_normed import EncoderStream
 
 if TYPE_CHECKING:
+    from ..pretrained.adapter import Recorder, Site
     from ..pretrained.model import PretrainedModel
     from ..pretrained.stacks import Tap
 
@@ -50,6 +50,8 @@ def stack_stream(model: PretrainedModel, ids: Sequence[int], decoder_ids: Sequen
                  step: str = "self") -> StackStream:
     """The sources of part's ("encoder" or "decoder") stream at layer's step ("self" or "cross" attention) in the
     module docstring's steps; layer = the stack's number of layers: at its output (before its final norm)."""
+    from ..pretrained.adapter import Recorder, loaded
+
     adapter = model.adapter
     layout = adapter.stack_layout(part)
     end = layer == len(layout.layers)

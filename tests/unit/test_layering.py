@@ -166,3 +166,12 @@ def test_import_mha_viz_and_serve_loads_no_streamlit() -> None:
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_import_analysis_loads_no_pretrained_model_code() -> None:
+    """The configurable page imports mha_viz.analysis: the Hugging Face side (mha_viz.pretrained, what a model's
+    family needs) waits until a model is loaded, which keeps it out of the default page's first paint."""
+    code = "import sys, mha_viz.analysis; print(sorted(m for m in sys.modules if m.startswith('mha_viz.pretrained')))"
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
