@@ -75,7 +75,8 @@ def own_scores(m: PretrainedModel, layer: int) -> torch.Tensor:
     with torch.no_grad():
         q = apply_rotary_pos_emb(attention.q_norm(attention.q_proj(x).view(1, x.shape[1], H, D_K)), cos, sin, 2)
         if attention.is_kv_shared_layer:
-            k = kwargs["shared_kv_states"][attention.layer_type][0]  # (1, KV, T, d_k): normed, rotated
+            key = getattr(attention, "kv_shared_layer_index", None)  # older transformers key them by layer
+            k = kwargs["shared_kv_states"][attention.layer_type if key is None else key][0]  # (1, KV, T, d_k): rotated
         else:
             k = apply_rotary_pos_emb(attention.k_norm(attention.k_proj(x).view(1, x.shape[1], KV, D_K)), cos, sin, 2)
             k = k.transpose(1, 2)
