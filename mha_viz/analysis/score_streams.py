@@ -148,13 +148,9 @@ class Stream:
         added_by_block = torch.zeros_like(x)  # (T, d) what the block's traced layers add
         for i, site in enumerate(sites[:-1]):
             r = adapter.residual_scale(i)
-            with loaded(site.out):
-                W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)
-            H = site.num_heads
-            W_h = W_O.detach().float().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
-            c = concat[i].view(len(ids), H, -1).transpose(0, 1).float()  # (H, T, d_v)
-            heads = r * torch.bmm(c, W_h)  # (H, T, d): each head's part of the stream, in float32 as the model's
-            bias = None if b_O is None else (r * b_O.detach().double().cpu()).expand(len(ids), -1)  # (T, d)
+            heads, b_O = head_parts(adapter, site, concat[i], torch.float32)  # in float32, as the model computed them
+            heads = r * heads  # (H, T, d): each head's part of the stream
+            bias = None if b_O is None else (r * b_O).expand(len(ids), -1)  # (T, d)
             added = r * attention_out[i]  # (T, d) what the block adds to the stream
             post = adapter.post_attention_norm(i)
             if post is not None:  # Gemma 2 and 3, OLMo, LFM3: a norm on the output first, frozen per position
@@ -165,7 +161,7 @@ class Stream:
                     real = post(attention_out[i][None].to(next(post.parameters()).dtype))[0].double().cpu()
                 self.post_error = max(self.post_error, float((added - r * real).abs().max()))
                 bias = None if bias is None else post_norm.linear(bias)
-            self.sources |= {f"{i}.{h}": heads[h] for h in range(H)}
+            self.sources |= {f"{i}.{h}": head for h, head in enumerate(heads)}
             if bias is not None:
                 self.sources[f"{i} attention bias"] = bias
             added_by_block = added_by_block + added
@@ -317,6 +313,20 @@ def one_head(var: Variations, head: int) -> Variations:
                    sinks=None if var.sinks is None else var.sinks[head:head + 1], gates=None, head_norm=None,
                    differential=None,  # one query head: one map
                    mask=var.mask if var.mask is None or var.mask.shape[0] == 1 else var.mask[head:head + 1])
+
+
+def head_parts(adapter: Any, site: Site, concat: Tensor, dtype: torch.dtype = torch.float64
+               ) -> tuple[Tensor, Tensor | None]:
+    """What a layer's output projection adds, split by head: (H, T, d) c_h W_O^(h)T from its concat (T, H*d_v), in
+    dtype, and b_O (d,) float64 or None."""
+    from ..pretrained.adapter import loaded
+
+    with loaded(site.out):
+        W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)
+    H = site.num_heads
+    W_h = W_O.detach().to(dtype).cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
+    c = concat.view(concat.shape[0], H, -1).transpose(0, 1).to(dtype)  # (H, T, d_v)
+    return torch.bmm(c, W_h), None if b_O is None else b_O.detach().double().cpu()
 
 
 Side = tuple[nn.Module, Tensor, Sequence[Tensor]]  # the real norm a side reads through, its stream, its sources

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from .score_frozen import Frozen, inner_norms
-from .score_streams import Calls, Stream, removed_each_side
+from .score_streams import Calls, Stream, head_parts, removed_each_side
 
 if TYPE_CHECKING:
     from ..pretrained.adapter import Site
@@ -116,9 +116,8 @@ class AltUpStream(Stream):
         normed = Frozen.of(block.input_layernorm, n_in)
         laurel_in = seen.input(block.laurel.post_laurel_norm, 0)  # (T, d) n W_left W_right
         laurel_norm = Frozen.of(block.laurel.post_laurel_norm, laurel_in)
-        with loaded(block.laurel, site.out):
+        with loaded(block.laurel):
             W_lr = (block.laurel.linear_right.weight @ block.laurel.linear_left.weight).detach().double().cpu().T
-            W_O, _ = self.model.adapter.out_weights(site)  # (d, H*d_v); no bias (attention_bias: refused)
         out = seen.input(block.post_attention_layernorm, 0)  # (T, d) the attention's output
         post = Frozen.of(block.post_attention_layernorm, out)
 
@@ -131,13 +130,11 @@ class AltUpStream(Stream):
             self.checks[name] = max(self.checks[name], float((frozen - seen.output(module, 0)).abs().max()))
         real = seen.output(block.post_attention_layernorm, 0)  # (T, d)
         self.post_error = max(self.post_error, float((post.linear(out) - real).abs().max()))
-        H = site.num_heads
-        W_h = W_O.detach().double().cpu().view(d, H, -1).permute(1, 2, 0)  # (H, d_v, d)
-        c = seen.input(site.out, 0).view(T, H, -1).transpose(0, 1)  # (H, T, d_v)
-        heads = post.linear(torch.bmm(c, W_h))  # (H, T, d) each head through the frozen norm
+        heads, _ = head_parts(self.model.adapter, site, seen.input(site.out, 0))  # no b_O (attention_bias: refused)
+        heads = post.linear(heads)  # (H, T, d) each head through the frozen norm
         i = block.self_attn.layer_idx
         gathered = {n: (p[a] + laurel(p[a])) / math.sqrt(2) for n, p in shares.items()}  # (T, d) each
-        new = {**{f"{i}.{h}": heads[h] / math.sqrt(2) for h in range(H)},  # (T, d) each: what enters y
+        new = {**{f"{i}.{h}": head / math.sqrt(2) for h, head in enumerate(heads)},  # (T, d) each: what enters y
                f"{i} MLP": seen.output(block.post_feedforward_layernorm, 0)}
         gathered |= new
         predictions = {**shares, **dict.fromkeys(new, torch.zeros(K, T, d, dtype=torch.float64))}  # none of P

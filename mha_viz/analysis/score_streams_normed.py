@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from .score_frozen import Frozen
-from .score_streams import Stream
+from .score_streams import Stream, head_parts
 
 if TYPE_CHECKING:
     from ..pretrained.model import PretrainedModel
@@ -30,7 +30,7 @@ class EncoderStream(Stream):
     as an MLP is), and normalises that sum, frozen like the others, before layer 1."""
 
     def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
-        from ..pretrained.adapter import Recorder, loaded
+        from ..pretrained.adapter import Recorder
         from .score_streams import Calls
 
         adapter, self.model, self.part = model.adapter, model, "encoder"
@@ -57,14 +57,10 @@ class EncoderStream(Stream):
         if post.project is not None:  # ELECTRA, ALBERT: the normed embeddings projected to the model's width (affine)
             sources, constant = self._projected(post.project, sources, constant)
         for i, site in enumerate(sites[:-1]):  # layer i: its modules' site.call-th call (ALBERT shares them)
-            with loaded(site.out):
-                W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)
-            H = site.num_heads
-            W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
-            c = seen.input(site.out, site.call).view(len(ids), H, -1).transpose(0, 1)  # (H, T, d_v)
-            sources |= {f"{i}.{h}": head for h, head in enumerate(torch.bmm(c, W_h))}  # (T, d) each
+            heads, b_O = head_parts(adapter, site, seen.input(site.out, site.call))  # (H, T, d), (d,)
+            sources |= {f"{i}.{h}": head for h, head in enumerate(heads)}
             if b_O is not None:
-                constant = constant + b_O.detach().double().cpu()
+                constant = constant + b_O
             sources, constant = self._normed(post.attention[i], sources, constant,
                                              seen.input(post.attention[i], site.call))
             mlp_in = seen.input(post.output[i], site.call)  # the MLP's output plus the attention norm's
@@ -109,7 +105,7 @@ class NormedStream(EncoderStream):
     reads input_norm(x_L): the frozen pre-attention norm, as in Stream."""
 
     def __init__(self, model: PretrainedModel, ids: Sequence[int], layer: int) -> None:
-        from ..pretrained.adapter import Recorder, loaded
+        from ..pretrained.adapter import Recorder
         from ..pretrained.attribution import Capture
 
         adapter, self.model, self.part = model.adapter, model, "decoder"
@@ -130,14 +126,10 @@ class NormedStream(EncoderStream):
             (alpha_a, beta_a), alpha_m = step.attention, step.mlp[0]  # beta_m: inside the MLP source
             sources, constant = self._normed(step.input_norm, sources, constant, capture.block_in[2 * i])
             sources, constant = {n: alpha_a * src for n, src in sources.items()}, alpha_a * constant
-            with loaded(site.out):
-                W_O, b_O = adapter.out_weights(site)  # (d, H*d_v), (d,)
-            H = site.num_heads
-            W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
-            c = capture.concat[i].view(len(ids), H, -1).transpose(0, 1)  # (H, T, d_v)
-            sources |= {f"{i}.{h}": beta_a * head for h, head in enumerate(torch.bmm(c, W_h))}  # (T, d) each
+            heads, b_O = head_parts(adapter, site, capture.concat[i])  # (H, T, d), (d,)
+            sources |= {f"{i}.{h}": beta_a * head for h, head in enumerate(heads)}
             if b_O is not None:
-                constant = constant + beta_a * b_O.detach().double().cpu()
+                constant = constant + beta_a * b_O
             sources, constant = self._normed(step.post_norm, sources, constant, capture.block_in[2 * i + 1])
             sources, constant = {n: alpha_m * src for n, src in sources.items()}, alpha_m * constant
             sources[f"{i} MLP"] = capture.block_in[2 * i + 2] - alpha_m * capture.block_out[2 * i + 1]

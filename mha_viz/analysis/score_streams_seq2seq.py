@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from .score_frozen import Frozen
-from .score_streams import removed_each_side
+from .score_streams import head_parts, removed_each_side
 from .score_streams_normed import EncoderStream
 
 if TYPE_CHECKING:
@@ -88,15 +88,11 @@ def stack_stream(model: PretrainedModel, ids: Sequence[int], decoder_ids: Sequen
         if sub.site is None:
             sources[f"{i} MLP"] = seen[_key(sub.after)] - before
         else:
-            with loaded(sub.site.out):
-                W_O, b_O = adapter.out_weights(sub.site)  # (d, H*d_v), (d,)
-            H = sub.site.num_heads
-            W_h = W_O.detach().double().cpu().view(W_O.shape[0], H, -1).permute(1, 2, 0)  # (H, d_v, d)
-            c = seen[_key((sub.site.out, "in"))].view(len(before), H, -1).transpose(0, 1)  # (H, T, d_v)
+            heads, b_O = head_parts(adapter, sub.site, seen[_key((sub.site.out, "in"))])  # (H, T, d), (d,)
             name = f"{i}." if sub.name == "self" else f"{i} cross."
-            sources |= {f"{name}{h}": head for h, head in enumerate(torch.bmm(c, W_h))}  # (T, d) each
+            sources |= {f"{name}{h}": head for h, head in enumerate(heads)}
             if b_O is not None:
-                constant = constant + b_O.detach().double().cpu()
+                constant = constant + b_O
         if sub.norm is not None:
             normed(sub.norm, seen[_key(sub.after)])
     x = seen[_key(here)]  # (T, d)
